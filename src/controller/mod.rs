@@ -1,0 +1,1 @@
+//! See DESIGN.md §2. Not built yet.

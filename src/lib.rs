@@ -1,0 +1,7 @@
+//! svm-apiserver: a Kubernetes aggregated API server for storage version migration.
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod registry;
+pub mod server;
+pub mod storage;

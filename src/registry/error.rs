@@ -1,0 +1,234 @@
+//! The registry's typed error. The HTTP edge (`server::status`) maps it, once, to a metav1.Status.
+
+use crate::storage::StorageError;
+
+/// One invalid field, as in a metav1.StatusCause of a 422 Invalid.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FieldError {
+    /// `FieldValueRequired`, `FieldValueInvalid`, `FieldValueNotSupported`, `FieldValueDuplicate`,
+    /// `FieldValueForbidden`, `FieldValueTooLong`, ... (metav1.CauseType).
+    pub reason: &'static str,
+    /// JSON path of the field, e.g. `metadata.name` or `spec.resource.group`.
+    pub field: String,
+    /// The human text after the field path, e.g. `Invalid value: "X": must be ...`.
+    pub message: String,
+}
+
+impl FieldError {
+    pub fn required(field: impl Into<String>, detail: &str) -> Self {
+        let detail = if detail.is_empty() {
+            String::new()
+        } else {
+            format!(": {detail}")
+        };
+        Self {
+            reason: "FieldValueRequired",
+            field: field.into(),
+            message: format!("Required value{detail}"),
+        }
+    }
+
+    pub fn invalid(field: impl Into<String>, value: &str, detail: &str) -> Self {
+        Self {
+            reason: "FieldValueInvalid",
+            field: field.into(),
+            message: format!("Invalid value: {value:?}: {detail}"),
+        }
+    }
+
+    pub fn forbidden(field: impl Into<String>, detail: &str) -> Self {
+        Self {
+            reason: "FieldValueForbidden",
+            field: field.into(),
+            message: format!("Forbidden: {detail}"),
+        }
+    }
+
+    pub fn not_supported(field: impl Into<String>, value: &str, supported: &[&str]) -> Self {
+        let list = supported
+            .iter()
+            .map(|s| format!("{s:?}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        Self {
+            reason: "FieldValueNotSupported",
+            field: field.into(),
+            message: format!("Unsupported value: {value:?}: supported values: {list}"),
+        }
+    }
+
+    pub fn duplicate(field: impl Into<String>, value: &str) -> Self {
+        Self {
+            reason: "FieldValueDuplicate",
+            field: field.into(),
+            message: format!("Duplicate value: {value:?}"),
+        }
+    }
+
+    /// `field: message`, the form kube-apiserver joins into an Invalid Status message.
+    pub fn render(&self) -> String {
+        format!("{}: {}", self.field, self.message)
+    }
+}
+
+/// Every way a registry operation can fail. Variants map one-to-one onto metav1.Status reasons.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    /// 400 BadRequest (malformed body, wrong apiVersion/kind, bad query parameter, ...).
+    #[error("{0}")]
+    BadRequest(String),
+    /// 401 Unauthorized.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// 403 Forbidden.
+    #[error("{0}")]
+    Forbidden(String),
+    /// 404 NotFound of a named object. `resource` is the plural (kube-apiserver puts it in
+    /// details.kind).
+    #[error("{resource}.{group} \"{name}\" not found")]
+    NotFound {
+        group: String,
+        resource: String,
+        name: String,
+    },
+    /// 404 for a path that names nothing we serve.
+    #[error("the server could not find the requested resource")]
+    UnknownPath,
+    /// 405 MethodNotAllowed.
+    #[error("{0}")]
+    MethodNotAllowed(String),
+    /// 406 NotAcceptable.
+    #[error("{0}")]
+    NotAcceptable(String),
+    /// 409 AlreadyExists.
+    #[error("{resource}.{group} \"{name}\" already exists")]
+    AlreadyExists {
+        group: String,
+        resource: String,
+        name: String,
+    },
+    /// 409 Conflict (stale resourceVersion, failed precondition).
+    #[error("Operation cannot be fulfilled on {resource}.{group} \"{name}\": {message}")]
+    Conflict {
+        group: String,
+        resource: String,
+        name: String,
+        message: String,
+    },
+    /// 410 Expired (compacted resourceVersion, expired continue token).
+    #[error("{message}")]
+    Expired {
+        message: String,
+        /// For an expired continue token: a token that continues from the next key at the
+        /// current revision (kube-apiserver's "inconsistent continue").
+        continue_token: Option<String>,
+    },
+    /// 413 RequestEntityTooLarge.
+    #[error("{0}")]
+    TooLarge(String),
+    /// 415 UnsupportedMediaType.
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    /// 422 Invalid, with one cause per field error. `kind` is the Kind (not the plural).
+    #[error("{kind}.{group} \"{name}\" is invalid: {}", .causes.iter().map(FieldError::render).collect::<Vec<_>>().join(", "))]
+    Invalid {
+        group: String,
+        kind: String,
+        name: String,
+        causes: Vec<FieldError>,
+    },
+    /// 429 TooManyRequests.
+    #[error("{message}")]
+    TooManyRequests {
+        message: String,
+        retry_after_seconds: u64,
+    },
+    /// 500 InternalError.
+    #[error("Internal error occurred: {0}")]
+    Internal(String),
+    /// 503 ServiceUnavailable.
+    #[error("{0}")]
+    ServiceUnavailable(String),
+    /// 504 Timeout (e.g. a resourceVersion the store has not reached in time).
+    #[error("{0}")]
+    Timeout(String),
+}
+
+impl ApiError {
+    /// The HTTP status code this error maps to.
+    pub fn code(&self) -> u16 {
+        match self {
+            ApiError::BadRequest(_) => 400,
+            ApiError::Unauthorized(_) => 401,
+            ApiError::Forbidden(_) => 403,
+            ApiError::NotFound { .. } | ApiError::UnknownPath => 404,
+            ApiError::MethodNotAllowed(_) => 405,
+            ApiError::NotAcceptable(_) => 406,
+            ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } => 409,
+            ApiError::Expired { .. } => 410,
+            ApiError::TooLarge(_) => 413,
+            ApiError::UnsupportedMediaType(_) => 415,
+            ApiError::Invalid { .. } => 422,
+            ApiError::TooManyRequests { .. } => 429,
+            ApiError::Internal(_) => 500,
+            ApiError::ServiceUnavailable(_) => 503,
+            ApiError::Timeout(_) => 504,
+        }
+    }
+
+    /// The metav1.StatusReason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            ApiError::BadRequest(_) => "BadRequest",
+            ApiError::Unauthorized(_) => "Unauthorized",
+            ApiError::Forbidden(_) => "Forbidden",
+            ApiError::NotFound { .. } | ApiError::UnknownPath => "NotFound",
+            ApiError::MethodNotAllowed(_) => "MethodNotAllowed",
+            ApiError::NotAcceptable(_) => "NotAcceptable",
+            ApiError::AlreadyExists { .. } => "AlreadyExists",
+            ApiError::Conflict { .. } => "Conflict",
+            ApiError::Expired { .. } => "Expired",
+            ApiError::TooLarge(_) => "RequestEntityTooLarge",
+            ApiError::UnsupportedMediaType(_) => "UnsupportedMediaType",
+            ApiError::Invalid { .. } => "Invalid",
+            ApiError::TooManyRequests { .. } => "TooManyRequests",
+            ApiError::Internal(_) => "InternalError",
+            ApiError::ServiceUnavailable(_) => "ServiceUnavailable",
+            ApiError::Timeout(_) => "Timeout",
+        }
+    }
+
+    /// Map a storage failure on a named object of a resource.
+    pub fn from_storage(err: StorageError, group: &str, resource: &str, name: &str) -> Self {
+        match err {
+            StorageError::NotFound { .. } => ApiError::NotFound {
+                group: group.into(),
+                resource: resource.into(),
+                name: name.into(),
+            },
+            StorageError::AlreadyExists { .. } => ApiError::AlreadyExists {
+                group: group.into(),
+                resource: resource.into(),
+                name: name.into(),
+            },
+            StorageError::Conflict { .. } => ApiError::Conflict {
+                group: group.into(),
+                resource: resource.into(),
+                name: name.into(),
+                message: "the object has been modified; please apply your changes to the latest version and try again".into(),
+            },
+            StorageError::Compacted { .. } => ApiError::Expired {
+                message: format!("too old resource version: {err}"),
+                continue_token: None,
+            },
+            StorageError::FutureRevision { requested, .. } => ApiError::Timeout(format!(
+                "Too large resource version: {requested}"
+            )),
+            StorageError::Unavailable(msg) => ApiError::ServiceUnavailable(msg),
+            StorageError::Corrupt(msg) => ApiError::Internal(msg),
+            StorageError::Io(e) => ApiError::Internal(e.to_string()),
+        }
+    }
+}
+
+pub type ApiResult<T> = std::result::Result<T, ApiError>;

@@ -1,0 +1,42 @@
+//! The generic REST registry: one `Store<S>` over the `Storage` trait, driven by a per-kind
+//! `Strategy` (k8s.io/apiserver's `genericregistry.Store` + `strategy.go`).
+
+pub mod error;
+pub mod rest;
+pub mod store;
+pub mod strategy;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub use error::{ApiError, ApiResult, FieldError};
+pub use rest::RestStorage;
+pub use store::Store;
+pub use strategy::{ListMerge, ResourceInfo, Strategy, TableColumn};
+
+/// Every served resource, by (group, plural).
+#[derive(Clone, Default)]
+pub struct Registry {
+    resources: BTreeMap<(String, String), Arc<dyn RestStorage>>,
+}
+
+impl Registry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn register(&mut self, storage: Arc<dyn RestStorage>) {
+        let info = storage.info();
+        self.resources
+            .insert((info.group.to_string(), info.plural.to_string()), storage);
+    }
+
+    pub fn get(&self, group: &str, plural: &str) -> Option<&Arc<dyn RestStorage>> {
+        self.resources.get(&(group.to_string(), plural.to_string()))
+    }
+
+    /// All served resources, in (group, plural) order.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<dyn RestStorage>> {
+        self.resources.values()
+    }
+}

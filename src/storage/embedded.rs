@@ -1,0 +1,1 @@
+//! The embedded backend: in-process, durable in a data directory. (Being written.)

@@ -1,0 +1,1 @@
+//! The etcd backend over etcd-client. (Being written.)

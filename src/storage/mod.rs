@@ -1,0 +1,234 @@
+//! The `Storage` trait: an etcd-shaped key-value store with revisions.
+//!
+//! Everything above this module (the registry, the hash history) speaks only this trait, so the
+//! etcd backend and the embedded backend are interchangeable. The semantics are etcd's:
+//! - one global, monotonically increasing revision; every successful write transaction
+//!   increments it by exactly one, and every key it touched gets that `mod_revision`;
+//! - reads may be served at a past revision (until compacted), which is how list paging stays
+//!   consistent across pages;
+//! - a watch from a revision delivers every later change in revision order, or fails with
+//!   [`StorageError::Compacted`] when that history is gone.
+
+pub mod embedded;
+pub mod etcd;
+
+use async_trait::async_trait;
+use futures::stream::BoxStream;
+
+/// An etcd revision. Kubernetes exposes it as `resourceVersion`.
+pub type Revision = i64;
+
+/// One stored key at one revision.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyValue {
+    pub key: String,
+    pub value: Vec<u8>,
+    /// Revision of the transaction that created this key (since its last deletion).
+    pub create_revision: Revision,
+    /// Revision of the last transaction that modified this key.
+    pub mod_revision: Revision,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    #[error("key {key:?} not found")]
+    NotFound { key: String },
+    #[error("key {key:?} already exists")]
+    AlreadyExists { key: String },
+    /// A transaction's compare failed: the key was modified (or created/deleted) concurrently.
+    #[error("key {key:?} was modified: expected mod revision {expected}, found {actual:?}")]
+    Conflict {
+        key: String,
+        expected: Revision,
+        actual: Option<Revision>,
+    },
+    /// The requested revision is older than the oldest one the store still keeps.
+    #[error("required revision {requested} has been compacted (compacted revision {compacted})")]
+    Compacted {
+        requested: Revision,
+        compacted: Revision,
+    },
+    /// The requested revision is newer than the store's current revision.
+    #[error("required revision {requested} is a future revision (current revision {current})")]
+    FutureRevision {
+        requested: Revision,
+        current: Revision,
+    },
+    #[error("storage unavailable: {0}")]
+    Unavailable(String),
+    #[error("storage data corrupt: {0}")]
+    Corrupt(String),
+    #[error("storage I/O error")]
+    Io(#[from] std::io::Error),
+}
+
+pub type Result<T, E = StorageError> = std::result::Result<T, E>;
+
+/// A range read under a prefix.
+#[derive(Debug, Clone, Default)]
+pub struct ListOptions {
+    /// Start at this key (inclusive). Must lie under the prefix. `None` = the prefix itself.
+    pub start: Option<String>,
+    /// At most this many items; `None` = all.
+    pub limit: Option<usize>,
+    /// Serve the read at this revision; `None` = the current revision.
+    pub revision: Option<Revision>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct ListResult {
+    /// Items in ascending key order.
+    pub items: Vec<KeyValue>,
+    /// The revision the read was served at (the store revision for `revision: None`).
+    pub revision: Revision,
+    /// How many keys under the prefix follow the last returned item (0 when complete).
+    pub remaining: i64,
+}
+
+impl ListResult {
+    pub fn more(&self) -> bool {
+        self.remaining > 0
+    }
+}
+
+/// A compare guarding a transaction, as in etcd's `Txn().If(...)`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Compare {
+    /// The key must not exist.
+    Absent(String),
+    /// The key must exist with exactly this mod revision.
+    ModRevision(String, Revision),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Op {
+    Put(String, Vec<u8>),
+    Delete(String),
+}
+
+/// An atomic, all-or-nothing write: if every compare holds, every op is applied at one new
+/// revision. An empty `ops` list with passing compares does not advance the revision.
+#[derive(Debug, Clone, Default)]
+pub struct Txn {
+    pub compares: Vec<Compare>,
+    pub ops: Vec<Op>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TxnOutcome {
+    /// All compares held; the ops were applied at `revision`.
+    Committed { revision: Revision },
+    /// The compare at `index` failed; nothing was written. `current` is that key's current
+    /// mod revision, if it exists.
+    Failed {
+        index: usize,
+        current: Option<Revision>,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EventKind {
+    Put,
+    Delete,
+}
+
+/// One change seen by a watch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Event {
+    pub kind: EventKind,
+    /// For `Put`: the new value. For `Delete`: the key with the value it had before the delete
+    /// and `mod_revision` set to the revision of the delete.
+    pub kv: KeyValue,
+    /// The previous value, if the key existed before this change.
+    pub prev: Option<KeyValue>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WatchItem {
+    Event(Event),
+    /// Every change up to and including this revision under the watched prefix has been
+    /// delivered. Sent periodically on an otherwise idle watch; drives watch bookmarks.
+    Progress(Revision),
+}
+
+pub type WatchStream = BoxStream<'static, Result<WatchItem>>;
+
+#[async_trait]
+pub trait Storage: Send + Sync + 'static {
+    /// The current store revision.
+    async fn current_revision(&self) -> Result<Revision>;
+
+    /// Read one key at the current revision.
+    async fn get(&self, key: &str) -> Result<Option<KeyValue>>;
+
+    /// Read keys under `prefix` in ascending key order, optionally at a past revision and from a
+    /// start key, with a limit. Reading at a compacted revision fails with `Compacted`; at a
+    /// future revision with `FutureRevision`.
+    async fn list(&self, prefix: &str, opts: ListOptions) -> Result<ListResult>;
+
+    /// Apply a transaction atomically.
+    async fn txn(&self, txn: Txn) -> Result<TxnOutcome>;
+
+    /// Watch every change under `prefix` with revision strictly greater than `after`, in
+    /// revision order. Fails (immediately, or as the first stream item) with `Compacted` when
+    /// `after + 1` is older than the compacted revision.
+    async fn watch(&self, prefix: &str, after: Revision) -> Result<WatchStream>;
+
+    /// Discard history older than `revision` (etcd compaction).
+    async fn compact(&self, revision: Revision) -> Result<()>;
+
+    /// A cheap liveness probe of the backend (readyz).
+    async fn health(&self) -> Result<()>;
+
+    /// Create `key`; fails with `AlreadyExists` if it exists. Returns the new revision.
+    async fn create(&self, key: &str, value: Vec<u8>) -> Result<Revision> {
+        let txn = Txn {
+            compares: vec![Compare::Absent(key.to_string())],
+            ops: vec![Op::Put(key.to_string(), value)],
+        };
+        match self.txn(txn).await? {
+            TxnOutcome::Committed { revision } => Ok(revision),
+            TxnOutcome::Failed { .. } => Err(StorageError::AlreadyExists {
+                key: key.to_string(),
+            }),
+        }
+    }
+
+    /// Replace `key` if its mod revision is still `expected`. Returns the new revision.
+    async fn update(&self, key: &str, value: Vec<u8>, expected: Revision) -> Result<Revision> {
+        let txn = Txn {
+            compares: vec![Compare::ModRevision(key.to_string(), expected)],
+            ops: vec![Op::Put(key.to_string(), value)],
+        };
+        match self.txn(txn).await? {
+            TxnOutcome::Committed { revision } => Ok(revision),
+            TxnOutcome::Failed { current: None, .. } => Err(StorageError::NotFound {
+                key: key.to_string(),
+            }),
+            TxnOutcome::Failed { current, .. } => Err(StorageError::Conflict {
+                key: key.to_string(),
+                expected,
+                actual: current,
+            }),
+        }
+    }
+
+    /// Delete `key` if its mod revision is still `expected`. Returns the delete's revision.
+    async fn delete(&self, key: &str, expected: Revision) -> Result<Revision> {
+        let txn = Txn {
+            compares: vec![Compare::ModRevision(key.to_string(), expected)],
+            ops: vec![Op::Delete(key.to_string())],
+        };
+        match self.txn(txn).await? {
+            TxnOutcome::Committed { revision } => Ok(revision),
+            TxnOutcome::Failed { current: None, .. } => Err(StorageError::NotFound {
+                key: key.to_string(),
+            }),
+            TxnOutcome::Failed { current, .. } => Err(StorageError::Conflict {
+                key: key.to_string(),
+                expected,
+                actual: current,
+            }),
+        }
+    }
+}
