@@ -85,7 +85,7 @@ pub enum ApiError {
     Forbidden(String),
     /// 404 NotFound of a named object. `resource` is the plural (kube-apiserver puts it in
     /// details.kind).
-    #[error("{resource}.{group} \"{name}\" not found")]
+    #[error("{} \"{name}\" not found", qualified(resource, group))]
     NotFound {
         group: String,
         resource: String,
@@ -101,14 +101,17 @@ pub enum ApiError {
     #[error("{0}")]
     NotAcceptable(String),
     /// 409 AlreadyExists.
-    #[error("{resource}.{group} \"{name}\" already exists")]
+    #[error("{} \"{name}\" already exists", qualified(resource, group))]
     AlreadyExists {
         group: String,
         resource: String,
         name: String,
     },
     /// 409 Conflict (stale resourceVersion, failed precondition).
-    #[error("Operation cannot be fulfilled on {resource}.{group} \"{name}\": {message}")]
+    #[error(
+        "Operation cannot be fulfilled on {} \"{name}\": {message}",
+        qualified(resource, group)
+    )]
     Conflict {
         group: String,
         resource: String,
@@ -130,7 +133,11 @@ pub enum ApiError {
     #[error("{0}")]
     UnsupportedMediaType(String),
     /// 422 Invalid, with one cause per field error. `kind` is the Kind (not the plural).
-    #[error("{kind}.{group} \"{name}\" is invalid: {}", .causes.iter().map(FieldError::render).collect::<Vec<_>>().join(", "))]
+    #[error(
+        "{} \"{name}\" is invalid: {}",
+        qualified(kind, group),
+        render_causes(causes)
+    )]
     Invalid {
         group: String,
         kind: String,
@@ -231,4 +238,165 @@ impl ApiError {
     }
 }
 
+/// `resource.group`, or just `resource` for the core group (kube-apiserver's GroupResource text).
+fn qualified(resource: &str, group: &str) -> String {
+    if group.is_empty() {
+        resource.to_string()
+    } else {
+        format!("{resource}.{group}")
+    }
+}
+
+/// One cause as `field: message`; several as `[a, b]` (upstream's ErrorList aggregate).
+fn render_causes(causes: &[FieldError]) -> String {
+    match causes {
+        [one] => one.render(),
+        many => format!(
+            "[{}]",
+            many.iter()
+                .map(FieldError::render)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+impl ApiError {
+    /// The metav1.Status body for this error, as kube-apiserver writes it (see the recordings'
+    /// cross-cutting observations: NotFound/AlreadyExists/Conflict put the resource plural in
+    /// `details.kind`, Invalid the Kind; `details.group` is omitted for the core group).
+    pub fn to_status(&self) -> serde_json::Value {
+        use serde_json::{Map, Value, json};
+        let mut details = Map::new();
+        let mut put = |key: &str, value: &str| {
+            if !value.is_empty() {
+                details.insert(key.to_string(), Value::String(value.to_string()));
+            }
+        };
+        match self {
+            ApiError::NotFound {
+                group,
+                resource,
+                name,
+            }
+            | ApiError::AlreadyExists {
+                group,
+                resource,
+                name,
+            }
+            | ApiError::Conflict {
+                group,
+                resource,
+                name,
+                ..
+            } => {
+                put("name", name);
+                put("group", group);
+                put("kind", resource);
+            }
+            ApiError::Invalid {
+                group, kind, name, ..
+            } => {
+                put("name", name);
+                put("group", group);
+                put("kind", kind);
+            }
+            _ => {}
+        }
+        if let ApiError::Invalid { causes, .. } = self {
+            let causes: Vec<Value> = causes
+                .iter()
+                .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
+                .collect();
+            details.insert("causes".into(), Value::Array(causes));
+        }
+        if let ApiError::TooManyRequests {
+            retry_after_seconds,
+            ..
+        } = self
+        {
+            details.insert("retryAfterSeconds".into(), json!(retry_after_seconds));
+        }
+        let mut metadata = Map::new();
+        if let ApiError::Expired {
+            continue_token: Some(token),
+            ..
+        } = self
+        {
+            metadata.insert("continue".into(), Value::String(token.clone()));
+        }
+        let mut status = json!({
+            "kind": "Status",
+            "apiVersion": "v1",
+            "metadata": metadata,
+            "status": "Failure",
+            "message": self.to_string(),
+            "reason": self.reason(),
+        });
+        if !details.is_empty() {
+            status["details"] = Value::Object(details);
+        }
+        status["code"] = json!(self.code());
+        status
+    }
+}
+
 pub type ApiResult<T> = std::result::Result<T, ApiError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn not_found_status_names_the_plural_and_omits_the_core_group() {
+        let err = ApiError::NotFound {
+            group: String::new(),
+            resource: "configmaps".into(),
+            name: "cm-x".into(),
+        };
+        let status = err.to_status();
+        assert_eq!(status["message"], "configmaps \"cm-x\" not found");
+        assert_eq!(
+            status["details"],
+            serde_json::json!({"name": "cm-x", "kind": "configmaps"})
+        );
+        assert_eq!(status["code"], 404);
+        assert_eq!(status["reason"], "NotFound");
+    }
+
+    #[test]
+    fn invalid_status_lists_causes_and_brackets_several() {
+        let err = ApiError::Invalid {
+            group: "storagemigration.k8s.io".into(),
+            kind: "StorageVersionMigration".into(),
+            name: "Bad".into(),
+            causes: vec![
+                FieldError::invalid("metadata.name", "Bad", "must be lowercase"),
+                FieldError::required("spec.resource.resource", ""),
+            ],
+        };
+        let status = err.to_status();
+        assert_eq!(
+            status["message"],
+            "StorageVersionMigration.storagemigration.k8s.io \"Bad\" is invalid: [metadata.name: Invalid value: \"Bad\": must be lowercase, spec.resource.resource: Required value]"
+        );
+        assert_eq!(status["details"]["kind"], "StorageVersionMigration");
+        assert_eq!(
+            status["details"]["causes"][1]["field"],
+            "spec.resource.resource"
+        );
+        assert_eq!(status["code"], 422);
+    }
+
+    #[test]
+    fn expired_continue_carries_the_inconsistent_token() {
+        let err = ApiError::Expired {
+            message: "The provided continue parameter is too old".into(),
+            continue_token: Some("abc".into()),
+        };
+        let status = err.to_status();
+        assert_eq!(status["metadata"]["continue"], "abc");
+        assert_eq!(status["code"], 410);
+        assert_eq!(status["reason"], "Expired");
+    }
+}
