@@ -7,3 +7,4 @@ mod support;
 
 mod bad_input;
 mod kubectl_conformance;
+mod watch;
