@@ -39,7 +39,7 @@ fmt:
 ## bench: benchmarks, printed as tables (never asserted).
 bench:
 	@hack/ensure-deps.sh build etcd
-	$(CARGO) run --release --example bench
+	$(CARGO) bench --bench api
 
 clean:
 	$(CARGO) clean
