@@ -9,6 +9,7 @@
 //! - a watch from a revision delivers every later change in revision order, or fails with
 //!   [`StorageError::Compacted`] when that history is gone.
 
+pub mod compactor;
 pub mod embedded;
 pub mod etcd;
 
