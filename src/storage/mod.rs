@@ -232,3 +232,37 @@ pub trait Storage: Send + Sync + 'static {
         }
     }
 }
+
+impl Txn {
+    /// Reject what etcd rejects before evaluating anything: an empty key, or a transaction that
+    /// writes one key twice (etcd: "duplicate key given in txn request"). Both are caller bugs,
+    /// reported as an `InvalidInput` I/O error.
+    pub(crate) fn check(&self) -> Result<()> {
+        let invalid = |msg: String| {
+            StorageError::Io(std::io::Error::new(std::io::ErrorKind::InvalidInput, msg))
+        };
+        let compared = self.compares.iter().map(|c| match c {
+            Compare::Absent(key) | Compare::ModRevision(key, _) => key,
+        });
+        let written: Vec<&String> = self
+            .ops
+            .iter()
+            .map(|op| match op {
+                Op::Put(key, _) | Op::Delete(key) => key,
+            })
+            .collect();
+        if compared
+            .chain(written.iter().copied())
+            .any(|k| k.is_empty())
+        {
+            return Err(invalid("transaction names an empty key".into()));
+        }
+        let mut seen = std::collections::HashSet::new();
+        if let Some(dup) = written.iter().find(|k| !seen.insert(**k)) {
+            return Err(invalid(format!(
+                "transaction writes key {dup:?} more than once"
+            )));
+        }
+        Ok(())
+    }
+}
