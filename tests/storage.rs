@@ -8,7 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
+use support::etcd::EtcdServer;
 use svm_apiserver::storage::embedded::{EmbeddedOptions, EmbeddedStorage};
+use svm_apiserver::storage::etcd::{EtcdOptions, EtcdStorage};
 use svm_apiserver::storage::{
     Compare, Event, EventKind, KeyValue, ListOptions, Op, Revision, Storage, StorageError, Txn,
     TxnOutcome, WatchItem, WatchStream,
@@ -50,6 +52,25 @@ async fn in_memory() -> Backend {
     }
 }
 
+fn etcd_options() -> EtcdOptions {
+    EtcdOptions {
+        progress_interval: PROGRESS,
+        request_timeout: Duration::from_secs(10),
+        ..EtcdOptions::default()
+    }
+}
+
+async fn etcd() -> Backend {
+    let server = EtcdServer::start();
+    let storage = EtcdStorage::connect(&[server.endpoint()], etcd_options())
+        .await
+        .unwrap();
+    Backend {
+        storage: Arc::new(storage),
+        _keep: Box::new(server),
+    }
+}
+
 /// One test per scenario and backend.
 macro_rules! conformance {
     ($($scenario:ident),* $(,)?) => {
@@ -67,6 +88,15 @@ macro_rules! conformance {
                 #[tokio::test]
                 async fn $scenario() {
                     let backend = super::in_memory().await;
+                    super::scenarios::$scenario(backend.storage.as_ref()).await;
+                }
+            )*
+        }
+        mod on_etcd {
+            $(
+                #[tokio::test]
+                async fn $scenario() {
+                    let backend = super::etcd().await;
                     super::scenarios::$scenario(backend.storage.as_ref()).await;
                 }
             )*
@@ -839,5 +869,87 @@ mod embedded_only {
                 Some(other) => panic!("unexpected {other:?}"),
             }
         }
+    }
+}
+
+mod etcd_only {
+    use super::*;
+
+    #[tokio::test]
+    async fn connecting_to_nothing_is_unavailable() {
+        // A port that was free a moment ago: nothing listens there.
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let options = EtcdOptions {
+            dial_timeout: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(3),
+            ..etcd_options()
+        };
+        match EtcdStorage::connect(&[format!("http://127.0.0.1:{port}")], options).await {
+            Err(StorageError::Unavailable(_)) => {}
+            Err(other) => panic!("expected Unavailable, got {other:?}"),
+            Ok(_) => panic!("connected to nothing"),
+        }
+        assert!(matches!(
+            EtcdStorage::connect(&[], etcd_options()).await,
+            Err(StorageError::Unavailable(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn losing_etcd_makes_requests_and_watches_unavailable() {
+        let mut server = EtcdServer::start();
+        let options = EtcdOptions {
+            dial_timeout: Duration::from_secs(1),
+            request_timeout: Duration::from_secs(3),
+            ..etcd_options()
+        };
+        let s = EtcdStorage::connect(&[server.endpoint()], options)
+            .await
+            .unwrap();
+        let revision = s.create("/u/a", b"1".to_vec()).await.unwrap();
+        let mut stream = s.watch("/u/", revision).await.unwrap();
+        s.health().await.unwrap();
+        server.kill();
+
+        assert!(matches!(
+            s.health().await,
+            Err(StorageError::Unavailable(_))
+        ));
+        assert!(matches!(
+            s.get("/u/a").await,
+            Err(StorageError::Unavailable(_))
+        ));
+        assert!(matches!(
+            s.create("/u/b", b"1".to_vec()).await,
+            Err(StorageError::Unavailable(_))
+        ));
+        // The watch ends with an error rather than going silent.
+        loop {
+            match next_item(&mut stream).await {
+                Ok(WatchItem::Progress(_)) => {}
+                Ok(WatchItem::Event(event)) => panic!("unexpected event {event:?}"),
+                Err(StorageError::Unavailable(_)) => break,
+                Err(other) => panic!("expected Unavailable, got {other:?}"),
+            }
+        }
+        assert!(stream.next().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn values_and_keys_round_trip_unchanged() {
+        let backend = etcd().await;
+        let s = backend.storage.as_ref();
+        let value: Vec<u8> = (0..=255u8).cycle().take(10_000).collect();
+        let key = "/bytes/ключ with spaces/\u{1F980}";
+        let revision = s.create(key, value.clone()).await.unwrap();
+        let kv = s.get(key).await.unwrap().unwrap();
+        assert_eq!(
+            (kv.key.as_str(), kv.value, kv.mod_revision),
+            (key, value, revision)
+        );
     }
 }

@@ -69,10 +69,8 @@ impl EtcdServer {
     fn wait_ready(&mut self) -> bool {
         let deadline = Instant::now() + READY_TIMEOUT;
         while Instant::now() < deadline {
-            let exited = match self.child.as_mut().map(|c| c.try_wait()) {
-                Some(Ok(None)) => false,
-                _ => true,
-            };
+            let running = matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)));
+            let exited = !running;
             if exited {
                 self.kill();
                 return false;
