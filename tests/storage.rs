@@ -117,6 +117,7 @@ conformance!(
     watch_replays_history_then_streams_live,
     delete_events_carry_the_previous_value,
     watch_sends_progress_when_idle,
+    a_watch_ahead_of_the_store_waits_for_its_revision,
 );
 
 fn put(key: &str, value: &str) -> Op {
@@ -158,6 +159,7 @@ async fn next_events(stream: &mut WatchStream, n: usize) -> Vec<Event> {
 }
 
 mod scenarios {
+    pub use super::more_scenarios::*;
     use super::*;
 
     pub async fn revisions_start_at_one_and_advance_by_one(s: &dyn Storage) {
@@ -636,6 +638,23 @@ mod scenarios {
     }
 }
 
+mod more_scenarios {
+    use super::*;
+
+    pub async fn a_watch_ahead_of_the_store_waits_for_its_revision(s: &dyn Storage) {
+        let current = s.current_revision().await.unwrap();
+        let mut stream = s.watch("/a/", current + 2).await.unwrap();
+        for key in ["/a/1", "/a/2", "/a/3"] {
+            s.create(key, b"1".to_vec()).await.unwrap();
+        }
+        let event = next_events(&mut stream, 1).await.remove(0);
+        assert_eq!(
+            (event.kv.key.as_str(), event.kv.mod_revision),
+            ("/a/3", current + 3)
+        );
+    }
+}
+
 mod embedded_only {
     use super::*;
 
@@ -711,6 +730,22 @@ mod embedded_only {
             s.list("/s/", at(6)).await,
             Err(StorageError::Compacted { compacted: 7, .. })
         ));
+    }
+
+    #[tokio::test]
+    async fn a_data_directory_is_used_by_one_store_at_a_time() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("data");
+        let first = open(&dir).await;
+        first.create("/l/a", b"1".to_vec()).await.unwrap();
+        match EmbeddedStorage::open(&dir).await {
+            Err(StorageError::Unavailable(message)) => assert!(message.contains("in use")),
+            Err(other) => panic!("expected Unavailable, got {other:?}"),
+            Ok(_) => panic!("opened a data directory twice"),
+        }
+        drop(first);
+        let second = open(&dir).await;
+        assert_eq!(second.current_revision().await.unwrap(), 2);
     }
 
     #[tokio::test]
@@ -937,6 +972,31 @@ mod etcd_only {
             }
         }
         assert!(stream.next().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_list_larger_than_grpc_default_limits_is_read_whole() {
+        let backend = etcd().await;
+        let s = backend.storage.as_ref();
+        // etcd takes at most 1.5 MiB per request; six 1 MiB values make a 6 MiB response.
+        let value = vec![b'x'; 1 << 20];
+        for i in 0..6 {
+            s.create(&format!("/big/{i}"), value.clone()).await.unwrap();
+        }
+        let all = s.list("/big/", ListOptions::default()).await.unwrap();
+        assert_eq!(all.items.len(), 6);
+        assert!(all.items.iter().all(|kv| kv.value == value));
+        // A value over etcd's request limit (1.5 MiB), or even over its gRPC limit (2 MiB), is
+        // refused as invalid input, not as "unavailable".
+        for size in [(3 << 20) / 2 + 1000, 3 << 20] {
+            match s.create("/big/huge", vec![b'x'; size]).await {
+                Err(StorageError::Io(e)) => {
+                    assert_eq!(e.kind(), std::io::ErrorKind::InvalidInput, "{size}: {e}")
+                }
+                other => panic!("{size} bytes: expected InvalidInput, got {other:?}"),
+            }
+        }
+        assert_eq!(s.get("/big/huge").await.unwrap(), None);
     }
 
     #[tokio::test]

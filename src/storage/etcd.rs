@@ -57,6 +57,10 @@ pub struct EtcdStorage {
     options: EtcdOptions,
 }
 
+/// Largest response accepted from etcd. tonic's default (4 MiB) would fail a list of a few
+/// thousand objects; etcd itself sends up to 2 GiB, as kube-apiserver's client accepts.
+const MAX_RESPONSE_BYTES: usize = i32::MAX as usize;
+
 /// The key read by `current_revision` and `health`. Any key works: only the response header's
 /// revision matters, and count-only reads return no values.
 const PROBE_KEY: &str = "\0svm-apiserver-probe";
@@ -90,12 +94,24 @@ impl EtcdStorage {
         Ok(storage)
     }
 
+    fn kv(&self) -> etcd_client::KvClient {
+        self.client
+            .kv_client()
+            .max_decoding_message_size(MAX_RESPONSE_BYTES)
+    }
+
+    fn watch_client(&self) -> etcd_client::WatchClient {
+        self.client
+            .watch_client()
+            .max_decoding_message_size(MAX_RESPONSE_BYTES)
+    }
+
     async fn range(
         &self,
         key: impl Into<Vec<u8>>,
         options: GetOptions,
     ) -> Result<GetResponse, Failure> {
-        let mut kv = self.client.kv_client();
+        let mut kv = self.kv();
         within(
             self.options.request_timeout,
             "a read",
@@ -110,7 +126,7 @@ impl EtcdStorage {
     /// does not say in time.
     async fn compacted_revision(&self, below: Revision) -> Revision {
         let probe = watch::compacted_revision(
-            self.client.watch_client(),
+            self.watch_client(),
             PROBE_KEY,
             below.max(1),
             self.options.request_timeout,
@@ -225,7 +241,7 @@ impl Storage for EtcdStorage {
             .when(compares)
             .and_then(ops)
             .or_else(reads);
-        let mut kv = self.client.kv_client();
+        let mut kv = self.kv();
         let response = within(
             self.options.request_timeout,
             "a transaction",
@@ -274,7 +290,7 @@ impl Storage for EtcdStorage {
         } else {
             prefix.as_bytes().to_vec()
         };
-        let mut client = self.client.watch_client();
+        let mut client = self.watch_client();
         let stream = within(
             self.options.request_timeout,
             "starting a watch",
@@ -286,7 +302,7 @@ impl Storage for EtcdStorage {
     }
 
     async fn compact(&self, revision: Revision) -> Result<()> {
-        let mut kv = self.client.kv_client();
+        let mut kv = self.kv();
         let compacted = within(
             self.options.request_timeout,
             "a compaction",
@@ -347,7 +363,12 @@ impl From<etcd_client::Error> for Failure {
                     Failure::Compacted
                 } else if message.contains("required revision is a future revision") {
                     Failure::FutureRevision
-                } else if status.code() == tonic::Code::InvalidArgument {
+                } else if status.code() == tonic::Code::InvalidArgument
+                    // A request over the gRPC size limit (etcd's own limit answers
+                    // InvalidArgument "request is too large").
+                    || (status.code() == tonic::Code::ResourceExhausted
+                        && message.contains("larger than max"))
+                {
                     Failure::Other(StorageError::Io(std::io::Error::new(
                         std::io::ErrorKind::InvalidInput,
                         format!("etcd rejected the request: {message}"),

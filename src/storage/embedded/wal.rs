@@ -19,6 +19,9 @@ use super::mvcc::{Change, Live, Mvcc, Version};
 use crate::storage::{Revision, StorageError};
 
 const LOG_FILE: &str = "wal.log";
+/// Held locked (flock) while the store is open: two processes appending to one log would
+/// interleave records.
+const LOCK_FILE: &str = "LOCK";
 const TEMP_FILE: &str = "wal.log.tmp";
 const FRAME_HEADER: usize = 8;
 const MAGIC: &[u8; 8] = b"svm-wal\0";
@@ -35,6 +38,8 @@ const CHANGE_DELETE: u8 = 2;
 #[derive(Debug)]
 pub(super) struct Wal {
     file: File,
+    /// The data directory's lock, released when the store is dropped.
+    _lock: File,
     dir: PathBuf,
     /// Bytes of whole records in the file; a failed append is cut back to this length.
     len: u64,
@@ -54,6 +59,7 @@ impl Wal {
     /// Open (or create) the log in `dir` and replay it.
     pub fn open(dir: &Path) -> Result<Opened, StorageError> {
         fs::create_dir_all(dir)?;
+        let lock = lock_dir(dir)?;
         // A leftover temp file is a compaction that crashed before its rename: the log itself
         // is still the complete one.
         match fs::remove_file(dir.join(TEMP_FILE)) {
@@ -72,6 +78,7 @@ impl Wal {
             let mvcc = Mvcc::new();
             let mut wal = Wal {
                 file: OpenOptions::new().append(true).create(true).open(&path)?,
+                _lock: lock,
                 dir: dir.to_path_buf(),
                 len: 0,
                 broken: None,
@@ -92,6 +99,7 @@ impl Wal {
         Ok(Opened {
             wal: Wal {
                 file,
+                _lock: lock,
                 dir: dir.to_path_buf(),
                 len: replayed.valid_len as u64,
                 broken: None,
@@ -169,6 +177,22 @@ impl Wal {
                 Err(error)
             }
         }
+    }
+}
+
+fn lock_dir(dir: &Path) -> Result<File, StorageError> {
+    let file = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join(LOCK_FILE))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(fs::TryLockError::WouldBlock) => Err(StorageError::Unavailable(format!(
+            "data directory {} is in use by another store",
+            dir.display()
+        ))),
+        Err(fs::TryLockError::Error(e)) => Err(e.into()),
     }
 }
 
