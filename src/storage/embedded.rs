@@ -1,10 +1,10 @@
 //! The embedded backend: an in-process store with etcd's semantics, durable in a data directory
 //! (or purely in memory, for tests), so the server starts with one command and no etcd.
 //!
-//! - [`mvcc`]: the multi-version index every read is served from;
-//! - [`wal`]: the write-ahead log that makes it durable (fsync before a write is acknowledged,
+//! - `mvcc`: the multi-version index every read is served from;
+//! - `wal`: the write-ahead log that makes it durable (fsync before a write is acknowledged,
 //!   replay on open, snapshot rewrite on compaction);
-//! - [`watch`]: the fan-out of committed transactions to watch streams.
+//! - `watch`: the fan-out of committed transactions to watch streams.
 //!
 //! Concurrency: one writer at a time (a mutex around the log, held by a blocking thread while it
 //! appends and fsyncs), readers under a read-write lock that a writer takes only to apply an
@@ -157,6 +157,8 @@ impl Shared {
 
     fn compact(&self, revision: Revision) -> Result<()> {
         let mut log = self.log()?;
+        // Memory first: if the rewrite then fails, the old log still holds everything, and a
+        // restart merely finds more history (a lower compacted revision) than was promised.
         self.write()?.compact(revision)?;
         if let Some(wal) = log.as_mut() {
             // The log lock keeps writers out, so the snapshot is exactly the compacted state.

@@ -6,7 +6,7 @@
 //! - txn: etcd compares (`mod_revision == r`, or `create_revision == 0` for absence); the else
 //!   branch reads every compared key, so a failure names the first compare that does not hold
 //!   and that key's mod revision, as seen atomically with the failure;
-//! - watch: see [`watch`];
+//! - watch: see the `watch` module;
 //! - errors: etcd's compaction / future-revision errors become `Compacted` / `FutureRevision`,
 //!   invalid requests an `InvalidInput` I/O error, everything else (connection refused, no
 //!   leader, timeouts) `Unavailable`.
@@ -129,7 +129,9 @@ impl EtcdStorage {
             self.watch_client(),
             PROBE_KEY,
             below.max(1),
-            self.options.request_timeout,
+            // etcd tells an unsynced watcher within its sync loop (100 ms); waiting longer only
+            // delays the error.
+            self.options.request_timeout.min(Duration::from_secs(3)),
         );
         probe.await.unwrap_or(below)
     }
