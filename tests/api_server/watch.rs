@@ -242,7 +242,8 @@ async fn a_kube_rs_watcher_stays_in_sync_through_a_thousand_changes() {
     let resource = ApiResource::from_gvk_with_plural(&gvk, "storageversionmigrations");
     let api: Api<DynamicObject> = Api::all_with(client, &resource);
 
-    let (reader, writer) = reflector::store_with_dyntype(resource.clone());
+    let writer = reflector::store::Writer::new(resource.clone());
+    let reader = writer.as_reader();
     // Streaming lists (sendInitialEvents) exercise the initial-events-end bookmark path.
     let stream = watcher(api.clone(), watcher::Config::default().streaming_lists())
         .default_backoff()

@@ -2,3 +2,5 @@
 #![allow(dead_code)]
 
 pub mod etcd;
+pub mod kubectl;
+pub mod server;
