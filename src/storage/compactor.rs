@@ -40,3 +40,37 @@ pub async fn tick(storage: &dyn Storage, previous: Option<Revision>) -> Option<R
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::embedded::EmbeddedStorage;
+    use crate::storage::{ListOptions, Storage};
+
+    #[tokio::test]
+    async fn each_tick_compacts_to_the_revision_seen_one_tick_earlier() {
+        let store = EmbeddedStorage::in_memory();
+        let first = store.create("/k/a", b"1".to_vec()).await.unwrap();
+        // The first tick only records the current revision.
+        let seen = tick(&store, None).await;
+        assert_eq!(seen, Some(first));
+        let second = store.create("/k/b", b"2".to_vec()).await.unwrap();
+        // A read at the first revision still works: nothing was compacted yet.
+        let opts = ListOptions {
+            revision: Some(first),
+            ..Default::default()
+        };
+        assert_eq!(store.list("/k/", opts.clone()).await.unwrap().items.len(), 1);
+        // The second tick compacts to `first` and records `second`.
+        assert_eq!(tick(&store, seen).await, Some(second));
+        let before_first = ListOptions {
+            revision: Some(first - 1),
+            ..Default::default()
+        };
+        assert!(matches!(
+            store.list("/k/", before_first).await,
+            Err(StorageError::Compacted { .. })
+        ));
+        assert_eq!(store.list("/k/", opts).await.unwrap().items.len(), 1);
+    }
+}
