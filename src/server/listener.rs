@@ -193,3 +193,104 @@ async fn serve_connection(
         tracing::debug!(%peer, error = %err, "connection ended with an error");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::testing::{HealthSwitch, MemoryResource, registry_with};
+
+    fn client(ca_file: &std::path::Path) -> reqwest::Client {
+        let ca = std::fs::read(ca_file).expect("ca");
+        reqwest::Client::builder()
+            .add_root_certificate(reqwest::Certificate::from_pem(&ca).expect("pem"))
+            .build()
+            .expect("client")
+    }
+
+    /// `serve` over real TLS with development certificates: HTTP/2 by ALPN, the kubeconfig,
+    /// and a shutdown that ends an open watch and returns.
+    #[tokio::test]
+    async fn serves_https_and_drains_on_shutdown() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let opts = ServeOptions::for_dir(dir.path());
+        let state = AppState::new(
+            registry_with(MemoryResource::arc()),
+            HealthSwitch::new(true),
+        );
+        let serving = bind(&opts, state).await.expect("bind");
+        let url = serving.url();
+        assert_ne!(serving.local_addr.port(), 0);
+        let ca_file = serving.ca_file.clone().expect("dev CA");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let server = tokio::spawn(serving.run(async move {
+            let _ = stopped.await;
+        }));
+
+        let kubeconfig: serde_json::Value = serde_yaml::from_str(
+            &std::fs::read_to_string(&opts.write_kubeconfig).expect("kubeconfig"),
+        )
+        .expect("yaml");
+        assert_eq!(kubeconfig["clusters"][0]["cluster"]["server"], url.as_str());
+
+        let client = client(&ca_file);
+        let discovery = client
+            .get(format!("{url}/apis/test.example.io/v1"))
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(discovery.status(), reqwest::StatusCode::OK);
+        assert_eq!(discovery.version(), reqwest::Version::HTTP_2);
+        let body: serde_json::Value = discovery.json().await.expect("json");
+        assert_eq!(body["kind"], "APIResourceList");
+
+        // The serving certificate also names localhost.
+        let port = url.rsplit(':').next().unwrap_or_default();
+        let by_name = client
+            .get(format!("https://localhost:{port}/healthz"))
+            .send()
+            .await
+            .expect("localhost");
+        assert_eq!(by_name.text().await.expect("text"), "ok");
+
+        let created = client
+            .post(format!("{url}/apis/test.example.io/v1/things"))
+            .header("content-type", "application/json")
+            .body(r#"{"apiVersion":"test.example.io/v1","kind":"Thing","metadata":{"name":"a"}}"#)
+            .send()
+            .await
+            .expect("create");
+        assert_eq!(created.status(), reqwest::StatusCode::CREATED);
+
+        let mut watch = client
+            .get(format!(
+                "{url}/apis/test.example.io/v1/things?watch=1&allowWatchBookmarks=true"
+            ))
+            .send()
+            .await
+            .expect("watch");
+        assert_eq!(watch.status(), reqwest::StatusCode::OK);
+        let mut received = Vec::new();
+        while !received.ends_with(b"\"true\"}}}}\n") {
+            let chunk = watch.chunk().await.expect("chunk").expect("open stream");
+            received.extend_from_slice(&chunk);
+        }
+        let text = String::from_utf8(received).expect("utf8");
+        assert_eq!(text.lines().count(), 2, "{text}");
+        assert!(text.starts_with(r#"{"type":"ADDED""#));
+
+        stop.send(()).expect("server running");
+        // The open watch ends (the stream completes) and the server returns.
+        let rest = tokio::time::timeout(Duration::from_secs(30), async {
+            while let Some(chunk) = watch.chunk().await.transpose() {
+                chunk.expect("clean end");
+            }
+        })
+        .await;
+        assert!(rest.is_ok(), "the watch did not end on shutdown");
+        let result = tokio::time::timeout(Duration::from_secs(30), server)
+            .await
+            .expect("server returned")
+            .expect("no panic");
+        assert!(result.is_ok());
+    }
+}
