@@ -1,1 +1,447 @@
-//! The etcd backend over etcd-client. (Being written.)
+//! The etcd backend, over `etcd-client`: every `Storage` operation is one etcd request, so
+//! revisions, history, compaction and watch semantics are etcd's own.
+//!
+//! - list: a range read of `[max(start, prefix), prefix_end)` at the requested revision with the
+//!   limit; etcd's `count` covers the whole range, so `remaining = count - returned`;
+//! - txn: etcd compares (`mod_revision == r`, or `create_revision == 0` for absence); the else
+//!   branch reads every compared key, so a failure names the first compare that does not hold
+//!   and that key's mod revision, as seen atomically with the failure;
+//! - watch: see the `watch` module;
+//! - errors: etcd's compaction / future-revision errors become `Compacted` / `FutureRevision`,
+//!   invalid requests an `InvalidInput` I/O error, everything else (connection refused, no
+//!   leader, timeouts) `Unavailable`.
+
+mod watch;
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use etcd_client::{
+    Client, CompareOp, ConnectOptions, GetOptions, GetResponse, TxnOp, TxnOpResponse, WatchOptions,
+};
+
+use super::{
+    Compare, KeyValue, ListOptions, ListResult, Op, Result, Revision, Storage, StorageError, Txn,
+    TxnOutcome, WatchStream,
+};
+
+/// Tuning of the etcd connection.
+#[derive(Debug, Clone)]
+pub struct EtcdOptions {
+    /// How often an otherwise idle watch asks etcd for a progress notification, which it
+    /// passes on as `WatchItem::Progress` (drives watch bookmarks). Zero disables them.
+    pub progress_interval: Duration,
+    /// Time allowed to establish a connection to an endpoint.
+    pub dial_timeout: Duration,
+    /// Time allowed for one request (not for a watch, which lives as long as its stream).
+    pub request_timeout: Duration,
+    /// HTTP/2 keep-alive ping interval and timeout: finds dead connections under idle watches.
+    pub keep_alive: (Duration, Duration),
+}
+
+impl Default for EtcdOptions {
+    fn default() -> Self {
+        Self {
+            progress_interval: Duration::from_secs(1),
+            dial_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(30),
+            keep_alive: (Duration::from_secs(30), Duration::from_secs(10)),
+        }
+    }
+}
+
+/// A `Storage` on an etcd cluster. Cheap to clone; clones share the connection.
+#[derive(Clone)]
+pub struct EtcdStorage {
+    client: Client,
+    options: EtcdOptions,
+}
+
+/// Largest response accepted from etcd. tonic's default (4 MiB) would fail a list of a few
+/// thousand objects; etcd itself sends up to 2 GiB, as kube-apiserver's client accepts.
+const MAX_RESPONSE_BYTES: usize = i32::MAX as usize;
+
+/// The key read by `current_revision` and `health`. Any key works: only the response header's
+/// revision matters, and count-only reads return no values.
+const PROBE_KEY: &str = "\0svm-apiserver-probe";
+
+impl EtcdStorage {
+    /// Connect to `endpoints` (`http://host:port`) and check that etcd answers; fails with
+    /// `Unavailable` when it does not.
+    pub async fn connect(endpoints: &[String], opts: EtcdOptions) -> Result<EtcdStorage> {
+        if endpoints.is_empty() {
+            return Err(StorageError::Unavailable("no etcd endpoints given".into()));
+        }
+        let (interval, timeout) = opts.keep_alive;
+        let connect = ConnectOptions::new()
+            .with_connect_timeout(opts.dial_timeout)
+            .with_keep_alive(interval, timeout)
+            .with_keep_alive_while_idle(true)
+            // Watches on a member cut off from its cluster fail instead of going silent.
+            .with_require_leader(true);
+        let client = within(
+            opts.request_timeout,
+            "connecting",
+            Client::connect(endpoints, Some(connect)),
+        )
+        .await?
+        .map_err(|e| StorageError::Unavailable(format!("connecting to etcd {endpoints:?}: {e}")))?;
+        let storage = EtcdStorage {
+            client,
+            options: opts,
+        };
+        storage.health().await?;
+        Ok(storage)
+    }
+
+    fn kv(&self) -> etcd_client::KvClient {
+        self.client
+            .kv_client()
+            .max_decoding_message_size(MAX_RESPONSE_BYTES)
+    }
+
+    fn watch_client(&self) -> etcd_client::WatchClient {
+        self.client
+            .watch_client()
+            .max_decoding_message_size(MAX_RESPONSE_BYTES)
+    }
+
+    async fn range(
+        &self,
+        key: impl Into<Vec<u8>>,
+        options: GetOptions,
+    ) -> Result<GetResponse, Failure> {
+        let mut kv = self.kv();
+        within(
+            self.options.request_timeout,
+            "a read",
+            kv.get(key, Some(options)),
+        )
+        .await?
+        .map_err(Failure::from)
+    }
+
+    /// The compacted revision, for errors that need it and etcd does not report: a watch from
+    /// `below` (known to be compacted away) is cancelled with it. Falls back to `below` if etcd
+    /// does not say in time.
+    async fn compacted_revision(&self, below: Revision) -> Revision {
+        let probe = watch::compacted_revision(
+            self.watch_client(),
+            PROBE_KEY,
+            below.max(1),
+            // etcd tells an unsynced watcher within its sync loop (100 ms); waiting longer only
+            // delays the error.
+            self.options.request_timeout.min(Duration::from_secs(3)),
+        );
+        probe.await.unwrap_or(below)
+    }
+
+    async fn read_error(&self, failure: Failure, requested: Revision) -> StorageError {
+        match failure {
+            Failure::Compacted => StorageError::Compacted {
+                requested,
+                compacted: self.compacted_revision(requested).await,
+            },
+            Failure::FutureRevision => StorageError::FutureRevision {
+                requested,
+                current: self.current_revision().await.unwrap_or(requested - 1),
+            },
+            Failure::Other(error) => error,
+        }
+    }
+}
+
+#[async_trait]
+impl Storage for EtcdStorage {
+    async fn current_revision(&self) -> Result<Revision> {
+        let response = self
+            .range(PROBE_KEY, GetOptions::new().with_count_only())
+            .await
+            .map_err(Failure::into_error)?;
+        header_revision(&response)
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
+        let response = self
+            .range(key, GetOptions::new())
+            .await
+            .map_err(Failure::into_error)?;
+        response.kvs().first().map(key_value).transpose()
+    }
+
+    async fn list(&self, prefix: &str, opts: ListOptions) -> Result<ListResult> {
+        let from = match &opts.start {
+            Some(start) if start.as_str() > prefix => start.as_bytes().to_vec(),
+            _ if prefix.is_empty() => vec![0],
+            _ => prefix.as_bytes().to_vec(),
+        };
+        let mut get = GetOptions::new().with_range(prefix_end(prefix.as_bytes()));
+        let requested = opts.revision.filter(|r| *r > 0);
+        if let Some(revision) = requested {
+            get = get.with_revision(revision);
+        }
+        match opts.limit {
+            // etcd reads a limit of 0 as "no limit": ask for the count alone.
+            Some(0) => get = get.with_count_only(),
+            Some(limit) => get = get.with_limit(i64::try_from(limit).unwrap_or(i64::MAX)),
+            None => {}
+        }
+        let response = match self.range(from, get).await {
+            Ok(response) => response,
+            Err(failure) => return Err(self.read_error(failure, requested.unwrap_or(0)).await),
+        };
+        let items = response
+            .kvs()
+            .iter()
+            .map(key_value)
+            .collect::<Result<Vec<_>>>()?;
+        let revision = match requested {
+            Some(revision) => revision,
+            None => header_revision(&response)?,
+        };
+        let returned = i64::try_from(items.len()).unwrap_or(i64::MAX);
+        Ok(ListResult {
+            remaining: (response.count() - returned).max(0),
+            items,
+            revision,
+        })
+    }
+
+    async fn txn(&self, txn: Txn) -> Result<TxnOutcome> {
+        txn.check()?;
+        let compares: Vec<etcd_client::Compare> = txn
+            .compares
+            .iter()
+            .map(|compare| match compare {
+                Compare::Absent(key) => {
+                    etcd_client::Compare::create_revision(key.as_str(), CompareOp::Equal, 0)
+                }
+                Compare::ModRevision(key, revision) if *revision > 0 => {
+                    etcd_client::Compare::mod_revision(key.as_str(), CompareOp::Equal, *revision)
+                }
+                // etcd reads a missing key's mod revision as 0; ours never holds for one, so a
+                // non-positive expectation is a compare that cannot hold.
+                Compare::ModRevision(key, _) => {
+                    etcd_client::Compare::mod_revision(key.as_str(), CompareOp::Less, 0)
+                }
+            })
+            .collect();
+        let ops: Vec<TxnOp> = txn
+            .ops
+            .iter()
+            .map(|op| match op {
+                Op::Put(key, value) => TxnOp::put(key.as_str(), value.clone(), None),
+                Op::Delete(key) => TxnOp::delete(key.as_str(), None),
+            })
+            .collect();
+        let reads: Vec<TxnOp> = txn
+            .compares
+            .iter()
+            .map(|compare| TxnOp::get(compare_key(compare), None))
+            .collect();
+        let request = etcd_client::Txn::new()
+            .when(compares)
+            .and_then(ops)
+            .or_else(reads);
+        let mut kv = self.kv();
+        let response = within(
+            self.options.request_timeout,
+            "a transaction",
+            kv.txn(request),
+        )
+        .await?
+        .map_err(|e| Failure::from(e).into_error())?;
+        let revision = response
+            .header()
+            .map(|h| h.revision())
+            .ok_or_else(|| StorageError::Unavailable("etcd sent no response header".into()))?;
+        if response.succeeded() {
+            return Ok(TxnOutcome::Committed { revision });
+        }
+        let responses = response.op_responses();
+        for (index, compare) in txn.compares.iter().enumerate() {
+            let current = match responses.get(index) {
+                Some(TxnOpResponse::Get(read)) => read.kvs().first().map(|kv| kv.mod_revision()),
+                _ => {
+                    return Err(StorageError::Unavailable(
+                        "etcd answered a failed transaction without its reads".into(),
+                    ));
+                }
+            };
+            let holds = match compare {
+                Compare::Absent(_) => current.is_none(),
+                Compare::ModRevision(_, expected) => current == Some(*expected),
+            };
+            if !holds {
+                return Ok(TxnOutcome::Failed { index, current });
+            }
+        }
+        Err(StorageError::Unavailable(
+            "etcd reported a failed compare, but every compare holds".into(),
+        ))
+    }
+
+    async fn watch(&self, prefix: &str, after: Revision) -> Result<WatchStream> {
+        let start = after.saturating_add(1).max(1);
+        let options = WatchOptions::new()
+            .with_range(prefix_end(prefix.as_bytes()))
+            .with_start_revision(start)
+            .with_prev_key();
+        let key = if prefix.is_empty() {
+            vec![0]
+        } else {
+            prefix.as_bytes().to_vec()
+        };
+        let mut client = self.watch_client();
+        let stream = within(
+            self.options.request_timeout,
+            "starting a watch",
+            client.watch(key, Some(options)),
+        )
+        .await?
+        .map_err(|e| Failure::from(e).into_error())?;
+        Ok(watch::stream(stream, start, self.options.progress_interval))
+    }
+
+    async fn compact(&self, revision: Revision) -> Result<()> {
+        let mut kv = self.kv();
+        let compacted = within(
+            self.options.request_timeout,
+            "a compaction",
+            kv.compact(revision, None),
+        )
+        .await?;
+        match compacted.map_err(Failure::from) {
+            Ok(_) => Ok(()),
+            // History before `revision - 1` is certainly gone, so a probe from there learns
+            // the compacted revision.
+            Err(Failure::Compacted) => Err(StorageError::Compacted {
+                requested: revision,
+                compacted: self.compacted_revision(revision - 1).await,
+            }),
+            Err(failure) => Err(self.read_error(failure, revision).await),
+        }
+    }
+
+    async fn health(&self) -> Result<()> {
+        self.current_revision().await.map(|_| ())
+    }
+}
+
+/// How an etcd request failed, before the context needed for some errors is added.
+#[derive(Debug)]
+enum Failure {
+    Compacted,
+    FutureRevision,
+    Other(StorageError),
+}
+
+impl Failure {
+    fn into_error(self) -> StorageError {
+        match self {
+            Failure::Compacted => {
+                StorageError::Unavailable("etcd: required revision has been compacted".into())
+            }
+            Failure::FutureRevision => {
+                StorageError::Unavailable("etcd: required revision is a future revision".into())
+            }
+            Failure::Other(error) => error,
+        }
+    }
+}
+
+impl From<StorageError> for Failure {
+    fn from(error: StorageError) -> Self {
+        Failure::Other(error)
+    }
+}
+
+impl From<etcd_client::Error> for Failure {
+    fn from(error: etcd_client::Error) -> Self {
+        match &error {
+            etcd_client::Error::GRpcStatus(status) => {
+                let message = status.message();
+                if message.contains("required revision has been compacted") {
+                    Failure::Compacted
+                } else if message.contains("required revision is a future revision") {
+                    Failure::FutureRevision
+                } else if status.code() == tonic::Code::InvalidArgument
+                    // A request over the gRPC size limit (etcd's own limit answers
+                    // InvalidArgument "request is too large").
+                    || (status.code() == tonic::Code::ResourceExhausted
+                        && message.contains("larger than max"))
+                {
+                    Failure::Other(StorageError::Io(std::io::Error::new(
+                        std::io::ErrorKind::InvalidInput,
+                        format!("etcd rejected the request: {message}"),
+                    )))
+                } else {
+                    Failure::Other(StorageError::Unavailable(format!("etcd: {message}")))
+                }
+            }
+            _ => Failure::Other(StorageError::Unavailable(format!("etcd: {error}"))),
+        }
+    }
+}
+
+/// Bound a request's time; a request that runs out is `Unavailable`.
+async fn within<T>(
+    limit: Duration,
+    what: &str,
+    request: impl std::future::Future<Output = T>,
+) -> Result<T> {
+    tokio::time::timeout(limit, request)
+        .await
+        .map_err(|_| StorageError::Unavailable(format!("etcd did not answer {what} in {limit:?}")))
+}
+
+fn compare_key(compare: &Compare) -> &str {
+    match compare {
+        Compare::Absent(key) | Compare::ModRevision(key, _) => key,
+    }
+}
+
+fn header_revision(response: &GetResponse) -> Result<Revision> {
+    response
+        .header()
+        .map(|h| h.revision())
+        .ok_or_else(|| StorageError::Unavailable("etcd sent no response header".into()))
+}
+
+fn key_value(kv: &etcd_client::KeyValue) -> Result<KeyValue> {
+    let key = String::from_utf8(kv.key().to_vec())
+        .map_err(|_| StorageError::Corrupt(format!("etcd key {:?} is not UTF-8", kv.key())))?;
+    Ok(KeyValue {
+        key,
+        value: kv.value().to_vec(),
+        create_revision: kv.create_revision(),
+        mod_revision: kv.mod_revision(),
+    })
+}
+
+/// The end of the key range `prefix` starts (etcd's `GetPrefixRangeEnd`): the prefix with its
+/// last byte below 0xff incremented and what follows dropped; `\0` (to the end of the keyspace)
+/// when there is none.
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::prefix_end;
+
+    #[test]
+    fn prefix_end_is_the_first_key_after_the_prefix() {
+        assert_eq!(prefix_end(b"/a/"), b"/a0");
+        assert_eq!(prefix_end(b"a\xff"), b"b");
+        assert_eq!(prefix_end(b"\xff\xff"), b"\0");
+        assert_eq!(prefix_end(b""), b"\0");
+    }
+}

@@ -9,6 +9,7 @@
 //! - a watch from a revision delivers every later change in revision order, or fails with
 //!   [`StorageError::Compacted`] when that history is gone.
 
+pub mod compactor;
 pub mod embedded;
 pub mod etcd;
 
@@ -164,14 +165,18 @@ pub trait Storage: Send + Sync + 'static {
     /// Read keys under `prefix` in ascending key order, optionally at a past revision and from a
     /// start key, with a limit. Reading at a compacted revision fails with `Compacted`; at a
     /// future revision with `FutureRevision`.
+    /// A limit of zero returns no items and counts them all in `remaining`.
     async fn list(&self, prefix: &str, opts: ListOptions) -> Result<ListResult>;
 
-    /// Apply a transaction atomically.
+    /// Apply a transaction atomically. As etcd does, a transaction naming an empty key or
+    /// writing one key twice is rejected before anything is evaluated (`StorageError::Io` of
+    /// kind `InvalidInput`), and deleting a missing key is no change.
     async fn txn(&self, txn: Txn) -> Result<TxnOutcome>;
 
     /// Watch every change under `prefix` with revision strictly greater than `after`, in
     /// revision order. Fails (immediately, or as the first stream item) with `Compacted` when
     /// `after + 1` is older than the compacted revision.
+    /// As in etcd, `after` may be ahead of the current revision: the watch waits for it.
     async fn watch(&self, prefix: &str, after: Revision) -> Result<WatchStream>;
 
     /// Discard history older than `revision` (etcd compaction).
@@ -231,4 +236,71 @@ pub trait Storage: Send + Sync + 'static {
             }),
         }
     }
+}
+
+impl Txn {
+    /// Reject what etcd rejects before evaluating anything: an empty key, or a transaction that
+    /// writes one key twice (etcd: "duplicate key given in txn request"). Both are caller bugs,
+    /// reported as an `InvalidInput` I/O error.
+    pub(crate) fn check(&self) -> Result<()> {
+        let invalid = |msg: String| {
+            StorageError::Io(std::io::Error::new(std::io::ErrorKind::InvalidInput, msg))
+        };
+        let compared = self.compares.iter().map(|c| match c {
+            Compare::Absent(key) | Compare::ModRevision(key, _) => key,
+        });
+        let written: Vec<&String> = self
+            .ops
+            .iter()
+            .map(|op| match op {
+                Op::Put(key, _) | Op::Delete(key) => key,
+            })
+            .collect();
+        if compared
+            .chain(written.iter().copied())
+            .any(|k| k.is_empty())
+        {
+            return Err(invalid("transaction names an empty key".into()));
+        }
+        let mut seen = std::collections::HashSet::new();
+        if let Some(dup) = written.iter().find(|k| !seen.insert(**k)) {
+            return Err(invalid(format!(
+                "transaction writes key {dup:?} more than once"
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Which backend to run on, as the server's flags choose it.
+#[derive(Debug, Clone)]
+pub enum StorageConfig {
+    /// The embedded store, durable in this data directory.
+    Embedded {
+        dir: std::path::PathBuf,
+        options: embedded::EmbeddedOptions,
+    },
+    /// The embedded store without a disk (tests, demos): everything is lost on exit.
+    InMemory { options: embedded::EmbeddedOptions },
+    /// An etcd cluster at these client URLs.
+    Etcd {
+        endpoints: Vec<String>,
+        options: etcd::EtcdOptions,
+    },
+}
+
+/// Open the configured backend; fails when the data directory cannot be used or etcd does not
+/// answer.
+pub async fn connect(config: StorageConfig) -> Result<std::sync::Arc<dyn Storage>> {
+    Ok(match config {
+        StorageConfig::Embedded { dir, options } => {
+            std::sync::Arc::new(embedded::EmbeddedStorage::open_with(dir, options).await?)
+        }
+        StorageConfig::InMemory { options } => {
+            std::sync::Arc::new(embedded::EmbeddedStorage::in_memory_with(options))
+        }
+        StorageConfig::Etcd { endpoints, options } => {
+            std::sync::Arc::new(etcd::EtcdStorage::connect(&endpoints, options).await?)
+        }
+    })
 }

@@ -1,0 +1,46 @@
+# svm-apiserver — the two commands a newcomer needs are `make run` and `make test`.
+SHELL := /bin/bash
+CARGO ?= cargo
+KUBECTL := $(CURDIR)/.venv/bin/kubectl
+# Flags for `make run`, e.g. make run ARGS="--etcd-servers http://127.0.0.1:2379"
+ARGS ?=
+
+.PHONY: all build run test lint fmt bench deps clean
+
+all: build
+
+deps:
+	@hack/ensure-deps.sh
+
+build:
+	@hack/ensure-deps.sh build
+	$(CARGO) build --release
+
+## run: serve on https://127.0.0.1:8443 (embedded store in .dev/data unless --etcd-servers is given);
+## writes .dev/kubeconfig, so `KUBECONFIG=.dev/kubeconfig kubectl get storageversionmigrations` works.
+run:
+	@hack/ensure-deps.sh build kubectl
+	$(CARGO) run --release -- serve $(ARGS)
+
+## test: install what the tests need, check formatting and lints, run every test.
+test:
+	@hack/ensure-deps.sh
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --all-targets --workspace -- -D warnings
+	SVM_KUBECTL=$(KUBECTL) $(CARGO) test --workspace --no-fail-fast
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --all-targets --workspace -- -D warnings
+
+fmt:
+	$(CARGO) fmt --all
+
+## bench: benchmarks, printed as tables (never asserted).
+bench:
+	@hack/ensure-deps.sh build etcd
+	$(CARGO) bench --bench api
+
+clean:
+	$(CARGO) clean
+	rm -rf .dev

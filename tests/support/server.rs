@@ -1,0 +1,186 @@
+//! Starts the real `svm-apiserver` binary on a free loopback port for a test, with fresh dev
+//! certificates and a fresh store, and stops it on drop.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Which store the server runs on.
+pub enum Backend<'a> {
+    /// The embedded store in a data directory under the server's temp dir.
+    Embedded,
+    /// A real etcd at this endpoint, under a fresh key prefix.
+    Etcd(&'a str),
+}
+
+pub struct ServerProcess {
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+    /// `https://127.0.0.1:<port>`
+    pub url: String,
+    pub kubeconfig: PathBuf,
+    args: Vec<String>,
+}
+
+impl ServerProcess {
+    pub fn start(backend: Backend<'_>) -> ServerProcess {
+        Self::start_with(backend, &[])
+    }
+
+    /// Start with extra flags for `svm-apiserver serve`.
+    pub fn start_with(backend: Backend<'_>, extra: &[&str]) -> ServerProcess {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let kubeconfig = dir.path().join("kubeconfig");
+        let mut args: Vec<String> = vec![
+            "serve".into(),
+            "--bind-address=127.0.0.1".into(),
+            "--secure-port=0".into(),
+            format!("--cert-dir={}", dir.path().join("certs").display()),
+            format!("--write-kubeconfig={}", kubeconfig.display()),
+        ];
+        match backend {
+            Backend::Embedded => {
+                args.push(format!("--data-dir={}", dir.path().join("data").display()))
+            }
+            Backend::Etcd(endpoint) => {
+                args.push(format!("--etcd-servers={endpoint}"));
+                args.push(format!("--etcd-prefix=/svm-test-{}", uuid::Uuid::new_v4()));
+            }
+        }
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut server = ServerProcess {
+            child: None,
+            dir,
+            url: String::new(),
+            kubeconfig,
+            args,
+        };
+        server.spawn();
+        server
+    }
+
+    fn spawn(&mut self) {
+        let _ = std::fs::remove_file(&self.kubeconfig);
+        let log = std::fs::File::create(self.dir.path().join("server.log")).expect("log file");
+        let child = Command::new(env!("CARGO_BIN_EXE_svm-apiserver"))
+            .args(&self.args)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start svm-apiserver");
+        self.child = Some(child);
+        self.url = self.wait_for_kubeconfig();
+        self.wait_ready();
+    }
+
+    /// Kill the process with SIGKILL (no graceful shutdown), as a crash would.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Start again with the same flags and the same store (after `kill`).
+    pub fn restart(&mut self) {
+        self.kill();
+        self.spawn();
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// The dev CA the server generated, PEM.
+    pub fn ca_pem(&self) -> Vec<u8> {
+        std::fs::read(self.dir.path().join("certs").join("ca.crt")).expect("dev CA")
+    }
+
+    /// A reqwest client trusting the server's dev CA.
+    pub fn http_client(&self) -> reqwest::Client {
+        let ca = reqwest::Certificate::from_pem(&self.ca_pem()).expect("CA pem");
+        reqwest::Client::builder()
+            .add_root_certificate(ca)
+            .build()
+            .expect("http client")
+    }
+
+    fn wait_for_kubeconfig(&mut self) -> String {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            if let Ok(text) = std::fs::read_to_string(&self.kubeconfig) {
+                if let Some(url) = text
+                    .lines()
+                    .find_map(|l| l.trim().strip_prefix("server: "))
+                    .map(|s| s.trim().trim_matches('"').to_string())
+                {
+                    return url;
+                }
+            }
+            self.assert_running();
+            assert!(
+                Instant::now() < deadline,
+                "server wrote no kubeconfig within 60s; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn wait_ready(&mut self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let ca = self.ca_pem();
+        loop {
+            if probe_ready(&self.url, &ca) {
+                return;
+            }
+            self.assert_running();
+            assert!(
+                Instant::now() < deadline,
+                "server not ready within 30s; log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn assert_running(&mut self) {
+        if let Some(child) = self.child.as_mut() {
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!("svm-apiserver exited early ({status}); log:\n{}", self.log());
+            }
+        }
+    }
+}
+
+impl Drop for ServerProcess {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// One GET of `/readyz`, trusting the dev CA. Test support runs outside any async runtime, so
+/// it drives its own small one.
+fn probe_ready(url: &str, ca_pem: &[u8]) -> bool {
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return false;
+    };
+    rt.block_on(async {
+        let Ok(ca) = reqwest::Certificate::from_pem(ca_pem) else {
+            return false;
+        };
+        let Ok(client) = reqwest::Client::builder().add_root_certificate(ca).build() else {
+            return false;
+        };
+        matches!(client.get(format!("{url}/readyz")).send().await, Ok(r) if r.status().is_success())
+    })
+}
