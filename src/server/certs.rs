@@ -215,7 +215,12 @@ pub fn write_kubeconfig(
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
     }
-    write_file(path, text.as_bytes(), true)
+    // Write aside and rename, so a reader never sees a half-written file.
+    let mut partial = path.as_os_str().to_owned();
+    partial.push(".partial");
+    let partial = PathBuf::from(partial);
+    write_file(&partial, text.as_bytes(), true)?;
+    fs::rename(&partial, path).with_context(|| format!("writing {}", path.display()))
 }
 
 #[cfg(test)]

@@ -147,7 +147,17 @@ pub fn request_labels(
             }
         }
         Method::PATCH if content_type.starts_with("application/apply-patch") => "APPLY",
-        _ => method.as_str(),
+        Method::GET
+        | Method::HEAD
+        | Method::POST
+        | Method::PUT
+        | Method::PATCH
+        | Method::DELETE
+        | Method::OPTIONS
+        | Method::CONNECT
+        | Method::TRACE => method.as_str(),
+        // Extension methods would otherwise be unbounded label values.
+        _ => "OTHER",
     };
     DurationLabels {
         verb: verb.to_string(),
@@ -167,16 +177,35 @@ pub async fn track(State(state): State<AppState>, request: Request, next: Next) 
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_string();
-    let labels = request_labels(
+    let mut labels = request_labels(
         request.method(),
         request.uri().path(),
         &query,
         &content_type,
     );
+    if !serves(&state, &labels) {
+        // Keep label values bounded: unknown paths must not mint new series.
+        labels.group.clear();
+        labels.version.clear();
+        labels.resource.clear();
+        labels.subresource.clear();
+    }
     let started = Instant::now();
     let response = next.run(request).await;
     record_with(&state.metrics, labels, response.status().as_u16(), started);
     response
+}
+
+/// Whether the labels name a served resource (and, if any, a served subresource).
+fn serves(state: &AppState, labels: &DurationLabels) -> bool {
+    state
+        .registry
+        .get(&labels.group, &labels.resource)
+        .is_some_and(|r| {
+            r.info().versions.contains(&labels.version.as_str())
+                && (labels.subresource.is_empty()
+                    || (labels.subresource == "status" && r.info().has_status_subresource))
+        })
 }
 
 fn record_with(metrics: &Arc<Metrics>, labels: DurationLabels, code: u16, started: Instant) {
@@ -210,6 +239,9 @@ mod tests {
         assert_eq!(l.verb, "APPLY");
         let l = request_labels(&Method::GET, "/healthz", &Query::default(), "");
         assert_eq!((l.verb.as_str(), l.group.as_str()), ("GET", ""));
+        let custom = Method::from_bytes(b"BREW").expect("method");
+        let l = request_labels(&custom, "/apis/g.io/v1/things", &Query::default(), "");
+        assert_eq!(l.verb, "OTHER");
     }
 
     #[test]

@@ -237,14 +237,13 @@ pub fn write_options(query: &Query, verb: WriteVerb) -> Result<WriteOptions, Api
     };
     let force = query.get("force").map(|_| query.flag("force"));
     match verb {
-        WriteVerb::Patch(PatchType::Apply) => {
-            if field_manager.is_none() {
-                causes.push(FieldError::required(
-                    "fieldManager",
-                    "is required for apply patch",
-                ));
-            }
+        WriteVerb::Patch(PatchType::Apply) if field_manager.is_none() => {
+            causes.push(FieldError::required(
+                "fieldManager",
+                "is required for apply patch",
+            ));
         }
+        WriteVerb::Patch(PatchType::Apply) => {}
         WriteVerb::Patch(_) if force.is_some() => {
             causes.push(forbidden(
                 "force",

@@ -927,6 +927,13 @@ async fn metrics_count_requests() {
         text.contains("apiserver_request_duration_seconds_count{verb=\"POST\""),
         "{text}"
     );
+    // Unknown resources do not become label values.
+    get(&app, "/apis/test.example.io/v1/gadget-1").await;
+    let text = get(&app, "/metrics").await.text();
+    assert!(!text.contains("gadget-1"), "{text}");
+    assert!(text.contains(
+        r#"apiserver_request_total{verb="LIST",group="",version="",resource="",subresource="",code="404"} 1"#
+    ), "{text}");
 }
 
 #[tokio::test]

@@ -42,9 +42,7 @@ fn query(name: &'static str, type_: ParamType, description: &'static str) -> Par
     }
 }
 
-fn name_param(kind: &str) -> Param {
-    // The description is static in upstream too ("name of the <Kind>"), a generic text is fine.
-    let _ = kind;
+fn name_param() -> Param {
     Param {
         name: "name",
         location: "path",
@@ -389,7 +387,7 @@ pub fn resource_paths(info: &ResourceInfo, version: &str, definition: &str) -> V
         },
         PathItem {
             path: format!("{base}/{{name}}"),
-            params: vec![name_param(kind), pretty()],
+            params: vec![name_param(), pretty()],
             ops: vec![read, replace, patch, delete],
         },
     ];
@@ -432,7 +430,7 @@ pub fn resource_paths(info: &ResourceInfo, version: &str, definition: &str) -> V
         ];
         items.push(PathItem {
             path: format!("{base}/{{name}}/status"),
-            params: vec![name_param(kind), pretty()],
+            params: vec![name_param(), pretty()],
             ops: vec![read_status, replace_status, patch_status],
         });
     }
@@ -470,7 +468,7 @@ pub fn resource_paths(info: &ResourceInfo, version: &str, definition: &str) -> V
     });
     items.push(PathItem {
         path: format!("{watch_base}/{{name}}"),
-        params: vec![name_param(kind), pretty()],
+        params: vec![name_param(), pretty()],
         ops: vec![watch_one],
     });
     items
