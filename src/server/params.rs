@@ -347,14 +347,14 @@ pub fn delete_options(query: &Query, body: Option<&Value>) -> Result<DeleteOptio
     if let Some(grace) = query.int("gracePeriodSeconds")? {
         opts.grace_period_seconds = Some(grace);
     }
-    if let Some(policy) = opts.propagation_policy.as_deref() {
-        if !matches!(policy, "Orphan" | "Background" | "Foreground") {
-            causes.push(FieldError::not_supported(
-                "propagationPolicy",
-                policy,
-                &["Foreground", "Background", "Orphan", "nil"],
-            ));
-        }
+    if let Some(policy) = opts.propagation_policy.as_deref()
+        && !matches!(policy, "Orphan" | "Background" | "Foreground")
+    {
+        causes.push(FieldError::not_supported(
+            "propagationPolicy",
+            policy,
+            &["Foreground", "Background", "Orphan", "nil"],
+        ));
     }
     if opts.grace_period_seconds.is_some_and(|g| g < 0) {
         causes.push(FieldError::invalid(

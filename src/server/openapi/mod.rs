@@ -153,13 +153,14 @@ fn resource_definitions(resource: &dyn RestStorage, version: &str) -> Vec<(Strin
     let def_name = resource.definition_name(version);
     let mut defs = resource.openapi_definitions(version);
     for (name, schema) in defs.iter_mut() {
-        if *name == def_name && schema.get("x-kubernetes-group-version-kind").is_none() {
-            if let Some(map) = schema.as_object_mut() {
-                map.insert(
-                    "x-kubernetes-group-version-kind".into(),
-                    json!([{"group": info.group, "kind": info.kind, "version": version}]),
-                );
-            }
+        if *name == def_name
+            && schema.get("x-kubernetes-group-version-kind").is_none()
+            && let Some(map) = schema.as_object_mut()
+        {
+            map.insert(
+                "x-kubernetes-group-version-kind".into(),
+                json!([{"group": info.group, "kind": info.kind, "version": version}]),
+            );
         }
     }
     let list_name = format!("{def_name}List");
