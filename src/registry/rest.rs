@@ -26,6 +26,8 @@ pub struct WriteOptions {
     pub dry_run: bool,
     pub field_validation: FieldValidation,
     pub field_manager: Option<String>,
+    /// `force=true` on a server-side apply: take ownership of conflicting fields.
+    pub force: bool,
 }
 
 #[derive(Debug, Clone, Default)]

@@ -1,0 +1,406 @@
+//! The per-verb handlers of resource paths, generic over `RestStorage`:
+//! `/apis/<g>/<v>/<resource>[/<name>[/status]]`.
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::response::{IntoResponse, Response};
+use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
+use serde_json::Value;
+
+use super::AppState;
+use super::body::{decode_object, decode_options, read_limited};
+use super::negotiate::{self, BodyFormat, Endpoint, Negotiated, Target};
+use super::params::{self, Query, WriteVerb};
+use super::status::{self, HttpError, NO_CACHE_PRIVATE};
+use super::table::{TableWriter, partial_object_metadata, partial_object_metadata_list};
+use super::watch::{self, EventForm};
+use crate::registry::rest::{FieldValidation, Subresource, Written};
+use crate::registry::{ApiError, RestStorage};
+
+type HandlerResult = Result<Response, HttpError>;
+
+/// Everything a resource handler needs about the request.
+struct Call {
+    state: AppState,
+    resource: Arc<dyn RestStorage>,
+    version: String,
+    method: Method,
+    headers: HeaderMap,
+    query: Query,
+    body: Body,
+}
+
+impl Call {
+    fn negotiate(&self, endpoint: Endpoint) -> Result<Negotiated, ApiError> {
+        negotiate::negotiate(&self.headers, self.query.get("pretty"), endpoint)
+    }
+
+    fn group(&self) -> &'static str {
+        self.resource.info().group
+    }
+
+    fn kind(&self) -> &'static str {
+        self.resource.info().kind
+    }
+
+    async fn read_body(&mut self) -> Result<bytes::Bytes, ApiError> {
+        let body = std::mem::take(&mut self.body);
+        read_limited(&self.headers, body, self.state.max_request_body_bytes).await
+    }
+}
+
+/// Resolve `/apis/<g>/<v>/<resource>` to a served resource, or `None` for a plain 404.
+fn resolve(
+    state: &AppState,
+    group: &str,
+    version: &str,
+    plural: &str,
+) -> Option<Arc<dyn RestStorage>> {
+    let resource = state.registry.get(group, plural)?;
+    resource
+        .info()
+        .versions
+        .contains(&version)
+        .then(|| resource.clone())
+}
+
+fn call(
+    state: AppState,
+    (group, version, plural): (&str, &str, &str),
+    method: Method,
+    uri: &Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Option<Call> {
+    let resource = resolve(&state, group, version, plural)?;
+    Some(Call {
+        state,
+        resource,
+        version: version.to_string(),
+        method,
+        headers,
+        query: Query::parse(uri.query()),
+        body,
+    })
+}
+
+pub async fn collection(
+    State(state): State<AppState>,
+    Path((group, version, plural)): Path<(String, String, String)>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let Some(call) = call(
+        state,
+        (&group, &version, &plural),
+        method,
+        &uri,
+        headers,
+        body,
+    ) else {
+        return status::page_not_found();
+    };
+    let result = match call.method.clone() {
+        Method::GET if call.query.is_watch() => watch(call).await,
+        Method::GET => list(call).await,
+        Method::POST => create(call).await,
+        Method::DELETE => delete_collection(call).await,
+        _ => Err(status::method_not_allowed()),
+    };
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+pub async fn item(
+    State(state): State<AppState>,
+    Path((group, version, plural, name)): Path<(String, String, String, String)>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let Some(call) = call(
+        state,
+        (&group, &version, &plural),
+        method,
+        &uri,
+        headers,
+        body,
+    ) else {
+        return status::page_not_found();
+    };
+    let result = match call.method.clone() {
+        Method::GET => get(call, &name).await,
+        Method::PUT => update(call, &name, Subresource::Main).await,
+        Method::PATCH => patch(call, &name, Subresource::Main).await,
+        Method::DELETE => delete(call, &name).await,
+        _ => Err(status::method_not_allowed()),
+    };
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+pub async fn subresource(
+    State(state): State<AppState>,
+    Path((group, version, plural, name, sub)): Path<(String, String, String, String, String)>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let Some(call) = call(
+        state,
+        (&group, &version, &plural),
+        method,
+        &uri,
+        headers,
+        body,
+    ) else {
+        return status::page_not_found();
+    };
+    if sub != "status" || !call.resource.info().has_status_subresource {
+        return status::page_not_found();
+    }
+    let result = match call.method.clone() {
+        Method::GET => get(call, &name).await,
+        Method::PUT => update(call, &name, Subresource::Status).await,
+        Method::PATCH => patch(call, &name, Subresource::Status).await,
+        _ => Err(status::method_not_allowed()),
+    };
+    result.unwrap_or_else(IntoResponse::into_response)
+}
+
+/// A 200/201 response in the negotiated encoding, with a `Warning` header per warning.
+fn respond(
+    code: StatusCode,
+    negotiated: &Negotiated,
+    value: &Value,
+    warnings: &[String],
+) -> Response {
+    let (body, content_type) = negotiated.encode(value);
+    let mut response = (
+        code,
+        [
+            (header::CONTENT_TYPE, content_type),
+            (header::CACHE_CONTROL, NO_CACHE_PRIVATE),
+        ],
+        body,
+    )
+        .into_response();
+    for warning in warnings {
+        let value = format!("299 - {warning:?}");
+        if let Ok(value) = HeaderValue::from_bytes(value.as_bytes()) {
+            response.headers_mut().append(header::WARNING, value);
+        }
+    }
+    response
+}
+
+fn table_writer(call: &Call, target: Target) -> Result<Option<TableWriter>, ApiError> {
+    match target {
+        Target::Table(meta) => {
+            let include = params::include_object(&call.query)?;
+            Ok(Some(TableWriter::new(
+                call.resource.clone(),
+                &call.version,
+                meta,
+                include,
+            )))
+        }
+        _ => Ok(None),
+    }
+}
+
+async fn get(call: Call, name: &str) -> HandlerResult {
+    let negotiated = call.negotiate(Endpoint::Read)?;
+    let table = table_writer(&call, negotiated.target)?;
+    let opts = params::get_options(&call.query);
+    let object = call.resource.get(&call.version, name, &opts).await?;
+    let value = match negotiated.target {
+        Target::PartialObjectMetadataList(_) => return Ok(status::content_is_not_a_list()),
+        Target::PartialObjectMetadata(meta) => partial_object_metadata(&object, meta),
+        Target::Table(_) => match &table {
+            Some(writer) => writer.object_table(&object, true)?,
+            None => object,
+        },
+        Target::Object | Target::DiscoveryV2 => object,
+    };
+    Ok(respond(StatusCode::OK, &negotiated, &value, &[]))
+}
+
+async fn list(call: Call) -> HandlerResult {
+    let negotiated = call.negotiate(Endpoint::Read)?;
+    if let Target::PartialObjectMetadata(_) = negotiated.target {
+        return Err(ApiError::NotAcceptable(format!(
+            "you requested PartialObjectMetadata, but the requested object is a list ({})",
+            call.resource.info().list_kind
+        ))
+        .into());
+    }
+    let table = table_writer(&call, negotiated.target)?;
+    let list_params = params::list_params(&call.query)?;
+    let list = call.resource.list(&call.version, &list_params).await?;
+    let value = match (negotiated.target, &table) {
+        (Target::Table(_), Some(writer)) => writer.list_table(&list)?,
+        (Target::PartialObjectMetadataList(meta), _) => partial_object_metadata_list(&list, meta),
+        _ => list,
+    };
+    Ok(respond(StatusCode::OK, &negotiated, &value, &[]))
+}
+
+async fn watch(call: Call) -> HandlerResult {
+    let negotiated = call.negotiate(Endpoint::Read)?;
+    // Watches stream JSON only; YAML has no stream framing (kube-apiserver answers 406 too).
+    if negotiated.encoding == negotiate::Encoding::Yaml
+        || matches!(negotiated.target, Target::PartialObjectMetadataList(_))
+    {
+        return Err(ApiError::NotAcceptable(
+            "only the following media types are accepted for watch: application/json".into(),
+        )
+        .into());
+    }
+    let table = table_writer(&call, negotiated.target)?;
+    let watch_params = params::watch_params(&call.query)?;
+    let timeout = watch::watch_timeout(watch_params.timeout_seconds);
+    let events = call.resource.watch(&call.version, &watch_params).await?;
+    let lines = watch::frame_events(events, EventForm::for_target(negotiated.target, table));
+    let shutdown = call.state.shutdown.clone();
+    Ok(watch::response(lines, timeout, async move {
+        shutdown.wait().await
+    }))
+}
+
+/// Decode a create/update body, applying `fieldValidation` to duplicate keys (the registry
+/// handles unknown fields).
+fn decode_write_body(
+    call: &Call,
+    format: BodyFormat,
+    bytes: &[u8],
+    validation: FieldValidation,
+) -> Result<(Value, Vec<String>), ApiError> {
+    let decoded = decode_object(bytes, format, call.kind())?;
+    let duplicates: Vec<String> = decoded
+        .duplicate_fields
+        .iter()
+        .map(|path| format!("duplicate field {path:?}"))
+        .collect();
+    match validation {
+        FieldValidation::Strict if !duplicates.is_empty() => Err(ApiError::BadRequest(format!(
+            "{kind} in version {version:?} cannot be handled as a {kind}: strict decoding error: {}",
+            duplicates.join(", "),
+            kind = call.kind(),
+            version = call.version,
+        ))),
+        FieldValidation::Warn => Ok((decoded.object, duplicates)),
+        _ => Ok((decoded.object, Vec::new())),
+    }
+}
+
+fn written(
+    code_if_updated: StatusCode,
+    negotiated: &Negotiated,
+    mut warnings: Vec<String>,
+    written: Written,
+) -> Response {
+    let code = if written.created {
+        StatusCode::CREATED
+    } else {
+        code_if_updated
+    };
+    warnings.extend(written.warnings);
+    respond(code, negotiated, &written.object, &warnings)
+}
+
+async fn create(mut call: Call) -> HandlerResult {
+    let negotiated = call.negotiate(Endpoint::Plain)?;
+    let format = negotiate::body_format(&call.headers)?;
+    let bytes = call.read_body().await?;
+    let opts = params::write_options(&call.query, WriteVerb::Create)?;
+    let (object, warnings) = decode_write_body(&call, format, &bytes, opts.field_validation)?;
+    let result = call.resource.create(&call.version, object, &opts).await?;
+    Ok(written(StatusCode::OK, &negotiated, warnings, result))
+}
+
+async fn update(mut call: Call, name: &str, subresource: Subresource) -> HandlerResult {
+    let negotiated = call.negotiate(Endpoint::Plain)?;
+    let format = negotiate::body_format(&call.headers)?;
+    let bytes = call.read_body().await?;
+    let opts = params::write_options(&call.query, WriteVerb::Update)?;
+    let (mut object, warnings) = decode_write_body(&call, format, &bytes, opts.field_validation)?;
+    match object.pointer("/metadata/name").and_then(Value::as_str) {
+        Some(body_name) if !body_name.is_empty() && body_name != name => {
+            return Err(ApiError::BadRequest(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({name})"
+            ))
+            .into());
+        }
+        Some(body_name) if !body_name.is_empty() => {}
+        _ => {
+            if !object.get("metadata").is_some_and(Value::is_object) {
+                object["metadata"] = serde_json::json!({});
+            }
+            object["metadata"]["name"] = Value::String(name.to_string());
+        }
+    }
+    let result = call
+        .resource
+        .update(&call.version, name, subresource, object, &opts)
+        .await?;
+    Ok(written(StatusCode::OK, &negotiated, warnings, result))
+}
+
+async fn patch(mut call: Call, name: &str, subresource: Subresource) -> HandlerResult {
+    let negotiated = call.negotiate(Endpoint::Plain)?;
+    let patch_type = negotiate::patch_type(&call.headers)?;
+    let bytes = call.read_body().await?;
+    let opts = params::write_options(&call.query, WriteVerb::Patch(patch_type))?;
+    let result = call
+        .resource
+        .patch(&call.version, name, subresource, patch_type, &bytes, &opts)
+        .await?;
+    Ok(written(StatusCode::OK, &negotiated, Vec::new(), result))
+}
+
+/// DeleteOptions may come as a body (kubectl sends one); its format defaults to JSON.
+async fn delete_options(call: &mut Call) -> Result<crate::registry::rest::DeleteOptions, ApiError> {
+    let bytes = call.read_body().await?;
+    let format = if bytes.iter().all(u8::is_ascii_whitespace) {
+        BodyFormat::Json
+    } else {
+        match call.headers.get(header::CONTENT_TYPE) {
+            None => BodyFormat::Json,
+            Some(_) => negotiate::body_format(&call.headers)?,
+        }
+    };
+    let body = decode_options(&bytes, format, "DeleteOptions")?;
+    params::delete_options(&call.query, body.as_ref())
+}
+
+async fn delete(mut call: Call, name: &str) -> HandlerResult {
+    let negotiated = call.negotiate(Endpoint::Plain)?;
+    let opts = delete_options(&mut call).await?;
+    let deleted = call.resource.delete(&call.version, name, &opts).await?;
+    let value = if deleted.gone {
+        let uid = deleted
+            .object
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str);
+        status::delete_success(call.group(), call.resource.info().plural, name, uid)
+    } else {
+        deleted.object
+    };
+    Ok(respond(StatusCode::OK, &negotiated, &value, &[]))
+}
+
+async fn delete_collection(mut call: Call) -> HandlerResult {
+    let negotiated = call.negotiate(Endpoint::Plain)?;
+    let list_params = params::list_params(&call.query)?;
+    let opts = delete_options(&mut call).await?;
+    let list = call
+        .resource
+        .delete_collection(&call.version, &list_params, &opts)
+        .await?;
+    Ok(respond(StatusCode::OK, &negotiated, &list, &[]))
+}

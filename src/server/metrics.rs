@@ -1,0 +1,271 @@
+//! Request metrics in kube-apiserver's names (`apiserver_request_total`,
+//! `apiserver_request_duration_seconds`), recorded by a middleware and served on `/metrics` in
+//! the Prometheus text format.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use http::Method;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+use super::AppState;
+use super::params::Query;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub verb: String,
+    pub group: String,
+    pub version: String,
+    pub resource: String,
+    pub subresource: String,
+    pub code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DurationLabels {
+    pub verb: String,
+    pub group: String,
+    pub version: String,
+    pub resource: String,
+    pub subresource: String,
+}
+
+/// kube-apiserver's request latency buckets.
+const DURATION_BUCKETS: [f64; 23] = [
+    0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0,
+    10.0, 15.0, 20.0, 30.0, 45.0, 60.0,
+];
+
+fn new_histogram() -> Histogram {
+    Histogram::new(DURATION_BUCKETS)
+}
+
+/// The server's metrics registry. Other components may register more metrics into
+/// [`Metrics::registry`] before the server starts.
+pub struct Metrics {
+    pub registry: Mutex<Registry>,
+    requests: Family<RequestLabels, Counter>,
+    durations: Family<DurationLabels, Histogram, fn() -> Histogram>,
+}
+
+impl std::fmt::Debug for Metrics {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Metrics").finish_non_exhaustive()
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let requests = Family::<RequestLabels, Counter>::default();
+        let durations =
+            Family::<DurationLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+                new_histogram,
+            );
+        let mut registry = Registry::default();
+        registry.register(
+            "apiserver_request",
+            "Counter of apiserver requests broken out for each verb, group, version, resource, subresource and HTTP response code.",
+            requests.clone(),
+        );
+        registry.register(
+            "apiserver_request_duration_seconds",
+            "Response latency distribution in seconds for each verb, group, version, resource and subresource.",
+            durations.clone(),
+        );
+        Self {
+            registry: Mutex::new(registry),
+            requests,
+            durations,
+        }
+    }
+
+    pub fn record(&self, labels: DurationLabels, code: u16, seconds: f64) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                verb: labels.verb.clone(),
+                group: labels.group.clone(),
+                version: labels.version.clone(),
+                resource: labels.resource.clone(),
+                subresource: labels.subresource.clone(),
+                code: code.to_string(),
+            })
+            .inc();
+        self.durations.get_or_create(&labels).observe(seconds);
+    }
+
+    /// The text exposition format.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        match self.registry.lock() {
+            Ok(registry) => {
+                if encode(&mut out, &registry).is_err() {
+                    out.clear();
+                }
+            }
+            Err(_) => out.clear(),
+        }
+        out
+    }
+}
+
+/// The request's labels, derived from its path the way kube-apiserver's RequestInfo does:
+/// LIST / WATCH for collection GETs, APPLY for server-side apply.
+pub fn request_labels(
+    method: &Method,
+    path: &str,
+    query: &Query,
+    content_type: &str,
+) -> DurationLabels {
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, version, resource, name, subresource) = match segments.as_slice() {
+        ["apis", g, v, r] => (*g, *v, *r, None, ""),
+        ["apis", g, v, r, n] => (*g, *v, *r, Some(*n), ""),
+        ["apis", g, v, r, n, s] => (*g, *v, *r, Some(*n), *s),
+        _ => ("", "", "", None, ""),
+    };
+    let is_resource = !resource.is_empty();
+    let verb = match *method {
+        Method::GET if is_resource && name.is_none() => {
+            if query.is_watch() {
+                "WATCH"
+            } else {
+                "LIST"
+            }
+        }
+        Method::PATCH if content_type.starts_with("application/apply-patch") => "APPLY",
+        Method::GET
+        | Method::HEAD
+        | Method::POST
+        | Method::PUT
+        | Method::PATCH
+        | Method::DELETE
+        | Method::OPTIONS
+        | Method::CONNECT
+        | Method::TRACE => method.as_str(),
+        // Extension methods would otherwise be unbounded label values.
+        _ => "OTHER",
+    };
+    DurationLabels {
+        verb: verb.to_string(),
+        group: group.to_string(),
+        version: version.to_string(),
+        resource: resource.to_string(),
+        subresource: subresource.to_string(),
+    }
+}
+
+/// Middleware: counts and times every request.
+pub async fn track(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    let query = Query::parse(request.uri().query());
+    let content_type = request
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string();
+    let mut labels = request_labels(
+        request.method(),
+        request.uri().path(),
+        &query,
+        &content_type,
+    );
+    if !serves(&state, &labels) {
+        // Keep label values bounded: unknown paths must not mint new series.
+        labels.group.clear();
+        labels.version.clear();
+        labels.resource.clear();
+        labels.subresource.clear();
+    }
+    let started = Instant::now();
+    let response = next.run(request).await;
+    record_with(&state.metrics, labels, response.status().as_u16(), started);
+    response
+}
+
+/// Whether the labels name a served resource (and, if any, a served subresource).
+fn serves(state: &AppState, labels: &DurationLabels) -> bool {
+    state
+        .registry
+        .get(&labels.group, &labels.resource)
+        .is_some_and(|r| {
+            r.info().versions.contains(&labels.version.as_str())
+                && (labels.subresource.is_empty()
+                    || (labels.subresource == "status" && r.info().has_status_subresource))
+        })
+}
+
+fn record_with(metrics: &Arc<Metrics>, labels: DurationLabels, code: u16, started: Instant) {
+    metrics.record(labels, code, started.elapsed().as_secs_f64());
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn labels_follow_request_info() {
+        let q = Query::parse(Some("watch=1"));
+        let l = request_labels(&Method::GET, "/apis/g.io/v1/things", &q, "");
+        assert_eq!((l.verb.as_str(), l.resource.as_str()), ("WATCH", "things"));
+        let l = request_labels(&Method::GET, "/apis/g.io/v1/things", &Query::default(), "");
+        assert_eq!(l.verb, "LIST");
+        let l = request_labels(
+            &Method::GET,
+            "/apis/g.io/v1/things/a/status",
+            &Query::default(),
+            "",
+        );
+        assert_eq!((l.verb.as_str(), l.subresource.as_str()), ("GET", "status"));
+        let l = request_labels(
+            &Method::PATCH,
+            "/apis/g.io/v1/things/a",
+            &Query::default(),
+            "application/apply-patch+yaml",
+        );
+        assert_eq!(l.verb, "APPLY");
+        let l = request_labels(&Method::GET, "/healthz", &Query::default(), "");
+        assert_eq!((l.verb.as_str(), l.group.as_str()), ("GET", ""));
+        let custom = Method::from_bytes(b"BREW").expect("method");
+        let l = request_labels(&custom, "/apis/g.io/v1/things", &Query::default(), "");
+        assert_eq!(l.verb, "OTHER");
+    }
+
+    #[test]
+    fn render_has_counter_and_histogram() {
+        let metrics = Metrics::new();
+        metrics.record(
+            DurationLabels {
+                verb: "LIST".into(),
+                group: "g.io".into(),
+                version: "v1".into(),
+                resource: "things".into(),
+                subresource: String::new(),
+            },
+            200,
+            0.01,
+        );
+        let text = metrics.render();
+        assert!(text.contains(
+            "apiserver_request_total{verb=\"LIST\",group=\"g.io\",version=\"v1\",resource=\"things\",subresource=\"\",code=\"200\"} 1"
+        ), "{text}");
+        assert!(
+            text.contains("apiserver_request_duration_seconds_bucket{"),
+            "{text}"
+        );
+        assert!(text.contains("# TYPE apiserver_request_duration_seconds histogram"));
+    }
+}

@@ -1,0 +1,97 @@
+//! The serving flags (`svm-apiserver serve ...`), named like kube-apiserver's.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+
+use super::DEFAULT_MAX_REQUEST_BODY_BYTES;
+
+#[derive(clap::Args, Clone, Debug)]
+pub struct ServeOptions {
+    /// The IP address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub bind_address: IpAddr,
+
+    /// The port to serve HTTPS on; 0 picks a free port.
+    #[arg(long, default_value_t = 8443)]
+    pub secure_port: u16,
+
+    /// PEM serving certificate (chain). Without it, a development CA and serving certificate
+    /// are created in --cert-dir (or reused from there).
+    #[arg(long, requires = "tls_private_key_file")]
+    pub tls_cert_file: Option<PathBuf>,
+
+    /// PEM private key of --tls-cert-file.
+    #[arg(long, requires = "tls_cert_file")]
+    pub tls_private_key_file: Option<PathBuf>,
+
+    /// Where development certificates are generated when no certificate is given.
+    #[arg(long, default_value = ".dev/certs")]
+    pub cert_dir: PathBuf,
+
+    /// Write a kubeconfig pointing at this server (trusting the development CA) here at start;
+    /// an empty value writes none.
+    #[arg(long, default_value = ".dev/kubeconfig")]
+    pub write_kubeconfig: PathBuf,
+
+    /// The largest accepted request body; larger ones get 413.
+    #[arg(long, default_value_t = DEFAULT_MAX_REQUEST_BODY_BYTES)]
+    pub max_request_body_bytes: usize,
+
+    /// How long a shutdown waits for in-flight requests before closing connections.
+    #[arg(long, default_value_t = 30)]
+    pub shutdown_grace_seconds: u64,
+}
+
+impl ServeOptions {
+    /// Options for tests: loopback, a free port, certificates and kubeconfig under `dir`.
+    pub fn for_dir(dir: &std::path::Path) -> Self {
+        Self {
+            bind_address: IpAddr::from([127, 0, 0, 1]),
+            secure_port: 0,
+            tls_cert_file: None,
+            tls_private_key_file: None,
+            cert_dir: dir.join("certs"),
+            write_kubeconfig: dir.join("kubeconfig"),
+            max_request_body_bytes: DEFAULT_MAX_REQUEST_BODY_BYTES,
+            shutdown_grace_seconds: 5,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        serve: ServeOptions,
+    }
+
+    #[test]
+    fn defaults_match_kube_apiserver_style() {
+        let cli = Cli::try_parse_from(["x"]).expect("parse");
+        assert_eq!(cli.serve.bind_address.to_string(), "127.0.0.1");
+        assert_eq!(cli.serve.secure_port, 8443);
+        assert_eq!(cli.serve.max_request_body_bytes, 3_145_728);
+        assert_eq!(cli.serve.cert_dir, PathBuf::from(".dev/certs"));
+        assert_eq!(cli.serve.write_kubeconfig, PathBuf::from(".dev/kubeconfig"));
+    }
+
+    #[test]
+    fn cert_and_key_come_together() {
+        assert!(Cli::try_parse_from(["x", "--tls-cert-file", "a.crt"]).is_err());
+        let cli = Cli::try_parse_from([
+            "x",
+            "--tls-cert-file",
+            "a.crt",
+            "--tls-private-key-file",
+            "a.key",
+            "--secure-port",
+            "0",
+        ])
+        .expect("parse");
+        assert_eq!(cli.serve.secure_port, 0);
+    }
+}

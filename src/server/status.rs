@@ -1,0 +1,191 @@
+//! The one place where an [`ApiError`] becomes an HTTP response (a metav1.Status body), plus the
+//! few non-Status answers kube-apiserver gives (the plain-text "404 page not found").
+
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, StatusCode, header};
+use serde_json::{Value, json};
+
+use crate::registry::ApiError;
+
+/// `Cache-Control` kube-apiserver sets on every API response that is not cacheable discovery.
+pub const NO_CACHE_PRIVATE: &str = "no-cache, private";
+
+/// An [`ApiError`] on its way out: rendered with `ApiError::to_status()` as compact JSON, the way
+/// kube-apiserver writes a failure Status.
+#[derive(Debug)]
+pub struct HttpError(pub ApiError);
+
+impl From<ApiError> for HttpError {
+    fn from(err: ApiError) -> Self {
+        HttpError(err)
+    }
+}
+
+impl IntoResponse for HttpError {
+    fn into_response(self) -> Response {
+        let code = self.0.code();
+        let mut response = status_response(code, &self.0.to_status());
+        let retry_after = match &self.0 {
+            ApiError::TooManyRequests {
+                retry_after_seconds,
+                ..
+            } => Some(*retry_after_seconds),
+            _ => None,
+        };
+        if let Some(seconds) = retry_after {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(seconds));
+        }
+        response
+    }
+}
+
+/// A Status body with its HTTP code (also used for the few Status shapes `ApiError` does not
+/// model, e.g. a Success Status or a reason-less 500).
+pub fn status_response(code: u16, status: &Value) -> Response {
+    let code = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let mut body = serde_json::to_vec(status).unwrap_or_default();
+    body.push(b'\n');
+    (
+        code,
+        [
+            (header::CONTENT_TYPE, "application/json"),
+            (header::CACHE_CONTROL, NO_CACHE_PRIVATE),
+        ],
+        body,
+    )
+        .into_response()
+}
+
+/// kube-apiserver's answer for a path no handler serves (an unknown group, version, resource or
+/// subresource): Go's `http.NotFound`, plain text, not a Status (recording 09c).
+pub fn page_not_found() -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        [
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+            (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+            (header::CACHE_CONTROL, NO_CACHE_PRIVATE),
+        ],
+        "404 page not found\n",
+    )
+        .into_response()
+}
+
+/// 405 for a method the path does not support.
+pub fn method_not_allowed() -> HttpError {
+    HttpError(ApiError::MethodNotAllowed(
+        "the server does not allow this method on the requested resource".into(),
+    ))
+}
+
+/// The Success Status kube-apiserver returns for a delete whose object is gone.
+pub fn delete_success(group: &str, plural: &str, name: &str, uid: Option<&str>) -> Value {
+    let mut details = serde_json::Map::new();
+    details.insert("name".into(), json!(name));
+    if !group.is_empty() {
+        details.insert("group".into(), json!(group));
+    }
+    details.insert("kind".into(), json!(plural));
+    if let Some(uid) = uid {
+        details.insert("uid".into(), json!(uid));
+    }
+    json!({
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Success",
+        "details": details,
+    })
+}
+
+/// The 500 kube-apiserver answers when a single object is requested as a
+/// PartialObjectMetadataList: a Status without a reason (recording 06, step 5).
+pub fn content_is_not_a_list() -> Response {
+    let mut status = ApiError::Internal(String::new()).to_status();
+    if let Some(map) = status.as_object_mut() {
+        map.remove("reason");
+        map.insert("message".into(), json!("content is not a list"));
+    }
+    status_response(500, &status)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    async fn body_of(response: Response) -> Vec<u8> {
+        response
+            .into_body()
+            .collect()
+            .await
+            .expect("body")
+            .to_bytes()
+            .to_vec()
+    }
+
+    #[tokio::test]
+    async fn api_error_becomes_a_compact_status_with_trailing_newline() {
+        let response = HttpError(ApiError::NotFound {
+            group: "storagemigration.k8s.io".into(),
+            resource: "storageversionmigrations".into(),
+            name: "x".into(),
+        })
+        .into_response();
+        assert_eq!(response.status(), StatusCode::NOT_FOUND);
+        assert_eq!(response.headers()[header::CONTENT_TYPE], "application/json");
+        assert_eq!(response.headers()[header::CACHE_CONTROL], NO_CACHE_PRIVATE);
+        let body = body_of(response).await;
+        assert_eq!(body.last(), Some(&b'\n'));
+        let text = String::from_utf8(body).expect("utf8");
+        // Struct order, as kube-apiserver writes it.
+        assert!(text.starts_with(r#"{"kind":"Status","apiVersion":"v1","metadata":{}"#));
+        let status: Value = serde_json::from_str(&text).expect("json");
+        assert_eq!(status["reason"], "NotFound");
+        assert_eq!(status["details"]["kind"], "storageversionmigrations");
+    }
+
+    #[tokio::test]
+    async fn too_many_requests_sets_retry_after() {
+        let response = HttpError(ApiError::TooManyRequests {
+            message: "slow down".into(),
+            retry_after_seconds: 3,
+        })
+        .into_response();
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "3");
+    }
+
+    #[tokio::test]
+    async fn plain_404_matches_go_http_not_found() {
+        let response = page_not_found();
+        assert_eq!(response.status(), StatusCode::NOT_FOUND);
+        assert_eq!(
+            response.headers()[header::CONTENT_TYPE],
+            "text/plain; charset=utf-8"
+        );
+        assert_eq!(body_of(response).await, b"404 page not found\n");
+    }
+
+    #[tokio::test]
+    async fn not_a_list_is_a_reasonless_500() {
+        let response = content_is_not_a_list();
+        assert_eq!(response.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let status: Value = serde_json::from_slice(&body_of(response).await).expect("json");
+        assert_eq!(status["message"], "content is not a list");
+        assert!(status.get("reason").is_none());
+        assert_eq!(status["code"], 500);
+    }
+
+    #[test]
+    fn delete_success_names_plural_and_uid() {
+        let status = delete_success("g.io", "things", "a", Some("u-1"));
+        assert_eq!(status["status"], "Success");
+        assert_eq!(
+            status["details"],
+            json!({"name": "a", "group": "g.io", "kind": "things", "uid": "u-1"})
+        );
+    }
+}
