@@ -1,5 +1,178 @@
+//! The `svm-apiserver` binary: a CLI over the library. Nothing but wiring lives here.
 #![forbid(unsafe_code)]
 
-fn main() {
-    println!("svm-apiserver: not wired yet");
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use svm_apiserver::server::{self, AppState, ServeOptions};
+use svm_apiserver::storage::{self, Storage, StorageConfig, compactor};
+
+#[derive(Parser)]
+#[command(
+    name = "svm-apiserver",
+    version,
+    about = "The storagemigration.k8s.io aggregated API server"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the storagemigration.k8s.io API over HTTPS.
+    Serve(ServeArgs),
+}
+
+#[derive(clap::Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    server: ServeOptions,
+    #[command(flatten)]
+    storage: StorageOptions,
+}
+
+#[derive(clap::Args)]
+struct StorageOptions {
+    /// etcd client URLs, comma-separated (e.g. http://127.0.0.1:2379). Without any, the
+    /// embedded store in --data-dir is used.
+    #[arg(long, value_delimiter = ',')]
+    etcd_servers: Vec<String>,
+    /// The key prefix of every object this server keeps (in etcd or the embedded store).
+    #[arg(long, default_value = "/svm-apiserver")]
+    etcd_prefix: String,
+    /// Where the embedded store keeps its data (when no --etcd-servers is given).
+    #[arg(long, default_value = ".dev/data")]
+    data_dir: PathBuf,
+    /// How often storage history older than one interval is compacted, as kube-apiserver's
+    /// --etcd-compaction-interval (e.g. 5m, 30s; 0 disables). Watches and continue tokens older
+    /// than the compacted revision get 410 Expired.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    compaction_interval: Duration,
+    /// How often an idle watch that asked for bookmarks receives one.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    watch_bookmark_interval: Duration,
+}
+
+impl StorageOptions {
+    fn config(&self) -> StorageConfig {
+        if self.etcd_servers.is_empty() {
+            StorageConfig::Embedded {
+                dir: self.data_dir.clone(),
+                options: storage::embedded::EmbeddedOptions {
+                    progress_interval: self.watch_bookmark_interval,
+                    ..Default::default()
+                },
+            }
+        } else {
+            StorageConfig::Etcd {
+                endpoints: self.etcd_servers.clone(),
+                options: storage::etcd::EtcdOptions {
+                    progress_interval: self.watch_bookmark_interval,
+                    ..Default::default()
+                },
+            }
+        }
+    }
+
+    async fn open(&self) -> anyhow::Result<Arc<dyn Storage>> {
+        let storage = storage::connect(self.config()).await.with_context(|| {
+            if self.etcd_servers.is_empty() {
+                format!("opening the embedded store in {}", self.data_dir.display())
+            } else {
+                format!("connecting to etcd at {}", self.etcd_servers.join(","))
+            }
+        })?;
+        if self.etcd_servers.is_empty() {
+            tracing::info!(dir = %self.data_dir.display(), "using the embedded store");
+        } else {
+            tracing::info!(endpoints = %self.etcd_servers.join(","), "using etcd");
+        }
+        Ok(storage)
+    }
+}
+
+/// `90s`, `5m`, `1h`, `250ms`, or plain seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let (number, unit) = text
+        .find(|c: char| !c.is_ascii_digit())
+        .map_or((text, "s"), |i| text.split_at(i));
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("invalid duration {text:?}: expected e.g. 30s, 5m, 1h"))?;
+    match unit {
+        "ms" => Ok(Duration::from_millis(n)),
+        "s" => Ok(Duration::from_secs(n)),
+        "m" => Ok(Duration::from_secs(n * 60)),
+        "h" => Ok(Duration::from_secs(n * 3600)),
+        _ => Err(format!("invalid duration unit in {text:?}: use ms, s, m or h")),
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Serve(args) => serve(args).await,
+    }
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let storage = args.storage.open().await?;
+    let api = svm_apiserver::api::install(storage.clone(), &args.storage.etcd_prefix);
+    let compaction = tokio::spawn(compactor::run(
+        storage.clone(),
+        args.storage.compaction_interval,
+    ));
+    let state = AppState::new(api.registry.clone(), storage);
+    let result = server::serve(args.server, state, shutdown_signal()).await;
+    compaction.abort();
+    result
+}
+
+/// SIGTERM (kubelet) or Ctrl-C: stop accepting, drain, exit.
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+    tracing::info!("shutting down");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_parse_like_kubernetes_flags() {
+        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
+        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
+        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
+        assert!(parse_duration("5 minutes").is_err());
+        assert!(parse_duration("m").is_err());
+    }
 }

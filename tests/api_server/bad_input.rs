@@ -99,7 +99,7 @@ async fn bad_input_gets_a_status_and_changes_nothing() {
         case("the wrong kind", Method::POST, SVMS, "application/json", j(&wrong_kind), 400, Some("BadRequest"), "ConfigMap"),
         case("the wrong apiVersion", Method::POST, SVMS, "application/json", j(&wrong_version), 400, Some("BadRequest"), "apps/v1"),
         case("an unknown field under Strict", Method::POST, format!("{SVMS}?fieldValidation=Strict"), "application/json", j(&unknown), 400, Some("BadRequest"), "unknown field \"spec.bogus\""),
-        case("an invalid fieldValidation", Method::POST, format!("{SVMS}?fieldValidation=Sometimes"), "application/json", j(&svm("fv")), 400, Some("BadRequest"), "fieldValidation"),
+        case("an invalid fieldValidation (422 like upstream ValidateCreateOptions)", Method::POST, format!("{SVMS}?fieldValidation=Sometimes"), "application/json", j(&svm("fv")), 422, Some("Invalid"), "fieldValidation"),
         case("an invalid name", Method::POST, SVMS, "application/json", j(&svm("Bad_Name!")), 422, Some("Invalid"), "metadata.name"),
         case("no name at all", Method::POST, SVMS, "application/json", j(&json!({"apiVersion":"storagemigration.k8s.io/v1","kind":"StorageVersionMigration","metadata":{},"spec":{"resource":{"resource":"deployments"}}})), 422, Some("Invalid"), "name"),
         case("a missing resource", Method::POST, SVMS, "application/json", j(&json!({"apiVersion":"storagemigration.k8s.io/v1","kind":"StorageVersionMigration","metadata":{"name":"nores"},"spec":{"resource":{"group":"apps"}}})), 422, Some("Invalid"), "spec.resource.resource"),
