@@ -38,6 +38,8 @@ impl ServerProcess {
             "--secure-port=0".into(),
             format!("--cert-dir={}", dir.path().join("certs").display()),
             format!("--write-kubeconfig={}", kubeconfig.display()),
+            // Idle watches get a bookmark each second, so tests need not wait a minute.
+            "--watch-bookmark-interval=1s".into(),
         ];
         match backend {
             Backend::Embedded => {
