@@ -43,11 +43,18 @@ impl ApiServers {
     }
 }
 
-/// `apiserver-` + lowercase unpadded base32 of the first 16 bytes of sha256(hostname), as the
-/// identity lease controller names its lease (recording 12: hostname "vm").
+/// `apiserver-` + lowercase unpadded base32 of the first 16 bytes of the sha256 of the
+/// hostname and "kube-apiserver", each prefixed with its 16-bit length — how the generic
+/// apiserver names its identity lease (recording 12: hostname "vm").
 pub fn identity_lease_name(hostname: &str) -> String {
     const ALPHABET: &[u8; 32] = b"abcdefghijklmnopqrstuvwxyz234567";
-    let digest = Sha256::digest(hostname.as_bytes());
+    let mut hasher = Sha256::new();
+    for part in [hostname.as_bytes(), b"kube-apiserver".as_slice()] {
+        let len = u16::try_from(part.len()).unwrap_or(u16::MAX);
+        hasher.update(len.to_be_bytes());
+        hasher.update(&part[..usize::from(len)]);
+    }
+    let digest = hasher.finalize();
     let mut out = String::from("apiserver-");
     let mut buffer: u32 = 0;
     let mut bits = 0;
@@ -335,7 +342,7 @@ impl Engine {
             .first()
             .filter(|first| encodings.iter().all(|e| e == *first))
             .map(|s| s.to_string());
-        let existing = match self.get(&sv_def, None, &name) {
+        let existing = match self.get_as(&sv_def, None, &name, "v1alpha1") {
             Ok(obj) => Some(obj),
             Err(e) if e.code == 404 => None,
             Err(e) => return Err(e),
@@ -451,7 +458,7 @@ impl Engine {
     /// The identity lease of instance `id` (test convenience).
     pub fn identity_lease(&self, id: &str) -> ApiResult<Value> {
         let def = self.def(&leases())?;
-        self.get(&def, Some("kube-system"), id)
+        self.get_as(&def, Some("kube-system"), id, "v1")
     }
 }
 

@@ -76,7 +76,7 @@ impl Engine {
             "customresourcedefinitions",
         ))?;
         let crd_name = format!("{}.{}", gr.resource, gr.group);
-        let mut crd = self.get(&crd_def, None, &crd_name)?;
+        let mut crd = self.get_as(&crd_def, None, &crd_name, "v1")?;
         let versions = crd["spec"]["versions"]
             .as_array_mut()
             .ok_or_else(|| StatusError::bad_request("the CRD has no spec.versions"))?;

@@ -186,6 +186,17 @@ impl Engine {
         StoredValue::encode(&stored, &gv, def.encryption_key.as_deref())
     }
 
+    /// An object as served in `version` (internal callers that read, change and write back).
+    pub fn get_as(
+        &self,
+        def: &ResourceDef,
+        namespace: Option<&str>,
+        name: &str,
+        version: &str,
+    ) -> ApiResult<Value> {
+        Ok(present(def, self.get(def, namespace, name)?, version))
+    }
+
     pub fn get(&self, def: &ResourceDef, namespace: Option<&str>, name: &str) -> ApiResult<Value> {
         let key = object_key(namespace, name);
         let entry = self
@@ -972,6 +983,14 @@ impl Engine {
             remaining,
         })
     }
+}
+
+/// An object in the version a client asked for (conversion between versions only changes
+/// apiVersion: CRDs here use `conversion.strategy: None`, built-ins have one served version).
+pub fn present(def: &ResourceDef, mut obj: Value, version: &str) -> Value {
+    obj["apiVersion"] = json!(def.group_version(version));
+    obj["kind"] = json!(def.kind);
+    obj
 }
 
 /// Keys examined per lock acquisition when a LIST has no limit or filters heavily.

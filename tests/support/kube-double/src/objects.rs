@@ -134,12 +134,7 @@ pub async fn handle(call: Call<'_>) -> Response<Body> {
 
 type Answer = ApiResult<(StatusCode, Value)>;
 
-/// An object in the version the client asked for.
-pub fn present(def: &ResourceDef, mut obj: Value, version: &str) -> Value {
-    obj["apiVersion"] = json!(def.group_version(version));
-    obj["kind"] = json!(def.kind);
-    obj
-}
+pub use crate::engine::present;
 
 fn partial_metadata(obj: &Value, meta_version: &str) -> Value {
     json!({
