@@ -2647,8 +2647,12 @@ async fn https_with_the_kube_client_and_a_fresh_ca() {
 #[tokio::test]
 async fn twenty_thousand_objects_page_and_migrate() {
     let double = start_with_widgets().await;
-    double.preload("widgets.example.test", Some("demo"), "w", 20_000, 64).unwrap();
-    double.set_storage_version("widgets.example.test", "v2").unwrap();
+    double
+        .preload("widgets.example.test", Some("demo"), "w", 20_000, 64)
+        .unwrap();
+    double
+        .set_storage_version("widgets.example.test", "v2")
+        .unwrap();
     double.reset_counters();
     let http = Http::new(&double);
 
@@ -2671,7 +2675,10 @@ async fn twenty_thousand_objects_page_and_migrate() {
             let name = item["metadata"]["name"].as_str().unwrap();
             let rv = item["metadata"]["resourceVersion"].as_str().unwrap();
             let r = http
-                .merge_patch(&format!("{WIDGETS}/{name}"), &json!({"metadata": {"resourceVersion": rv}}))
+                .merge_patch(
+                    &format!("{WIDGETS}/{name}"),
+                    &json!({"metadata": {"resourceVersion": rv}}),
+                )
                 .await;
             assert_eq!(r.status, 200);
         }
@@ -2688,8 +2695,14 @@ async fn twenty_thousand_objects_page_and_migrate() {
     assert_eq!(counters.requests_for("list", "widgets.example.test"), 40);
     assert_eq!(counters.writes_performed_for("widgets.example.test"), 500);
     let summary = double.stored_summary("widgets.example.test");
-    assert_eq!(summary.get(&("example.test/v2".to_string(), None)), Some(&500));
-    assert_eq!(summary.get(&("example.test/v1".to_string(), None)), Some(&19_500));
+    assert_eq!(
+        summary.get(&("example.test/v2".to_string(), None)),
+        Some(&500)
+    );
+    assert_eq!(
+        summary.get(&("example.test/v1".to_string(), None)),
+        Some(&19_500)
+    );
 
     // The page log shows where each page started (what a crash-resume test checks).
     let log = double.list_log();

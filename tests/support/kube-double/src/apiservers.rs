@@ -9,8 +9,8 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 
 use crate::engine::{Engine, Writer};
-use crate::object::{self, meta_str};
-use crate::resources::{Flavor, GroupResource, ResourceDef, builtin_resources, group_version};
+use crate::object;
+use crate::resources::{GroupResource, ResourceDef, builtin_resources, group_version};
 use crate::status::{ApiResult, StatusError};
 
 /// One apiserver process.
@@ -454,28 +454,6 @@ impl Engine {
         self.create(&def, "v1", Some("kube-system"), cm, &Writer::system())?;
         Ok(())
     }
-
-    /// The identity lease of instance `id` (test convenience).
-    pub fn identity_lease(&self, id: &str) -> ApiResult<Value> {
-        let def = self.def(&leases())?;
-        self.get_as(&def, Some("kube-system"), id, "v1")
-    }
-}
-
-/// Whether an object is one of the identity leases.
-pub fn is_identity_lease(obj: &Value) -> bool {
-    object::metadata(obj)
-        .and_then(|m| m.get("labels"))
-        .and_then(|l| l.get("apiserver.kubernetes.io/identity"))
-        .and_then(Value::as_str)
-        == Some("kube-apiserver")
-        && meta_str(obj, "namespace") == Some("kube-system")
-}
-
-/// Whether a resource has StorageVersion objects (built-ins only; recording 13 has none for
-/// CRDs' resources).
-pub fn has_storage_version(def: &ResourceDef) -> bool {
-    def.is_stored() && def.flavor != Flavor::Custom
 }
 
 #[cfg(test)]

@@ -2,7 +2,6 @@
 //! `/apis/<g>/<v>`, recordings 01, 03a, 03b) and aggregated discovery v2 with ETag and
 //! If-None-Match (recordings 02a, 02b).
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use http::{HeaderMap, Response, StatusCode, header};
@@ -256,14 +255,4 @@ pub fn aggregated_response(doc: &Value, request_headers: &HeaderMap) -> Response
 
 pub fn legacy_response(doc: &Value, pretty: bool) -> Response<Body> {
     json_response(StatusCode::OK, doc, pretty)
-}
-
-/// Every served group/version (for the binary's startup log and tests).
-pub fn served_group_versions(engine: &Engine) -> BTreeSet<String> {
-    engine
-        .catalog
-        .all()
-        .iter()
-        .flat_map(|d| d.served_versions.iter().map(|v| d.group_version(v)))
-        .collect()
 }

@@ -160,7 +160,15 @@ struct TableState {
     keys: BTreeMap<String, Vec<Version>>,
     live: usize,
     live_by_namespace: HashMap<String, usize>,
+    /// The latest changes, so a watch resuming from a recent resourceVersion replays them
+    /// without walking every key (the watch cache's event window).
+    recent: VecDeque<Arc<Event>>,
+    /// Every change after this revision is in `recent`.
+    recent_floor: u64,
 }
+
+/// Changes kept per resource for cheap watch resumption.
+const RECENT_EVENTS: usize = 4096;
 
 impl TableState {
     fn adjust_live(&mut self, key: &str, delta: isize) {
@@ -297,33 +305,12 @@ impl Store {
             .clone()
     }
 
-    /// Drops a resource's keys entirely (its CRD was deleted), returning the live entries.
-    pub fn drop_table(&self, gr: &GroupResource) {
-        self.tables
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(gr);
-    }
-
     /// The current value of `key`.
     pub fn get(&self, gr: &GroupResource, key: &str) -> Option<Entry> {
         let table = self.table(gr);
         let state = table.read();
         let versions = state.keys.get(key)?;
         live_at(key, versions, u64::MAX)
-    }
-
-    /// The value of `key` as of `rev`.
-    pub fn get_at(
-        &self,
-        gr: &GroupResource,
-        key: &str,
-        rev: u64,
-    ) -> Result<Option<Entry>, ReadError> {
-        self.check_readable(rev)?;
-        let table = self.table(gr);
-        let state = table.read();
-        Ok(state.keys.get(key).and_then(|v| live_at(key, v, rev)))
     }
 
     fn check_readable(&self, rev: u64) -> Result<(), ReadError> {
@@ -343,10 +330,9 @@ impl Store {
     }
 
     /// Reads up to `limit` live entries at `rev` with keys under `prefix`, from `from`
-    /// (inclusive) on, for which `keep` holds. `more` says whether further live keys exist
-    /// after the last entry returned. At most `scan_budget` keys are examined per call so
-    /// the lock is released regularly; `None` in the second slot means the budget ran out
-    /// and the scan should continue from the returned key.
+    /// (inclusive) on. `more` says whether further live keys exist after the last entry
+    /// returned. Callers page through big ranges in bounded batches, so the resource's lock
+    /// is never held for long.
     pub fn scan(
         &self,
         gr: &GroupResource,
@@ -405,8 +391,8 @@ impl Store {
     }
 
     /// Every change to the resource after `after` (exclusive) up to `until` (inclusive), in
-    /// revision order, rebuilt from the key histories — the replay a watch from an old
-    /// resourceVersion starts with.
+    /// revision order — the replay a watch from an old resourceVersion starts with. Recent
+    /// changes come from the event window; older ones are rebuilt from the key histories.
     pub fn changes_since(
         &self,
         gr: &GroupResource,
@@ -422,6 +408,14 @@ impl Store {
         }
         let table = self.table(gr);
         let state = table.read();
+        if after >= state.recent_floor {
+            return Ok(state
+                .recent
+                .iter()
+                .filter(|e| e.rev > after && e.rev <= until && e.key.starts_with(prefix))
+                .map(|e| Event::clone(e))
+                .collect());
+        }
         let mut events = Vec::new();
         for (key, versions) in state.keys.range(prefix.to_string()..) {
             if !key.starts_with(prefix) {
@@ -536,8 +530,15 @@ impl Store {
                 value,
             });
         state.adjust_live(key, delta);
+        let event = Arc::new(event);
+        state.recent.push_back(event.clone());
+        if state.recent.len() > RECENT_EVENTS
+            && let Some(evicted) = state.recent.pop_front()
+        {
+            state.recent_floor = evicted.rev;
+        }
         // No receivers is fine: nobody is watching this resource.
-        let _ = table.events.send(Arc::new(event));
+        let _ = table.events.send(event);
         drop(state);
         self.revision_feed.send_if_modified(|seen| {
             if rev > *seen {
@@ -627,11 +628,6 @@ impl Store {
             .iter()
             .filter_map(|(k, v)| live_at(k, v, u64::MAX))
             .collect()
-    }
-
-    /// Number of live objects of a resource.
-    pub fn live_count(&self, gr: &GroupResource) -> usize {
-        self.table(gr).read().live
     }
 }
 
@@ -797,6 +793,35 @@ mod tests {
             ]
         );
         assert_eq!(events[3].value.decode().unwrap()["n"], 2);
+    }
+
+    #[test]
+    fn replay_beyond_the_event_window_walks_the_histories() {
+        let store = Store::new();
+        let start = store.revision();
+        let mut rev = store
+            .commit(&gr(), "k", Expect::Absent, Some(value(0)))
+            .unwrap()
+            .rev;
+        for n in 1..=(RECENT_EVENTS as i64 + 10) {
+            rev = store
+                .commit(&gr(), "k", Expect::ModRev(rev), Some(value(n)))
+                .unwrap()
+                .rev;
+        }
+        let all = store
+            .changes_since(&gr(), "", start, store.revision())
+            .unwrap();
+        assert_eq!(all.len(), RECENT_EVENTS + 11);
+        assert_eq!(all[0].kind, EventType::Added);
+        let recent = store
+            .changes_since(&gr(), "", rev - 3, store.revision())
+            .unwrap();
+        assert_eq!(recent.len(), 3);
+        assert_eq!(
+            recent[2].value.decode().unwrap()["n"],
+            RECENT_EVENTS as i64 + 10
+        );
     }
 
     #[test]

@@ -36,7 +36,10 @@ async fn the_binary_serves_preloaded_objects_and_reports_counters() {
         .expect("the binary announces itself")
         .unwrap()
         .unwrap();
-    let url = first.strip_prefix("listening on ").expect(&first).to_string();
+    let url = first
+        .strip_prefix("listening on ")
+        .expect(&first)
+        .to_string();
     assert!(url.starts_with("http://127.0.0.1:"));
     assert!(std::fs::read_to_string(&kubeconfig).unwrap().contains(&url));
 
@@ -52,12 +55,17 @@ async fn the_binary_serves_preloaded_objects_and_reports_counters() {
     assert_eq!(status, 200);
     assert_eq!(page["items"].as_array().unwrap().len(), 10);
     assert_eq!(page["metadata"]["remainingItemCount"], 40);
-    assert_eq!(page["items"][0]["data"]["payload"].as_str().unwrap().len(), 64);
+    assert_eq!(
+        page["items"][0]["data"]["payload"].as_str().unwrap().len(),
+        64
+    );
     let (_, widgets) = get("/apis/example.test/v2/namespaces/bench/widgets").await;
     assert_eq!(widgets["items"].as_array().unwrap().len(), 5);
 
     let deleted = http
-        .delete(format!("{url}/api/v1/namespaces/bench/configmaps/obj-00000"))
+        .delete(format!(
+            "{url}/api/v1/namespaces/bench/configmaps/obj-00000"
+        ))
         .send()
         .await
         .unwrap();
@@ -80,13 +88,18 @@ async fn the_binary_serves_preloaded_objects_and_reports_counters() {
     assert_eq!(stored["encoding"], "example.test/v1");
 
     let moved = http
-        .post(format!("{url}/_double/storage-version/widgets.example.test/v2"))
+        .post(format!(
+            "{url}/_double/storage-version/widgets.example.test/v2"
+        ))
         .send()
         .await
         .unwrap();
     assert_eq!(moved.status(), 200);
     let (_, discovery) = get("/apis/example.test/v1").await;
-    assert_eq!(discovery["resources"][0]["storageVersionHash"], "N5cUTqCK6wo=");
+    assert_eq!(
+        discovery["resources"][0]["storageVersionHash"],
+        "N5cUTqCK6wo="
+    );
 
     child.kill().await.unwrap();
 }
