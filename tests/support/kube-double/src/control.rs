@@ -85,8 +85,9 @@ impl Engine {
                 "{crd_name} has no version {version}"
             )));
         }
-        for v in versions.iter_mut() {
-            v["storage"] = json!(v["name"] == version);
+        for v in versions.iter_mut().filter_map(Value::as_object_mut) {
+            let is_storage = v.get("name").and_then(Value::as_str) == Some(version);
+            v.insert("storage".into(), json!(is_storage));
         }
         self.update(
             &crd_def,

@@ -24,16 +24,28 @@ pub fn storage_version(crd: &Value) -> Option<String> {
 }
 
 fn default_names(crd: &mut Value) {
-    let names = &mut crd["spec"]["names"];
-    if !names.is_object() {
+    // Only a well-formed spec.names gets defaults; validation reports anything else.
+    let Some(names) = crd
+        .get_mut("spec")
+        .and_then(|spec| spec.get_mut("names"))
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    let kind = names
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    if kind.is_empty() {
         return;
     }
-    let kind = names["kind"].as_str().unwrap_or("").to_string();
-    if names["listKind"].as_str().is_none_or(str::is_empty) && !kind.is_empty() {
-        names["listKind"] = json!(format!("{kind}List"));
+    let missing = |v: Option<&Value>| v.and_then(Value::as_str).is_none_or(str::is_empty);
+    if missing(names.get("listKind")) {
+        names.insert("listKind".into(), json!(format!("{kind}List")));
     }
-    if names["singular"].as_str().is_none_or(str::is_empty) && !kind.is_empty() {
-        names["singular"] = json!(kind.to_lowercase());
+    if missing(names.get("singular")) {
+        names.insert("singular".into(), json!(kind.to_lowercase()));
     }
 }
 

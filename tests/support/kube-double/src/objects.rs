@@ -97,6 +97,15 @@ impl Call<'_> {
 pub async fn handle(call: Call<'_>) -> Response<Body> {
     let pretty = call.pretty;
     let def = call.route.def.clone();
+    let needs_name = matches!(call.verb, "get" | "update" | "patch" | "delete");
+    if needs_name && call.route.name.is_none() {
+        return status_response(
+            &StatusError::method_not_allowed(
+                "the server does not allow this method on the requested resource",
+            ),
+            pretty,
+        );
+    }
     let supported = match &call.route.subresource {
         Some(sub) => def
             .subresources

@@ -45,7 +45,11 @@ impl StoredValue {
         let mut json = serde_json::to_vec(object).unwrap_or_default();
         json.push(b'\n');
         let bytes = match key {
-            None => Bytes::from(json),
+            None => {
+                // The serializer's buffer grows by doubling; keep only what is stored.
+                json.shrink_to_fit();
+                Bytes::from(json)
+            }
             Some(key) => {
                 let mut out =
                     Vec::with_capacity(ENVELOPE_PREFIX.len() + key.len() + 1 + json.len());

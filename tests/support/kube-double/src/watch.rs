@@ -33,6 +33,8 @@ use crate::status::{ApiResult, Cause, StatusError};
 use crate::store::{Event, EventType, ReadError, StoredValue};
 
 const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
+/// Longest watch the double keeps open, whatever `timeoutSeconds` asks.
+const MAX_TIMEOUT: Duration = Duration::from_secs(7 * 24 * 3600);
 const BOOKMARK_INTERVAL: Duration = Duration::from_secs(60);
 /// How long a watch from a resourceVersion the store has not reached waits for it.
 const TOO_LARGE_WAIT: Duration = Duration::from_secs(3);
@@ -138,7 +140,8 @@ fn plan(call: &Call<'_>) -> ApiResult<Plan> {
         Some(t) => Duration::from_secs(
             t.parse::<u64>()
                 .map_err(|_| StatusError::bad_request(format!("invalid timeoutSeconds {t:?}")))?,
-        ),
+        )
+        .min(MAX_TIMEOUT),
         None => DEFAULT_TIMEOUT,
     };
     let bookmarks = q.flag("allowWatchBookmarks");
