@@ -44,9 +44,11 @@ struct Args {
     #[arg(long)]
     fault: Vec<String>,
 
-    /// Compact every this many seconds (continue tokens expire after 1-2 intervals).
-    #[arg(long)]
-    compaction_interval_seconds: Option<u64>,
+    /// Compact every this many seconds, like kube-apiserver's --etcd-compaction-interval
+    /// (default 5 minutes): continue tokens expire after one to two intervals, and the
+    /// history of rewritten objects is freed. 0 disables compaction.
+    #[arg(long, default_value_t = 300)]
+    compaction_interval_seconds: u64,
 
     /// Answer watch-list requests with etcd 3.4's 500 ERROR event.
     #[arg(long)]
@@ -102,8 +104,9 @@ async fn run(args: Args) -> Result<(), String> {
         .port(args.port)
         .tls(args.tls)
         .watch_list(!args.no_watch_list);
-    if let Some(secs) = args.compaction_interval_seconds {
-        builder = builder.compaction_interval(Duration::from_secs(secs.max(1)));
+    if args.compaction_interval_seconds > 0 {
+        builder =
+            builder.compaction_interval(Duration::from_secs(args.compaction_interval_seconds));
     }
     let double = builder.start().await.map_err(|e| e.to_string())?;
     for spec in &args.crd {
