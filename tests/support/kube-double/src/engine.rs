@@ -459,6 +459,7 @@ impl Engine {
                 api_version: &def.group_version(version),
                 subresource: None,
                 applied,
+                typed: !def.is_custom(),
             },
         );
         let causes = kinds::validate(def, &obj, None);
@@ -572,6 +573,7 @@ impl Engine {
                 api_version: &def.group_version(version),
                 subresource,
                 applied,
+                typed: !def.is_custom(),
             },
         );
         let causes = kinds::validate(def, new, Some(old));

@@ -193,6 +193,10 @@ pub struct ManagerWrite<'a> {
     pub subresource: Option<&'a str>,
     /// For `Apply`: the applied configuration (its fields become the manager's set).
     pub applied: Option<&'a Value>,
+    /// A built-in (typed) kind: its top-level `spec` and `status` are Go structs that always
+    /// exist, so nobody owns them themselves (no `"."` entry, recordings 15a/15b), unlike
+    /// the maps of a custom resource (recording 04b).
+    pub typed: bool,
 }
 
 /// Recomputes `new`'s managedFields from `old`'s after a write, the way the field manager
@@ -214,12 +218,12 @@ pub fn update_managed_fields(old: Option<&Value>, new: &mut Value, write: &Manag
         new,
         &mut Vec::new(),
         &mut changed,
-        true,
+        Level::Top { typed: write.typed },
     );
     let applied: Option<FieldSet> = write.applied.map(|a| {
         let mut set = FieldSet::new();
-        collect_changed(&Value::Null, a, &mut Vec::new(), &mut set, true);
-        // Only fields that are in the object count (an applied value may equal the live one).
+        let level = Level::Top { typed: write.typed };
+        collect_changed(&Value::Null, a, &mut Vec::new(), &mut set, level);
         set
     });
 
@@ -314,41 +318,62 @@ pub fn update_managed_fields(old: Option<&Value>, new: &mut Value, write: &Manag
     }
 }
 
+/// Where in the object `collect_changed` is.
+#[derive(Clone, Copy)]
+enum Level {
+    Top { typed: bool },
+    Metadata,
+    Nested,
+}
+
 /// Paths in `new` that are absent from or different in `old`. A map that did not exist
-/// before is owned itself (the `"."` entry) and so are all its fields.
+/// before is owned itself (the `"."` entry) and so are all its fields; metadata (and a typed
+/// kind's spec and status) always exist and are never owned themselves.
 fn collect_changed(
     old: &Value,
     new: &Value,
     prefix: &mut FieldPath,
     out: &mut FieldSet,
-    top: bool,
+    level: Level,
 ) {
     let Some(new_map) = new.as_object() else {
         return;
     };
     let old_map = old.as_object();
     for (key, new_value) in new_map {
-        if top && matches!(key.as_str(), "apiVersion" | "kind") {
-            continue;
-        }
-        let in_metadata = prefix.len() == 1 && prefix[0] == "f:metadata";
-        if in_metadata && SYSTEM_METADATA.contains(&key.as_str()) {
-            continue;
-        }
+        let always_present = match level {
+            Level::Top { typed } => {
+                if matches!(key.as_str(), "apiVersion" | "kind") {
+                    continue;
+                }
+                key == "metadata" || (typed && (key == "spec" || key == "status"))
+            }
+            Level::Metadata => {
+                if SYSTEM_METADATA.contains(&key.as_str()) {
+                    continue;
+                }
+                false
+            }
+            Level::Nested => false,
+        };
         let old_value = old_map.and_then(|m| m.get(key));
         if old_value == Some(new_value) {
             continue;
         }
+        let child_level = if matches!(level, Level::Top { .. }) && key == "metadata" {
+            Level::Metadata
+        } else {
+            Level::Nested
+        };
         prefix.push(format!("f:{key}"));
-        let is_metadata = top && key == "metadata";
         match (old_value, new_value) {
-            (_, Value::Object(_)) if is_metadata => {
+            (_, Value::Object(_)) if always_present => {
                 collect_changed(
                     old_value.unwrap_or(&Value::Null),
                     new_value,
                     prefix,
                     out,
-                    false,
+                    child_level,
                 );
             }
             (Some(Value::Object(_)), Value::Object(_)) => {
@@ -357,12 +382,12 @@ fn collect_changed(
                     new_value,
                     prefix,
                     out,
-                    false,
+                    child_level,
                 );
             }
             (_, Value::Object(m)) if !m.is_empty() => {
                 out.insert(prefix.clone());
-                collect_changed(&Value::Null, new_value, prefix, out, false);
+                collect_changed(&Value::Null, new_value, prefix, out, child_level);
             }
             _ => {
                 out.insert(prefix.clone());
@@ -449,6 +474,7 @@ mod tests {
             api_version: "v1",
             subresource: None,
             applied: None,
+            typed: false,
         }
     }
 
@@ -493,6 +519,23 @@ mod tests {
         );
         let recorder = mf.iter().find(|e| e["manager"] == "kube-recorder").unwrap();
         assert_eq!(recorder["fieldsV1"], json!({"f:spec": {"f:size": {}}}));
+    }
+
+    #[test]
+    fn typed_kinds_do_not_own_spec_itself() {
+        let mut review = json!({"metadata": {}, "spec": {"token": "t"}});
+        update_managed_fields(
+            None,
+            &mut review,
+            &ManagerWrite {
+                typed: true,
+                ..write("kube-recorder")
+            },
+        );
+        assert_eq!(
+            review["metadata"]["managedFields"][0]["fieldsV1"],
+            json!({"f:spec": {"f:token": {}}})
+        );
     }
 
     #[test]

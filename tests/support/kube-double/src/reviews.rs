@@ -25,6 +25,7 @@ fn echo(def: &ResourceDef, version: &str, body: &Value, writer: &Writer, status:
             api_version: &def.group_version(version),
             subresource: None,
             applied: None,
+            typed: !def.is_custom(),
         },
     );
     review["status"] = status;
