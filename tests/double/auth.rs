@@ -77,6 +77,10 @@ async fn token_and_access_reviews_follow_the_configured_policy() {
         invalid["metadata"]["managedFields"][0]["manager"],
         "kube-recorder"
     );
+    assert_eq!(
+        invalid["metadata"]["managedFields"][0]["fieldsV1"],
+        json!({"f:spec": {"f:token": {}}})
+    );
     assert!(invalid["metadata"].get("name").is_none());
 
     let client = kube_client(&double).await;
