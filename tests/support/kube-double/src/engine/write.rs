@@ -1,67 +1,19 @@
-//! The double's API machinery without HTTP: object lifecycle over the store, following
-//! k8s.io/apiserver's generic registry (`store.go`) and etcd3 storage (`GuaranteedUpdate`).
-
-use std::sync::{Arc, Mutex, OnceLock, RwLock};
+//! Writes: create, update (PUT), patch and delete, following `store.go` and etcd3's
+//! `GuaranteedUpdate` — including the rule that a write whose bytes equal the stored bytes is
+//! skipped (recording 08).
 
 use serde_json::{Value, json};
 
-use crate::apiservers::ApiServers;
-use crate::auth::AuthPolicy;
-use crate::continue_token::ContinueToken;
+use super::patch::ParsedPatch;
+use super::{Current, Engine, Writer, parse_resource_version};
 use crate::crd;
-use crate::faults::Faults;
 use crate::kinds;
-use crate::metrics::Metrics;
 use crate::negotiate::PatchType;
 use crate::object::{self, ManagerWrite, meta_str, name_of, set_meta};
-use crate::pki::Pki;
-use crate::resources::{Catalog, Flavor, GroupResource, ResourceDef, builtin_resources};
+use crate::resources::{Flavor, GroupResource, ResourceDef};
 use crate::route::object_key;
-use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::{ApiResult, Cause, StatusError};
-use crate::store::{CommitError, Entry, Expect, ReadError, Store, StoredValue};
-
-/// Behaviour switches of one double.
-#[derive(Clone, Debug)]
-pub struct EngineOptions {
-    /// Serve watch-list (`sendInitialEvents`) like kube-apiserver on etcd >= 3.5.13
-    /// (recording 10b). When false, such watches get the 500 ERROR event of etcd 3.4
-    /// (recording 10a).
-    pub watch_list: bool,
-    /// Serve `internal.apiserver.k8s.io/v1alpha1` storageversions (recording 13).
-    pub storage_version_api: bool,
-    /// Largest accepted request body (kube-apiserver: 3 MiB, recording 16d).
-    pub max_body_bytes: usize,
-}
-
-impl Default for EngineOptions {
-    fn default() -> Self {
-        Self {
-            watch_list: true,
-            storage_version_api: true,
-            max_body_bytes: 3 * 1024 * 1024,
-        }
-    }
-}
-
-/// Who writes, and whether for real.
-#[derive(Clone, Debug)]
-pub struct Writer {
-    /// The managedFields manager (`fieldManager`, else the User-Agent up to the first `/`).
-    pub manager: String,
-    /// `dryRun=All`: everything but the commit.
-    pub dry_run: bool,
-}
-
-impl Writer {
-    /// kube-apiserver writing its own objects.
-    pub fn system() -> Self {
-        Self {
-            manager: "kube-apiserver".into(),
-            dry_run: false,
-        }
-    }
-}
+use crate::store::{CommitError, Expect};
 
 /// DeleteOptions.preconditions.
 #[derive(Clone, Debug, Default)]
@@ -78,32 +30,7 @@ pub enum DeleteOutcome {
     Finalizing(Value),
 }
 
-/// What one LIST asks for.
-#[derive(Clone, Debug, Default)]
-pub struct ListParams {
-    pub labels: LabelSelector,
-    pub fields: FieldSelector,
-    pub limit: Option<usize>,
-    pub continue_token: Option<ContinueToken>,
-    pub resource_version: Option<String>,
-    pub resource_version_match: Option<String>,
-}
-
-/// One page of a LIST, objects in storage form with resourceVersion set.
-#[derive(Debug)]
-pub struct ListPage {
-    pub items: Vec<Value>,
-    pub revision: u64,
-    pub next: Option<ContinueToken>,
-    pub remaining: Option<usize>,
-}
-
-/// The state a conditional update starts from.
-pub struct Current {
-    pub obj: Value,
-    pub entry: Entry,
-}
-
+/// What a conditional update decided.
 enum Next {
     Write(Value),
     /// The update emptied the finalizers of an object being deleted: remove it.
@@ -122,100 +49,7 @@ pub struct Written {
 /// How many times a conditional write re-reads after losing a race before giving up.
 const MAX_UPDATE_ATTEMPTS: usize = 32;
 
-pub struct Engine {
-    pub catalog: Catalog,
-    pub store: Store,
-    pub metrics: Metrics,
-    pub faults: Faults,
-    pub auth: RwLock<AuthPolicy>,
-    pub options: EngineOptions,
-    pub pki: Pki,
-    pub apiservers: Mutex<ApiServers>,
-    /// `host:port` the double listens on (the identity leases advertise it).
-    pub address: OnceLock<String>,
-}
-
 impl Engine {
-    pub fn new(options: EngineOptions, pki: Pki) -> Self {
-        let defs = builtin_resources()
-            .into_iter()
-            .filter(|d| options.storage_version_api || d.flavor != Flavor::StorageVersion)
-            .collect();
-        Self {
-            catalog: Catalog::new(defs),
-            store: Store::new(),
-            metrics: Metrics::default(),
-            faults: Faults::default(),
-            auth: RwLock::new(AuthPolicy::default()),
-            options,
-            pki,
-            apiservers: Mutex::new(ApiServers::default()),
-            address: OnceLock::new(),
-        }
-    }
-
-    pub fn def(&self, gr: &GroupResource) -> ApiResult<Arc<ResourceDef>> {
-        self.catalog
-            .get(gr)
-            .ok_or_else(|| StatusError::not_found_in(&gr.group, &gr.resource, ""))
-    }
-
-    /// The stored object with `metadata.resourceVersion` = its mod revision.
-    pub fn decode(&self, entry: &Entry) -> ApiResult<Value> {
-        let mut obj = entry
-            .value
-            .decode()
-            .map_err(|e| StatusError::internal(format!("unable to decode stored object: {e}")))?;
-        set_meta(
-            &mut obj,
-            "resourceVersion",
-            json!(entry.mod_rev.to_string()),
-        );
-        Ok(obj)
-    }
-
-    /// Encodes an object as it is stored: in the storage version, without resourceVersion,
-    /// under the resource's current encryption key.
-    pub fn encode(&self, def: &ResourceDef, obj: &Value) -> StoredValue {
-        let mut stored = obj.clone();
-        let gv = def.storage_group_version();
-        stored["apiVersion"] = json!(gv);
-        stored["kind"] = json!(def.kind);
-        object::remove_meta(&mut stored, "resourceVersion");
-        object::remove_meta(&mut stored, "selfLink");
-        StoredValue::encode(&stored, &gv, def.encryption_key.as_deref())
-    }
-
-    /// An object as served in `version` (internal callers that read, change and write back).
-    pub fn get_as(
-        &self,
-        def: &ResourceDef,
-        namespace: Option<&str>,
-        name: &str,
-        version: &str,
-    ) -> ApiResult<Value> {
-        Ok(present(def, self.get(def, namespace, name)?, version))
-    }
-
-    pub fn get(&self, def: &ResourceDef, namespace: Option<&str>, name: &str) -> ApiResult<Value> {
-        let key = object_key(namespace, name);
-        let entry = self
-            .store
-            .get(&def.group_resource(), &key)
-            .ok_or_else(|| StatusError::not_found(def, name))?;
-        self.decode(&entry)
-    }
-
-    fn current(&self, def: &ResourceDef, key: &str) -> ApiResult<Option<Current>> {
-        match self.store.get(&def.group_resource(), key) {
-            None => Ok(None),
-            Some(entry) => Ok(Some(Current {
-                obj: self.decode(&entry)?,
-                entry,
-            })),
-        }
-    }
-
     /// `GuaranteedUpdate`: read, let `mutate` compute the next state, and commit it only if
     /// the key is still as read (else retry). When the new bytes equal the stored bytes —
     /// same content, same storage version, same encryption key — nothing is written and the
@@ -855,175 +689,6 @@ impl Engine {
             "the object is being modified too often; please try again",
         ))
     }
-
-    /// LIST: one page at a consistent revision (recordings 04, 04b, 05).
-    pub fn list(
-        &self,
-        def: &ResourceDef,
-        prefix: &str,
-        params: &ListParams,
-    ) -> ApiResult<ListPage> {
-        let gr = def.group_resource();
-        let limit = params.limit.filter(|l| *l > 0);
-        let (snapshot_rev, snapshot_live) = self.store.snapshot(&gr, prefix);
-        let mut first_page_at_snapshot = false;
-        let (revision, start) = match &params.continue_token {
-            Some(token) => {
-                let start = format!("{prefix}{}", token.start);
-                match token.revision {
-                    Some(rev) => {
-                        if rev < self.store.compacted_revision() {
-                            let mut err = StatusError::expired(EXPIRED_CONTINUE);
-                            err.continue_token = Some(token.inconsistent().encode());
-                            return Err(err);
-                        }
-                        (rev, Some(start))
-                    }
-                    None => (snapshot_rev, Some(start)),
-                }
-            }
-            None => {
-                let rv = params.resource_version.as_deref().unwrap_or("");
-                let exact = params.resource_version_match.as_deref() == Some("Exact")
-                    || (params.resource_version_match.is_none()
-                        && limit.is_some()
-                        && !rv.is_empty()
-                        && rv != "0");
-                if rv.is_empty() || rv == "0" {
-                    first_page_at_snapshot = true;
-                    (snapshot_rev, None)
-                } else {
-                    let wanted = parse_resource_version(rv)?;
-                    if wanted > snapshot_rev {
-                        return Err(too_large_resource_version(wanted, snapshot_rev));
-                    }
-                    if exact {
-                        if wanted < self.store.compacted_revision() {
-                            return Err(StatusError::expired(
-                                "The resourceVersion for the provided list is too old.",
-                            ));
-                        }
-                        (wanted, None)
-                    } else {
-                        first_page_at_snapshot = true;
-                        (snapshot_rev, None)
-                    }
-                }
-            }
-        };
-
-        let filtering = !params.labels.is_empty() || !params.fields.is_empty();
-        let mut items = Vec::new();
-        let mut from = start;
-        let mut last_key: Option<String> = None;
-        let mut more = false;
-        loop {
-            let want = limit.map_or(LIST_BATCH, |l| l - items.len()).max(1);
-            let scan = self
-                .store
-                .scan(&gr, prefix, from.as_deref(), revision, want)
-                .map_err(|ReadError::Compacted { .. }| {
-                    StatusError::expired("The resourceVersion for the provided list is too old.")
-                })?;
-            for entry in &scan.entries {
-                let obj = self.decode(entry)?;
-                last_key = Some(entry.key.clone());
-                let labels = object::metadata(&obj)
-                    .and_then(|m| m.get("labels"))
-                    .and_then(Value::as_object);
-                if params.labels.matches(labels) && params.fields.matches(&obj) {
-                    items.push(obj);
-                }
-            }
-            if !scan.more {
-                break;
-            }
-            if limit.is_some_and(|l| items.len() >= l) {
-                more = true;
-                break;
-            }
-            from = last_key.as_ref().map(|k| format!("{k}\u{0}"));
-        }
-
-        let mut next = None;
-        let mut remaining = None;
-        if more && let Some(last) = &last_key {
-            let relative = last.strip_prefix(prefix).unwrap_or(last);
-            let token = ContinueToken::after(revision, relative);
-            if !filtering {
-                let count = if first_page_at_snapshot && revision == snapshot_rev {
-                    Some(snapshot_live.saturating_sub(items.len()))
-                } else {
-                    params
-                        .continue_token
-                        .as_ref()
-                        .filter(|t| t.revision.is_some())
-                        .and_then(|t| self.store.recall_remaining(&gr, prefix, revision, &t.start))
-                        .map(|before| before.saturating_sub(items.len()))
-                };
-                let count = match count {
-                    Some(c) => c,
-                    None => self
-                        .store
-                        .count_from(&gr, prefix, Some(&format!("{last}\u{0}")), revision)
-                        .map_err(|_| {
-                            StatusError::expired(
-                                "The resourceVersion for the provided list is too old.",
-                            )
-                        })?,
-                };
-                self.store
-                    .remember_remaining(&gr, prefix, revision, &token.start, count);
-                remaining = Some(count);
-            }
-            next = Some(token);
-        }
-        Ok(ListPage {
-            items,
-            revision,
-            next,
-            remaining,
-        })
-    }
-}
-
-/// An object in the version a client asked for (conversion between versions only changes
-/// apiVersion: CRDs here use `conversion.strategy: None`, built-ins have one served version).
-pub fn present(def: &ResourceDef, mut obj: Value, version: &str) -> Value {
-    obj["apiVersion"] = json!(def.group_version(version));
-    obj["kind"] = json!(def.kind);
-    obj
-}
-
-/// Keys examined per lock acquisition when a LIST has no limit or filters heavily.
-const LIST_BATCH: usize = 512;
-
-/// kube-apiserver's message for a continue token older than the compacted revision.
-pub const EXPIRED_CONTINUE: &str = "The provided continue parameter is too old to display a consistent list result. You can start a new list without the continue parameter, or use the continue token in this response to retrieve the remainder of the results. Continuing with the provided token results in an inconsistent list - objects that were created, modified, or deleted between the time the first chunk was returned and now may show up in the list.";
-
-/// 504 "Too large resource version" (recording 10a, step 4b).
-pub fn too_large_resource_version(wanted: u64, current: u64) -> StatusError {
-    let mut details = serde_json::Map::new();
-    details.insert(
-        "causes".into(),
-        json!([{"reason": "ResourceVersionTooLarge", "message": "Too large resource version"}]),
-    );
-    details.insert("retryAfterSeconds".into(), json!(1));
-    StatusError::new(
-        504,
-        "Timeout",
-        format!("Timeout: Too large resource version: {wanted}, current: {current}"),
-    )
-    .with_details(details)
-}
-
-pub fn parse_resource_version(rv: &str) -> ApiResult<u64> {
-    rv.parse::<u64>().map_err(|_| {
-        StatusError::bad_request(format!(
-            "invalid resource version: {}",
-            crate::status::go_quote(rv)
-        ))
-    })
 }
 
 /// The internal Go package kube-apiserver names in conversion errors.
@@ -1053,83 +718,4 @@ pub fn unsupported_patch() -> StatusError {
     StatusError::unsupported_media_type(
         "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
     )
-}
-
-enum ParsedPatch {
-    Merge(Value),
-    Json(json_patch::Patch),
-    Apply(Value),
-}
-
-impl ParsedPatch {
-    fn parse(patch_type: PatchType, body: &[u8]) -> ApiResult<Self> {
-        match patch_type {
-            PatchType::Merge | PatchType::StrategicMerge => serde_json::from_slice(body)
-                .map(ParsedPatch::Merge)
-                .map_err(|e| StatusError::bad_request(format!("error decoding patch: {e}"))),
-            PatchType::Json => serde_json::from_slice(body)
-                .map(ParsedPatch::Json)
-                .map_err(|e| StatusError::bad_request(format!("error decoding patch: {e}"))),
-            PatchType::Apply => {
-                let value: Value = serde_yaml::from_slice(body)
-                    .map_err(|e| StatusError::bad_request(format!("error decoding YAML: {e}")))?;
-                if !value.is_object() {
-                    return Err(StatusError::bad_request(
-                        "error decoding YAML: an apply patch must be an object",
-                    ));
-                }
-                Ok(ParsedPatch::Apply(value))
-            }
-        }
-    }
-
-    fn apply_to(&self, doc: &mut Value) -> ApiResult<()> {
-        match self {
-            ParsedPatch::Merge(patch) => {
-                json_patch::merge(doc, patch);
-                Ok(())
-            }
-            ParsedPatch::Json(patch) => json_patch::patch(doc, patch).map_err(|e| {
-                // NewGenericServerResponse(422, ...) as the patch handler answers.
-                let mut details = serde_json::Map::new();
-                details.insert(
-                    "causes".into(),
-                    json!([{"reason": "UnexpectedServerResponse", "message": e.to_string()}]),
-                );
-                StatusError::new(
-                    422,
-                    "Invalid",
-                    "the server rejected our request due to an error in our request",
-                )
-                .with_details(details)
-            }),
-            ParsedPatch::Apply(applied) => {
-                deep_merge(doc, applied);
-                Ok(())
-            }
-        }
-    }
-}
-
-/// Server-side apply's effect on the fields the applier sets: maps merge, everything else is
-/// replaced. (Field ownership conflicts are not modelled.)
-fn deep_merge(target: &mut Value, applied: &Value) {
-    match (target, applied) {
-        (Value::Object(t), Value::Object(a)) => {
-            for (k, v) in a {
-                if v.is_null() {
-                    continue;
-                }
-                match t.get_mut(k) {
-                    Some(existing) if existing.is_object() && v.is_object() => {
-                        deep_merge(existing, v)
-                    }
-                    _ => {
-                        t.insert(k.clone(), v.clone());
-                    }
-                }
-            }
-        }
-        (t, a) => *t = a.clone(),
-    }
 }
