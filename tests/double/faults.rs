@@ -138,6 +138,17 @@ async fn faults_are_injected_per_route() {
         (422, Some("Invalid".into()))
     );
 
+    // Non-resource routes (discovery) by path.
+    double.clear_faults();
+    double.add_fault(
+        FaultRule::new(Fault::ServerError { code: 503 })
+            .path("/apis")
+            .times(1),
+    );
+    assert_eq!(http.get_accept("/apis", AGGREGATED).await.status, 503);
+    assert_eq!(http.get_accept("/apis", AGGREGATED).await.status, 200);
+    assert_eq!(http.get("/api").await.status, 200);
+
     // The kube client sees the same errors.
     double.clear_faults();
     double.add_fault(

@@ -60,6 +60,8 @@ pub struct FaultRule {
     pub resource: Option<GroupResource>,
     pub namespace: Option<String>,
     pub name: Option<String>,
+    /// A request path (`/apis`, `/api`): for non-resource requests such as discovery.
+    pub path: Option<String>,
     /// Share of matching requests that get the fault (1.0 = all).
     pub fraction: f64,
     /// Stop after this many injections.
@@ -98,6 +100,11 @@ impl FaultRule {
         self
     }
 
+    pub fn path(mut self, path: &str) -> Self {
+        self.path = Some(path.into());
+        self
+    }
+
     pub fn fraction(mut self, fraction: f64) -> Self {
         self.fraction = fraction.clamp(0.0, 1.0);
         self
@@ -119,11 +126,13 @@ impl FaultRule {
                 .as_deref()
                 .is_none_or(|n| Some(n) == req.namespace)
             && self.name.as_deref().is_none_or(|n| Some(n) == req.name)
+            && self.path.as_deref().is_none_or(|p| p == req.path)
     }
 }
 
 /// Parses the binary's `--fault` flag:
-/// `verb=patch,resource=configmaps,name=x,fraction=0.1,times=5,fault=<kind>` where kind is
+/// `verb=patch,resource=configmaps,name=x,path=/apis,fraction=0.1,times=5,fault=<kind>`
+/// where kind is
 /// `500`/`503`/any 5xx, `429:<retry-after s>`, `latency:<ms>`, `drop`,
 /// `deny:<webhook>:<message>` or `deny422:<webhook>:<message>`.
 impl FromStr for FaultRule {
@@ -143,6 +152,7 @@ impl FromStr for FaultRule {
                 "resource" => rule.resource = Some(GroupResource::parse(v)),
                 "namespace" => rule.namespace = Some(v.into()),
                 "name" => rule.name = Some(v.into()),
+                "path" => rule.path = Some(v.into()),
                 "fraction" => {
                     rule.fraction = v
                         .parse::<f64>()
@@ -212,6 +222,7 @@ pub struct RequestFacts<'a> {
     pub resource: Option<&'a GroupResource>,
     pub namespace: Option<&'a str>,
     pub name: Option<&'a str>,
+    pub path: &'a str,
 }
 
 /// The decision for one request: latency to add, then at most one failure.
@@ -309,6 +320,7 @@ mod tests {
             resource: Some(gr),
             namespace: Some("demo"),
             name: Some(name),
+            path: "/api/v1/namespaces/demo/configmaps",
         }
     }
 
@@ -352,6 +364,16 @@ mod tests {
         assert!(matches!(d.fault, Some(Fault::Deny { code: 403, .. })));
         assert!(faults.decide(&facts("update", &cm, "x")).fault.is_none());
         assert!(faults.decide(&facts("update", &cm, "y")).fault.is_none());
+        faults.add(FaultRule::new(Fault::ServerError { code: 503 }).path("/apis"));
+        let discovery = RequestFacts {
+            verb: "get",
+            resource: None,
+            namespace: None,
+            name: None,
+            path: "/apis",
+        };
+        assert!(faults.decide(&discovery).fault.is_some());
+        assert!(faults.decide(&facts("get", &cm, "y")).fault.is_none());
     }
 
     #[test]

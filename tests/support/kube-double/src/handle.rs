@@ -127,7 +127,8 @@ impl Builder {
         let compactor = self
             .compaction_interval
             .map(|interval| tokio::spawn(compact_periodically(engine.clone(), interval)));
-        metrics_reset_after_bootstrap(&engine);
+        // Bootstrap writes are setup, not traffic a test wants to count.
+        engine.metrics.reset();
         Ok(KubeDouble {
             engine,
             addr,
@@ -138,11 +139,6 @@ impl Builder {
             compactor,
         })
     }
-}
-
-/// Bootstrap writes are setup, not traffic a test wants to count.
-fn metrics_reset_after_bootstrap(engine: &Engine) {
-    engine.metrics.reset();
 }
 
 /// kube-apiserver's compactor: compact at the revision seen one interval ago.

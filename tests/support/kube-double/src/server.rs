@@ -126,6 +126,7 @@ async fn handle(
             resource: facts_resource.as_ref(),
             namespace: namespace.as_deref(),
             name: name.as_deref(),
+            path: &path,
         });
         if !decision.latency.is_zero() {
             tokio::time::sleep(decision.latency).await;
