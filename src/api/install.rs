@@ -1,0 +1,30 @@
+//! Builds the served registry: one generic store per kind over the shared storage.
+
+use std::sync::Arc;
+
+use super::migration::MigrationStrategy;
+use super::storagestate::StorageStateStrategy;
+use crate::registry::{Registry, Store};
+use crate::storage::Storage;
+
+/// What `install` built: the registry the HTTP layer serves, and the typed stores the
+/// controllers use (the same stores, so validation and watch events stay one code path).
+pub struct Installed {
+    pub registry: Registry,
+    pub migrations: Arc<Store<MigrationStrategy>>,
+    pub states: Arc<Store<StorageStateStrategy>>,
+}
+
+/// Objects live under `<prefix>/storageversionmigrations/` and `<prefix>/storagestates/`.
+pub fn install(storage: Arc<dyn Storage>, prefix: &str) -> Installed {
+    let migrations = Arc::new(Store::new(MigrationStrategy, storage.clone(), prefix));
+    let states = Arc::new(Store::new(StorageStateStrategy, storage, prefix));
+    let mut registry = Registry::new();
+    registry.register(migrations.clone());
+    registry.register(states.clone());
+    Installed {
+        registry,
+        migrations,
+        states,
+    }
+}
