@@ -1,0 +1,150 @@
+//! Delete (k8s.io/apiserver `rest.BeforeDelete` + `Store.Delete` for kinds without graceful
+//! deletion): preconditions, then either mark the object as deleting while finalizers hold it
+//! or remove it. No garbage collector runs here, so propagation policies change nothing.
+
+use k8s_openapi::Metadata;
+
+use super::super::error::{ApiError, ApiResult};
+use super::super::rest::Preconditions;
+use super::super::strategy::Strategy;
+use super::{MAX_WRITE_ATTEMPTS, Store, decode_stored, now};
+use crate::storage::StorageError;
+
+/// The outcome of a delete.
+#[derive(Debug, Clone)]
+pub struct Deletion<O> {
+    /// The last state when gone; the object with `deletionTimestamp` set while finalizers
+    /// remain.
+    pub object: O,
+    /// Whether the object is gone from storage (or would be, for a dry run).
+    pub gone: bool,
+}
+
+impl<S: Strategy> Store<S> {
+    /// Delete `name` (the controllers' entry point: same rules as a REST delete).
+    pub async fn delete(
+        &self,
+        name: &str,
+        preconditions: &Preconditions,
+    ) -> ApiResult<Deletion<S::Object>> {
+        self.delete_object(name, preconditions, false).await
+    }
+
+    pub(crate) async fn delete_object(
+        &self,
+        name: &str,
+        preconditions: &Preconditions,
+        dry_run: bool,
+    ) -> ApiResult<Deletion<S::Object>> {
+        let key = self.key(name)?;
+        for _ in 0..MAX_WRITE_ATTEMPTS {
+            let Some(kv) = self
+                .storage
+                .get(&key)
+                .await
+                .map_err(|e| self.storage_error(e, name))?
+            else {
+                return Err(self.not_found(name));
+            };
+            let current: S::Object = decode_stored(&kv, kv.mod_revision)?;
+            self.check_preconditions(&current, preconditions, name)?;
+
+            let finalizers = current.metadata().finalizers.as_ref();
+            let outcome = if finalizers.is_some_and(|f| !f.is_empty()) {
+                let mut deleting = current.clone();
+                mark_as_deleting(deleting.metadata_mut());
+                let bytes = self.encode_for_storage(&deleting)?;
+                if bytes == kv.value {
+                    // Already being deleted: nothing to write.
+                    return Ok(Deletion {
+                        object: current,
+                        gone: false,
+                    });
+                }
+                if dry_run {
+                    return Ok(Deletion {
+                        object: deleting,
+                        gone: false,
+                    });
+                }
+                self.storage
+                    .update(&key, bytes, kv.mod_revision)
+                    .await
+                    .map(|revision| {
+                        deleting.metadata_mut().resource_version = Some(revision.to_string());
+                        Deletion {
+                            object: deleting,
+                            gone: false,
+                        }
+                    })
+            } else {
+                if dry_run {
+                    return Ok(Deletion {
+                        object: current,
+                        gone: true,
+                    });
+                }
+                self.storage
+                    .delete(&key, kv.mod_revision)
+                    .await
+                    .map(|_| Deletion {
+                        object: current,
+                        gone: true,
+                    })
+            };
+            match outcome {
+                Ok(deletion) => return Ok(deletion),
+                Err(StorageError::Conflict { .. }) => continue,
+                Err(StorageError::NotFound { .. }) => return Err(self.not_found(name)),
+                Err(err) => return Err(self.storage_error(err, name)),
+            }
+        }
+        Err(self.stale(name))
+    }
+
+    /// metav1.Preconditions; a mismatch is a 409 naming the Kind (upstream's
+    /// `rest.BeforeDelete` texts).
+    fn check_preconditions(
+        &self,
+        current: &S::Object,
+        preconditions: &Preconditions,
+        name: &str,
+    ) -> ApiResult<()> {
+        let meta = current.metadata();
+        let conflict = |message: String| ApiError::Conflict {
+            group: self.group().into(),
+            resource: self.kind().into(),
+            name: name.into(),
+            message,
+        };
+        if let Some(uid) = &preconditions.uid {
+            let actual = meta.uid.clone().unwrap_or_default();
+            if *uid != actual {
+                return Err(conflict(format!(
+                    "the UID in the precondition ({uid}) does not match the UID in record ({actual}). The object might have been deleted and then recreated"
+                )));
+            }
+        }
+        if let Some(rv) = &preconditions.resource_version {
+            let actual = meta.resource_version.clone().unwrap_or_default();
+            if *rv != actual {
+                return Err(conflict(format!(
+                    "the ResourceVersion in the precondition ({rv}) does not match the ResourceVersion in record ({actual}). The object might have been modified"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Upstream's `markAsDeleting`: the first delete of an object held by finalizers bumps its
+/// generation and sets `deletionTimestamp`; the grace period is zero (no graceful deletion).
+fn mark_as_deleting(meta: &mut k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) {
+    if meta.deletion_timestamp.is_none() {
+        if let Some(generation) = meta.generation.filter(|g| *g > 0) {
+            meta.generation = Some(generation + 1);
+        }
+        meta.deletion_timestamp = Some(now());
+    }
+    meta.deletion_grace_period_seconds = Some(0);
+}
