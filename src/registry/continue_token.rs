@@ -61,7 +61,9 @@ impl ContinueToken {
     /// Decode a client's token; every defect is a 400 with upstream's wording.
     pub fn decode(token: &str) -> Result<Self, ApiError> {
         let invalid = |detail: String| {
-            ApiError::BadRequest(format!("invalid continue token: continue key is not valid{detail}"))
+            ApiError::BadRequest(format!(
+                "invalid continue token: continue key is not valid{detail}"
+            ))
         };
         let bytes = URL_SAFE_NO_PAD
             .decode(token.trim_end_matches('='))
@@ -86,7 +88,11 @@ impl ContinueToken {
         // A start key must stay inside the resource's prefix: no path traversal (upstream
         // cleans the path and rejects anything that changes).
         let start = wire.start.strip_prefix('/').unwrap_or(&wire.start);
-        if start.is_empty() || start.split('/').any(|seg| seg.is_empty() || seg == "." || seg == "..") {
+        if start.is_empty()
+            || start
+                .split('/')
+                .any(|seg| seg.is_empty() || seg == "." || seg == "..")
+        {
             return Err(invalid(format!(": {}", wire.start)));
         }
         Ok(Self {
@@ -141,7 +147,10 @@ mod tests {
     fn rejects_malformed_tokens_with_400() {
         let encode = |json: &str| URL_SAFE_NO_PAD.encode(json);
         let cases = [
-            ("not base64 at all!".to_string(), "continue key is not valid"),
+            (
+                "not base64 at all!".to_string(),
+                "continue key is not valid",
+            ),
             (encode("{"), "continue key is not valid"),
             (
                 encode(r#"{"v":"meta.k8s.io/v2","rv":1,"start":"a"}"#),

@@ -231,8 +231,14 @@ fn meta_definitions() -> Vec<(String, Value)> {
                 ("type", string.clone()),
             ]),
         ),
-        (format!("{META}.Time"), json!({"type": "string", "format": "date-time"})),
-        (format!("{META}.MicroTime"), json!({"type": "string", "format": "date-time"})),
+        (
+            format!("{META}.Time"),
+            json!({"type": "string", "format": "date-time"}),
+        ),
+        (
+            format!("{META}.MicroTime"),
+            json!({"type": "string", "format": "date-time"}),
+        ),
         (format!("{META}.FieldsV1"), json!({"type": "object"})),
     ]
 }

@@ -61,7 +61,11 @@ pub fn validate_create(meta: &ObjectMeta) -> Vec<FieldError> {
     let mut errs = Vec::new();
     if let Some(generate_name) = meta.generate_name.as_deref().filter(|g| !g.is_empty()) {
         for msg in name_errors(generate_name, true) {
-            errs.push(FieldError::invalid("metadata.generateName", generate_name, &msg));
+            errs.push(FieldError::invalid(
+                "metadata.generateName",
+                generate_name,
+                &msg,
+            ));
         }
     }
     match meta.name.as_deref().filter(|n| !n.is_empty()) {
@@ -82,7 +86,9 @@ pub fn validate_create(meta: &ObjectMeta) -> Vec<FieldError> {
         ));
     }
     errs.extend(validate_common(meta));
-    errs.extend(validate_finalizers(meta.finalizers.as_deref().unwrap_or_default()));
+    errs.extend(validate_finalizers(
+        meta.finalizers.as_deref().unwrap_or_default(),
+    ));
     errs
 }
 
@@ -143,7 +149,10 @@ fn validate_owner_references(refs: &[OwnerReference]) -> Vec<FieldError> {
     for (i, owner) in refs.iter().enumerate() {
         let path = format!("metadata.ownerReferences[{i}]");
         if owner.api_version.is_empty() {
-            errs.push(FieldError::required(format!("{path}.apiVersion"), "must not be empty"));
+            errs.push(FieldError::required(
+                format!("{path}.apiVersion"),
+                "must not be empty",
+            ));
         } else if !valid_group_version(&owner.api_version) {
             errs.push(FieldError::invalid(
                 format!("{path}.apiVersion"),
@@ -152,13 +161,22 @@ fn validate_owner_references(refs: &[OwnerReference]) -> Vec<FieldError> {
             ));
         }
         if owner.kind.is_empty() {
-            errs.push(FieldError::required(format!("{path}.kind"), "must not be empty"));
+            errs.push(FieldError::required(
+                format!("{path}.kind"),
+                "must not be empty",
+            ));
         }
         if owner.name.is_empty() {
-            errs.push(FieldError::required(format!("{path}.name"), "must not be empty"));
+            errs.push(FieldError::required(
+                format!("{path}.name"),
+                "must not be empty",
+            ));
         }
         if owner.uid.is_empty() {
-            errs.push(FieldError::required(format!("{path}.uid"), "must not be empty"));
+            errs.push(FieldError::required(
+                format!("{path}.uid"),
+                "must not be empty",
+            ));
         }
         if owner.controller == Some(true) {
             let current = format!("{}/{}", owner.kind, owner.name);
@@ -216,7 +234,11 @@ fn immutable<T: serde::Serialize + PartialEq>(
     errs: &mut Vec<FieldError>,
 ) {
     if new != old {
-        errs.push(invalid_rendered(field, &rendered(new), "field is immutable"));
+        errs.push(invalid_rendered(
+            field,
+            &rendered(new),
+            "field is immutable",
+        ));
     }
 }
 
@@ -251,7 +273,12 @@ pub fn validate_update(new: &ObjectMeta, old: &ObjectMeta) -> Vec<FieldError> {
         ));
     }
     let text = |v: &Option<String>| v.clone().unwrap_or_default();
-    immutable("metadata.name", &text(&new.name), &text(&old.name), &mut errs);
+    immutable(
+        "metadata.name",
+        &text(&new.name),
+        &text(&old.name),
+        &mut errs,
+    );
     immutable(
         "metadata.namespace",
         &text(&new.namespace),
@@ -300,7 +327,10 @@ mod tests {
         let name = generate_name("gen-");
         assert_eq!(name.len(), 9);
         assert!(name.starts_with("gen-"));
-        assert!(name[4..].bytes().all(|b| NAME_SUFFIX_ALPHABET.contains(&b)), "{name}");
+        assert!(
+            name[4..].bytes().all(|b| NAME_SUFFIX_ALPHABET.contains(&b)),
+            "{name}"
+        );
         let long = generate_name(&"x".repeat(100));
         assert_eq!(long.len(), 63);
         assert!(validate_create(&meta(&long)).is_empty());

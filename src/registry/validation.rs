@@ -2,13 +2,13 @@
 //! `pkg/util/validation`), with upstream's error texts: DNS-1123 subdomains, qualified names
 //! (label keys), label values.
 
-const DNS1123_SUBDOMAIN_FMT: &str = "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
+const DNS1123_SUBDOMAIN_FMT: &str =
+    "[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*";
 const DNS1123_SUBDOMAIN_MSG: &str = "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
 const DNS1123_SUBDOMAIN_MAX: usize = 253;
 
 const LABEL_KEY_FMT: &str = "([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]";
-const LABEL_KEY_MSG: &str =
-    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
+const LABEL_KEY_MSG: &str = "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an alphanumeric character";
 const LABEL_KEY_MAX: usize = 63;
 
 const LABEL_VALUE_FMT: &str = "(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?";
@@ -107,7 +107,11 @@ pub fn qualified_name_errors(value: &str) -> Vec<String> {
     if !matches_label_name(name) {
         errs.push(format!(
             "name part {}",
-            regex_error(LABEL_KEY_MSG, LABEL_KEY_FMT, &["MyName", "my.name", "123-abc"])
+            regex_error(
+                LABEL_KEY_MSG,
+                LABEL_KEY_FMT,
+                &["MyName", "my.name", "123-abc"]
+            )
         ));
     }
     errs
@@ -150,16 +154,30 @@ mod tests {
         for bad in ["", "A", "-a", "a-", "a..b", ".a", "a_b", "a.-b"] {
             assert_eq!(dns1123_subdomain_errors(bad).len(), 1, "{bad}");
         }
-        assert_eq!(dns1123_subdomain_errors(&"x".repeat(254)), vec![max_len_error(253)]);
+        assert_eq!(
+            dns1123_subdomain_errors(&"x".repeat(254)),
+            vec![max_len_error(253)]
+        );
     }
 
     #[test]
     fn qualified_names() {
-        for ok in ["a", "A_b.c-D", "example.com/Key", "k8s.io/initial-events-end"] {
+        for ok in [
+            "a",
+            "A_b.c-D",
+            "example.com/Key",
+            "k8s.io/initial-events-end",
+        ] {
             assert!(qualified_name_errors(ok).is_empty(), "{ok}");
         }
-        assert_eq!(qualified_name_errors("/a"), vec!["prefix part must be non-empty"]);
-        assert!(qualified_name_errors("Bad.Prefix/a")[0].starts_with("prefix part a lowercase RFC 1123"));
+        assert_eq!(
+            qualified_name_errors("/a"),
+            vec!["prefix part must be non-empty"]
+        );
+        assert!(
+            qualified_name_errors("Bad.Prefix/a")[0]
+                .starts_with("prefix part a lowercase RFC 1123")
+        );
         assert!(qualified_name_errors("a/b/c")[0].starts_with("a valid label key must consist"));
         let empty_name = qualified_name_errors("example.com/");
         assert_eq!(empty_name[0], "name part must be non-empty");

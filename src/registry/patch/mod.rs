@@ -111,9 +111,18 @@ mod tests {
             patch.apply(&current, &rules()).expect("applies"),
             json!({"metadata": {"name": "x", "labels": {"a": "b"}}, "spec": {"size": 3}})
         );
-        let failing = Patch::parse(PatchType::Json, br#"[{"op":"test","path":"/spec/size","value":9}]"#)
-            .expect("valid json patch");
-        assert_eq!(failing.apply(&current, &rules()).expect_err("test fails").code(), 422);
+        let failing = Patch::parse(
+            PatchType::Json,
+            br#"[{"op":"test","path":"/spec/size","value":9}]"#,
+        )
+        .expect("valid json patch");
+        assert_eq!(
+            failing
+                .apply(&current, &rules())
+                .expect_err("test fails")
+                .code(),
+            422
+        );
     }
 
     #[test]
@@ -138,10 +147,18 @@ mod tests {
             (PatchType::StrategicMerge, &b""[..]),
         ] {
             let err = Patch::parse(patch_type, body).expect_err("malformed");
-            assert_eq!(err.code(), 400, "{patch_type:?} {:?}", String::from_utf8_lossy(body));
+            assert_eq!(
+                err.code(),
+                400,
+                "{patch_type:?} {:?}",
+                String::from_utf8_lossy(body)
+            );
         }
         let err = Patch::parse(PatchType::Apply, b"{}").expect_err("apply");
         assert_eq!(err.code(), 415);
-        assert!(err.to_string().contains("application/strategic-merge-patch+json"));
+        assert!(
+            err.to_string()
+                .contains("application/strategic-merge-patch+json")
+        );
     }
 }

@@ -25,7 +25,10 @@ impl MergeRules {
     pub fn for_kind(kind_rules: Vec<(&'static str, ListMerge)>) -> Self {
         let mut rules = vec![
             ("metadata.finalizers".to_string(), ListMerge::Set),
-            ("metadata.ownerReferences".to_string(), ListMerge::ByKey("uid")),
+            (
+                "metadata.ownerReferences".to_string(),
+                ListMerge::ByKey("uid"),
+            ),
         ];
         rules.extend(kind_rules.into_iter().map(|(p, r)| (p.to_string(), r)));
         Self { rules }
@@ -105,10 +108,8 @@ fn merge_map(
         }
         let field_path = child(path, &key);
         let Some(current) = original.get_mut(&key) else {
-            if !delete_list {
-                if let Some(value) = strip(patch_value) {
-                    original.insert(key, value);
-                }
+            if !delete_list && let Some(value) = strip(patch_value) {
+                original.insert(key, value);
             }
             continue;
         };
@@ -122,9 +123,13 @@ fn merge_map(
                     delete_from_list(std::mem::take(current), &patch_list)
                 } else {
                     match rules.get(&field_path) {
-                        Some(rule) => {
-                            merge_list(std::mem::take(current), patch_list, &field_path, rule, rules)?
-                        }
+                        Some(rule) => merge_list(
+                            std::mem::take(current),
+                            patch_list,
+                            &field_path,
+                            rule,
+                            rules,
+                        )?,
                         None => strip_list(patch_list),
                     }
                 };
@@ -239,7 +244,11 @@ fn set_element_orders(
 
 /// The items of the patch list must appear in the `$setElementOrder` list in the same relative
 /// order (deletions aside).
-fn check_order(patch_list: &[Value], order: &[Value], merge_key: Option<&str>) -> Result<(), ApiError> {
+fn check_order(
+    patch_list: &[Value],
+    order: &[Value],
+    merge_key: Option<&str>,
+) -> Result<(), ApiError> {
     let items: Vec<&Value> = patch_list
         .iter()
         .filter(|item| item.get(DIRECTIVE).is_none())
@@ -320,7 +329,13 @@ fn merge_list(
         }
     };
     let (in_patch, server_only) = partition(merged, &patch, merge_key);
-    Ok(normalize_order(in_patch, server_only, &patch, &original, merge_key))
+    Ok(normalize_order(
+        in_patch,
+        server_only,
+        &patch,
+        &original,
+        merge_key,
+    ))
 }
 
 /// `$patch: delete` items remove their match, `$patch: replace` replaces the whole list.
@@ -365,7 +380,9 @@ fn special_elements(
 }
 
 fn no_merge_key(item: &Value, key: &str) -> ApiError {
-    bad_request(format!("map: {item} does not contain declared merge key: {key}"))
+    bad_request(format!(
+        "map: {item} does not contain declared merge key: {key}"
+    ))
 }
 
 fn merge_by_key(
@@ -401,11 +418,18 @@ fn merge_by_key(
 }
 
 fn delete_from_list(current: Vec<Value>, delete: &[Value]) -> Vec<Value> {
-    current.into_iter().filter(|v| !delete.contains(v)).collect()
+    current
+        .into_iter()
+        .filter(|v| !delete.contains(v))
+        .collect()
 }
 
 /// Split `merged` into the items named in `by` and the rest, each keeping `merged`'s order.
-fn partition(merged: Vec<Value>, by: &[Value], merge_key: Option<&str>) -> (Vec<Value>, Vec<Value>) {
+fn partition(
+    merged: Vec<Value>,
+    by: &[Value],
+    merge_key: Option<&str>,
+) -> (Vec<Value>, Vec<Value>) {
     merged
         .into_iter()
         .partition(|item| position(by, item, merge_key).is_some())
@@ -508,7 +532,10 @@ mod tests {
     #[test]
     fn unnamed_lists_are_replaced() {
         assert_eq!(
-            patched(json!({"spec": {"items": [1, 2, 3]}}), json!({"spec": {"items": [4]}})),
+            patched(
+                json!({"spec": {"items": [1, 2, 3]}}),
+                json!({"spec": {"items": [4]}})
+            ),
             json!({"spec": {"items": [4]}})
         );
     }
@@ -589,7 +616,10 @@ mod tests {
     #[test]
     fn patch_merge_directive_merges_maps_and_is_rejected_in_lists() {
         assert_eq!(
-            patched(json!({"spec": {"a": 1}}), json!({"spec": {"$patch": "merge", "b": 2}})),
+            patched(
+                json!({"spec": {"a": 1}}),
+                json!({"spec": {"$patch": "merge", "b": 2}})
+            ),
             json!({"spec": {"a": 1, "b": 2}})
         );
         let err = apply(
@@ -599,8 +629,12 @@ mod tests {
         )
         .expect_err("merge in a list");
         assert_eq!(err.code(), 400);
-        let err = apply(&json!({"spec": {}}), &json!({"spec": {"$patch": "bogus"}}), &rules())
-            .expect_err("unknown directive");
+        let err = apply(
+            &json!({"spec": {}}),
+            &json!({"spec": {"$patch": "bogus"}}),
+            &rules(),
+        )
+        .expect_err("unknown directive");
         assert_eq!(err.code(), 400);
     }
 
@@ -688,11 +722,19 @@ mod tests {
         )
         .expect_err("no merge key");
         assert_eq!(err.code(), 400);
-        assert!(err.to_string().contains("does not contain declared merge key: type"));
+        assert!(
+            err.to_string()
+                .contains("does not contain declared merge key: type")
+        );
     }
 
     #[test]
     fn a_non_object_patch_is_rejected() {
-        assert_eq!(apply(&json!({}), &json!([1]), &rules()).expect_err("array").code(), 400);
+        assert_eq!(
+            apply(&json!({}), &json!([1]), &rules())
+                .expect_err("array")
+                .code(),
+            400
+        );
     }
 }

@@ -365,9 +365,7 @@ impl Parser {
                         Token::Comma => continue,
                         Token::ClosedPar => return Ok(values),
                         _ => {
-                            return Err(format!(
-                                "found '{next_literal}', expected: ',' or ')'"
-                            ));
+                            return Err(format!("found '{next_literal}', expected: ',' or ')'"));
                         }
                     }
                 }
@@ -512,7 +510,8 @@ mod tests {
 
     #[test]
     fn match_table() {
-        let cases: &[(&str, &[(&str, &str)], bool)] = &[
+        type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], bool);
+        let cases: &[Case] = &[
             ("", &[], true),
             ("a=1", &[("a", "1")], true),
             ("a=1", &[("a", "2")], false),
@@ -540,7 +539,11 @@ mod tests {
         ];
         for (selector, set, expected) in cases {
             let parsed = LabelSelector::parse(selector).expect(selector);
-            assert_eq!(parsed.matches(&labels(set)), *expected, "{selector} on {set:?}");
+            assert_eq!(
+                parsed.matches(&labels(set)),
+                *expected,
+                "{selector} on {set:?}"
+            );
         }
     }
 
@@ -553,17 +556,33 @@ mod tests {
             ),
             ("a=1 b", "found 'b', expected: ',' or 'end of string'"),
             ("a=1,", "found '', expected: identifier after ','"),
-            ("=a", "found '=', expected: !, identifier, or 'end of string'"),
-            ("a in x", "unable to parse requirement: found 'x' expected: '('"),
-            ("a in (x", "unable to parse requirement: found '', expected: ',' or ')'"),
-            ("!", "unable to parse requirement: found '', expected: identifier"),
+            (
+                "=a",
+                "found '=', expected: !, identifier, or 'end of string'",
+            ),
+            (
+                "a in x",
+                "unable to parse requirement: found 'x' expected: '('",
+            ),
+            (
+                "a in (x",
+                "unable to parse requirement: found '', expected: ',' or ')'",
+            ),
+            (
+                "!",
+                "unable to parse requirement: found '', expected: identifier",
+            ),
             (
                 "a>x",
                 "unable to parse requirement: values[0]: Invalid value: \"x\": for 'Gt', 'Lt' operators, the value must be an integer",
             ),
         ];
         for (selector, expected) in cases {
-            assert_eq!(LabelSelector::parse(selector), Err(expected.to_string()), "{selector}");
+            assert_eq!(
+                LabelSelector::parse(selector),
+                Err(expected.to_string()),
+                "{selector}"
+            );
         }
         let bad_key = LabelSelector::parse("Foo_=1").expect_err("bad key");
         assert!(

@@ -174,7 +174,10 @@ where
     O: DeserializeOwned + k8s_openapi::Metadata<Ty = ObjectMeta>,
 {
     let mut obj: O = serde_json::from_slice(&kv.value).map_err(|e| {
-        ApiError::Internal(format!("stored object under {:?} does not decode: {e}", kv.key))
+        ApiError::Internal(format!(
+            "stored object under {:?} does not decode: {e}",
+            kv.key
+        ))
     })?;
     obj.metadata_mut().resource_version = Some(revision.to_string());
     Ok(obj)

@@ -13,9 +13,9 @@ use super::super::rest::{
     Subresource, WatchEventStream, WatchParams, WriteOptions, Written,
 };
 use super::super::strategy::{ResourceInfo, Strategy, TableColumn};
+use super::Store;
 use super::read::{ListPage, ListQuery, ReadAt};
 use super::selection::Selection;
-use super::Store;
 
 impl<S: Strategy> Store<S> {
     fn api_version(&self, version: &str) -> String {
@@ -66,7 +66,11 @@ impl<S: Strategy> Store<S> {
         };
         let api_version = text("apiVersion")?.unwrap_or_else(|| expected.clone());
         let kind = text("kind")?.unwrap_or_else(|| self.kind().to_string());
-        let body_version = api_version.rsplit('/').next().unwrap_or_default().to_string();
+        let body_version = api_version
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .to_string();
         let (body_group, _) = api_version.rsplit_once('/').unwrap_or(("", &api_version));
         if kind != self.kind() || body_group != self.group() {
             return Err(self.cannot_handle(
@@ -137,7 +141,10 @@ impl<S: Strategy> Store<S> {
         let original = self.encode(version, current)?;
         let mut patched = patch.apply(&original, &self.merge_rules)?;
         if !patched.is_object() {
-            return Err(patch_invalid(&patched, "the patched object is not a JSON object"));
+            return Err(patch_invalid(
+                &patched,
+                "the patched object is not a JSON object",
+            ));
         }
         self.check_type_meta(version, &mut patched)?;
         let patched_name = patched
@@ -210,7 +217,10 @@ impl<S: Strategy> Store<S> {
             .limit
             .filter(|l| *l > 0)
             .map(|l| usize::try_from(l).unwrap_or(usize::MAX));
-        let resource_version = params.resource_version.as_deref().filter(|rv| !rv.is_empty());
+        let resource_version = params
+            .resource_version
+            .as_deref()
+            .filter(|rv| !rv.is_empty());
         let continue_token = match params.continue_token.as_deref().filter(|c| !c.is_empty()) {
             None => None,
             Some(token) => {

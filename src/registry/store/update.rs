@@ -244,9 +244,8 @@ where
     ) else {
         return Ok(());
     };
-    let selected = |field: &str| {
-        !matches!(field, "metadata" | "apiVersion" | "kind") && from_old(field)
-    };
+    let selected =
+        |field: &str| !matches!(field, "metadata" | "apiVersion" | "kind") && from_old(field);
     let mut changed = false;
     let new_fields: Vec<String> = new_map.keys().filter(|k| selected(k)).cloned().collect();
     for field in new_fields {

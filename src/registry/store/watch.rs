@@ -123,7 +123,11 @@ impl<S: Strategy> Store<S> {
                 )],
             });
         }
-        let requested = match params.resource_version.as_deref().filter(|rv| !rv.is_empty()) {
+        let requested = match params
+            .resource_version
+            .as_deref()
+            .filter(|rv| !rv.is_empty())
+        {
             None => None,
             Some(rv) => Some(parse_resource_version(rv)?).filter(|rv| *rv > 0),
         };
@@ -174,7 +178,9 @@ impl<S: Strategy> Store<S> {
             Ok(changes) => changes
                 .filter_map(move |change| {
                     let event = match change {
-                        Ok(change) => encoder.translate(change).unwrap_or_else(|e| Some(error_event(e))),
+                        Ok(change) => encoder
+                            .translate(change)
+                            .unwrap_or_else(|e| Some(error_event(e))),
                         // A watcher that fell behind is dropped; the client watches again
                         // from the last resourceVersion it saw.
                         Err(ApiError::ServiceUnavailable(_)) => None,

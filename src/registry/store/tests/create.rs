@@ -51,7 +51,10 @@ async fn duplicate_names_conflict() {
     store.create(widget("a", 1)).await.expect("created");
     let err = store.create(widget("a", 2)).await.expect_err("taken");
     assert_eq!(err.code(), 409);
-    assert_eq!(err.to_string(), "widgets.test.example.io \"a\" already exists");
+    assert_eq!(
+        err.to_string(),
+        "widgets.test.example.io \"a\" already exists"
+    );
 }
 
 #[tokio::test]
@@ -81,7 +84,10 @@ async fn missing_and_invalid_names_are_422_with_causes() {
         "Widget.test.example.io \"\" is invalid: metadata.name: Required value: name or generateName is required"
     );
 
-    let err = store.create(widget("Bad_Name!", -1)).await.expect_err("bad");
+    let err = store
+        .create(widget("Bad_Name!", -1))
+        .await
+        .expect_err("bad");
     assert_eq!(invalid_fields(&err), vec!["metadata.name", "spec.size"]);
     let status = err.to_status();
     assert_eq!(status["code"], 422);
@@ -97,7 +103,10 @@ async fn a_client_resource_version_is_refused() {
     w.metadata.resource_version = Some("5".into());
     let err = store.create(w).await.expect_err("rv set");
     assert_eq!(err.code(), 500);
-    assert!(err.to_string().contains("resourceVersion should not be set on objects to be created"));
+    assert!(
+        err.to_string()
+            .contains("resourceVersion should not be set on objects to be created")
+    );
     assert_eq!(store.get("a").await.expect("get"), None);
 }
 
@@ -105,9 +114,14 @@ async fn a_client_resource_version_is_refused() {
 async fn dry_run_runs_everything_but_the_write() {
     let store = store();
     let before = current_revision(&store).await;
-    let written = RestStorage::create(&store, "v1", body("dry", 1), &opts(FieldValidation::Warn, true))
-        .await
-        .expect("dry run create");
+    let written = RestStorage::create(
+        &store,
+        "v1",
+        body("dry", 1),
+        &opts(FieldValidation::Warn, true),
+    )
+    .await
+    .expect("dry run create");
     assert!(written.created);
     assert!(written.object["metadata"].get("resourceVersion").is_none());
     assert!(written.object["metadata"]["uid"].is_string());
@@ -117,13 +131,23 @@ async fn dry_run_runs_everything_but_the_write() {
 
     // A dry run still validates and still sees taken names (recording 17a).
     store.create(widget("taken", 1)).await.expect("created");
-    let err = RestStorage::create(&store, "v1", body("taken", 1), &opts(FieldValidation::Warn, true))
-        .await
-        .expect_err("taken");
+    let err = RestStorage::create(
+        &store,
+        "v1",
+        body("taken", 1),
+        &opts(FieldValidation::Warn, true),
+    )
+    .await
+    .expect_err("taken");
     assert_eq!(err.code(), 409);
-    let err = RestStorage::create(&store, "v1", body("x", -5), &opts(FieldValidation::Warn, true))
-        .await
-        .expect_err("invalid");
+    let err = RestStorage::create(
+        &store,
+        "v1",
+        body("x", -5),
+        &opts(FieldValidation::Warn, true),
+    )
+    .await
+    .expect_err("invalid");
     assert_eq!(err.code(), 422);
 
     // generateName with dry run: a name is generated, nothing persisted (recording 17b).
@@ -192,9 +216,14 @@ async fn field_validation_strict_warn_and_ignore() {
         })
     };
     // Recording 16c: one 400 naming every unknown field.
-    let err = RestStorage::create(&store, "v1", with_unknown("s"), &opts(FieldValidation::Strict, false))
-        .await
-        .expect_err("strict");
+    let err = RestStorage::create(
+        &store,
+        "v1",
+        with_unknown("s"),
+        &opts(FieldValidation::Strict, false),
+    )
+    .await
+    .expect_err("strict");
     assert_eq!(err.code(), 400);
     assert_eq!(
         err.to_string(),
@@ -202,9 +231,14 @@ async fn field_validation_strict_warn_and_ignore() {
     );
     assert_eq!(store.get("s").await.expect("get"), None);
 
-    let warned = RestStorage::create(&store, "v1", with_unknown("w"), &opts(FieldValidation::Warn, false))
-        .await
-        .expect("warn");
+    let warned = RestStorage::create(
+        &store,
+        "v1",
+        with_unknown("w"),
+        &opts(FieldValidation::Warn, false),
+    )
+    .await
+    .expect("warn");
     assert_eq!(
         warned.warnings,
         vec![
@@ -216,9 +250,14 @@ async fn field_validation_strict_warn_and_ignore() {
     assert!(warned.object.get("extraTop").is_none());
     assert!(warned.object["spec"].get("shape").is_none());
 
-    let ignored = RestStorage::create(&store, "v1", with_unknown("i"), &opts(FieldValidation::Ignore, false))
-        .await
-        .expect("ignore");
+    let ignored = RestStorage::create(
+        &store,
+        "v1",
+        with_unknown("i"),
+        &opts(FieldValidation::Ignore, false),
+    )
+    .await
+    .expect("ignore");
     assert!(ignored.warnings.is_empty());
     assert!(store.get("i").await.expect("get").is_some());
 }
@@ -249,7 +288,10 @@ async fn versions_convert_through_the_internal_form() {
     )
     .await
     .expect_err("v1 field in v1beta1");
-    assert!(err.to_string().contains("unknown field \"spec.size\""), "{err}");
+    assert!(
+        err.to_string().contains("unknown field \"spec.size\""),
+        "{err}"
+    );
     let err = RestStorage::get(&store, "v2", "b", &Default::default())
         .await
         .expect_err("unserved version");

@@ -14,11 +14,17 @@ fn with_finalizer(name: &str) -> Widget {
 async fn delete_without_finalizers_removes_and_returns_the_last_state() {
     let store = store();
     let created = store.create(widget("a", 1)).await.expect("created");
-    let deletion = store.delete("a", &Preconditions::default()).await.expect("deleted");
+    let deletion = store
+        .delete("a", &Preconditions::default())
+        .await
+        .expect("deleted");
     assert!(deletion.gone);
     assert_eq!(deletion.object, created);
     assert_eq!(store.get("a").await.expect("get"), None);
-    let err = store.delete("a", &Preconditions::default()).await.expect_err("gone");
+    let err = store
+        .delete("a", &Preconditions::default())
+        .await
+        .expect_err("gone");
     assert_eq!(err.code(), 404);
 }
 
@@ -75,7 +81,10 @@ async fn preconditions_are_checked_with_upstream_texts() {
 async fn finalizers_hold_the_object_until_the_last_one_is_removed() {
     let store = store();
     let created = store.create(with_finalizer("a")).await.expect("created");
-    let first = store.delete("a", &Preconditions::default()).await.expect("marked");
+    let first = store
+        .delete("a", &Preconditions::default())
+        .await
+        .expect("marked");
     assert!(!first.gone);
     let marked = first.object;
     assert!(marked.metadata.deletion_timestamp.is_some());
@@ -85,7 +94,10 @@ async fn finalizers_hold_the_object_until_the_last_one_is_removed() {
 
     // Deleting again changes nothing.
     let before = current_revision(&store).await;
-    let again = store.delete("a", &Preconditions::default()).await.expect("again");
+    let again = store
+        .delete("a", &Preconditions::default())
+        .await
+        .expect("again");
     assert!(!again.gone);
     assert_eq!(again.object, marked);
     assert_eq!(current_revision(&store).await, before);
@@ -101,7 +113,10 @@ async fn finalizers_hold_the_object_until_the_last_one_is_removed() {
     relabel.metadata.labels = Some([("a".to_string(), "b".to_string())].into());
     relabel.metadata.deletion_timestamp = None;
     let relabelled = store.update(relabel).await.expect("relabel");
-    assert_eq!(relabelled.metadata.deletion_timestamp, marked.metadata.deletion_timestamp);
+    assert_eq!(
+        relabelled.metadata.deletion_timestamp,
+        marked.metadata.deletion_timestamp
+    );
 
     // Removing the last finalizer deletes the object.
     let mut release = relabelled.clone();
@@ -120,9 +135,13 @@ async fn dry_run_deletes_nothing() {
         ..Default::default()
     };
     let before = current_revision(&store).await;
-    let plain = RestStorage::delete(&store, "v1", "plain", &opts).await.expect("dry delete");
+    let plain = RestStorage::delete(&store, "v1", "plain", &opts)
+        .await
+        .expect("dry delete");
     assert!(plain.gone);
-    let held = RestStorage::delete(&store, "v1", "held", &opts).await.expect("dry mark");
+    let held = RestStorage::delete(&store, "v1", "held", &opts)
+        .await
+        .expect("dry mark");
     assert!(!held.gone);
     assert!(held.object["metadata"]["deletionTimestamp"].is_string());
     assert_eq!(current_revision(&store).await, before);
@@ -134,9 +153,18 @@ async fn dry_run_deletes_nothing() {
 #[tokio::test]
 async fn delete_collection_deletes_what_the_selectors_match() {
     let store = store();
-    store.create(labelled("a", &[("team", "x")])).await.expect("a");
-    store.create(labelled("b", &[("team", "y")])).await.expect("b");
-    store.create(labelled("c", &[("team", "x")])).await.expect("c");
+    store
+        .create(labelled("a", &[("team", "x")]))
+        .await
+        .expect("a");
+    store
+        .create(labelled("b", &[("team", "y")]))
+        .await
+        .expect("b");
+    store
+        .create(labelled("c", &[("team", "x")]))
+        .await
+        .expect("c");
     let deleted = RestStorage::delete_collection(
         &store,
         "v1",

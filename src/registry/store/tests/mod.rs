@@ -129,24 +129,23 @@ impl Strategy for WidgetStrategy {
             map.shift_remove("apiVersion");
             map.shift_remove("kind");
         }
-        if version == "v1beta1" {
-            if let Some(spec) = value.get_mut("spec") {
-                let beta: BetaSpec = serde_json::from_value(spec.clone())
-                    .map_err(|e| Self::cannot_handle(version, e))?;
-                *spec = serde_json::to_value(WidgetSpec {
-                    size: beta.count,
-                    color: beta.color,
-                    tags: beta.tags,
-                })
+        if version == "v1beta1"
+            && let Some(spec) = value.get_mut("spec")
+        {
+            let beta: BetaSpec = serde_json::from_value(spec.clone())
                 .map_err(|e| Self::cannot_handle(version, e))?;
-            }
+            *spec = serde_json::to_value(WidgetSpec {
+                size: beta.count,
+                color: beta.color,
+                tags: beta.tags,
+            })
+            .map_err(|e| Self::cannot_handle(version, e))?;
         }
         serde_json::from_value(value).map_err(|e| Self::cannot_handle(version, e))
     }
 
     fn encode(&self, version: &str, obj: &Widget) -> ApiResult<Value> {
-        let mut value =
-            serde_json::to_value(obj).map_err(|e| ApiError::Internal(e.to_string()))?;
+        let mut value = serde_json::to_value(obj).map_err(|e| ApiError::Internal(e.to_string()))?;
         if version == "v1beta1" {
             let spec = BetaSpec {
                 count: obj.spec.size,
@@ -167,7 +166,11 @@ impl Strategy for WidgetStrategy {
 
     fn openapi_definitions(&self, version: &str) -> Vec<(String, Value)> {
         let name = self.definition_name(version);
-        let size_field = if version == "v1beta1" { "count" } else { "size" };
+        let size_field = if version == "v1beta1" {
+            "count"
+        } else {
+            "size"
+        };
         vec![
             (
                 name.clone(),
@@ -364,7 +367,10 @@ pub fn body(name: &str, size: i64) -> Value {
 }
 
 pub fn rv(obj: &Widget) -> String {
-    obj.metadata.resource_version.clone().expect("resourceVersion")
+    obj.metadata
+        .resource_version
+        .clone()
+        .expect("resourceVersion")
 }
 
 pub fn rv_of(value: &Value) -> String {
@@ -391,7 +397,12 @@ pub fn names(list: &Value) -> Vec<String> {
         .as_array()
         .expect("items is an array")
         .iter()
-        .map(|i| i["metadata"]["name"].as_str().unwrap_or_default().to_string())
+        .map(|i| {
+            i["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        })
         .collect()
 }
 

@@ -26,9 +26,14 @@ async fn patch(
 async fn merge_and_json_patches_update_the_object() {
     let store = store();
     store.create(widget("a", 1)).await.expect("created");
-    let merged = patch(&store, Subresource::Main, PatchType::Merge, r#"{"spec":{"size":5}}"#)
-        .await
-        .expect("merge patch");
+    let merged = patch(
+        &store,
+        Subresource::Main,
+        PatchType::Merge,
+        r#"{"spec":{"size":5}}"#,
+    )
+    .await
+    .expect("merge patch");
     assert_eq!(merged.object["spec"]["size"], 5);
     assert_eq!(merged.object["metadata"]["generation"], 2);
     let patched = patch(
@@ -69,13 +74,14 @@ async fn resource_version_in_a_patch_is_a_precondition() {
     assert_eq!(rv_of(&noop.object), rv(&created));
     assert_eq!(current_revision(&store).await, before);
 
-    store.update({
-        let mut w = created.clone();
-        w.spec.size = 2;
-        w
-    })
-    .await
-    .expect("moved on");
+    store
+        .update({
+            let mut w = created.clone();
+            w.spec.size = 2;
+            w
+        })
+        .await
+        .expect("moved on");
     // Recording 09a.
     let err = patch(
         &store,
@@ -94,9 +100,14 @@ async fn a_uid_in_a_patch_is_validated_not_a_precondition() {
     let store = store();
     let created = store.create(widget("a", 1)).await.expect("created");
     // Recording 09b: 422 "field is immutable", not 409.
-    let err = patch(&store, Subresource::Main, PatchType::Merge, r#"{"metadata":{"uid":"wrong"}}"#)
-        .await
-        .expect_err("wrong uid");
+    let err = patch(
+        &store,
+        Subresource::Main,
+        PatchType::Merge,
+        r#"{"metadata":{"uid":"wrong"}}"#,
+    )
+    .await
+    .expect_err("wrong uid");
     assert_eq!(err.code(), 422);
     assert!(
         err.to_string()
@@ -173,7 +184,10 @@ async fn strategic_merge_on_finalizers_and_tags_is_a_set() {
     )
     .await
     .expect("delete from list");
-    assert_eq!(removed.object["metadata"]["finalizers"], json!(["example.com/a"]));
+    assert_eq!(
+        removed.object["metadata"]["finalizers"],
+        json!(["example.com/a"])
+    );
 }
 
 #[tokio::test]
@@ -206,17 +220,32 @@ async fn patch_errors() {
             .code(),
         400
     );
-    let renamed = patch(&store, Subresource::Main, PatchType::Merge, r#"{"metadata":{"name":"b"}}"#)
-        .await
-        .expect_err("rename");
+    let renamed = patch(
+        &store,
+        Subresource::Main,
+        PatchType::Merge,
+        r#"{"metadata":{"name":"b"}}"#,
+    )
+    .await
+    .expect_err("rename");
     assert_eq!(renamed.code(), 400);
-    let kind = patch(&store, Subresource::Main, PatchType::Merge, r#"{"kind":"Gadget"}"#)
-        .await
-        .expect_err("kind change");
+    let kind = patch(
+        &store,
+        Subresource::Main,
+        PatchType::Merge,
+        r#"{"kind":"Gadget"}"#,
+    )
+    .await
+    .expect_err("kind change");
     assert_eq!(kind.code(), 400);
-    let invalid = patch(&store, Subresource::Main, PatchType::Merge, r#"{"spec":{"size":-1}}"#)
-        .await
-        .expect_err("validation");
+    let invalid = patch(
+        &store,
+        Subresource::Main,
+        PatchType::Merge,
+        r#"{"spec":{"size":-1}}"#,
+    )
+    .await
+    .expect_err("validation");
     assert_eq!(invalid_fields(&invalid), vec!["spec.size"]);
 }
 
@@ -240,7 +269,11 @@ async fn field_validation_applies_to_the_patched_object() {
     .await
     .expect_err("strict");
     assert_eq!(strict.code(), 422);
-    assert!(strict.to_string().contains("strict decoding error: unknown field \"spec.shape\""));
+    assert!(
+        strict
+            .to_string()
+            .contains("strict decoding error: unknown field \"spec.shape\"")
+    );
     let warned = patch(&store, Subresource::Main, PatchType::Merge, unknown)
         .await
         .expect("warn");

@@ -45,14 +45,21 @@ async fn get_honours_the_resource_version_parameter() {
     let future = (current_revision(&store).await + 10).to_string();
     let err = get(Some(future.as_str())).await.expect_err("future");
     assert_eq!(err.code(), 504);
-    assert!(err.to_string().starts_with("Timeout: Too large resource version"), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("Timeout: Too large resource version"),
+        "{err}"
+    );
     assert_eq!(get(Some("abc")).await.expect_err("bad rv").code(), 400);
 
     let missing = RestStorage::get(&store, "v1", "nope", &GetOptions::default())
         .await
         .expect_err("missing");
     assert_eq!(missing.code(), 404);
-    assert_eq!(missing.to_string(), "widgets.test.example.io \"nope\" not found");
+    assert_eq!(
+        missing.to_string(),
+        "widgets.test.example.io \"nope\" not found"
+    );
     let bad = RestStorage::get(&store, "v1", "..", &GetOptions::default())
         .await
         .expect_err("bad name");
@@ -97,7 +104,9 @@ async fn list_items_carry_no_type_meta_and_list_rv_is_the_read_revision() {
 async fn pages_are_consistent_across_writes() {
     let store = store();
     seed(&store, &["a", "b", "c", "d", "e"]).await;
-    let first = RestStorage::list(&store, "v1", &limit(2)).await.expect("page 1");
+    let first = RestStorage::list(&store, "v1", &limit(2))
+        .await
+        .expect("page 1");
     assert_eq!(names(&first), vec!["a", "b"]);
     assert_eq!(first["metadata"]["remainingItemCount"], 3);
     let list_rv = rv_of(&first);
@@ -107,12 +116,18 @@ async fn pages_are_consistent_across_writes() {
     assert_eq!(token.revision.map(|r| r.to_string()), Some(list_rv.clone()));
 
     // Writes between pages do not show in later pages.
-    store.create(widget("bb", 1)).await.expect("insert between pages");
+    store
+        .create(widget("bb", 1))
+        .await
+        .expect("insert between pages");
     let c = store.get("c").await.expect("get").expect("c");
     let mut changed = c.clone();
     changed.spec.size = 100;
     store.update(changed).await.expect("update c");
-    store.delete("d", &Default::default()).await.expect("delete d");
+    store
+        .delete("d", &Default::default())
+        .await
+        .expect("delete d");
 
     let second = RestStorage::list(&store, "v1", &with_continue(&first["metadata"]["continue"]))
         .await
@@ -122,9 +137,13 @@ async fn pages_are_consistent_across_writes() {
     assert_eq!(second["items"][0]["spec"]["size"], 1, "old state of c");
     assert_eq!(second["metadata"]["remainingItemCount"], 1);
 
-    let third = RestStorage::list(&store, "v1", &with_continue(&second["metadata"]["continue"]))
-        .await
-        .expect("page 3");
+    let third = RestStorage::list(
+        &store,
+        "v1",
+        &with_continue(&second["metadata"]["continue"]),
+    )
+    .await
+    .expect("page 3");
     assert_eq!(names(&third), vec!["e"]);
     assert!(third["metadata"].get("continue").is_none());
     assert!(third["metadata"].get("remainingItemCount").is_none());
@@ -146,7 +165,9 @@ async fn selectors_fill_pages_and_hide_the_remaining_count() {
         continue_token: token.and_then(Value::as_str).map(str::to_string),
         ..Default::default()
     };
-    let first = RestStorage::list(&store, "v1", &params(None)).await.expect("page 1");
+    let first = RestStorage::list(&store, "v1", &params(None))
+        .await
+        .expect("page 1");
     assert_eq!(names(&first), vec!["w0", "w3", "w6"]);
     assert!(first["metadata"].get("remainingItemCount").is_none());
     let second = RestStorage::list(&store, "v1", &params(Some(&first["metadata"]["continue"])))
@@ -185,7 +206,11 @@ async fn bad_selectors_are_400() {
     let store = store();
     let cases = [
         (Some("a b c"), None, "unable to parse requirement"),
-        (None, Some("spec.size=1"), "field label not supported: spec.size"),
+        (
+            None,
+            Some("spec.size=1"),
+            "field label not supported: spec.size",
+        ),
         (None, Some("nonsense"), "invalid selector"),
     ];
     for (label, field, expected) in cases {
@@ -194,7 +219,9 @@ async fn bad_selectors_are_400() {
             field_selector: field.map(str::to_string),
             ..Default::default()
         };
-        let err = RestStorage::list(&store, "v1", &params).await.expect_err("bad selector");
+        let err = RestStorage::list(&store, "v1", &params)
+            .await
+            .expect_err("bad selector");
         assert_eq!(err.code(), 400);
         assert!(err.to_string().contains(expected), "{err}");
     }
@@ -228,18 +255,34 @@ async fn resource_version_and_match_semantics() {
     // Without a limit it means "not older than": the current state.
     let not_older = list(&at_a, None, None).await.expect("legacy unpaged");
     assert_eq!(names(&not_older), vec!["a", "b"]);
-    let not_older = list(&at_a, Some("NotOlderThan"), None).await.expect("not older");
+    let not_older = list(&at_a, Some("NotOlderThan"), None)
+        .await
+        .expect("not older");
     assert_eq!(rv_of(&not_older), current.to_string());
     let any = list("0", None, None).await.expect("any");
     assert_eq!(names(&any), vec!["a", "b"]);
     // Too new.
     let future = (current + 5).to_string();
-    assert_eq!(list(&future, Some("NotOlderThan"), None).await.expect_err("future").code(), 504);
-    assert_eq!(list(&future, Some("Exact"), None).await.expect_err("future").code(), 504);
+    assert_eq!(
+        list(&future, Some("NotOlderThan"), None)
+            .await
+            .expect_err("future")
+            .code(),
+        504
+    );
+    assert_eq!(
+        list(&future, Some("Exact"), None)
+            .await
+            .expect_err("future")
+            .code(),
+        504
+    );
     assert_eq!(list("x", None, None).await.expect_err("bad rv").code(), 400);
 
     // A continue token and a resourceVersion do not mix.
-    let page = RestStorage::list(&store, "v1", &limit(1)).await.expect("page");
+    let page = RestStorage::list(&store, "v1", &limit(1))
+        .await
+        .expect("page");
     let err = RestStorage::list(
         &store,
         "v1",
@@ -252,22 +295,38 @@ async fn resource_version_and_match_semantics() {
     )
     .await
     .expect_err("rv with continue");
-    assert_eq!(err.to_string(), "specifying resource version is not allowed when using continue");
+    assert_eq!(
+        err.to_string(),
+        "specifying resource version is not allowed when using continue"
+    );
 
     // After compaction the past is gone.
     store.storage.compact(current).await.expect("compact");
-    let err = list(&at_a, Some("Exact"), None).await.expect_err("compacted");
+    let err = list(&at_a, Some("Exact"), None)
+        .await
+        .expect_err("compacted");
     assert_eq!(err.code(), 410);
-    assert_eq!(err.to_string(), "The resourceVersion for the provided list is too old.");
+    assert_eq!(
+        err.to_string(),
+        "The resourceVersion for the provided list is too old."
+    );
 }
 
 #[tokio::test]
 async fn an_expired_continue_token_offers_an_inconsistent_one() {
     let store = store();
     seed(&store, &["a", "b", "c", "d"]).await;
-    let first = RestStorage::list(&store, "v1", &limit(2)).await.expect("page 1");
-    store.create(widget("bz", 1)).await.expect("new object after b");
-    store.delete("c", &Default::default()).await.expect("delete c");
+    let first = RestStorage::list(&store, "v1", &limit(2))
+        .await
+        .expect("page 1");
+    store
+        .create(widget("bz", 1))
+        .await
+        .expect("new object after b");
+    store
+        .delete("c", &Default::default())
+        .await
+        .expect("delete c");
     let now = current_revision(&store).await;
     store.storage.compact(now).await.expect("compact");
 

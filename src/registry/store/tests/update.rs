@@ -46,7 +46,10 @@ async fn an_update_that_changes_nothing_writes_nothing() {
     assert_eq!(rv(&same), rv(&created));
     assert_eq!(current_revision(&store).await, before);
     // A status-only no-op too.
-    let same = store.update_status(created.clone()).await.expect("no-op status");
+    let same = store
+        .update_status(created.clone())
+        .await
+        .expect("no-op status");
     assert_eq!(rv(&same), rv(&created));
     assert_eq!(current_revision(&store).await, before);
 }
@@ -64,7 +67,11 @@ async fn generation_moves_with_the_spec_only() {
     spec.spec.size = 5;
     spec.metadata.generation = Some(40);
     let bumped = store.update(spec).await.expect("spec");
-    assert_eq!(bumped.metadata.generation, Some(2), "clients cannot set generation");
+    assert_eq!(
+        bumped.metadata.generation,
+        Some(2),
+        "clients cannot set generation"
+    );
 }
 
 #[tokio::test]
@@ -77,7 +84,10 @@ async fn system_metadata_survives_updates_and_uid_is_a_precondition() {
     bare.spec.size = 2;
     let updated = store.update(bare).await.expect("updated");
     assert_eq!(updated.metadata.uid, created.metadata.uid);
-    assert_eq!(updated.metadata.creation_timestamp, created.metadata.creation_timestamp);
+    assert_eq!(
+        updated.metadata.creation_timestamp,
+        created.metadata.creation_timestamp
+    );
 
     let mut wrong = updated.clone();
     wrong.metadata.uid = Some("wrong".into());
@@ -108,7 +118,10 @@ async fn main_resource_keeps_status_and_status_keeps_spec_and_metadata() {
     let with_status = store.update_status(status).await.expect("status update");
     assert_eq!(with_status.spec.size, 1, "status keeps the spec");
     assert_eq!(with_status.metadata.labels, None, "status keeps metadata");
-    assert_eq!(with_status.status.as_ref().map(|s| s.conditions.len()), Some(1));
+    assert_eq!(
+        with_status.status.as_ref().map(|s| s.conditions.len()),
+        Some(1)
+    );
     assert_eq!(with_status.metadata.generation, Some(1));
 
     let mut main = with_status.clone();
@@ -127,7 +140,10 @@ async fn main_resource_keeps_status_and_status_keeps_spec_and_metadata() {
         }],
         observed_generation: None,
     });
-    let err = store.update_status(bad).await.expect_err("status validation");
+    let err = store
+        .update_status(bad)
+        .await
+        .expect_err("status validation");
     assert_eq!(invalid_fields(&err), vec!["status.conditions[0].status"]);
 }
 
@@ -164,9 +180,16 @@ async fn kind_update_validation_and_dry_run() {
 async fn rest_update_checks_the_name() {
     let store = store();
     store.create(widget("a", 1)).await.expect("created");
-    let err = RestStorage::update(&store, "v1", "a", Subresource::Main, body("b", 1), &WriteOptions::default())
-        .await
-        .expect_err("name mismatch");
+    let err = RestStorage::update(
+        &store,
+        "v1",
+        "a",
+        Subresource::Main,
+        body("b", 1),
+        &WriteOptions::default(),
+    )
+    .await
+    .expect_err("name mismatch");
     assert_eq!(err.code(), 400);
     assert_eq!(
         err.to_string(),

@@ -33,7 +33,10 @@ async fn typed_watch_delivers_changes_after_a_revision() {
     let mut changed = created.clone();
     changed.spec.size = 2;
     let updated = store.update(changed).await.expect("update");
-    store.delete("a", &Default::default()).await.expect("delete");
+    store
+        .delete("a", &Default::default())
+        .await
+        .expect("delete");
     let deleted_at = current_revision(&store).await;
 
     match next_typed(&mut events).await {
@@ -95,8 +98,15 @@ async fn a_compacted_revision_is_one_error_event_then_the_end() {
     store.create(widget("c", 1)).await.expect("c");
     let current = current_revision(&store).await;
     store.storage.compact(current).await.expect("compact");
-    let stale = (first.metadata.resource_version.clone().expect("rv").parse::<i64>().expect("n") - 1)
-        .to_string();
+    let stale = (first
+        .metadata
+        .resource_version
+        .clone()
+        .expect("rv")
+        .parse::<i64>()
+        .expect("n")
+        - 1)
+    .to_string();
     let events: Vec<WatchEvent> = RestStorage::watch(&store, "v1", &from(&stale))
         .await
         .expect("the watch starts")
@@ -127,7 +137,9 @@ async fn send_initial_events_ends_with_the_initial_events_end_bookmark() {
         allow_watch_bookmarks: true,
         ..Default::default()
     };
-    let mut events = RestStorage::watch(&store, "v1", &params).await.expect("watch");
+    let mut events = RestStorage::watch(&store, "v1", &params)
+        .await
+        .expect("watch");
     assert_eq!(next_event(&mut events).await.event_type, "ADDED");
     assert_eq!(next_event(&mut events).await.event_type, "ADDED");
     let bookmark = next_event(&mut events).await;
@@ -158,11 +170,16 @@ async fn initial_events_without_bookmarks_have_no_end_marker() {
         resource_version_match: Some("NotOlderThan".into()),
         ..Default::default()
     };
-    let mut events = RestStorage::watch(&store, "v1", &params).await.expect("watch");
+    let mut events = RestStorage::watch(&store, "v1", &params)
+        .await
+        .expect("watch");
     assert_eq!(next_event(&mut events).await.event_type, "ADDED");
     store.create(widget("b", 1)).await.expect("b");
     let live = next_event(&mut events).await;
-    assert_eq!((live.event_type, live.object["metadata"]["name"].clone()), ("ADDED", json!("b")));
+    assert_eq!(
+        (live.event_type, live.object["metadata"]["name"].clone()),
+        ("ADDED", json!("b"))
+    );
 }
 
 #[tokio::test]
@@ -173,7 +190,10 @@ async fn send_initial_events_requires_not_older_than() {
         allow_watch_bookmarks: true,
         ..Default::default()
     };
-    let err = RestStorage::watch(&store, "v1", &params).await.err().expect("422");
+    let err = RestStorage::watch(&store, "v1", &params)
+        .await
+        .err()
+        .expect("422");
     assert_eq!(err.code(), 422);
     assert_eq!(
         err.to_string(),
@@ -190,8 +210,13 @@ async fn selectors_turn_transitions_into_added_and_deleted() {
         label_selector: Some("app=x".into()),
         ..Default::default()
     };
-    let mut events = RestStorage::watch(&store, "v1", &params).await.expect("watch");
-    let plain = store.create(labelled("a", &[("app", "y")])).await.expect("not matching");
+    let mut events = RestStorage::watch(&store, "v1", &params)
+        .await
+        .expect("watch");
+    let plain = store
+        .create(labelled("a", &[("app", "y")]))
+        .await
+        .expect("not matching");
     let mut matching = plain.clone();
     matching.metadata.labels = Some([("app".to_string(), "x".to_string())].into());
     let matching = store.update(matching).await.expect("starts matching");
@@ -201,8 +226,14 @@ async fn selectors_turn_transitions_into_added_and_deleted() {
     let mut unmatched = resized.clone();
     unmatched.metadata.labels = None;
     let unmatched = store.update(unmatched).await.expect("stops matching");
-    store.delete("a", &Default::default()).await.expect("deleted while not matching");
-    store.create(labelled("b", &[("app", "x")])).await.expect("b matches");
+    store
+        .delete("a", &Default::default())
+        .await
+        .expect("deleted while not matching");
+    store
+        .create(labelled("b", &[("app", "x")]))
+        .await
+        .expect("b matches");
 
     let added = next_event(&mut events).await;
     assert_eq!(added.event_type, "ADDED");
@@ -212,10 +243,20 @@ async fn selectors_turn_transitions_into_added_and_deleted() {
     assert_eq!(modified.object["spec"]["size"], 9);
     let deleted = next_event(&mut events).await;
     assert_eq!(deleted.event_type, "DELETED");
-    assert_eq!(deleted.object["metadata"]["labels"]["app"], "x", "the last matching state");
-    assert_eq!(rv_of(&deleted.object), rv(&unmatched), "at the change's revision");
+    assert_eq!(
+        deleted.object["metadata"]["labels"]["app"], "x",
+        "the last matching state"
+    );
+    assert_eq!(
+        rv_of(&deleted.object),
+        rv(&unmatched),
+        "at the change's revision"
+    );
     let next = next_event(&mut events).await;
-    assert_eq!((next.event_type, next.object["metadata"]["name"].clone()), ("ADDED", json!("b")));
+    assert_eq!(
+        (next.event_type, next.object["metadata"]["name"].clone()),
+        ("ADDED", json!("b"))
+    );
 }
 
 #[tokio::test]
@@ -227,7 +268,9 @@ async fn bookmarks_follow_storage_progress_when_allowed() {
         allow_watch_bookmarks: true,
         ..Default::default()
     };
-    let mut events = RestStorage::watch(&store, "v1", &params).await.expect("watch");
+    let mut events = RestStorage::watch(&store, "v1", &params)
+        .await
+        .expect("watch");
     let bookmark = next_event(&mut events).await;
     assert_eq!(bookmark.event_type, "BOOKMARK");
     assert_eq!(
@@ -243,17 +286,23 @@ async fn timeout_seconds_ends_the_stream() {
         timeout_seconds: Some(1),
         ..Default::default()
     };
-    let events = RestStorage::watch(&store, "v1", &params).await.expect("watch");
-    let collected: Vec<WatchEvent> = tokio::time::timeout(Duration::from_secs(30), events.collect())
+    let events = RestStorage::watch(&store, "v1", &params)
         .await
-        .expect("the stream ends by itself");
+        .expect("watch");
+    let collected: Vec<WatchEvent> =
+        tokio::time::timeout(Duration::from_secs(30), events.collect())
+            .await
+            .expect("the stream ends by itself");
     assert!(collected.is_empty());
 }
 
 #[tokio::test]
 async fn watch_parameters_are_checked() {
     let store = store();
-    let bad_rv = RestStorage::watch(&store, "v1", &from("abc")).await.err().expect("400");
+    let bad_rv = RestStorage::watch(&store, "v1", &from("abc"))
+        .await
+        .err()
+        .expect("400");
     assert_eq!(bad_rv.code(), 400);
     let bad_selector = RestStorage::watch(
         &store,
