@@ -54,7 +54,7 @@ impl<S: Strategy> Store<S> {
                     if generated && attempts < GENERATE_NAME_ATTEMPTS =>
                 {
                     let base = obj.metadata().generate_name.clone().unwrap_or_default();
-                    obj.metadata_mut().name = Some(metadata::generate_name(&base));
+                    obj.metadata_mut().name = Some((self.name_generator)(&base));
                 }
                 Err(err) => return Err(err),
                 Ok(()) => return Ok(obj),
@@ -79,7 +79,7 @@ impl<S: Strategy> Store<S> {
             && meta.generate_name.as_deref().is_some_and(|g| !g.is_empty());
         if generated {
             let base = meta.generate_name.clone().unwrap_or_default();
-            meta.name = Some(metadata::generate_name(&base));
+            meta.name = Some((self.name_generator)(&base));
         }
         self.strategy.prepare_for_create(obj);
         generated

@@ -51,6 +51,8 @@ pub struct Store<S: Strategy> {
     merge_rules: MergeRules,
     /// Field-validation schemas per served version, built on first use.
     schemas: OnceLock<BTreeMap<&'static str, Schemas>>,
+    /// `generateName` + suffix (random; replaceable in tests to force collisions).
+    name_generator: fn(&str) -> String,
 }
 
 impl<S: Strategy> Store<S> {
@@ -67,7 +69,14 @@ impl<S: Strategy> Store<S> {
             prefix,
             merge_rules,
             schemas: OnceLock::new(),
+            name_generator: super::metadata::generate_name,
         }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn with_name_generator(mut self, generator: fn(&str) -> String) -> Self {
+        self.name_generator = generator;
+        self
     }
 
     pub fn strategy(&self) -> &S {

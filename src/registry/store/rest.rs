@@ -294,7 +294,15 @@ impl<S: Strategy> RestStorage for Store<S> {
     }
 
     fn table_row(&self, version: &str, object: &Value) -> ApiResult<Vec<Value>> {
-        let obj = self.strategy.decode(version, object.clone())?;
+        // List items come without type meta: give the strategy a whole object.
+        let mut object = object.clone();
+        if let Value::Object(map) = &mut object {
+            map.entry("apiVersion")
+                .or_insert_with(|| Value::String(self.api_version(version)));
+            map.entry("kind")
+                .or_insert_with(|| Value::String(self.kind().to_string()));
+        }
+        let obj = self.strategy.decode(version, object)?;
         Ok(self.strategy.table_row(&obj))
     }
 

@@ -73,6 +73,42 @@ async fn generate_name_appends_a_random_suffix_and_keeps_the_prefix() {
     assert_ne!(first.metadata.name, second.metadata.name);
 }
 
+/// Generates `<base>taken` three times, then `<base>free`.
+fn colliding_three_times(base: &str) -> String {
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    match CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+        0..3 => format!("{base}taken"),
+        _ => format!("{base}free"),
+    }
+}
+
+fn always_colliding(base: &str) -> String {
+    format!("{base}taken")
+}
+
+fn generated(base: &str) -> Widget {
+    let mut w = widget("", 1);
+    w.metadata.name = None;
+    w.metadata.generate_name = Some(base.into());
+    w
+}
+
+#[tokio::test]
+async fn generate_name_retries_on_collisions_then_gives_up() {
+    let store = store().with_name_generator(colliding_three_times);
+    store.create(widget("gen-taken", 1)).await.expect("occupied");
+    let created = store.create(generated("gen-")).await.expect("found a free name");
+    assert_eq!(created.metadata.name.as_deref(), Some("gen-free"));
+
+    let store = super::store().with_name_generator(always_colliding);
+    store.create(widget("gen-taken", 1)).await.expect("occupied");
+    let err = store.create(generated("gen-")).await.expect_err("no free name");
+    assert_eq!(err.code(), 409);
+    // A client-chosen name is never replaced.
+    let err = store.create(widget("gen-taken", 1)).await.expect_err("taken");
+    assert_eq!(err.code(), 409);
+}
+
 #[tokio::test]
 async fn missing_and_invalid_names_are_422_with_causes() {
     let store = store();

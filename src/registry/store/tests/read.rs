@@ -368,3 +368,14 @@ async fn malformed_continue_tokens_are_400() {
     assert_eq!(err.code(), 400);
     assert!(err.to_string().starts_with("invalid continue token"));
 }
+
+#[tokio::test]
+async fn table_rows_accept_list_items_without_type_meta() {
+    let store = store();
+    seed(&store, &["a"]).await;
+    let list = RestStorage::list(&store, "v1", &ListParams::default())
+        .await
+        .expect("list");
+    let row = RestStorage::table_row(&store, "v1", &list["items"][0]).expect("row");
+    assert_eq!(row, vec![json!("a")]);
+}
