@@ -96,16 +96,31 @@ fn generated(base: &str) -> Widget {
 #[tokio::test]
 async fn generate_name_retries_on_collisions_then_gives_up() {
     let store = store().with_name_generator(colliding_three_times);
-    store.create(widget("gen-taken", 1)).await.expect("occupied");
-    let created = store.create(generated("gen-")).await.expect("found a free name");
+    store
+        .create(widget("gen-taken", 1))
+        .await
+        .expect("occupied");
+    let created = store
+        .create(generated("gen-"))
+        .await
+        .expect("found a free name");
     assert_eq!(created.metadata.name.as_deref(), Some("gen-free"));
 
     let store = super::store().with_name_generator(always_colliding);
-    store.create(widget("gen-taken", 1)).await.expect("occupied");
-    let err = store.create(generated("gen-")).await.expect_err("no free name");
+    store
+        .create(widget("gen-taken", 1))
+        .await
+        .expect("occupied");
+    let err = store
+        .create(generated("gen-"))
+        .await
+        .expect_err("no free name");
     assert_eq!(err.code(), 409);
     // A client-chosen name is never replaced.
-    let err = store.create(widget("gen-taken", 1)).await.expect_err("taken");
+    let err = store
+        .create(widget("gen-taken", 1))
+        .await
+        .expect_err("taken");
     assert_eq!(err.code(), 409);
 }
 

@@ -3,6 +3,7 @@
 
 mod create;
 mod delete;
+mod over_http;
 mod patch;
 mod read;
 mod update;
