@@ -119,8 +119,8 @@ pub trait Strategy: Send + Sync + 'static {
         &[]
     }
 
-    /// The value of one of [`Strategy::selectable_fields`] for field selectors. `None` = the
-    /// field is unset (it matches `!=` terms only, like an empty value).
+    /// The value of one of [`Strategy::selectable_fields`] for field selectors. `None` reads
+    /// as the empty string, as in upstream's field sets.
     fn field_value(&self, _obj: &Self::Object, _field: &str) -> Option<String> {
         None
     }

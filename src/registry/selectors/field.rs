@@ -46,8 +46,8 @@ impl FieldSelector {
         self.terms.iter().map(|t| t.field.as_str())
     }
 
-    /// Whether an object matches, given how to read one of its fields (`None` = the field does
-    /// not exist, which matches no `=` and every `!=`, as upstream's `fields.Set`).
+    /// Whether an object matches, given how to read one of its fields (`None` reads as the
+    /// empty string, as in upstream's `fields.Set`).
     pub fn matches(&self, value_of: impl Fn(&str) -> Option<String>) -> bool {
         self.terms.iter().all(|term| {
             let actual = value_of(&term.field).unwrap_or_default();

@@ -1,6 +1,7 @@
 //! Delete (k8s.io/apiserver `rest.BeforeDelete` + `Store.Delete` for kinds without graceful
-//! deletion): preconditions, then either mark the object as deleting while finalizers hold it
-//! or remove it. No garbage collector runs here, so propagation policies change nothing.
+//! deletion): preconditions, the garbage collector's finalizers a propagation policy asks for
+//! (the cluster's garbage collector handles aggregated resources too), then either mark the
+//! object as deleting while finalizers hold it or remove it.
 
 use k8s_openapi::Metadata;
 
@@ -27,13 +28,15 @@ impl<S: Strategy> Store<S> {
         name: &str,
         preconditions: &Preconditions,
     ) -> ApiResult<Deletion<S::Object>> {
-        self.delete_object(name, preconditions, false).await
+        self.delete_object(name, preconditions, None, false).await
     }
 
+    /// A delete with a `propagationPolicy` (`Orphan`, `Background`, `Foreground`).
     pub(crate) async fn delete_object(
         &self,
         name: &str,
         preconditions: &Preconditions,
+        propagation_policy: Option<&str>,
         dry_run: bool,
     ) -> ApiResult<Deletion<S::Object>> {
         let key = self.key(name)?;
@@ -49,9 +52,17 @@ impl<S: Strategy> Store<S> {
             let current: S::Object = decode_stored(&kv, kv.mod_revision)?;
             self.check_preconditions(&current, preconditions, name)?;
 
-            let finalizers = current.metadata().finalizers.as_ref();
-            let outcome = if finalizers.is_some_and(|f| !f.is_empty()) {
-                let mut deleting = current.clone();
+            let mut deleting = current.clone();
+            let finalizers = current.metadata().finalizers.as_deref().unwrap_or_default();
+            if let Some(changed) = gc_finalizers(finalizers, propagation_policy) {
+                deleting.metadata_mut().finalizers = Some(changed).filter(|f| !f.is_empty());
+            }
+            let held = deleting
+                .metadata()
+                .finalizers
+                .as_ref()
+                .is_some_and(|f| !f.is_empty());
+            let outcome = if held {
                 mark_as_deleting(deleting.metadata_mut());
                 let bytes = self.encode_for_storage(&deleting)?;
                 if bytes == kv.value {
@@ -135,6 +146,38 @@ impl<S: Strategy> Store<S> {
         }
         Ok(())
     }
+}
+
+const FINALIZER_ORPHAN: &str = "orphan";
+const FINALIZER_FOREGROUND: &str = "foregroundDeletion";
+
+/// The finalizers a propagation policy asks the garbage collector for (upstream's
+/// `deletionFinalizersForGarbageCollection`); `None` when they do not change. Without a
+/// policy, the object's own GC finalizers decide, so nothing changes.
+fn gc_finalizers(finalizers: &[String], policy: Option<&str>) -> Option<Vec<String>> {
+    let (orphan, foreground) = match policy? {
+        "Orphan" => (true, false),
+        "Foreground" => (false, true),
+        "Background" => (false, false),
+        _ => return None,
+    };
+    let mut changed: Vec<String> = finalizers
+        .iter()
+        .filter(|f| *f != FINALIZER_ORPHAN && *f != FINALIZER_FOREGROUND)
+        .cloned()
+        .collect();
+    if orphan {
+        changed.push(FINALIZER_ORPHAN.into());
+    }
+    if foreground {
+        changed.push(FINALIZER_FOREGROUND.into());
+    }
+    let as_set = |list: &[String]| {
+        list.iter()
+            .cloned()
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    (as_set(&changed) != as_set(finalizers)).then_some(changed)
 }
 
 /// Upstream's `markAsDeleting`: the first delete of an object held by finalizers bumps its

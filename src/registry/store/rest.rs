@@ -398,7 +398,12 @@ impl<S: Strategy> RestStorage for Store<S> {
     async fn delete(&self, version: &str, name: &str, opts: &DeleteOptions) -> ApiResult<Deleted> {
         self.check_version(version)?;
         let deletion = self
-            .delete_object(name, &opts.preconditions, opts.dry_run)
+            .delete_object(
+                name,
+                &opts.preconditions,
+                opts.propagation_policy.as_deref(),
+                opts.dry_run,
+            )
             .await?;
         Ok(Deleted {
             object: self.encode(version, &deletion.object)?,
@@ -419,7 +424,12 @@ impl<S: Strategy> RestStorage for Store<S> {
         for obj in &page.items {
             let name = obj.metadata().name.clone().unwrap_or_default();
             match self
-                .delete_object(&name, &opts.preconditions, opts.dry_run)
+                .delete_object(
+                    &name,
+                    &opts.preconditions,
+                    opts.propagation_policy.as_deref(),
+                    opts.dry_run,
+                )
                 .await
             {
                 Ok(_) | Err(ApiError::NotFound { .. }) => {}

@@ -194,3 +194,43 @@ async fn delete_collection_deletes_what_the_selectors_match() {
     .expect("nothing to delete");
     assert_eq!(none["items"], json!([]));
 }
+
+#[tokio::test]
+async fn propagation_policies_set_the_garbage_collectors_finalizers() {
+    let store = store();
+    let delete = |name: &'static str, policy: &'static str| {
+        let store = &store;
+        async move {
+            let opts = DeleteOptions {
+                propagation_policy: Some(policy.into()),
+                ..Default::default()
+            };
+            RestStorage::delete(store, "v1", name, &opts).await
+        }
+    };
+    store.create(widget("fg", 1)).await.expect("fg");
+    let foreground = delete("fg", "Foreground").await.expect("foreground");
+    assert!(!foreground.gone, "held for the garbage collector");
+    assert_eq!(
+        foreground.object["metadata"]["finalizers"],
+        json!(["foregroundDeletion"])
+    );
+    assert!(foreground.object["metadata"]["deletionTimestamp"].is_string());
+
+    store.create(with_finalizer("or")).await.expect("or");
+    let orphan = delete("or", "Orphan").await.expect("orphan");
+    assert_eq!(
+        orphan.object["metadata"]["finalizers"],
+        json!(["example.com/hold", "orphan"])
+    );
+
+    let mut gc_only = widget("bg", 1);
+    gc_only.metadata.finalizers = Some(vec!["orphan".into()]);
+    store.create(gc_only).await.expect("bg");
+    let background = delete("bg", "Background").await.expect("background");
+    assert!(
+        background.gone,
+        "background drops the GC finalizers: nothing holds it"
+    );
+    assert_eq!(store.get("bg").await.expect("get"), None);
+}
