@@ -389,7 +389,7 @@ impl<S: Strategy> RestStorage for Store<S> {
             })
             .await?;
         Ok(Written {
-            object: self.encode(version, &updated.object)?,
+            object: self.encode(version, &updated)?,
             created: false,
             warnings,
         })

@@ -16,14 +16,6 @@ use super::create::merge_causes;
 use super::{MAX_WRITE_ATTEMPTS, Store, decode_stored, parse_resource_version};
 use crate::storage::StorageError;
 
-/// What an update did.
-#[derive(Debug, Clone)]
-pub(crate) struct Updated<O> {
-    /// The object as stored (or as it would be, for a dry run); for an update that deleted the
-    /// object (last finalizer removed), the object as the request made it.
-    pub object: O,
-}
-
 impl<S: Strategy> Store<S> {
     /// Replace an object (the controllers' entry point: same rules as a REST update). The
     /// object's resourceVersion is the precondition; its uid, when set, must match.
@@ -37,7 +29,7 @@ impl<S: Strategy> Store<S> {
     }
 
     /// A PUT: the body replaces the stored object, its uid a precondition (upstream's
-    /// `DefaultUpdatedObjectInfo`).
+    /// `DefaultUpdatedObjectInfo`; a mismatch is the storage layer's invalid-object error).
     pub(crate) async fn replace(
         &self,
         obj: S::Object,
@@ -45,35 +37,36 @@ impl<S: Strategy> Store<S> {
         dry_run: bool,
     ) -> ApiResult<S::Object> {
         let name = obj.metadata().name.clone().unwrap_or_default();
+        let key = self.key(&name)?;
         let uid = obj.metadata().uid.clone().filter(|u| !u.is_empty());
-        let updated = self
-            .guaranteed_update(&name, subresource, dry_run, |current| {
+        self.guaranteed_update(&name, subresource, dry_run, |current| {
                 if let Some(uid) = &uid {
                     let current_uid = current.metadata().uid.clone().unwrap_or_default();
                     if *uid != current_uid {
                         return Err(self.conflict(
                             &name,
                             format!(
-                                "Precondition failed: UID in precondition: {uid}, UID in object meta: {current_uid}"
+                                "StorageError: invalid object, Code: 4, Key: {key}, ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: UID in precondition: {uid}, UID in object meta: {current_uid}"
                             ),
                         ));
                     }
                 }
                 Ok(obj.clone())
             })
-            .await?;
-        Ok(updated.object)
+            .await
     }
 
     /// The update loop. `updated` computes the new object from the current one; it runs once
-    /// per attempt.
+    /// per attempt. Returns the object as stored (or as it would be, for a dry run); for an
+    /// update that deleted the object (last finalizer removed), the object as the request made
+    /// it.
     pub(crate) async fn guaranteed_update<F>(
         &self,
         name: &str,
         subresource: Subresource,
         dry_run: bool,
         mut updated: F,
-    ) -> ApiResult<Updated<S::Object>>
+    ) -> ApiResult<S::Object>
     where
         F: FnMut(&S::Object) -> ApiResult<S::Object> + Send,
     {
@@ -94,12 +87,12 @@ impl<S: Strategy> Store<S> {
 
             if should_delete_during_update(new.metadata(), current.metadata()) {
                 if dry_run {
-                    return Ok(Updated { object: new });
+                    return Ok(new);
                 }
                 match self.storage.delete(&key, kv.mod_revision).await {
                     // Another request may have finished the delete: the same outcome.
                     Ok(_) | Err(StorageError::NotFound { .. }) => {
-                        return Ok(Updated { object: new });
+                        return Ok(new);
                     }
                     Err(StorageError::Conflict { .. }) => continue,
                     Err(err) => return Err(self.storage_error(err, name)),
@@ -109,15 +102,15 @@ impl<S: Strategy> Store<S> {
             let bytes = self.encode_for_storage(&new)?;
             if bytes == kv.value {
                 // Nothing changes: no write, the same resourceVersion (recording 08).
-                return Ok(Updated { object: current });
+                return Ok(current);
             }
             if dry_run {
-                return Ok(Updated { object: new });
+                return Ok(new);
             }
             match self.storage.update(&key, bytes, kv.mod_revision).await {
                 Ok(revision) => {
                     new.metadata_mut().resource_version = Some(revision.to_string());
-                    return Ok(Updated { object: new });
+                    return Ok(new);
                 }
                 Err(StorageError::Conflict { .. }) => continue,
                 Err(err) => return Err(self.storage_error(err, name)),
