@@ -110,19 +110,7 @@ impl<S: Strategy> Store<S> {
             params.label_selector.as_deref(),
             params.field_selector.as_deref(),
         )?;
-        if params.send_initial_events.is_some()
-            && params.resource_version_match.as_deref() != Some("NotOlderThan")
-        {
-            return Err(ApiError::Invalid {
-                group: "meta.k8s.io".into(),
-                kind: "ListOptions".into(),
-                name: String::new(),
-                causes: vec![FieldError::forbidden(
-                    "resourceVersionMatch",
-                    "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
-                )],
-            });
-        }
+        check_initial_events(params)?;
         let requested = match params
             .resource_version
             .as_deref()
@@ -134,45 +122,14 @@ impl<S: Strategy> Store<S> {
         let encoder = EventEncoder {
             strategy: self.strategy.clone(),
             version: version.to_string(),
-            selection: selection.clone(),
+            selection,
             bookmarks: params.allow_watch_bookmarks,
         };
-        // Initial events: asked for, or the legacy default of a watch from "" or "0".
-        let initial = params.send_initial_events.unwrap_or(requested.is_none());
-        let (initial_events, after) = if initial {
-            let page = self
-                .list_page(ListQuery {
-                    selection,
-                    limit: None,
-                    continue_token: None,
-                    read_at: ReadAt::Current,
-                })
-                .await?;
-            if let Some(minimum) = requested.filter(|m| *m > page.revision) {
-                let error = error_event(too_large(minimum, page.revision));
+        let (initial_events, after) = match self.start(&encoder, params, requested).await? {
+            Start::At { initial, after } => (initial, after),
+            Start::Failed(error) => {
                 return Ok(with_timeout(stream::iter([error]).boxed(), params));
             }
-            let mut events = Vec::with_capacity(page.items.len() + 1);
-            for object in &page.items {
-                events.push(WatchEvent {
-                    event_type: "ADDED",
-                    object: encoder.object(object)?,
-                });
-            }
-            if params.send_initial_events == Some(true) && params.allow_watch_bookmarks {
-                events.push(encoder.bookmark(page.revision, true));
-            }
-            (events, page.revision)
-        } else {
-            let after = match requested {
-                Some(revision) => revision,
-                None => self
-                    .storage
-                    .current_revision()
-                    .await
-                    .map_err(|e| self.storage_error(e, ""))?,
-            };
-            (Vec::new(), after)
         };
         let live: WatchEventStream = match self.changes(after).await {
             Ok(changes) => changes
@@ -194,6 +151,89 @@ impl<S: Strategy> Store<S> {
         let events = stream::iter(initial_events).chain(live).boxed();
         Ok(with_timeout(end_after_error_event(events), params))
     }
+
+    /// Where a watch starts: its initial events (asked for with `sendInitialEvents`, or the
+    /// legacy default of a watch from "" or "0") and the revision live events follow. A state
+    /// the store has not reached yet is an ERROR event, as upstream's watch cache answers.
+    async fn start(
+        &self,
+        encoder: &EventEncoder<S>,
+        params: &WatchParams,
+        requested: Option<Revision>,
+    ) -> ApiResult<Start> {
+        if !params.send_initial_events.unwrap_or(requested.is_none()) {
+            let after = match requested {
+                Some(revision) => revision,
+                None => self
+                    .storage
+                    .current_revision()
+                    .await
+                    .map_err(|e| self.storage_error(e, ""))?,
+            };
+            return Ok(Start::At {
+                initial: Vec::new(),
+                after,
+            });
+        }
+        let page = self
+            .list_page(ListQuery {
+                selection: encoder.selection.clone(),
+                limit: None,
+                continue_token: None,
+                read_at: ReadAt::Current,
+            })
+            .await?;
+        if let Some(minimum) = requested.filter(|m| *m > page.revision) {
+            return Ok(Start::Failed(error_event(too_large(
+                minimum,
+                page.revision,
+            ))));
+        }
+        let mut events = Vec::with_capacity(page.items.len() + 1);
+        for object in &page.items {
+            events.push(WatchEvent {
+                event_type: "ADDED",
+                object: encoder.object(object)?,
+            });
+        }
+        if params.send_initial_events == Some(true) && params.allow_watch_bookmarks {
+            events.push(encoder.bookmark(page.revision, true));
+        }
+        Ok(Start::At {
+            initial: events,
+            after: page.revision,
+        })
+    }
+}
+
+/// How a REST watch starts.
+enum Start {
+    /// With these initial events, then live events after this revision.
+    At {
+        initial: Vec<WatchEvent>,
+        after: Revision,
+    },
+    /// With this ERROR event only.
+    Failed(WatchEvent),
+}
+
+/// `sendInitialEvents` needs `resourceVersionMatch=NotOlderThan` (422 otherwise, recording
+/// 10b). Bookmarks are not required: without them the initial events just have no end marker.
+fn check_initial_events(params: &WatchParams) -> ApiResult<()> {
+    if params.send_initial_events.is_some()
+        && params.resource_version_match.as_deref() != Some("NotOlderThan")
+    {
+        return Err(ApiError::Invalid {
+            group: "meta.k8s.io".into(),
+            kind: "ListOptions".into(),
+            name: String::new(),
+            causes: vec![FieldError::forbidden(
+                "resourceVersionMatch",
+                "sendInitialEvents requires setting resourceVersionMatch to NotOlderThan",
+            )],
+        });
+    }
+    Ok(())
 }
 
 /// End a stream after its first error (the error itself is delivered).
