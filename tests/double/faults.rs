@@ -1,0 +1,171 @@
+//! Fault injection.
+
+use super::*;
+
+#[tokio::test]
+async fn faults_are_injected_per_route() {
+    let double = start_with_widgets().await;
+    let http = Http::new(&double);
+    let base = "/api/v1/namespaces/demo/configmaps";
+    http.post(base, &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}, "data": {"k": "v"}})).await;
+    http.post(base, &json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "protected"}, "data": {"k": "v"}})).await;
+
+    // Half of the GETs of configmaps fail with a 500, exactly.
+    let half = double.add_fault(
+        FaultRule::new(Fault::ServerError { code: 500 })
+            .verb("get")
+            .resource("configmaps")
+            .fraction(0.5),
+    );
+    let mut codes = Vec::new();
+    for _ in 0..10 {
+        codes.push(http.get(&format!("{base}/x")).await.status);
+    }
+    assert_eq!(codes.iter().filter(|c| **c == 500).count(), 5);
+    assert_eq!(codes.iter().filter(|c| **c == 200).count(), 5);
+    assert_eq!(double.fault_injections(half), 5);
+    // Other routes are untouched.
+    assert_eq!(http.get(base).await.status, 200);
+    double.remove_fault(half);
+
+    // 503 with its reason.
+    let unavailable = double.add_fault(
+        FaultRule::new(Fault::ServerError { code: 503 })
+            .resource("widgets.example.test")
+            .times(1),
+    );
+    let r = http.get(WIDGETS).await;
+    assert_eq!(
+        (r.status, r.json()["reason"].as_str().map(str::to_string)),
+        (503, Some("ServiceUnavailable".into()))
+    );
+    assert_eq!(http.get(WIDGETS).await.status, 200);
+    double.remove_fault(unavailable);
+
+    // 429 with Retry-After, once.
+    double.add_fault(
+        FaultRule::new(Fault::TooManyRequests {
+            retry_after_seconds: 2,
+        })
+        .verb("list")
+        .times(1),
+    );
+    let throttled = http.get(base).await;
+    assert_eq!(throttled.status, 429);
+    assert_eq!(throttled.header("retry-after"), Some("2"));
+    let body = throttled.json();
+    assert_eq!(body["reason"], "TooManyRequests");
+    assert_eq!(body["details"]["retryAfterSeconds"], 2);
+    assert_eq!(http.get(base).await.status, 200);
+
+    // Latency delays but does not fail.
+    let slow = double.add_fault(
+        FaultRule::new(Fault::Latency(Duration::from_millis(20)))
+            .verb("get")
+            .name("x")
+            .times(1),
+    );
+    assert_eq!(http.get(&format!("{base}/x")).await.status, 200);
+    assert_eq!(double.fault_injections(slow), 1);
+
+    // A dropped connection: no answer at all.
+    double.add_fault(
+        FaultRule::new(Fault::DropConnection)
+            .verb("get")
+            .name("x")
+            .times(1),
+    );
+    let fresh = reqwest::Client::new();
+    let dropped = fresh.get(format!("{}{base}/x", double.url())).send().await;
+    assert!(dropped.is_err(), "{dropped:?}");
+    assert_eq!(
+        fresh
+            .get(format!("{}{base}/x", double.url()))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+
+    // Webhook denials for chosen objects: 403 and 422, nothing written.
+    double.add_fault(
+        FaultRule::new(Fault::deny("policy.example.com", "no changes allowed"))
+            .verb("patch")
+            .name("protected"),
+    );
+    let before = double
+        .stored("configmaps", Some("demo"), "protected")
+        .unwrap();
+    let denied = http
+        .merge_patch(
+            &format!("{base}/protected"),
+            &json!({"data": {"k": "changed"}}),
+        )
+        .await;
+    assert_eq!(denied.status, 403);
+    assert_eq!(
+        denied.json()["message"],
+        "admission webhook \"policy.example.com\" denied the request: no changes allowed"
+    );
+    assert_eq!(
+        double
+            .stored("configmaps", Some("demo"), "protected")
+            .unwrap(),
+        before
+    );
+    assert_eq!(
+        http.merge_patch(&format!("{base}/x"), &json!({"data": {"k": "ok"}}))
+            .await
+            .status,
+        200
+    );
+    double.clear_faults();
+    double.add_fault(
+        FaultRule::new(Fault::deny_invalid("validate.example.com", "size too big"))
+            .verb("patch")
+            .resource("widgets.example.test"),
+    );
+    http.post(WIDGETS, &widget("w1", 1)).await;
+    let invalid = http
+        .merge_patch(&format!("{WIDGETS}/w1"), &json!({"spec": {"size": 100}}))
+        .await;
+    assert_eq!(
+        (
+            invalid.status,
+            invalid.json()["reason"].as_str().map(str::to_string)
+        ),
+        (422, Some("Invalid".into()))
+    );
+
+    // Non-resource routes (discovery) by path.
+    double.clear_faults();
+    double.add_fault(
+        FaultRule::new(Fault::ServerError { code: 503 })
+            .path("/apis")
+            .times(1),
+    );
+    assert_eq!(http.get_accept("/apis", AGGREGATED).await.status, 503);
+    assert_eq!(http.get_accept("/apis", AGGREGATED).await.status, 200);
+    assert_eq!(http.get("/api").await.status, 200);
+
+    // The kube client sees the same errors.
+    double.clear_faults();
+    double.add_fault(
+        FaultRule::new(Fault::ServerError { code: 500 })
+            .verb("patch")
+            .times(1),
+    );
+    let client = kube_client(&double).await;
+    let cms: Api<ConfigMap> = Api::namespaced(client, "demo");
+    let err = cms
+        .patch(
+            "x",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"k": "again"}})),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(kube_status(err).code, 500);
+    assert!(double.counters().faults_injected >= 1);
+}
