@@ -1,10 +1,16 @@
 //! The generic REST registry: one `Store<S>` over the `Storage` trait, driven by a per-kind
 //! `Strategy` (k8s.io/apiserver's `genericregistry.Store` + `strategy.go`).
 
+pub mod continue_token;
 pub mod error;
+pub mod field_validation;
+pub mod metadata;
+pub mod patch;
 pub mod rest;
+pub mod selectors;
 pub mod store;
 pub mod strategy;
+pub mod validation;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

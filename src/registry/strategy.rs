@@ -112,8 +112,15 @@ pub trait Strategy: Send + Sync + 'static {
     /// `("status.conditions", ListMerge::ByKey("type"))`.
     fn list_merge_rules(&self) -> Vec<(&'static str, ListMerge)>;
 
-    /// The value of a field for field selectors (beyond `metadata.name`, which the store
-    /// handles). `None` = the field is not selectable.
+    /// Fields that field selectors may name beyond `metadata.name` and `metadata.namespace`
+    /// (which the store handles), e.g. `spec.resource.group`. A selector naming any other field
+    /// is a 400, as upstream.
+    fn selectable_fields(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// The value of one of [`Strategy::selectable_fields`] for field selectors. `None` reads
+    /// as the empty string, as in upstream's field sets.
     fn field_value(&self, _obj: &Self::Object, _field: &str) -> Option<String> {
         None
     }

@@ -1,0 +1,268 @@
+//! Updates: upstream's `GuaranteedUpdate` loop. Read the current object, compute the new one
+//! (the request body, or the patch applied to what is stored), check the resourceVersion
+//! precondition, let the strategy prepare and validate, and compare-and-swap on the mod
+//! revision read. A lost race re-reads and tries again; an update that changes nothing writes
+//! nothing; removing the last finalizer of an object being deleted deletes it.
+
+use k8s_openapi::Metadata;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::Value;
+
+use super::super::error::{ApiError, ApiResult, FieldError};
+use super::super::metadata;
+use super::super::rest::Subresource;
+use super::super::strategy::Strategy;
+use super::create::merge_causes;
+use super::{MAX_WRITE_ATTEMPTS, Store, decode_stored, parse_resource_version};
+use crate::storage::StorageError;
+
+impl<S: Strategy> Store<S> {
+    /// Replace an object (the controllers' entry point: same rules as a REST update). The
+    /// object's resourceVersion is the precondition; its uid, when set, must match.
+    pub async fn update(&self, obj: S::Object) -> ApiResult<S::Object> {
+        self.replace(obj, Subresource::Main, false).await
+    }
+
+    /// Replace an object's status (`/status`): spec and most metadata stay as stored.
+    pub async fn update_status(&self, obj: S::Object) -> ApiResult<S::Object> {
+        self.replace(obj, Subresource::Status, false).await
+    }
+
+    /// A PUT: the body replaces the stored object, its uid a precondition (upstream's
+    /// `DefaultUpdatedObjectInfo`; a mismatch is the storage layer's invalid-object error).
+    pub(crate) async fn replace(
+        &self,
+        obj: S::Object,
+        subresource: Subresource,
+        dry_run: bool,
+    ) -> ApiResult<S::Object> {
+        let name = obj.metadata().name.clone().unwrap_or_default();
+        let key = self.key(&name)?;
+        let uid = obj.metadata().uid.clone().filter(|u| !u.is_empty());
+        self.guaranteed_update(&name, subresource, dry_run, |current| {
+                if let Some(uid) = &uid {
+                    let current_uid = current.metadata().uid.clone().unwrap_or_default();
+                    if *uid != current_uid {
+                        return Err(self.conflict(
+                            &name,
+                            format!(
+                                "StorageError: invalid object, Code: 4, Key: {key}, ResourceVersion: 0, AdditionalErrorMsg: Precondition failed: UID in precondition: {uid}, UID in object meta: {current_uid}"
+                            ),
+                        ));
+                    }
+                }
+                Ok(obj.clone())
+            })
+            .await
+    }
+
+    /// The update loop. `updated` computes the new object from the current one; it runs once
+    /// per attempt. Returns the object as stored (or as it would be, for a dry run); for an
+    /// update that deleted the object (last finalizer removed), the object as the request made
+    /// it.
+    pub(crate) async fn guaranteed_update<F>(
+        &self,
+        name: &str,
+        subresource: Subresource,
+        dry_run: bool,
+        mut updated: F,
+    ) -> ApiResult<S::Object>
+    where
+        F: FnMut(&S::Object) -> ApiResult<S::Object> + Send,
+    {
+        let key = self.key(name)?;
+        for _ in 0..MAX_WRITE_ATTEMPTS {
+            let Some(kv) = self
+                .storage
+                .get(&key)
+                .await
+                .map_err(|e| self.storage_error(e, name))?
+            else {
+                return Err(self.not_found(name));
+            };
+            let current: S::Object = decode_stored(&kv, kv.mod_revision)?;
+            let mut new = updated(&current)?;
+            self.check_resource_version(&new, kv.mod_revision, name)?;
+            self.before_update(&mut new, &current, subresource)?;
+
+            if should_delete_during_update(new.metadata(), current.metadata()) {
+                if dry_run {
+                    return Ok(new);
+                }
+                match self.storage.delete(&key, kv.mod_revision).await {
+                    // Another request may have finished the delete: the same outcome.
+                    Ok(_) | Err(StorageError::NotFound { .. }) => {
+                        return Ok(new);
+                    }
+                    Err(StorageError::Conflict { .. }) => continue,
+                    Err(err) => return Err(self.storage_error(err, name)),
+                }
+            }
+
+            let bytes = self.encode_for_storage(&new)?;
+            if bytes == kv.value {
+                // Nothing changes: no write, the same resourceVersion (recording 08).
+                return Ok(current);
+            }
+            if dry_run {
+                return Ok(new);
+            }
+            match self.storage.update(&key, bytes, kv.mod_revision).await {
+                Ok(revision) => {
+                    new.metadata_mut().resource_version = Some(revision.to_string());
+                    return Ok(new);
+                }
+                Err(StorageError::Conflict { .. }) => continue,
+                Err(err) => return Err(self.storage_error(err, name)),
+            }
+        }
+        Err(self.stale(name))
+    }
+
+    /// The request's resourceVersion must be the stored one (upstream answers 422 when it is
+    /// missing, naming the resource, and 409 when it differs).
+    fn check_resource_version(
+        &self,
+        new: &S::Object,
+        stored: crate::storage::Revision,
+        name: &str,
+    ) -> ApiResult<()> {
+        match new.metadata().resource_version.as_deref() {
+            None | Some("") | Some("0") => Err(ApiError::Invalid {
+                group: self.group().into(),
+                kind: self.plural().into(),
+                name: name.into(),
+                causes: vec![FieldError {
+                    reason: "FieldValueInvalid",
+                    field: "metadata.resourceVersion".into(),
+                    message: "Invalid value: 0: must be specified for an update".into(),
+                }],
+            }),
+            Some(rv) if parse_resource_version(rv)? != stored => Err(self.stale(name)),
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// Upstream's `rest.BeforeUpdate`: keep what an update may not change, let the strategy
+    /// prepare, bump the generation on spec changes, validate.
+    fn before_update(
+        &self,
+        new: &mut S::Object,
+        old: &S::Object,
+        subresource: Subresource,
+    ) -> ApiResult<()> {
+        let old_meta = old.metadata();
+        {
+            let meta = new.metadata_mut();
+            meta.namespace = None;
+            meta.generation = old_meta.generation;
+            meta.self_link = None;
+        }
+        match subresource {
+            Subresource::Main => {
+                self.strategy.prepare_for_update(new, old);
+                if self.strategy.info().has_status_subresource {
+                    // The main resource never changes status.
+                    keep_from_old(new, old, |field| field == "status")?;
+                }
+                let generation = old_meta.generation.unwrap_or(0);
+                new.metadata_mut().generation = if self.strategy.spec_changed(new, old) {
+                    Some(generation + 1)
+                } else {
+                    old_meta.generation
+                };
+            }
+            Subresource::Status => {
+                self.strategy.prepare_for_status_update(new, old);
+                // `/status` changes status only.
+                keep_from_old(new, old, |field| field != "status")?;
+                reset_meta_for_status(new.metadata_mut(), old_meta);
+            }
+        }
+        {
+            let meta = new.metadata_mut();
+            if meta.uid.as_deref().is_none_or(str::is_empty) {
+                meta.uid = old_meta.uid.clone();
+            }
+            if old_meta.creation_timestamp.is_some() {
+                meta.creation_timestamp = old_meta.creation_timestamp.clone();
+            }
+            if old_meta.deletion_timestamp.is_some() {
+                meta.deletion_timestamp = old_meta.deletion_timestamp.clone();
+            }
+            if old_meta.deletion_grace_period_seconds.is_some()
+                && meta.deletion_grace_period_seconds.is_none()
+            {
+                meta.deletion_grace_period_seconds = old_meta.deletion_grace_period_seconds;
+            }
+        }
+        let kind_causes = match subresource {
+            Subresource::Main => self.strategy.validate_update(new, old),
+            Subresource::Status => self.strategy.validate_status_update(new, old),
+        };
+        let causes = merge_causes(
+            metadata::validate_update(new.metadata(), old_meta),
+            kind_causes,
+        );
+        if causes.is_empty() {
+            Ok(())
+        } else {
+            let name = new.metadata().name.clone().unwrap_or_default();
+            Err(self.invalid(&name, causes))
+        }
+    }
+}
+
+/// Upstream's `ResetObjectMetaForStatus`: a status update keeps the stored metadata that only
+/// the main resource may change.
+fn reset_meta_for_status(meta: &mut ObjectMeta, old: &ObjectMeta) {
+    meta.deletion_timestamp = old.deletion_timestamp.clone();
+    meta.generation = old.generation;
+    meta.labels = old.labels.clone();
+    meta.annotations = old.annotations.clone();
+    meta.finalizers = old.finalizers.clone();
+    meta.owner_references = old.owner_references.clone();
+}
+
+/// Copy the top-level fields `from_old` selects (never metadata or type meta) from the stored
+/// object into the new one, through their JSON forms.
+fn keep_from_old<O>(new: &mut O, old: &O, from_old: impl Fn(&str) -> bool) -> ApiResult<()>
+where
+    O: serde::Serialize + serde::de::DeserializeOwned,
+{
+    let internal = |e: serde_json::Error| ApiError::Internal(format!("object round trip: {e}"));
+    let (Value::Object(mut new_map), Value::Object(old_map)) = (
+        serde_json::to_value(&*new).map_err(internal)?,
+        serde_json::to_value(old).map_err(internal)?,
+    ) else {
+        return Ok(());
+    };
+    let selected =
+        |field: &str| !matches!(field, "metadata" | "apiVersion" | "kind") && from_old(field);
+    let mut changed = false;
+    let new_fields: Vec<String> = new_map.keys().filter(|k| selected(k)).cloned().collect();
+    for field in new_fields {
+        if !old_map.contains_key(&field) {
+            new_map.shift_remove(&field);
+            changed = true;
+        }
+    }
+    for (field, value) in old_map.iter().filter(|(k, _)| selected(k)) {
+        if new_map.get(field) != Some(value) {
+            new_map.insert(field.clone(), value.clone());
+            changed = true;
+        }
+    }
+    if changed {
+        *new = serde_json::from_value(Value::Object(new_map)).map_err(internal)?;
+    }
+    Ok(())
+}
+
+/// Upstream's `ShouldDeleteDuringUpdate`: the last finalizer of an object being deleted (with
+/// no grace period left) was removed.
+fn should_delete_during_update(new: &ObjectMeta, old: &ObjectMeta) -> bool {
+    new.finalizers.as_ref().is_none_or(Vec::is_empty)
+        && old.deletion_timestamp.is_some()
+        && old.deletion_grace_period_seconds.unwrap_or(0) == 0
+}
