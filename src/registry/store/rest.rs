@@ -345,18 +345,20 @@ impl<S: Strategy> RestStorage for Store<S> {
         opts: &WriteOptions,
     ) -> ApiResult<Written> {
         self.check_version(version)?;
-        match body.pointer("/metadata/name").and_then(Value::as_str) {
-            Some(body_name) if !body_name.is_empty() && body_name != name => {
-                return Err(ApiError::BadRequest(format!(
-                    "the name of the object ({body_name}) does not match the name on the URL ({name})"
-                )));
-            }
-            Some(body_name) if !body_name.is_empty() => {}
-            _ => {
-                if !body.get("metadata").is_some_and(Value::is_object) {
-                    body["metadata"] = json!({});
+        // The URL names the object when the body does not; a different name is a 400.
+        if let Value::Object(map) = &mut body
+            && let Value::Object(meta) = map.entry("metadata").or_insert_with(|| json!({}))
+        {
+            match meta.get("name").and_then(Value::as_str).unwrap_or_default() {
+                "" => {
+                    meta.insert("name".into(), Value::String(name.to_string()));
                 }
-                body["metadata"]["name"] = Value::String(name.to_string());
+                body_name if body_name != name => {
+                    return Err(ApiError::BadRequest(format!(
+                        "the name of the object ({body_name}) does not match the name on the URL ({name})"
+                    )));
+                }
+                _ => {}
             }
         }
         let (obj, warnings) = self.decode_body(version, body, opts.field_validation)?;

@@ -231,3 +231,37 @@ async fn concurrent_patches_all_land_through_the_retry_loop() {
         .expect("labels");
     assert_eq!(labels.len(), 12);
 }
+
+#[tokio::test]
+async fn odd_update_bodies_are_400_not_panics() {
+    let store = store();
+    let created = store.create(widget("a", 1)).await.expect("created");
+    for body in [json!([1, 2]), json!("text"), json!({"metadata": 5})] {
+        let err = RestStorage::update(
+            &store,
+            "v1",
+            "a",
+            Subresource::Main,
+            body.clone(),
+            &WriteOptions::default(),
+        )
+        .await
+        .expect_err("odd body");
+        assert_eq!(err.code(), 400, "{body}");
+    }
+    // A body without a name takes the URL's.
+    let mut nameless = json!({"metadata": {"resourceVersion": rv(&created)}, "spec": {"size": 3}});
+    nameless["metadata"]["labels"] = json!({"k": "v"});
+    let written = RestStorage::update(
+        &store,
+        "v1",
+        "a",
+        Subresource::Main,
+        nameless,
+        &WriteOptions::default(),
+    )
+    .await
+    .expect("named by the URL");
+    assert_eq!(written.object["metadata"]["name"], "a");
+    assert_eq!(written.object["spec"]["size"], 3);
+}
