@@ -17,7 +17,7 @@ pub const KIND: &str = "StorageState";
 /// The hash recorded when the server cannot vouch for what objects are stored in.
 pub const UNKNOWN_HASH: &str = "Unknown";
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct StorageState {
     #[serde(default)]
     pub metadata: ObjectMeta,
@@ -41,7 +41,7 @@ pub struct GroupResource {
     pub resource: String,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StorageStateStatus {
     /// Hashes the stored objects may be encoded in; `["Unknown"]` when none is known.

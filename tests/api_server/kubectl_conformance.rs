@@ -237,7 +237,7 @@ fn conformance(server: &ServerProcess) {
     let _ = watch.wait();
 
     // wait --for=condition=Succeeded, the condition set through /status.
-    let mut waiter = k
+    let waiter = k
         .command(&["wait", "svm/secrets-migration", "--for=condition=Succeeded", "--timeout=60s"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

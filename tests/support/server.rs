@@ -170,6 +170,14 @@ impl Drop for ServerProcess {
 /// One GET of `/readyz`, trusting the dev CA. Test support runs outside any async runtime, so
 /// it drives its own small one.
 fn probe_ready(url: &str, ca_pem: &[u8]) -> bool {
+    // On its own thread: callers may be inside a tokio runtime, which cannot nest another.
+    let (url, ca_pem) = (url.to_string(), ca_pem.to_vec());
+    std::thread::spawn(move || probe_ready_blocking(&url, &ca_pem))
+        .join()
+        .unwrap_or(false)
+}
+
+fn probe_ready_blocking(url: &str, ca_pem: &[u8]) -> bool {
     let Ok(rt) = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -143,7 +143,8 @@ struct GaCondition {
     message: String,
 }
 
-/// Take the reserved annotations out of `metadata`, returning them.
+/// Take the reserved annotations out of `metadata`, returning them. An empty annotation map
+/// is dropped (Go omits empty maps), so the hub never holds `Some({})`.
 fn take_reserved(metadata: &mut ObjectMeta) -> BTreeMap<String, String> {
     let mut taken = BTreeMap::new();
     if let Some(annotations) = metadata.annotations.as_mut() {
@@ -152,7 +153,7 @@ fn take_reserved(metadata: &mut ObjectMeta) -> BTreeMap<String, String> {
                 taken.insert(key.to_string(), value);
             }
         }
-        if !taken.is_empty() && annotations.is_empty() {
+        if annotations.is_empty() {
             metadata.annotations = None;
         }
     }
