@@ -111,7 +111,7 @@ async fn bad_input_gets_a_status_and_changes_nothing() {
         case("an update of a missing object", Method::PUT, format!("{SVMS}/missing"), "application/json", j(&svm("missing")), 404, Some("NotFound"), "not found"),
         case("a get of a missing object", Method::GET, format!("{SVMS}/missing"), "", Vec::new(), 404, Some("NotFound"), "storageversionmigrations.storagemigration.k8s.io \"missing\" not found"),
         case("a delete of a missing object", Method::DELETE, format!("{SVMS}/missing"), "", Vec::new(), 404, Some("NotFound"), "not found"),
-        case("a delete with a wrong uid precondition", Method::DELETE, existing.clone(), "application/json", j(&json!({"kind":"DeleteOptions","apiVersion":"v1","preconditions":{"uid":"00000000-0000-0000-0000-000000000000"}})), 409, Some("Conflict"), "Precondition failed"),
+        case("a delete with a wrong uid precondition", Method::DELETE, existing.clone(), "application/json", j(&json!({"kind":"DeleteOptions","apiVersion":"v1","preconditions":{"uid":"00000000-0000-0000-0000-000000000000"}})), 409, Some("Conflict"), "does not match the UID in record"),
         case("an oversized body", Method::POST, SVMS, "application/json", huge, 413, Some("RequestEntityTooLarge"), ""),
         case("an unsupported media type", Method::POST, SVMS, "text/plain", j(&svm("plain")), 415, Some("UnsupportedMediaType"), ""),
         case("an unsupported patch type", Method::PATCH, existing.clone(), "text/plain", &b"{}"[..], 415, Some("UnsupportedMediaType"), ""),

@@ -220,19 +220,21 @@ fn conformance(server: &ServerProcess) {
     assert!(k.ok(&["get", "svm", "-l", "stage=one", "-o", "name"]).contains("secrets-migration"));
     assert!(!k.ok(&["get", "svm", "-l", "stage=two", "-o", "name"]).contains("secrets-migration"));
 
-    // get -w sees a later change.
+    // get -w sees a later change: a header, the current state, then the update.
     let mut watch = k
-        .command(&["get", "svm", "secrets-migration", "-w", "--output-watch-events", "-o", "name"])
+        .command(&["get", "svm", "secrets-migration", "-w", "--output-watch-events"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
+    let header = lines.next().unwrap().unwrap();
+    assert!(header.starts_with("EVENT") && header.contains("NAME"), "{header}");
     let first = lines.next().unwrap().unwrap();
-    assert!(first.contains("ADDED") && first.contains("secrets-migration"), "{first}");
+    assert!(first.starts_with("ADDED") && first.contains("secrets-migration"), "{first}");
     k.ok(&["label", "svm", "secrets-migration", "stage=two", "--overwrite"]);
     let second = lines.next().unwrap().unwrap();
-    assert!(second.contains("MODIFIED") && second.contains("secrets-migration"), "{second}");
+    assert!(second.starts_with("MODIFIED") && second.contains("secrets-migration"), "{second}");
     let _ = watch.kill();
     let _ = watch.wait();
 

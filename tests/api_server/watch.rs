@@ -149,8 +149,10 @@ async fn a_watch_from_a_compacted_revision_gets_an_error_event_with_410() {
     let client = server.http_client();
     let base = server.url.clone();
     let first = create(&client, &base, "old").await;
+    create(&client, &base, "middle").await;
     let last = create(&client, &base, "new").await;
-    // Compact etcd past the first object's revision, as kube-apiserver's compactor would.
+    // Compact etcd past the revision after the first object's, as kube-apiserver's compactor
+    // would: a watch from `first` needs `first + 1`, which is gone.
     let mut etcd_client = etcd_client::Client::connect([etcd.endpoint()], None).await.unwrap();
     etcd_client.compact(rv(&last) as i64, None).await.unwrap();
 
