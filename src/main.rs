@@ -109,7 +109,9 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
         "s" => Ok(Duration::from_secs(n)),
         "m" => Ok(Duration::from_secs(n * 60)),
         "h" => Ok(Duration::from_secs(n * 3600)),
-        _ => Err(format!("invalid duration unit in {text:?}: use ms, s, m or h")),
+        _ => Err(format!(
+            "invalid duration unit in {text:?}: use ms, s, m or h"
+        )),
     }
 }
 

@@ -9,7 +9,11 @@ use crate::registry::{ApiError, ApiResult};
 
 /// Deserialize the body of `kind` in `version` (apiVersion/kind already checked by the store).
 /// A body that does not fit is a 400 with kube-apiserver's wording (recording 16b).
-pub fn decode_body<T: DeserializeOwned>(kind: &str, version: &str, mut value: Value) -> ApiResult<T> {
+pub fn decode_body<T: DeserializeOwned>(
+    kind: &str,
+    version: &str,
+    mut value: Value,
+) -> ApiResult<T> {
     if let Value::Object(map) = &mut value {
         map.shift_remove("apiVersion");
         map.shift_remove("kind");

@@ -163,7 +163,11 @@ impl Strategy for StorageStateStrategy {
             errs.push(FieldError::required("spec.resource.resource", ""));
         } else {
             for msg in dns_label_errors(resource) {
-                errs.push(FieldError::invalid("spec.resource.resource", resource, &msg));
+                errs.push(FieldError::invalid(
+                    "spec.resource.resource",
+                    resource,
+                    &msg,
+                ));
             }
         }
         if !group.is_empty() {
@@ -198,7 +202,12 @@ impl Strategy for StorageStateStrategy {
     fn validate_status_update(&self, new: &StorageState, _old: &StorageState) -> Vec<FieldError> {
         let mut errs = Vec::new();
         let mut seen = std::collections::BTreeSet::new();
-        for (i, hash) in new.status.persisted_storage_version_hashes.iter().enumerate() {
+        for (i, hash) in new
+            .status
+            .persisted_storage_version_hashes
+            .iter()
+            .enumerate()
+        {
             let path = format!("status.persistedStorageVersionHashes[{i}]");
             if hash.is_empty() {
                 errs.push(FieldError::required(path, "a hash must not be empty"));
@@ -281,9 +290,7 @@ impl Strategy for StorageStateStrategy {
 fn definitions(version: &str) -> Vec<(String, Value)> {
     const META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1";
     let name = format!("io.k8s.api.storagemigration.{version}.{KIND}");
-    let r = |n: &str, description: &str| {
-        json!({"allOf": [{"$ref": format!("#/components/schemas/{n}")}], "default": {}, "description": description})
-    };
+    let r = |n: &str, description: &str| json!({"allOf": [{"$ref": format!("#/components/schemas/{n}")}], "default": {}, "description": description});
     let s = |description: &str| json!({"type": "string", "description": description});
     vec![
         (
@@ -365,7 +372,10 @@ mod tests {
     #[test]
     fn the_name_must_be_resource_dot_group() {
         let s = StorageStateStrategy;
-        assert!(s.validate(&state("deployments.apps", "apps", "deployments")).is_empty());
+        assert!(
+            s.validate(&state("deployments.apps", "apps", "deployments"))
+                .is_empty()
+        );
         assert!(s.validate(&state("secrets", "", "secrets")).is_empty());
         let errs = s.validate(&state("wrong", "apps", "deployments"));
         assert_eq!(errs.len(), 1);
@@ -374,8 +384,14 @@ mod tests {
         assert!(!s.validate(&state("secrets.", "", "secrets")).is_empty());
         let errs = s.validate(&state("x", "apps", ""));
         assert_eq!(errs[0].field, "spec.resource.resource");
-        assert!(!s.validate(&state("Deploy.apps", "apps", "Deploy")).is_empty());
-        assert!(!s.validate(&state("d.Bad_Group", "Bad_Group", "d")).is_empty());
+        assert!(
+            !s.validate(&state("Deploy.apps", "apps", "Deploy"))
+                .is_empty()
+        );
+        assert!(
+            !s.validate(&state("d.Bad_Group", "Bad_Group", "d"))
+                .is_empty()
+        );
     }
 
     #[test]
@@ -390,7 +406,10 @@ mod tests {
         changed.spec.resource.resource = "statefulsets".into();
         changed.metadata.name = Some("statefulsets.apps".into());
         let errs = s.validate_update(&changed, &obj);
-        assert!(errs.iter().any(|e| e.field == "spec" && e.message.contains("immutable")));
+        assert!(
+            errs.iter()
+                .any(|e| e.field == "spec" && e.message.contains("immutable"))
+        );
     }
 
     #[test]
@@ -420,7 +439,10 @@ mod tests {
         };
         for v in VERSIONS {
             let encoded = s.encode(v, &obj).unwrap();
-            assert_eq!(encoded["apiVersion"], format!("storagemigration.k8s.io/{v}"));
+            assert_eq!(
+                encoded["apiVersion"],
+                format!("storagemigration.k8s.io/{v}")
+            );
             assert_eq!(encoded["kind"], "StorageState");
             assert_eq!(encoded["status"]["currentStorageVersionHash"], "b");
             assert_eq!(s.decode(v, encoded).unwrap(), obj);
@@ -429,7 +451,10 @@ mod tests {
         let bad = json!({"spec": {"resource": "deployments"}});
         let err = s.decode("v1", bad).unwrap_err();
         assert_eq!(err.code(), 400);
-        assert!(err.to_string().contains("cannot be handled as a StorageState"));
+        assert!(
+            err.to_string()
+                .contains("cannot be handled as a StorageState")
+        );
     }
 
     #[test]

@@ -60,7 +60,10 @@ mod tests {
             revision: Some(first),
             ..Default::default()
         };
-        assert_eq!(store.list("/k/", opts.clone()).await.unwrap().items.len(), 1);
+        assert_eq!(
+            store.list("/k/", opts.clone()).await.unwrap().items.len(),
+            1
+        );
         // The second tick compacts to `first` and records `second`.
         assert_eq!(tick(&store, seen).await, Some(second));
         let before_first = ListOptions {

@@ -116,14 +116,15 @@ impl ServerProcess {
     fn wait_for_kubeconfig(&mut self) -> String {
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            if let Ok(text) = std::fs::read_to_string(&self.kubeconfig) {
-                if let Some(url) = text
-                    .lines()
-                    .find_map(|l| l.trim().strip_prefix("server: "))
-                    .map(|s| s.trim().trim_matches('"').to_string())
-                {
-                    return url;
-                }
+            let url = std::fs::read_to_string(&self.kubeconfig)
+                .ok()
+                .and_then(|text| {
+                    text.lines()
+                        .find_map(|l| l.trim().strip_prefix("server: "))
+                        .map(|s| s.trim().trim_matches('"').to_string())
+                });
+            if let Some(url) = url {
+                return url;
             }
             self.assert_running();
             assert!(
@@ -153,10 +154,11 @@ impl ServerProcess {
     }
 
     fn assert_running(&mut self) {
-        if let Some(child) = self.child.as_mut() {
-            if let Ok(Some(status)) = child.try_wait() {
-                panic!("svm-apiserver exited early ({status}); log:\n{}", self.log());
-            }
+        if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+            panic!(
+                "svm-apiserver exited early ({status}); log:\n{}",
+                self.log()
+            );
         }
     }
 }

@@ -8,9 +8,7 @@ use super::{FAILED, KIND, RUNNING, SUCCEEDED, StorageVersionMigration, schema, v
 use crate::api::common::{age, dns_label_errors};
 use crate::api::{CATEGORY, GROUP, STORAGE_VERSION, VERSIONS};
 use crate::registry::validation::dns1123_subdomain_errors;
-use crate::registry::{
-    ApiResult, FieldError, ListMerge, ResourceInfo, Strategy, TableColumn,
-};
+use crate::registry::{ApiResult, FieldError, ListMerge, ResourceInfo, Strategy, TableColumn};
 
 static INFO: ResourceInfo = ResourceInfo {
     group: GROUP,
@@ -74,8 +72,10 @@ impl Strategy for MigrationStrategy {
     ) {
         new.spec = old.spec.clone();
         let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
-            k8s_openapi::jiff::Timestamp::from_second(k8s_openapi::jiff::Timestamp::now().as_second())
-                .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now()),
+            k8s_openapi::jiff::Timestamp::from_second(
+                k8s_openapi::jiff::Timestamp::now().as_second(),
+            )
+            .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now()),
         );
         for condition in &mut new.status.conditions {
             if condition.last_transition_time.is_none() {
@@ -248,7 +248,11 @@ fn validate_spec(obj: &StorageVersionMigration) -> Vec<FieldError> {
     }
     if !resource.group.is_empty() {
         for msg in dns1123_subdomain_errors(&resource.group) {
-            errs.push(FieldError::invalid("spec.resource.group", &resource.group, &msg));
+            errs.push(FieldError::invalid(
+                "spec.resource.group",
+                &resource.group,
+                &msg,
+            ));
         }
     }
     if !resource.version.is_empty() {

@@ -41,10 +41,19 @@ fn spec_validation() {
     let s = MigrationStrategy;
     assert!(s.validate(&svm("apps", "deployments")).is_empty());
     assert!(s.validate(&svm("", "secrets")).is_empty());
-    assert_eq!(fields(&s.validate(&svm("apps", ""))), ["spec.resource.resource"]);
+    assert_eq!(
+        fields(&s.validate(&svm("apps", ""))),
+        ["spec.resource.resource"]
+    );
     assert_eq!(s.validate(&svm("apps", ""))[0].reason, "FieldValueRequired");
-    assert_eq!(fields(&s.validate(&svm("apps", "Deployments"))), ["spec.resource.resource"]);
-    assert_eq!(fields(&s.validate(&svm("Apps_", "deployments"))), ["spec.resource.group"]);
+    assert_eq!(
+        fields(&s.validate(&svm("apps", "Deployments"))),
+        ["spec.resource.resource"]
+    );
+    assert_eq!(
+        fields(&s.validate(&svm("Apps_", "deployments"))),
+        ["spec.resource.group"]
+    );
     let mut bad_version = svm("apps", "deployments");
     bad_version.spec.resource.version = "V1".into();
     assert_eq!(fields(&s.validate(&bad_version)), ["spec.resource.version"]);
@@ -90,22 +99,43 @@ fn condition_rules() {
         o.status.conditions = conds;
         o
     };
-    assert!(s.validate_status_update(&with(vec![condition("Running", "True")]), &old).is_empty());
-    let both = with(vec![condition("Succeeded", "True"), condition("Failed", "True")]);
+    assert!(
+        s.validate_status_update(&with(vec![condition("Running", "True")]), &old)
+            .is_empty()
+    );
+    let both = with(vec![
+        condition("Succeeded", "True"),
+        condition("Failed", "True"),
+    ]);
     assert!(
         s.validate_status_update(&both, &old)
             .iter()
             .any(|e| e.message.contains("Both success and failed"))
     );
-    let running_done = with(vec![condition("Running", "True"), condition("Succeeded", "True")]);
+    let running_done = with(vec![
+        condition("Running", "True"),
+        condition("Succeeded", "True"),
+    ]);
     assert!(!s.validate_status_update(&running_done, &old).is_empty());
-    let dup = with(vec![condition("Running", "True"), condition("Running", "False")]);
-    assert_eq!(s.validate_status_update(&dup, &old)[0].reason, "FieldValueDuplicate");
+    let dup = with(vec![
+        condition("Running", "True"),
+        condition("Running", "False"),
+    ]);
+    assert_eq!(
+        s.validate_status_update(&dup, &old)[0].reason,
+        "FieldValueDuplicate"
+    );
     let bad_status = with(vec![condition("Running", "Maybe")]);
-    assert_eq!(s.validate_status_update(&bad_status, &old)[0].reason, "FieldValueNotSupported");
+    assert_eq!(
+        s.validate_status_update(&bad_status, &old)[0].reason,
+        "FieldValueNotSupported"
+    );
     let mut bad_reason = condition("Running", "True");
     bad_reason.reason = "not a reason!".into();
-    assert_eq!(fields(&s.validate_status_update(&with(vec![bad_reason]), &old)), ["status.conditions[0].reason"]);
+    assert_eq!(
+        fields(&s.validate_status_update(&with(vec![bad_reason]), &old)),
+        ["status.conditions[0].reason"]
+    );
     // Once Succeeded, always Succeeded.
     let done = with(vec![condition("Succeeded", "True")]);
     let undone = with(vec![condition("Succeeded", "False")]);
@@ -119,7 +149,10 @@ fn condition_rules() {
     set.status.resource_version = "10".into();
     let mut changed = old.clone();
     changed.status.resource_version = "11".into();
-    assert_eq!(fields(&s.validate_status_update(&changed, &set)), ["status.resourceVersion"]);
+    assert_eq!(
+        fields(&s.validate_status_update(&changed, &set)),
+        ["status.resourceVersion"]
+    );
     assert!(s.validate_status_update(&set, &old).is_empty());
     // Negative progress is refused.
     let mut negative = old.clone();
@@ -127,7 +160,10 @@ fn condition_rules() {
         migrated_objects: -1,
         ..Default::default()
     });
-    assert_eq!(fields(&s.validate_status_update(&negative, &old)), ["status.progress.migratedObjects"]);
+    assert_eq!(
+        fields(&s.validate_status_update(&negative, &old)),
+        ["status.progress.migratedObjects"]
+    );
 }
 
 #[test]
@@ -169,7 +205,10 @@ fn definitions_name_every_reference() {
     for v in crate::api::VERSIONS {
         let defs = MigrationStrategy.openapi_definitions(v);
         assert_eq!(defs[0].0, MigrationStrategy.definition_name(v));
-        assert_eq!(defs[0].1["x-kubernetes-group-version-kind"][0]["version"], *v);
+        assert_eq!(
+            defs[0].1["x-kubernetes-group-version-kind"][0]["version"],
+            *v
+        );
         let names: Vec<&str> = defs.iter().map(|(n, _)| n.as_str()).collect();
         let text = serde_json::to_string(&defs).unwrap();
         for reference in text.split("#/components/schemas/").skip(1) {

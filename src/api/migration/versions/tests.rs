@@ -66,14 +66,20 @@ fn v1alpha1_has_the_upstream_shape() {
     assert!(condition.get("observedGeneration").is_none());
     // observedGeneration survives in an annotation; no v1-only annotation leaks here.
     let annotations = v["metadata"]["annotations"].as_object().unwrap();
-    assert_eq!(annotations[ANNOTATION_OBSERVED_GENERATIONS], r#"{"Running":1}"#);
+    assert_eq!(
+        annotations[ANNOTATION_OBSERVED_GENERATIONS],
+        r#"{"Running":1}"#
+    );
     assert!(!annotations.contains_key(ANNOTATION_RESOURCE_VERSION));
 }
 
 #[test]
 fn v1_and_v1beta1_have_the_upstream_shape_field_for_field() {
     let v1 = encode("v1", &full()).unwrap();
-    assert_eq!(v1["spec"], json!({"resource": {"group": "apps", "resource": "deployments"}}));
+    assert_eq!(
+        v1["spec"],
+        json!({"resource": {"group": "apps", "resource": "deployments"}})
+    );
     let annotations = v1["metadata"]["annotations"].as_object().unwrap();
     assert_eq!(annotations[ANNOTATION_RESOURCE_VERSION], "v1");
     assert_eq!(annotations[ANNOTATION_CONTINUE_TOKEN], "abc");
@@ -82,7 +88,10 @@ fn v1_and_v1beta1_have_the_upstream_shape_field_for_field() {
     // Through the upstream types (k8s-openapi) and back, without our status.progress, nothing
     // is lost or added: our shape is upstream's.
     let mut without_progress = v1.clone();
-    without_progress["status"].as_object_mut().unwrap().remove("progress");
+    without_progress["status"]
+        .as_object_mut()
+        .unwrap()
+        .remove("progress");
     let upstream: k8s_openapi::api::storagemigration::v1::StorageVersionMigration =
         serde_json::from_value(without_progress.clone()).unwrap();
     assert_eq!(serde_json::to_value(&upstream).unwrap(), without_progress);
@@ -136,14 +145,16 @@ fn arb_condition(type_: &'static str) -> impl Strategy<Value = MigrationConditio
         arb_text(),
         proptest::option::of(0i64..100),
     )
-        .prop_map(move |(status, t, reason, message, generation)| MigrationCondition {
-            type_: type_.into(),
-            status: status.into(),
-            last_transition_time: t,
-            reason,
-            message,
-            observed_generation: generation,
-        })
+        .prop_map(
+            move |(status, t, reason, message, generation)| MigrationCondition {
+                type_: type_.into(),
+                status: status.into(),
+                last_transition_time: t,
+                reason,
+                message,
+                observed_generation: generation,
+            },
+        )
 }
 
 fn arb_hub() -> impl Strategy<Value = StorageVersionMigration> {
@@ -154,14 +165,18 @@ fn arb_hub() -> impl Strategy<Value = StorageVersionMigration> {
     )
         .prop_map(|(a, b, c)| [a, b, c].into_iter().flatten().collect::<Vec<_>>());
     let progress = proptest::option::of(
-        (0i64..1_000_000, proptest::option::of(0i64..1000), arb_text(), arb_time()).prop_map(
-            |(migrated, remaining, token, t)| MigrationProgress {
+        (
+            0i64..1_000_000,
+            proptest::option::of(0i64..1000),
+            arb_text(),
+            arb_time(),
+        )
+            .prop_map(|(migrated, remaining, token, t)| MigrationProgress {
                 migrated_objects: migrated,
                 remaining_objects: remaining,
                 continue_token: token,
                 last_checkpoint_time: t,
-            },
-        ),
+            }),
     );
     // The hub never holds an empty annotation map (decode drops it, as Go omits empty maps).
     let annotations = proptest::option::of(proptest::collection::btree_map(
