@@ -45,7 +45,7 @@ pub use tls::PeerCertificates;
 pub use user::{
     ANONYMOUS_USER, AUTHENTICATED_GROUP, MASTERS_GROUP, UNAUTHENTICATED_GROUP, UserInfo,
 };
-pub use webhook::cluster_client;
+pub use webhook::{cluster_client, review_client};
 pub use x509::CaBundle;
 
 use authenticator::Authenticator;

@@ -18,7 +18,7 @@ const REVIEW_TIMEOUT: Duration = Duration::from_secs(10);
 /// A client for the cluster named by `kubeconfig`, or the in-cluster one when none is given
 /// and this runs in a pod; `None` otherwise (delegation is then off, as upstream allows).
 pub async fn cluster_client(kubeconfig: Option<&Path>) -> Result<Option<kube::Client>> {
-    let mut config = match kubeconfig {
+    let config = match kubeconfig {
         Some(path) => {
             let file = kube::config::Kubeconfig::read_from(path)
                 .with_context(|| format!("reading kubeconfig {}", path.display()))?;
@@ -31,11 +31,19 @@ pub async fn cluster_client(kubeconfig: Option<&Path>) -> Result<Option<kube::Cl
         }
         None => return Ok(None),
     };
+    review_client(config).map(Some)
+}
+
+/// A client for reviews: each call bounded by a timeout, and not retried — a request waits on
+/// its review, so a failing cluster fails that request at once (401 or 500); failures are
+/// never cached, so the next request asks again. (kube's default policy would retry a 429/503
+/// up to 15 times with growing delays.)
+pub fn review_client(mut config: kube::Config) -> Result<kube::Client> {
     config.connect_timeout = Some(REVIEW_TIMEOUT);
     config.read_timeout = Some(REVIEW_TIMEOUT);
     config.write_timeout = Some(REVIEW_TIMEOUT);
-    let client = kube::Client::try_from(config).context("building the cluster client")?;
-    Ok(Some(client))
+    config.default_retry = false;
+    kube::Client::try_from(config).context("building the cluster client")
 }
 
 /// What a TokenReview said about a token.
