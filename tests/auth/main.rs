@@ -4,6 +4,6 @@
 //! manifests rendered by the real kubectl 1.37.
 
 mod fake_cluster;
-
+mod kustomize;
 mod tls_stack;
 mod webhooks;
