@@ -56,17 +56,17 @@ struct Rendered {
     _dir: tempfile::TempDir,
 }
 
-/// Render deploy/ as `make certs && kubectl apply -k deploy/` would, on a copy of the tree
-/// with fresh development certificates.
-fn render() -> Rendered {
+/// Render `deploy/<overlay>` as `make certs && kubectl apply -k deploy/<overlay>` would, on a
+/// copy of the tree with fresh development certificates.
+fn render(overlay: &str) -> Rendered {
     let dir = tempfile::tempdir().expect("tempdir");
-    for sub in ["deploy", "apiservice", "certs"] {
+    for sub in ["deploy", "deploy/base", "deploy/external-etcd", "apiservice", "certs"] {
         copy_sources(&repo().join(sub), &dir.path().join(sub));
     }
     let certs = devcerts::generate(&dir.path().join("certs")).expect("certs");
     let output = Command::new(kubectl())
         .arg("kustomize")
-        .arg(dir.path().join("deploy"))
+        .arg(dir.path().join("deploy").join(overlay))
         .output()
         .expect("run kubectl");
     assert!(
@@ -210,7 +210,7 @@ fn namespace_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMet
 
 #[test]
 fn deploy_renders_only_valid_objects_that_fit_together() {
-    let rendered = render();
+    let rendered = render("");
     let objects = decode_all(&rendered);
 
     // Everything is there.
@@ -593,4 +593,26 @@ fn check_api_services(objects: &Objects, certs: &devcerts::DevCertFiles) {
         .expect("der");
     let needle = b"svm-apiserver.svm-system.svc";
     assert!(der.windows(needle.len()).any(|w| w == needle));
+}
+
+#[test]
+fn the_external_etcd_overlay_drops_the_bundled_etcd_and_repoints_the_server() {
+    let rendered = render("external-etcd");
+    let objects = decode_all(&rendered);
+    assert!(objects.stateful_sets.is_empty());
+    assert!(objects.network_policies.is_empty());
+    assert_eq!(objects.services.len(), 1);
+    assert_eq!(objects.api_services.len(), 3);
+    let args = objects.deployments[0]
+        .spec
+        .template
+        .spec
+        .as_ref()
+        .and_then(|p| p.containers[0].args.clone())
+        .unwrap_or_default();
+    let etcd: Vec<&String> = args
+        .iter()
+        .filter(|a| a.starts_with("--etcd-servers="))
+        .collect();
+    assert_eq!(etcd, ["--etcd-servers=http://etcd.example.invalid:2379"]);
 }
