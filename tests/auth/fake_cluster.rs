@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use axum::routing::post;
+use axum::routing::{get, post};
 use serde_json::{Value, json};
 
 /// Who may do what: `(user, verb, resource)` triples are allowed, the rest denied;
@@ -18,6 +18,8 @@ use serde_json::{Value, json};
 pub struct Policy {
     pub tokens: HashMap<String, Value>,
     pub allowed: Vec<(String, String, String)>,
+    /// `data` of kube-system/extension-apiserver-authentication; `None` answers 404.
+    pub authentication_config: Option<Value>,
 }
 
 #[derive(Default)]
@@ -54,6 +56,10 @@ impl FakeCluster {
             .route(
                 "/apis/authorization.k8s.io/v1/subjectaccessreviews",
                 post(access_review),
+            )
+            .route(
+                "/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication",
+                get(authentication_config_map),
             )
             .with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -193,4 +199,43 @@ async fn access_review(
         json!({"allowed": false})
     };
     (StatusCode::CREATED, Json(review))
+}
+
+/// Recording 14's ConfigMap, with the data the test gives.
+async fn authentication_config_map(State(shared): State<Arc<Shared>>) -> (StatusCode, Json<Value>) {
+    if shared.failing.load(Ordering::SeqCst) {
+        return unavailable();
+    }
+    let data = shared
+        .policy
+        .lock()
+        .expect("lock")
+        .authentication_config
+        .clone();
+    match data {
+        Some(data) => (
+            StatusCode::OK,
+            Json(json!({
+                "kind": "ConfigMap",
+                "apiVersion": "v1",
+                "metadata": {
+                    "name": "extension-apiserver-authentication",
+                    "namespace": "kube-system",
+                    "uid": "735e3206-346d-4502-8ae8-f74b349f101f",
+                    "resourceVersion": "32"
+                },
+                "data": data
+            })),
+        ),
+        None => (
+            StatusCode::NOT_FOUND,
+            Json(json!({
+                "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+                "message": "configmaps \"extension-apiserver-authentication\" not found",
+                "reason": "NotFound",
+                "details": {"name": "extension-apiserver-authentication", "kind": "configmaps"},
+                "code": 404
+            })),
+        ),
+    }
 }

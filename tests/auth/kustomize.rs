@@ -60,7 +60,13 @@ struct Rendered {
 /// copy of the tree with fresh development certificates.
 fn render(overlay: &str) -> Rendered {
     let dir = tempfile::tempdir().expect("tempdir");
-    for sub in ["deploy", "deploy/base", "deploy/external-etcd", "apiservice", "certs"] {
+    for sub in [
+        "deploy",
+        "deploy/base",
+        "deploy/external-etcd",
+        "apiservice",
+        "certs",
+    ] {
         copy_sources(&repo().join(sub), &dir.path().join(sub));
     }
     let certs = devcerts::generate(&dir.path().join("certs")).expect("certs");

@@ -4,6 +4,7 @@
 //! manifests rendered by the real kubectl 1.37.
 
 mod fake_cluster;
+mod from_options;
 mod kustomize;
 mod tls_stack;
 mod webhooks;
