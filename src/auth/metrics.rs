@@ -38,7 +38,8 @@ pub struct DecisionLabels {
 pub struct AuthMetrics {
     pub token_cache: CacheCounters,
     pub authorization_cache: CacheCounters,
-    /// `result`: success, failure (401), error (the TokenReview call failed).
+    /// `result`: success, anonymous (no credentials presented), failure (a presented credential
+    /// was rejected or could not be checked: 401).
     pub authentications: Family<ResultLabels, Counter>,
     /// `decision`: allowed, denied, error (the SubjectAccessReview call failed).
     pub authorizations: Family<DecisionLabels, Counter>,
