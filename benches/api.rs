@@ -62,12 +62,7 @@ async fn bench_backend(backend: &'static str, server: &ServerProcess) -> Vec<Row
             .send()
             .await
             .unwrap();
-        assert_eq!(
-            r.status(),
-            201,
-            "create failed: {}",
-            r.text().await.unwrap_or_default()
-        );
+        assert_eq!(r.status(), 201, "create failed: {}", r.text().await.unwrap_or_default());
         create.push(started.elapsed());
         // Wait for this object's ADDED event.
         'event: loop {
@@ -85,34 +80,18 @@ async fn bench_backend(backend: &'static str, server: &ServerProcess) -> Vec<Row
             }
         }
     }
-    rows.push(Row {
-        backend,
-        operation: "create".into(),
-        samples: create,
-    });
-    rows.push(Row {
-        backend,
-        operation: "watch event (create -> event)".into(),
-        samples: watch_latency,
-    });
+    rows.push(Row { backend, operation: "create".into(), samples: create });
+    rows.push(Row { backend, operation: "watch event (create -> event)".into(), samples: watch_latency });
 
     let mut get = Vec::with_capacity(OBJECTS);
     for i in 0..OBJECTS {
         let started = Instant::now();
-        let r = client
-            .get(format!("{base}{SVMS}/bench-{i:05}"))
-            .send()
-            .await
-            .unwrap();
+        let r = client.get(format!("{base}{SVMS}/bench-{i:05}")).send().await.unwrap();
         assert_eq!(r.status(), 200);
         r.bytes().await.unwrap();
         get.push(started.elapsed());
     }
-    rows.push(Row {
-        backend,
-        operation: "get".into(),
-        samples: get,
-    });
+    rows.push(Row { backend, operation: "get".into(), samples: get });
 
     let mut list = Vec::new();
     for _ in 0..50 {
@@ -122,11 +101,7 @@ async fn bench_backend(backend: &'static str, server: &ServerProcess) -> Vec<Row
         assert_eq!(body["items"].as_array().map(Vec::len), Some(OBJECTS));
         list.push(started.elapsed());
     }
-    rows.push(Row {
-        backend,
-        operation: format!("list ({OBJECTS} objects)"),
-        samples: list,
-    });
+    rows.push(Row { backend, operation: format!("list ({OBJECTS} objects)"), samples: list });
 
     let mut paged = Vec::new();
     for _ in 0..50 {
@@ -146,11 +121,7 @@ async fn bench_backend(backend: &'static str, server: &ServerProcess) -> Vec<Row
         }
         paged.push(started.elapsed());
     }
-    rows.push(Row {
-        backend,
-        operation: format!("list ({OBJECTS} objects, pages of 100)"),
-        samples: paged,
-    });
+    rows.push(Row { backend, operation: format!("list ({OBJECTS} objects, pages of 100)"), samples: paged });
     rows
 }
 

@@ -68,24 +68,14 @@ fn conformance(server: &ServerProcess) {
         "{resources}"
     );
     assert!(
-        resources
-            .lines()
-            .any(|l| l.split_whitespace().collect::<Vec<_>>()
-                == [
-                    "storagestates",
-                    "ss",
-                    "storagemigration.k8s.io/v1",
-                    "false",
-                    "StorageState"
-                ]),
+        resources.lines().any(|l| l.split_whitespace().collect::<Vec<_>>()
+            == ["storagestates", "ss", "storagemigration.k8s.io/v1", "false", "StorageState"]),
         "{resources}"
     );
     let versions = k.ok(&["api-versions"]);
     for v in ["v1", "v1beta1", "v1alpha1"] {
         assert!(
-            versions
-                .lines()
-                .any(|l| l == format!("storagemigration.k8s.io/{v}")),
+            versions.lines().any(|l| l == format!("storagemigration.k8s.io/{v}")),
             "{versions}"
         );
     }
@@ -111,26 +101,15 @@ fn conformance(server: &ServerProcess) {
     assert!(k.ok(&["get", "svm"]).contains("secrets-migration"));
 
     let yaml = k.ok(&["get", "svm", "secrets-migration", "-o", "yaml"]);
-    assert!(
-        yaml.contains("apiVersion: storagemigration.k8s.io/v1\n"),
-        "{yaml}"
-    );
+    assert!(yaml.contains("apiVersion: storagemigration.k8s.io/v1\n"), "{yaml}");
     assert!(yaml.contains("kind: StorageVersionMigration\n"), "{yaml}");
     assert!(yaml.contains("resource: secrets"), "{yaml}");
     let json: serde_json::Value =
         serde_json::from_str(&k.ok(&["get", "svm", "secrets-migration", "-o", "json"])).unwrap();
     assert_eq!(json["spec"]["resource"]["resource"], "secrets");
     assert_eq!(json["metadata"]["labels"]["team"], "storage");
-    assert!(
-        json["metadata"]["uid"]
-            .as_str()
-            .is_some_and(|u| u.len() == 36)
-    );
-    let rv: u64 = json["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    assert!(json["metadata"]["uid"].as_str().is_some_and(|u| u.len() == 36));
+    let rv: u64 = json["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
     assert!(rv > 0);
     // Older versions serve the same object in their own shape.
     let alpha: serde_json::Value = serde_json::from_str(&k.ok(&[
@@ -146,12 +125,7 @@ fn conformance(server: &ServerProcess) {
 
     // describe
     let described = k.ok(&["describe", "svm", "secrets-migration"]);
-    assert!(
-        described
-            .lines()
-            .any(|l| l.starts_with("Name:") && l.ends_with("secrets-migration")),
-        "{described}"
-    );
+    assert!(described.lines().any(|l| l.starts_with("Name:") && l.ends_with("secrets-migration")), "{described}");
     assert!(described.contains("team=storage"), "{described}");
 
     // Client-side apply twice: created, then unchanged.
@@ -168,24 +142,14 @@ fn conformance(server: &ServerProcess) {
         "storageversionmigration.storagemigration.k8s.io/deployments-migration unchanged"
     );
     // A changed annotation is configured through a strategic merge patch.
-    std::fs::write(
-        &applied,
-        APPLIED.replace("owner: platform", "owner: storage"),
-    )
-    .unwrap();
+    std::fs::write(&applied, APPLIED.replace("owner: platform", "owner: storage")).unwrap();
     let out = k.ok(&["apply", "-f", applied.to_str().unwrap()]);
     assert_eq!(
         out.trim(),
         "storageversionmigration.storagemigration.k8s.io/deployments-migration configured"
     );
     assert_eq!(
-        k.ok(&[
-            "get",
-            "svm",
-            "deployments-migration",
-            "-o",
-            "jsonpath={.metadata.annotations.owner}"
-        ]),
+        k.ok(&["get", "svm", "deployments-migration", "-o", "jsonpath={.metadata.annotations.owner}"]),
         "storage"
     );
 
@@ -211,13 +175,7 @@ fn conformance(server: &ServerProcess) {
         r#"[{"op":"add","path":"/metadata/annotations","value":{"patched":"json"}}]"#,
     ]);
     assert!(out.contains("patched"), "{out}");
-    let labels = k.ok(&[
-        "get",
-        "svm",
-        "secrets-migration",
-        "-o",
-        "jsonpath={.metadata.labels.patched} {.metadata.annotations.patched}",
-    ]);
+    let labels = k.ok(&["get", "svm", "secrets-migration", "-o", "jsonpath={.metadata.labels.patched} {.metadata.annotations.patched}"]);
     assert_eq!(labels, "merge json");
     // spec is immutable: the server refuses, kubectl shows the 422.
     let refused = k.run(&[
@@ -244,90 +202,43 @@ fn conformance(server: &ServerProcess) {
     cmd.env("KUBE_EDITOR", &editor).env("EDITOR", &editor);
     let out = cmd.output().unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "edit failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "edit failed: {}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(
         stdout.trim(),
         "storageversionmigration.storagemigration.k8s.io/secrets-migration edited"
     );
     assert_eq!(
-        k.ok(&[
-            "get",
-            "svm",
-            "secrets-migration",
-            "-o",
-            "jsonpath={.metadata.labels.edited}"
-        ]),
+        k.ok(&["get", "svm", "secrets-migration", "-o", "jsonpath={.metadata.labels.edited}"]),
         "yes"
     );
 
     // label and annotate
     let out = k.ok(&["label", "svm", "secrets-migration", "stage=one"]);
-    assert_eq!(
-        out.trim(),
-        "storageversionmigration.storagemigration.k8s.io/secrets-migration labeled"
-    );
+    assert_eq!(out.trim(), "storageversionmigration.storagemigration.k8s.io/secrets-migration labeled");
     let out = k.ok(&["annotate", "svm", "secrets-migration", "note=hello"]);
-    assert_eq!(
-        out.trim(),
-        "storageversionmigration.storagemigration.k8s.io/secrets-migration annotated"
-    );
-    assert!(
-        k.ok(&["get", "svm", "-l", "stage=one", "-o", "name"])
-            .contains("secrets-migration")
-    );
-    assert!(
-        !k.ok(&["get", "svm", "-l", "stage=two", "-o", "name"])
-            .contains("secrets-migration")
-    );
+    assert_eq!(out.trim(), "storageversionmigration.storagemigration.k8s.io/secrets-migration annotated");
+    assert!(k.ok(&["get", "svm", "-l", "stage=one", "-o", "name"]).contains("secrets-migration"));
+    assert!(!k.ok(&["get", "svm", "-l", "stage=two", "-o", "name"]).contains("secrets-migration"));
 
     // get -w sees a later change.
     let mut watch = k
-        .command(&[
-            "get",
-            "svm",
-            "secrets-migration",
-            "-w",
-            "--output-watch-events",
-            "-o",
-            "name",
-        ])
+        .command(&["get", "svm", "secrets-migration", "-w", "--output-watch-events", "-o", "name"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(watch.stdout.take().unwrap()).lines();
     let first = lines.next().unwrap().unwrap();
-    assert!(
-        first.contains("ADDED") && first.contains("secrets-migration"),
-        "{first}"
-    );
-    k.ok(&[
-        "label",
-        "svm",
-        "secrets-migration",
-        "stage=two",
-        "--overwrite",
-    ]);
+    assert!(first.contains("ADDED") && first.contains("secrets-migration"), "{first}");
+    k.ok(&["label", "svm", "secrets-migration", "stage=two", "--overwrite"]);
     let second = lines.next().unwrap().unwrap();
-    assert!(
-        second.contains("MODIFIED") && second.contains("secrets-migration"),
-        "{second}"
-    );
+    assert!(second.contains("MODIFIED") && second.contains("secrets-migration"), "{second}");
     let _ = watch.kill();
     let _ = watch.wait();
 
     // wait --for=condition=Succeeded, the condition set through /status.
     let mut waiter = k
-        .command(&[
-            "wait",
-            "svm/secrets-migration",
-            "--for=condition=Succeeded",
-            "--timeout=60s",
-        ])
+        .command(&["wait", "svm/secrets-migration", "--for=condition=Succeeded", "--timeout=60s"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -337,45 +248,24 @@ fn conformance(server: &ServerProcess) {
     let status = format!(
         r#"{{"status":{{"conditions":[{{"type":"Succeeded","status":"True","lastTransitionTime":"{now}","reason":"Completed","message":"done"}}]}}}}"#
     );
-    k.ok(&[
-        "patch",
-        "svm",
-        "secrets-migration",
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        &status,
-    ]);
+    k.ok(&["patch", "svm", "secrets-migration", "--subresource=status", "--type=merge", "-p", &status]);
     let out = waiter.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "wait: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "wait: {}", String::from_utf8_lossy(&out.stderr));
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
         "storageversionmigration.storagemigration.k8s.io/secrets-migration condition met"
     );
     // The table shows the condition.
     let table = k.ok(&["get", "svm", "secrets-migration"]);
-    assert!(
-        table.lines().nth(1).unwrap().contains("Succeeded"),
-        "{table}"
-    );
+    assert!(table.lines().nth(1).unwrap().contains("Succeeded"), "{table}");
 
     // explain (OpenAPI v3)
     let explained = k.ok(&["explain", "storageversionmigrations.spec"]);
-    assert!(
-        explained.contains("KIND:       StorageVersionMigration"),
-        "{explained}"
-    );
+    assert!(explained.contains("KIND:       StorageVersionMigration"), "{explained}");
     assert!(explained.contains("FIELD: spec"), "{explained}");
     assert!(explained.contains("resource"), "{explained}");
     let explained = k.ok(&["explain", "storagestates.status"]);
-    assert!(
-        explained.contains("currentStorageVersionHash"),
-        "{explained}"
-    );
+    assert!(explained.contains("currentStorageVersionHash"), "{explained}");
 
     // get --raw of every discovery and OpenAPI document.
     for path in [
@@ -399,17 +289,10 @@ fn conformance(server: &ServerProcess) {
     // StorageState: the name must match spec.resource.
     let state = r#"{"apiVersion":"storagemigration.k8s.io/v1","kind":"StorageState","metadata":{"name":"deployments.apps"},"spec":{"resource":{"group":"apps","resource":"deployments"}}}"#;
     let out = k.ok_stdin(&["create", "-f", "-"], state);
-    assert!(
-        out.contains("storagestate.storagemigration.k8s.io/deployments.apps created"),
-        "{out}"
-    );
+    assert!(out.contains("storagestate.storagemigration.k8s.io/deployments.apps created"), "{out}");
     let wrong = state.replace("deployments.apps", "wrong-name");
     let refused = k.run_with_stdin(&["create", "-f", "-"], Some(&wrong));
-    assert!(
-        !refused.ok && refused.stderr.contains("is invalid"),
-        "{}",
-        refused.stderr
-    );
+    assert!(!refused.ok && refused.stderr.contains("is invalid"), "{}", refused.stderr);
 
     // delete
     let out = k.ok(&["delete", "svm", "secrets-migration"]);
@@ -419,11 +302,7 @@ fn conformance(server: &ServerProcess) {
     );
     let missing = k.run(&["get", "svm", "secrets-migration"]);
     assert!(!missing.ok);
-    assert!(
-        missing.stderr.contains("NotFound") || missing.stderr.contains("not found"),
-        "{}",
-        missing.stderr
-    );
+    assert!(missing.stderr.contains("NotFound") || missing.stderr.contains("not found"), "{}", missing.stderr);
 }
 
 fn make_executable(path: &std::path::Path) {

@@ -78,11 +78,7 @@ async fn create(client: &reqwest::Client, base: &str, name: &str) -> Value {
 }
 
 fn rv(obj: &Value) -> u64 {
-    obj["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap()
+    obj["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -111,49 +107,21 @@ async fn watch_from_a_resource_version_gets_exactly_the_later_events_in_order() 
             .json()
             .await
             .unwrap();
-        let deleted = client
-            .delete(format!("{base}{SVMS}/b"))
-            .send()
-            .await
-            .unwrap();
+        let deleted = client.delete(format!("{base}{SVMS}/b")).send().await.unwrap();
         assert_eq!(deleted.status(), 200);
 
-        let mut events = EventReader::open(
-            &client,
-            format!("{base}{SVMS}?watch=1&resourceVersion={start}"),
-        )
-        .await;
+        let mut events =
+            EventReader::open(&client, format!("{base}{SVMS}?watch=1&resourceVersion={start}")).await;
         let e1 = events.next_change().await.unwrap();
-        assert_eq!(
-            (
-                e1["type"].as_str(),
-                e1["object"]["metadata"]["name"].as_str()
-            ),
-            (Some("ADDED"), Some("b")),
-            "{backend}"
-        );
+        assert_eq!((e1["type"].as_str(), e1["object"]["metadata"]["name"].as_str()), (Some("ADDED"), Some("b")), "{backend}");
         assert_eq!(rv(&e1["object"]), rv(&b));
         let e2 = events.next_change().await.unwrap();
-        assert_eq!(
-            (
-                e2["type"].as_str(),
-                e2["object"]["metadata"]["name"].as_str()
-            ),
-            (Some("MODIFIED"), Some("a")),
-            "{backend}"
-        );
+        assert_eq!((e2["type"].as_str(), e2["object"]["metadata"]["name"].as_str()), (Some("MODIFIED"), Some("a")), "{backend}");
         assert_eq!(rv(&e2["object"]), rv(&patched));
         assert_eq!(e2["object"]["metadata"]["labels"]["step"], "two");
         assert_eq!(e2["object"]["apiVersion"], "storagemigration.k8s.io/v1");
         let e3 = events.next_change().await.unwrap();
-        assert_eq!(
-            (
-                e3["type"].as_str(),
-                e3["object"]["metadata"]["name"].as_str()
-            ),
-            (Some("DELETED"), Some("b")),
-            "{backend}"
-        );
+        assert_eq!((e3["type"].as_str(), e3["object"]["metadata"]["name"].as_str()), (Some("DELETED"), Some("b")), "{backend}");
         assert!(rv(&e3["object"]) > rv(&e2["object"]), "{backend}");
 
         // Live events continue after the replay; an older version sees them in its own shape.
@@ -167,18 +135,9 @@ async fn watch_from_a_resource_version_gets_exactly_the_later_events_in_order() 
         .await;
         create(&client, &base, "c").await;
         let e4 = events.next_change().await.unwrap();
-        assert_eq!(
-            (
-                e4["type"].as_str(),
-                e4["object"]["metadata"]["name"].as_str()
-            ),
-            (Some("ADDED"), Some("c"))
-        );
+        assert_eq!((e4["type"].as_str(), e4["object"]["metadata"]["name"].as_str()), (Some("ADDED"), Some("c")));
         let e4a = alpha.next_change().await.unwrap();
-        assert_eq!(
-            e4a["object"]["apiVersion"],
-            "storagemigration.k8s.io/v1alpha1"
-        );
+        assert_eq!(e4a["object"]["apiVersion"], "storagemigration.k8s.io/v1alpha1");
         assert_eq!(e4a["object"]["metadata"]["name"], "c");
     }
 }
@@ -192,31 +151,18 @@ async fn a_watch_from_a_compacted_revision_gets_an_error_event_with_410() {
     let first = create(&client, &base, "old").await;
     let last = create(&client, &base, "new").await;
     // Compact etcd past the first object's revision, as kube-apiserver's compactor would.
-    let mut etcd_client = etcd_client::Client::connect([etcd.endpoint()], None)
-        .await
-        .unwrap();
+    let mut etcd_client = etcd_client::Client::connect([etcd.endpoint()], None).await.unwrap();
     etcd_client.compact(rv(&last) as i64, None).await.unwrap();
 
-    let mut events = EventReader::open(
-        &client,
-        format!("{base}{SVMS}?watch=1&resourceVersion={}", rv(&first)),
-    )
-    .await;
+    let mut events =
+        EventReader::open(&client, format!("{base}{SVMS}?watch=1&resourceVersion={}", rv(&first))).await;
     let event = events.next().await.unwrap();
     assert_eq!(event["type"], "ERROR", "{event}");
     assert_eq!(event["object"]["kind"], "Status");
     assert_eq!(event["object"]["code"], 410);
     assert_eq!(event["object"]["reason"], "Expired");
-    assert!(
-        event["object"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("too old resource version")
-    );
-    assert!(
-        events.next().await.is_none(),
-        "the stream ends after the ERROR event"
-    );
+    assert!(event["object"]["message"].as_str().unwrap().contains("too old resource version"));
+    assert!(events.next().await.is_none(), "the stream ends after the ERROR event");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -240,12 +186,7 @@ async fn bookmarks_and_watch_list_with_the_initial_events_end_bookmark() {
     let bookmark = loop {
         let e = events.next().await.unwrap();
         match e["type"].as_str().unwrap() {
-            "ADDED" => seen.push(
-                e["object"]["metadata"]["name"]
-                    .as_str()
-                    .unwrap()
-                    .to_string(),
-            ),
+            "ADDED" => seen.push(e["object"]["metadata"]["name"].as_str().unwrap().to_string()),
             "BOOKMARK" => break e,
             other => panic!("unexpected {other} before the bookmark: {e}"),
         }
@@ -256,11 +197,7 @@ async fn bookmarks_and_watch_list_with_the_initial_events_end_bookmark() {
         bookmark["object"]["metadata"]["annotations"]["k8s.io/initial-events-end"],
         "true"
     );
-    let list_rv: u64 = bookmark["object"]["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let list_rv: u64 = bookmark["object"]["metadata"]["resourceVersion"].as_str().unwrap().parse().unwrap();
     assert!(list_rv > 0);
     // Then live events.
     let later = create(&client, &base, "later").await;
@@ -271,23 +208,13 @@ async fn bookmarks_and_watch_list_with_the_initial_events_end_bookmark() {
     // An idle watch with allowWatchBookmarks gets periodic bookmarks carrying the current RV.
     let mut idle = EventReader::open(
         &client,
-        format!(
-            "{base}{SVMS}?watch=1&allowWatchBookmarks=true&resourceVersion={}",
-            rv(&later)
-        ),
+        format!("{base}{SVMS}?watch=1&allowWatchBookmarks=true&resourceVersion={}", rv(&later)),
     )
     .await;
     let b = idle.next().await.unwrap();
     assert_eq!(b["type"], "BOOKMARK", "{b}");
     assert_eq!(b["object"]["kind"], "StorageVersionMigration");
-    assert!(
-        b["object"]["metadata"]["resourceVersion"]
-            .as_str()
-            .unwrap()
-            .parse::<u64>()
-            .unwrap()
-            >= rv(&later)
-    );
+    assert!(b["object"]["metadata"]["resourceVersion"].as_str().unwrap().parse::<u64>().unwrap() >= rv(&later));
 
     // Invalid watch-list parameters are a plain 422, not a stream (recording 10b).
     let resp = client
@@ -302,9 +229,7 @@ async fn bookmarks_and_watch_list_with_the_initial_events_end_bookmark() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kube_rs_watcher_stays_in_sync_through_a_thousand_changes() {
-    use kube::api::{
-        Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams,
-    };
+    use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, Patch, PatchParams, PostParams};
     use kube::runtime::{WatchStreamExt, reflector, watcher};
 
     let server = ServerProcess::start(Backend::Embedded);
@@ -344,31 +269,21 @@ async fn a_kube_rs_watcher_stays_in_sync_through_a_thousand_changes() {
     for round in 0..3 {
         for i in 0..200 {
             let patch = json!({"metadata": {"labels": {"round": round.to_string()}}});
-            api.patch(
-                &format!("w{i}"),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-            .unwrap();
+            api.patch(&format!("w{i}"), &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .unwrap();
             changes += 1;
         }
     }
     for i in (0..200).step_by(2) {
-        api.delete(&format!("w{i}"), &Default::default())
-            .await
-            .unwrap();
+        api.delete(&format!("w{i}"), &Default::default()).await.unwrap();
         changes += 1;
     }
     for i in (1..200).step_by(2).take(100) {
         let patch = json!({"metadata": {"labels": {"final": "yes"}}});
-        api.patch(
-            &format!("w{i}"),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
-        .await
-        .unwrap();
+        api.patch(&format!("w{i}"), &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
         changes += 1;
     }
     assert_eq!(changes, 1000);
@@ -378,12 +293,7 @@ async fn a_kube_rs_watcher_stays_in_sync_through_a_thousand_changes() {
     let want: std::collections::BTreeMap<String, String> = listed
         .items
         .iter()
-        .map(|o| {
-            (
-                o.metadata.name.clone().unwrap(),
-                o.metadata.resource_version.clone().unwrap(),
-            )
-        })
+        .map(|o| (o.metadata.name.clone().unwrap(), o.metadata.resource_version.clone().unwrap()))
         .collect();
     assert_eq!(want.len(), 100);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
@@ -391,12 +301,7 @@ async fn a_kube_rs_watcher_stays_in_sync_through_a_thousand_changes() {
         let have: std::collections::BTreeMap<String, String> = reader
             .state()
             .iter()
-            .map(|o| {
-                (
-                    o.metadata.name.clone().unwrap(),
-                    o.metadata.resource_version.clone().unwrap(),
-                )
-            })
+            .map(|o| (o.metadata.name.clone().unwrap(), o.metadata.resource_version.clone().unwrap()))
             .collect();
         if have == want {
             break;
@@ -409,11 +314,6 @@ async fn a_kube_rs_watcher_stays_in_sync_through_a_thousand_changes() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(reader.state().iter().all(|o| {
-        o.metadata
-            .labels
-            .as_ref()
-            .is_some_and(|l| l.get("final").map(String::as_str) == Some("yes"))
-    }));
+    assert!(reader.state().iter().all(|o| o.metadata.labels.as_ref().is_some_and(|l| l.get("final").map(String::as_str) == Some("yes"))));
     handle.abort();
 }

@@ -153,10 +153,7 @@ impl ServerProcess {
     fn assert_running(&mut self) {
         if let Some(child) = self.child.as_mut() {
             if let Ok(Some(status)) = child.try_wait() {
-                panic!(
-                    "svm-apiserver exited early ({status}); log:\n{}",
-                    self.log()
-                );
+                panic!("svm-apiserver exited early ({status}); log:\n{}", self.log());
             }
         }
     }
