@@ -1,0 +1,271 @@
+//! May this caller do this: kube-apiserver's delegated authorization chain, in its order —
+//!
+//! 1. non-resource paths in `--authorization-always-allow-paths` (health checks);
+//! 2. members of `system:masters` (the aggregator's own probes among them);
+//! 3. a SubjectAccessReview sent to the cluster, its answer cached: "allowed" for the
+//!    authorized TTL, "denied" for the unauthorized TTL, each in a cache of its own.
+//!
+//! Without a cluster to ask, everything else is denied.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::authorization::v1::{
+    NonResourceAttributes, ResourceAttributes as SarResourceAttributes, SubjectAccessReviewSpec,
+};
+
+use super::attributes::RequestAttributes;
+use super::cache::{Clock, TtlCache};
+use super::metrics::AuthMetrics;
+use super::user::{MASTERS_GROUP, UserInfo};
+use super::webhook::{AccessVerdict, review_access};
+
+/// How many decisions of each kind are remembered at most.
+const DECISION_CACHE_CAPACITY: usize = 8192;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    Allow,
+    /// Denied, with the reason the cluster gave (possibly empty).
+    Deny(String),
+}
+
+pub(crate) struct Authorizer {
+    always_allow: AlwaysAllowPaths,
+    reviewer: Option<kube::Client>,
+    allowed: TtlCache<String, ()>,
+    denied: TtlCache<String, String>,
+    authorized_ttl: Duration,
+    unauthorized_ttl: Duration,
+    metrics: AuthMetrics,
+}
+
+impl Authorizer {
+    pub(crate) fn new(
+        always_allow_paths: &[String],
+        reviewer: Option<kube::Client>,
+        authorized_ttl: Duration,
+        unauthorized_ttl: Duration,
+        clock: Arc<dyn Clock>,
+        metrics: AuthMetrics,
+    ) -> Self {
+        Authorizer {
+            always_allow: AlwaysAllowPaths::new(always_allow_paths),
+            reviewer,
+            allowed: TtlCache::new(DECISION_CACHE_CAPACITY, clock.clone()),
+            denied: TtlCache::new(DECISION_CACHE_CAPACITY, clock),
+            authorized_ttl,
+            unauthorized_ttl,
+            metrics,
+        }
+    }
+
+    /// Whether `path` is served without authorization (and without credentials).
+    pub(crate) fn always_allowed(&self, attributes: &RequestAttributes) -> bool {
+        attributes.resource.is_none() && self.always_allow.matches(&attributes.path)
+    }
+
+    /// The decision; an error when the cluster could not be asked (a 500, as upstream).
+    pub(crate) async fn authorize(
+        &self,
+        user: &UserInfo,
+        attributes: &RequestAttributes,
+    ) -> Result<Decision, String> {
+        let decision = self.decide(user, attributes).await;
+        self.metrics.authorization(match &decision {
+            Ok(Decision::Allow) => "allowed",
+            Ok(Decision::Deny(_)) => "denied",
+            Err(_) => "error",
+        });
+        decision
+    }
+
+    async fn decide(
+        &self,
+        user: &UserInfo,
+        attributes: &RequestAttributes,
+    ) -> Result<Decision, String> {
+        if self.always_allowed(attributes) || user.in_group(MASTERS_GROUP) {
+            return Ok(Decision::Allow);
+        }
+        let Some(client) = &self.reviewer else {
+            return Ok(Decision::Deny(String::new()));
+        };
+        let spec = review_spec(user, attributes);
+        // The serialized spec is the key: every field of it can change the answer.
+        let key = serde_json::to_string(&spec).map_err(|err| err.to_string())?;
+        let cached = if self.allowed.get(&key).is_some() {
+            Some(Decision::Allow)
+        } else {
+            self.denied.get(&key).map(Decision::Deny)
+        };
+        self.metrics.authorization_cache.record(cached.is_some());
+        if let Some(decision) = cached {
+            return Ok(decision);
+        }
+        let AccessVerdict { allowed, reason } = review_access(client, &spec).await?;
+        if allowed {
+            self.allowed.insert(key, (), self.authorized_ttl);
+            Ok(Decision::Allow)
+        } else {
+            self.denied
+                .insert(key, reason.clone(), self.unauthorized_ttl);
+            Ok(Decision::Deny(reason))
+        }
+    }
+}
+
+/// The SubjectAccessReview spec kube-apiserver's webhook authorizer sends for a request.
+pub(crate) fn review_spec(
+    user: &UserInfo,
+    attributes: &RequestAttributes,
+) -> SubjectAccessReviewSpec {
+    let non_empty = |s: &str| (!s.is_empty()).then(|| s.to_string());
+    let (resource_attributes, non_resource_attributes) = match &attributes.resource {
+        Some(r) => (
+            Some(SarResourceAttributes {
+                namespace: non_empty(&r.namespace),
+                verb: non_empty(&attributes.verb),
+                group: non_empty(&r.group),
+                version: non_empty(&r.version),
+                resource: non_empty(&r.resource),
+                subresource: non_empty(&r.subresource),
+                name: non_empty(&r.name),
+                ..SarResourceAttributes::default()
+            }),
+            None,
+        ),
+        None => (
+            None,
+            Some(NonResourceAttributes {
+                path: non_empty(&attributes.path),
+                verb: non_empty(&attributes.verb),
+            }),
+        ),
+    };
+    SubjectAccessReviewSpec {
+        user: non_empty(&user.name),
+        uid: non_empty(&user.uid),
+        groups: (!user.groups.is_empty()).then(|| user.groups.clone()),
+        extra: (!user.extra.is_empty()).then(|| user.extra.clone()),
+        resource_attributes,
+        non_resource_attributes,
+    }
+}
+
+/// Exact paths, and prefixes written `/prefix/*`.
+#[derive(Debug, Clone)]
+struct AlwaysAllowPaths {
+    exact: Vec<String>,
+    prefixes: Vec<String>,
+}
+
+impl AlwaysAllowPaths {
+    fn new(paths: &[String]) -> Self {
+        let mut exact = Vec::new();
+        let mut prefixes = Vec::new();
+        for path in paths.iter().map(|p| p.trim()).filter(|p| !p.is_empty()) {
+            match path.strip_suffix('*') {
+                Some(prefix) => prefixes.push(prefix.to_string()),
+                None => exact.push(path.to_string()),
+            }
+        }
+        AlwaysAllowPaths { exact, prefixes }
+    }
+
+    fn matches(&self, path: &str) -> bool {
+        self.exact.iter().any(|p| p == path) || self.prefixes.iter().any(|p| path.starts_with(p))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http::Method;
+
+    fn attrs(method: Method, path: &str) -> RequestAttributes {
+        RequestAttributes::from_request(&method, path, None)
+    }
+
+    fn jane() -> UserInfo {
+        UserInfo {
+            name: "jane".into(),
+            groups: vec!["system:authenticated".into()],
+            ..UserInfo::default()
+        }
+    }
+
+    #[tokio::test]
+    async fn without_a_cluster_only_health_paths_and_masters_are_allowed() {
+        let authorizer = Authorizer::new(
+            &["/healthz".into(), "/livez".into(), "/debug/*".into()],
+            None,
+            Duration::from_secs(10),
+            Duration::from_secs(10),
+            Arc::new(crate::auth::cache::SystemClock),
+            AuthMetrics::new(),
+        );
+        let list = attrs(
+            Method::GET,
+            "/apis/storagemigration.k8s.io/v1/storagestates",
+        );
+        assert_eq!(
+            authorizer.authorize(&jane(), &list).await,
+            Ok(Decision::Deny(String::new()))
+        );
+        let health = attrs(Method::GET, "/healthz");
+        assert_eq!(
+            authorizer.authorize(&jane(), &health).await,
+            Ok(Decision::Allow)
+        );
+        let debug = attrs(Method::GET, "/debug/pprof");
+        assert_eq!(
+            authorizer.authorize(&jane(), &debug).await,
+            Ok(Decision::Allow)
+        );
+        assert!(!authorizer.always_allowed(&attrs(Method::GET, "/healthzz")));
+        let mut admin = jane();
+        admin.groups.push(MASTERS_GROUP.into());
+        assert_eq!(
+            authorizer.authorize(&admin, &list).await,
+            Ok(Decision::Allow)
+        );
+    }
+
+    #[test]
+    fn review_spec_carries_the_request_attributes() {
+        let mut user = jane();
+        user.uid = "u1".into();
+        user.extra.insert("scopes".into(), vec!["a".into()]);
+        let spec = review_spec(
+            &user,
+            &attrs(
+                Method::PUT,
+                "/apis/storagemigration.k8s.io/v1beta1/storageversionmigrations/m1/status",
+            ),
+        );
+        let json = serde_json::to_value(&spec).expect("json");
+        assert_eq!(
+            json,
+            serde_json::json!({
+                "user": "jane",
+                "uid": "u1",
+                "groups": ["system:authenticated"],
+                "extra": {"scopes": ["a"]},
+                "resourceAttributes": {
+                    "verb": "update",
+                    "group": "storagemigration.k8s.io",
+                    "version": "v1beta1",
+                    "resource": "storageversionmigrations",
+                    "subresource": "status",
+                    "name": "m1"
+                }
+            })
+        );
+        let spec = review_spec(&jane(), &attrs(Method::GET, "/openapi/v2"));
+        assert_eq!(
+            serde_json::to_value(&spec).expect("json")["nonResourceAttributes"],
+            serde_json::json!({"path": "/openapi/v2", "verb": "get"})
+        );
+    }
+}

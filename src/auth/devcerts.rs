@@ -1,0 +1,347 @@
+//! A development PKI (rcgen) for running the server locally or in a test cluster:
+//!
+//! | file | what |
+//! |---|---|
+//! | `ca.crt`, `ca.key` | the CA of the serving certificate and of client certificates (`caBundle` of the APIServices, `--client-ca-file`) |
+//! | `apiserver.crt`, `apiserver.key` | the serving certificate: localhost, 127.0.0.1, ::1 and the in-cluster Service names |
+//! | `admin.crt`, `admin.key` | a client certificate CN=svm-apiserver-admin, O=system:masters |
+//! | `front-proxy-ca.crt`, `front-proxy-ca.key` | the front-proxy CA (`--requestheader-client-ca-file`) |
+//! | `front-proxy-client.crt`, `front-proxy-client.key` | the aggregator's client certificate, CN=front-proxy-client |
+//!
+//! Private keys are written readable by the owner only.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context, Result};
+use chrono::Datelike;
+use rcgen::{
+    BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
+    ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose,
+};
+use rustls_pki_types::CertificateDer;
+
+/// The in-cluster Service the APIServices point at (deploy/): `svm-apiserver` in `svm-system`.
+pub const SERVICE_NAME: &str = "svm-apiserver";
+pub const SERVICE_NAMESPACE: &str = "svm-system";
+/// The CN kube-apiserver's front proxy (the aggregator) presents, allowed by default.
+pub const FRONT_PROXY_CLIENT_NAME: &str = "front-proxy-client";
+/// The development admin: in `system:masters`, so allowed everything without a
+/// SubjectAccessReview.
+pub const ADMIN_NAME: &str = "svm-apiserver-admin";
+
+/// A certificate authority kept in memory, that issues serving and client certificates.
+pub struct Ca {
+    issuer: CertifiedIssuer<'static, KeyPair>,
+}
+
+/// An issued certificate and its private key.
+#[derive(Debug, Clone)]
+pub struct Issued {
+    pub cert_pem: String,
+    pub key_pem: String,
+    pub der: CertificateDer<'static>,
+}
+
+impl Ca {
+    pub fn new(common_name: &str) -> Result<Self> {
+        let key = KeyPair::generate().context("generating a CA key")?;
+        let mut params = CertificateParams::default();
+        params.distinguished_name = name(common_name, &[]);
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        set_validity(&mut params, 10);
+        let issuer = CertifiedIssuer::self_signed(params, key).context("signing the CA")?;
+        Ok(Ca { issuer })
+    }
+
+    pub fn cert_pem(&self) -> String {
+        self.issuer.pem()
+    }
+
+    pub fn key_pem(&self) -> String {
+        self.issuer.key().serialize_pem()
+    }
+
+    pub fn der(&self) -> CertificateDer<'static> {
+        self.issuer.der().clone()
+    }
+
+    /// A client certificate: CN = user name, O = group. (rcgen's subject holds one value per
+    /// attribute type, so at most one group.)
+    pub fn issue_client(&self, common_name: &str, organizations: &[&str]) -> Result<Issued> {
+        if organizations.len() > 1 {
+            anyhow::bail!("a generated client certificate carries at most one organization");
+        }
+        let mut params = CertificateParams::default();
+        params.distinguished_name = name(common_name, organizations);
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        self.issue(params, common_name)
+    }
+
+    /// A serving certificate for DNS names and IP addresses.
+    pub fn issue_serving(&self, common_name: &str, names: &[String]) -> Result<Issued> {
+        let mut params =
+            CertificateParams::new(names.to_vec()).context("serving certificate names")?;
+        params.distinguished_name = name(common_name, &[]);
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        self.issue(params, common_name)
+    }
+
+    fn issue(&self, mut params: CertificateParams, what: &str) -> Result<Issued> {
+        params.use_authority_key_identifier_extension = true;
+        set_validity(&mut params, 2);
+        let key = KeyPair::generate().with_context(|| format!("generating a key for {what}"))?;
+        let cert = params
+            .signed_by(&key, &self.issuer)
+            .with_context(|| format!("signing {what}"))?;
+        Ok(Issued {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+            der: cert.der().clone(),
+        })
+    }
+}
+
+/// The names the development serving certificate is valid for.
+pub fn serving_names() -> Vec<String> {
+    let svc = format!("{SERVICE_NAME}.{SERVICE_NAMESPACE}");
+    vec![
+        "localhost".into(),
+        "127.0.0.1".into(),
+        "::1".into(),
+        SERVICE_NAME.into(),
+        svc.clone(),
+        format!("{svc}.svc"),
+        format!("{svc}.svc.cluster.local"),
+    ]
+}
+
+/// The files [`generate`] writes.
+#[derive(Debug, Clone)]
+pub struct DevCertFiles {
+    pub ca_cert: PathBuf,
+    pub ca_key: PathBuf,
+    pub serving_cert: PathBuf,
+    pub serving_key: PathBuf,
+    pub admin_cert: PathBuf,
+    pub admin_key: PathBuf,
+    pub front_proxy_ca_cert: PathBuf,
+    pub front_proxy_ca_key: PathBuf,
+    pub front_proxy_client_cert: PathBuf,
+    pub front_proxy_client_key: PathBuf,
+}
+
+impl DevCertFiles {
+    pub fn in_dir(dir: &Path) -> Self {
+        DevCertFiles {
+            ca_cert: dir.join("ca.crt"),
+            ca_key: dir.join("ca.key"),
+            serving_cert: dir.join("apiserver.crt"),
+            serving_key: dir.join("apiserver.key"),
+            admin_cert: dir.join("admin.crt"),
+            admin_key: dir.join("admin.key"),
+            front_proxy_ca_cert: dir.join("front-proxy-ca.crt"),
+            front_proxy_ca_key: dir.join("front-proxy-ca.key"),
+            front_proxy_client_cert: dir.join("front-proxy-client.crt"),
+            front_proxy_client_key: dir.join("front-proxy-client.key"),
+        }
+    }
+
+    fn all(&self) -> [&PathBuf; 10] {
+        [
+            &self.ca_cert,
+            &self.ca_key,
+            &self.serving_cert,
+            &self.serving_key,
+            &self.admin_cert,
+            &self.admin_key,
+            &self.front_proxy_ca_cert,
+            &self.front_proxy_ca_key,
+            &self.front_proxy_client_cert,
+            &self.front_proxy_client_key,
+        ]
+    }
+}
+
+/// Write the development PKI into `dir` (created if needed). A complete set already there is
+/// kept as it is (so a cluster that trusts it keeps working); an incomplete one is replaced
+/// entirely. Delete the files to start over.
+pub fn generate(dir: &Path) -> Result<DevCertFiles> {
+    let files = DevCertFiles::in_dir(dir);
+    if files.all().iter().all(|p| p.is_file()) {
+        return Ok(files);
+    }
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+
+    let ca = Ca::new("svm-apiserver-ca")?;
+    let serving = ca.issue_serving(SERVICE_NAME, &serving_names())?;
+    let admin = ca.issue_client(ADMIN_NAME, &[crate::auth::user::MASTERS_GROUP])?;
+    let front_proxy_ca = Ca::new("svm-apiserver-front-proxy-ca")?;
+    let front_proxy_client = front_proxy_ca.issue_client(FRONT_PROXY_CLIENT_NAME, &[])?;
+
+    write(&files.ca_cert, &ca.cert_pem(), false)?;
+    write(&files.ca_key, &ca.key_pem(), true)?;
+    write(&files.serving_cert, &serving.cert_pem, false)?;
+    write(&files.serving_key, &serving.key_pem, true)?;
+    write(&files.admin_cert, &admin.cert_pem, false)?;
+    write(&files.admin_key, &admin.key_pem, true)?;
+    write(
+        &files.front_proxy_ca_cert,
+        &front_proxy_ca.cert_pem(),
+        false,
+    )?;
+    write(&files.front_proxy_ca_key, &front_proxy_ca.key_pem(), true)?;
+    write(
+        &files.front_proxy_client_cert,
+        &front_proxy_client.cert_pem,
+        false,
+    )?;
+    write(
+        &files.front_proxy_client_key,
+        &front_proxy_client.key_pem,
+        true,
+    )?;
+    Ok(files)
+}
+
+fn name(common_name: &str, organizations: &[&str]) -> DistinguishedName {
+    let mut dn = DistinguishedName::new();
+    for org in organizations {
+        dn.push(DnType::OrganizationName, *org);
+    }
+    dn.push(DnType::CommonName, common_name);
+    dn
+}
+
+/// Valid from yesterday (tolerates clock skew) for `years`.
+fn set_validity(params: &mut CertificateParams, years: i32) {
+    let start = chrono::Utc::now() - chrono::Duration::days(1);
+    // Day 28 at most, so the end date exists in every month (and in February of any year).
+    let (y, m, d) = (start.year(), start.month() as u8, start.day().min(28) as u8);
+    params.not_before = rcgen::date_time_ymd(y, m, d);
+    params.not_after = rcgen::date_time_ymd(y + years, m, d);
+}
+
+/// Write a file; private keys with mode 0600 from the start (never world-readable, even briefly).
+fn write(path: &Path, contents: &str, private: bool) -> Result<()> {
+    use std::io::Write;
+    let mut options = fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.mode(if private { 0o600 } else { 0o644 });
+    }
+    let mut file = options
+        .open(path)
+        .with_context(|| format!("writing {}", path.display()))?;
+    file.write_all(contents.as_bytes())
+        .with_context(|| format!("writing {}", path.display()))?;
+    // `mode` applies only to a new file: tighten one that was already there too.
+    #[cfg(unix)]
+    if private {
+        use std::os::unix::fs::PermissionsExt;
+        fs::set_permissions(path, fs::Permissions::from_mode(0o600))
+            .with_context(|| format!("restricting {}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// In-memory PKI helpers for unit tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use super::*;
+    use crate::auth::x509::CaBundle;
+
+    pub(crate) struct Ca(pub super::Ca);
+
+    impl Ca {
+        pub(crate) fn new(cn: &str) -> Self {
+            Ca(super::Ca::new(cn).expect("CA"))
+        }
+
+        pub(crate) fn pem(&self) -> String {
+            self.0.cert_pem()
+        }
+
+        pub(crate) fn bundle(&self) -> CaBundle {
+            CaBundle::from_pem(self.pem().as_bytes(), "test CA").expect("bundle")
+        }
+    }
+
+    /// A client certificate chain (leaf only) and its key PEM.
+    pub(crate) fn client_cert(
+        ca: &Ca,
+        cn: &str,
+        orgs: &[&str],
+    ) -> (Vec<CertificateDer<'static>>, String) {
+        let issued = ca.0.issue_client(cn, orgs).expect("client cert");
+        (vec![issued.der], issued.key_pem)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::x509::{CaBundle, CaVerifier, Subject};
+
+    #[test]
+    fn generate_writes_a_consistent_pki_and_keeps_a_complete_one() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let files = generate(dir.path()).expect("generate");
+        let ca = CaBundle::from_file(&files.ca_cert).expect("ca");
+        let front_proxy_ca = CaBundle::from_file(&files.front_proxy_ca_cert).expect("fp ca");
+
+        let load = |path: &Path| CaBundle::from_file(path).expect("cert").certificates;
+        let admin = load(&files.admin_cert);
+        let client = load(&files.front_proxy_client_cert);
+        assert!(CaVerifier::new(&ca).expect("v").verify(&admin).is_ok());
+        assert!(
+            CaVerifier::new(&front_proxy_ca)
+                .expect("v")
+                .verify(&client)
+                .is_ok()
+        );
+        assert!(CaVerifier::new(&ca).expect("v").verify(&client).is_err());
+        assert_eq!(
+            Subject::of(&client[0]).expect("subject").common_name,
+            FRONT_PROXY_CLIENT_NAME
+        );
+        assert_eq!(
+            Subject::of(&admin[0]).expect("subject").organizations,
+            vec!["system:masters"]
+        );
+        // The serving pair loads as a TLS identity.
+        crate::auth::tls::load_certified_key(&files.serving_cert, &files.serving_key)
+            .expect("serving key pair");
+
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = fs::metadata(&files.serving_key)
+                .expect("meta")
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o600);
+        }
+
+        let before = fs::read(&files.ca_cert).expect("read");
+        generate(dir.path()).expect("again");
+        assert_eq!(fs::read(&files.ca_cert).expect("read"), before, "kept");
+
+        fs::remove_file(&files.admin_key).expect("remove");
+        generate(dir.path()).expect("regenerate");
+        assert_ne!(fs::read(&files.ca_cert).expect("read"), before, "replaced");
+        assert!(files.admin_key.is_file());
+    }
+}

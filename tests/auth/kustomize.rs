@@ -1,0 +1,624 @@
+//! `kubectl kustomize deploy/` with the real kubectl 1.37: every rendered object must decode
+//! into its k8s-openapi type and re-serialize to exactly what was rendered (so a misspelled or
+//! misplaced field fails), and the objects must fit together.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use base64::Engine;
+use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
+use k8s_openapi::api::core::v1::{Namespace, Secret, Service, ServiceAccount};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
+use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+use svm_apiserver::auth::devcerts;
+
+fn repo() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// kubectl from `$SVM_KUBECTL` or `.venv/bin/kubectl`; never skipped when missing.
+fn kubectl() -> PathBuf {
+    let bin = std::env::var_os("SVM_KUBECTL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo().join(".venv/bin/kubectl"));
+    assert!(
+        bin.exists(),
+        "kubectl not found at {} — run make test (it installs kubectl 1.37 into .venv)",
+        bin.display()
+    );
+    bin
+}
+
+/// Copy a directory's committed files (not generated keys) into `to`.
+fn copy_sources(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).expect("mkdir");
+    for entry in std::fs::read_dir(from).expect("read dir") {
+        let path = entry.expect("entry").path();
+        let generated = matches!(
+            path.extension().and_then(|e| e.to_str()),
+            Some("crt" | "key" | "pem")
+        );
+        if path.is_file() && !generated {
+            std::fs::copy(&path, to.join(path.file_name().expect("name"))).expect("copy");
+        }
+    }
+}
+
+struct Rendered {
+    objects: Vec<Value>,
+    certs: devcerts::DevCertFiles,
+    _dir: tempfile::TempDir,
+}
+
+/// Render `deploy/<overlay>` as `make certs && kubectl apply -k deploy/<overlay>` would, on a
+/// copy of the tree with fresh development certificates.
+fn render(overlay: &str) -> Rendered {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for sub in [
+        "deploy",
+        "deploy/base",
+        "deploy/external-etcd",
+        "apiservice",
+        "certs",
+    ] {
+        copy_sources(&repo().join(sub), &dir.path().join(sub));
+    }
+    let certs = devcerts::generate(&dir.path().join("certs")).expect("certs");
+    let output = Command::new(kubectl())
+        .arg("kustomize")
+        .arg(dir.path().join("deploy").join(overlay))
+        .output()
+        .expect("run kubectl");
+    assert!(
+        output.status.success(),
+        "kubectl kustomize failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let text = String::from_utf8(output.stdout).expect("utf8");
+    let objects = serde_yaml::Deserializer::from_str(&text)
+        .map(|doc| {
+            serde_json::to_value(serde_yaml::Value::deserialize(doc).expect("yaml")).expect("json")
+        })
+        .filter(|v| !v.is_null())
+        .collect();
+    Rendered {
+        objects,
+        certs,
+        _dir: dir,
+    }
+}
+
+use serde::Deserialize;
+
+/// kube-apiserver decodes base64 bytes ignoring line breaks, and kustomize wraps long values:
+/// compare them unwrapped.
+fn unwrap_base64(object: &mut Value) {
+    let strip = |v: &mut Value| {
+        if let Some(s) = v.as_str() {
+            *v = Value::String(s.split_whitespace().collect());
+        }
+    };
+    match object["kind"].as_str() {
+        Some("Secret") => {
+            if let Some(data) = object["data"].as_object_mut() {
+                data.values_mut().for_each(strip);
+            }
+        }
+        Some("APIService") => strip(&mut object["spec"]["caBundle"]),
+        _ => {}
+    }
+}
+
+/// Decode as `T` and require every rendered field to survive re-serialization with its value:
+/// fields `T` does not know (typos, wrong nesting) are dropped by the decode and show up as a
+/// difference. (Fields only the re-serialization has are type defaults, e.g. the apiVersion
+/// and kind k8s-openapi writes on an embedded PersistentVolumeClaim template.)
+fn strict<T: DeserializeOwned + Serialize>(object: &Value) -> T {
+    let typed: T = serde_json::from_value(object.clone())
+        .unwrap_or_else(|err| panic!("{} {}: {err}", object["kind"], object["metadata"]["name"]));
+    let back = serde_json::to_value(&typed).expect("serialize");
+    if let Some(path) = first_difference(object, &back, String::new()) {
+        panic!(
+            "{} {}: field {path} does not survive decoding (unknown or misplaced)",
+            object["kind"], object["metadata"]["name"]
+        );
+    }
+    typed
+}
+
+fn first_difference(a: &Value, b: &Value, path: String) -> Option<String> {
+    match (a, b) {
+        (Value::Object(x), Value::Object(y)) => x.iter().find_map(|(k, p)| match y.get(k) {
+            Some(q) => first_difference(p, q, format!("{path}.{k}")),
+            None => Some(format!("{path}.{k}")),
+        }),
+        (Value::Array(x), Value::Array(y)) if x.len() == y.len() => x
+            .iter()
+            .zip(y)
+            .enumerate()
+            .find_map(|(i, (p, q))| first_difference(p, q, format!("{path}[{i}]"))),
+        _ => (a != b).then_some(path),
+    }
+}
+
+#[derive(Default)]
+struct Objects {
+    namespaces: Vec<Namespace>,
+    service_accounts: Vec<ServiceAccount>,
+    cluster_roles: Vec<ClusterRole>,
+    cluster_role_bindings: Vec<ClusterRoleBinding>,
+    roles: Vec<Role>,
+    role_bindings: Vec<RoleBinding>,
+    deployments: Vec<Deployment>,
+    stateful_sets: Vec<StatefulSet>,
+    services: Vec<Service>,
+    secrets: Vec<Secret>,
+    pdbs: Vec<PodDisruptionBudget>,
+    network_policies: Vec<NetworkPolicy>,
+    api_services: Vec<APIService>,
+}
+
+fn decode_all(rendered: &Rendered) -> Objects {
+    let mut objects = Objects::default();
+    for object in &rendered.objects {
+        let mut object = object.clone();
+        unwrap_base64(&mut object);
+        let gvk = (
+            object["apiVersion"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string(),
+            object["kind"].as_str().unwrap_or_default().to_string(),
+        );
+        match (gvk.0.as_str(), gvk.1.as_str()) {
+            ("v1", "Namespace") => objects.namespaces.push(strict(&object)),
+            ("v1", "ServiceAccount") => objects.service_accounts.push(strict(&object)),
+            ("v1", "Service") => objects.services.push(strict(&object)),
+            ("v1", "Secret") => objects.secrets.push(strict(&object)),
+            ("rbac.authorization.k8s.io/v1", "ClusterRole") => {
+                objects.cluster_roles.push(strict(&object))
+            }
+            ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding") => {
+                objects.cluster_role_bindings.push(strict(&object))
+            }
+            ("rbac.authorization.k8s.io/v1", "Role") => objects.roles.push(strict(&object)),
+            ("rbac.authorization.k8s.io/v1", "RoleBinding") => {
+                objects.role_bindings.push(strict(&object))
+            }
+            ("apps/v1", "Deployment") => objects.deployments.push(strict(&object)),
+            ("apps/v1", "StatefulSet") => objects.stateful_sets.push(strict(&object)),
+            ("policy/v1", "PodDisruptionBudget") => objects.pdbs.push(strict(&object)),
+            ("networking.k8s.io/v1", "NetworkPolicy") => {
+                objects.network_policies.push(strict(&object))
+            }
+            ("apiregistration.k8s.io/v1", "APIService") => {
+                objects.api_services.push(strict(&object))
+            }
+            other => panic!("unexpected object {other:?} in deploy/"),
+        }
+    }
+    objects
+}
+
+fn name_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &str {
+    meta.name.as_deref().unwrap_or_default()
+}
+
+fn namespace_of(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> &str {
+    meta.namespace.as_deref().unwrap_or_default()
+}
+
+#[test]
+fn deploy_renders_only_valid_objects_that_fit_together() {
+    let rendered = render("");
+    let objects = decode_all(&rendered);
+
+    // Everything is there.
+    assert_eq!(objects.namespaces.len(), 1);
+    assert_eq!(name_of(&objects.namespaces[0].metadata), "svm-system");
+    assert_eq!(objects.service_accounts.len(), 1);
+    assert_eq!(objects.deployments.len(), 1);
+    assert_eq!(objects.stateful_sets.len(), 1);
+    assert_eq!(
+        objects.services.len(),
+        2,
+        "svm-apiserver and the etcd headless Service"
+    );
+    assert_eq!(objects.secrets.len(), 1);
+    assert_eq!(objects.pdbs.len(), 1);
+    assert_eq!(objects.api_services.len(), 3);
+
+    // Every namespaced object lives in svm-system, except the one binding kube-system needs.
+    let mut namespaced: Vec<(&str, &str)> = Vec::new();
+    namespaced.extend(
+        objects
+            .service_accounts
+            .iter()
+            .map(|o| (name_of(&o.metadata), namespace_of(&o.metadata))),
+    );
+    namespaced.extend(
+        objects
+            .deployments
+            .iter()
+            .map(|o| (name_of(&o.metadata), namespace_of(&o.metadata))),
+    );
+    namespaced.extend(
+        objects
+            .stateful_sets
+            .iter()
+            .map(|o| (name_of(&o.metadata), namespace_of(&o.metadata))),
+    );
+    namespaced.extend(
+        objects
+            .services
+            .iter()
+            .map(|o| (name_of(&o.metadata), namespace_of(&o.metadata))),
+    );
+    namespaced.extend(
+        objects
+            .secrets
+            .iter()
+            .map(|o| (name_of(&o.metadata), namespace_of(&o.metadata))),
+    );
+    namespaced.extend(
+        objects
+            .pdbs
+            .iter()
+            .map(|o| (name_of(&o.metadata), namespace_of(&o.metadata))),
+    );
+    namespaced.extend(
+        objects
+            .network_policies
+            .iter()
+            .map(|o| (name_of(&o.metadata), namespace_of(&o.metadata))),
+    );
+    namespaced.extend(
+        objects
+            .roles
+            .iter()
+            .map(|o| (name_of(&o.metadata), namespace_of(&o.metadata))),
+    );
+    for (name, namespace) in namespaced {
+        assert_eq!(namespace, "svm-system", "{name}");
+    }
+    let kube_system: Vec<&RoleBinding> = objects
+        .role_bindings
+        .iter()
+        .filter(|b| namespace_of(&b.metadata) == "kube-system")
+        .collect();
+    assert_eq!(kube_system.len(), 1);
+    assert_eq!(kube_system[0].role_ref.kind, "Role");
+    assert_eq!(
+        kube_system[0].role_ref.name,
+        "extension-apiserver-authentication-reader"
+    );
+
+    check_rbac(&objects);
+    check_workloads(&objects);
+    check_api_services(&objects, &rendered.certs);
+}
+
+fn subject_is_our_service_account(
+    subjects: &Option<Vec<k8s_openapi::api::rbac::v1::Subject>>,
+) -> bool {
+    subjects.as_deref().unwrap_or_default().iter().any(|s| {
+        s.kind == "ServiceAccount"
+            && s.name == "svm-apiserver"
+            && s.namespace.as_deref() == Some("svm-system")
+    })
+}
+
+fn check_rbac(objects: &Objects) {
+    let delegator = objects
+        .cluster_role_bindings
+        .iter()
+        .find(|b| b.role_ref.name == "system:auth-delegator")
+        .expect("system:auth-delegator binding");
+    assert!(subject_is_our_service_account(&delegator.subjects));
+    assert!(
+        objects
+            .role_bindings
+            .iter()
+            .all(|b| subject_is_our_service_account(&b.subjects))
+    );
+    assert!(
+        objects
+            .cluster_role_bindings
+            .iter()
+            .all(|b| subject_is_our_service_account(&b.subjects))
+    );
+
+    // Every bound role exists (or is a built-in one).
+    let built_in = [
+        "system:auth-delegator",
+        "extension-apiserver-authentication-reader",
+    ];
+    for binding in &objects.cluster_role_bindings {
+        let name = &binding.role_ref.name;
+        assert!(
+            built_in.contains(&name.as_str())
+                || objects
+                    .cluster_roles
+                    .iter()
+                    .any(|r| name_of(&r.metadata) == name),
+            "{name}"
+        );
+    }
+    for binding in &objects.role_bindings {
+        let name = &binding.role_ref.name;
+        assert!(
+            built_in.contains(&name.as_str())
+                || objects.roles.iter().any(|r| name_of(&r.metadata) == name),
+            "{name}"
+        );
+    }
+
+    // Minimal verbs: never "*", and the wildcard resource rule only reads and patches.
+    let rules: Vec<&PolicyRule> = objects
+        .cluster_roles
+        .iter()
+        .flat_map(|r| r.rules.as_deref().unwrap_or_default())
+        .chain(
+            objects
+                .roles
+                .iter()
+                .flat_map(|r| r.rules.as_deref().unwrap_or_default()),
+        )
+        .collect();
+    for rule in &rules {
+        assert!(!rule.verbs.iter().any(|v| v == "*"), "{rule:?}");
+    }
+    let wildcard: Vec<&&PolicyRule> = rules
+        .iter()
+        .filter(|r| {
+            r.resources
+                .as_deref()
+                .unwrap_or_default()
+                .iter()
+                .any(|x| x == "*")
+        })
+        .collect();
+    assert_eq!(wildcard.len(), 1);
+    assert_eq!(wildcard[0].verbs, ["get", "list", "watch", "patch"]);
+
+    let verbs_on = |group: &str, resource: &str| -> Vec<String> {
+        rules
+            .iter()
+            .filter(|r| {
+                r.api_groups
+                    .as_deref()
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|g| g == group)
+                    && r.resources
+                        .as_deref()
+                        .unwrap_or_default()
+                        .iter()
+                        .any(|x| x == resource)
+            })
+            .flat_map(|r| r.verbs.clone())
+            .collect()
+    };
+    assert_eq!(
+        verbs_on("apiextensions.k8s.io", "customresourcedefinitions/status"),
+        ["update"]
+    );
+    assert_eq!(
+        verbs_on("internal.apiserver.k8s.io", "storageversions"),
+        ["get", "list", "watch"]
+    );
+    assert_eq!(verbs_on("events.k8s.io", "events"), ["create", "patch"]);
+    assert_eq!(verbs_on("", "events"), ["create", "patch"]);
+    let leases = objects
+        .roles
+        .iter()
+        .find(|r| {
+            r.rules.as_deref().unwrap_or_default().iter().any(|rule| {
+                rule.resources
+                    .as_deref()
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|x| x == "leases")
+            })
+        })
+        .expect("leases role");
+    assert_eq!(namespace_of(&leases.metadata), "svm-system");
+    assert_eq!(
+        leases.rules.as_deref().unwrap_or_default()[0].verbs,
+        ["create", "get", "update"]
+    );
+}
+
+fn labels_match(
+    selector: &BTreeMap<String, String>,
+    labels: &Option<BTreeMap<String, String>>,
+) -> bool {
+    let labels = labels.clone().unwrap_or_default();
+    !selector.is_empty() && selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+}
+
+fn check_workloads(objects: &Objects) {
+    let deployment = &objects.deployments[0];
+    let spec = &deployment.spec;
+    assert_eq!(spec.replicas, Some(2));
+    let template = &spec.template;
+    let pod_labels = template.metadata.as_ref().and_then(|m| m.labels.clone());
+    let pod = template.spec.as_ref().expect("pod spec");
+    assert_eq!(pod.service_account_name.as_deref(), Some("svm-apiserver"));
+    let pod_security = pod.security_context.as_ref().expect("pod securityContext");
+    assert_eq!(pod_security.run_as_non_root, Some(true));
+    let container = &pod.containers[0];
+    let security = container
+        .security_context
+        .as_ref()
+        .expect("securityContext");
+    assert_eq!(security.read_only_root_filesystem, Some(true));
+    assert_eq!(security.allow_privilege_escalation, Some(false));
+    let probe_path = |probe: &Option<k8s_openapi::api::core::v1::Probe>| {
+        let get = probe
+            .as_ref()
+            .and_then(|p| p.http_get.as_ref())
+            .expect("httpGet probe");
+        assert_eq!(get.scheme.as_deref(), Some("HTTPS"));
+        get.path.clone().unwrap_or_default()
+    };
+    assert_eq!(probe_path(&container.liveness_probe), "/livez");
+    assert_eq!(probe_path(&container.readiness_probe), "/readyz");
+    let resources = container.resources.as_ref().expect("resources");
+    assert!(
+        resources
+            .requests
+            .as_ref()
+            .is_some_and(|r| r.contains_key("cpu") && r.contains_key("memory"))
+    );
+    assert!(
+        resources
+            .limits
+            .as_ref()
+            .is_some_and(|l| l.contains_key("memory"))
+    );
+
+    // The serving-cert volume is the generated Secret, mounted where the flags look.
+    let secret_name = objects.secrets[0]
+        .metadata
+        .name
+        .clone()
+        .expect("secret name");
+    let volume = pod
+        .volumes
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .find(|v| v.secret.is_some())
+        .expect("secret volume");
+    assert_eq!(
+        volume.secret.as_ref().and_then(|s| s.secret_name.clone()),
+        Some(secret_name)
+    );
+    let mount = container
+        .volume_mounts
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .find(|m| m.name == volume.name)
+        .expect("mounted");
+    let args = container.args.clone().unwrap_or_default();
+    assert!(args.contains(&format!("--tls-cert-file={}/tls.crt", mount.mount_path)));
+    assert!(args.contains(&format!(
+        "--tls-private-key-file={}/tls.key",
+        mount.mount_path
+    )));
+
+    // The Service and the PDB select the Deployment's pods.
+    let service = objects
+        .services
+        .iter()
+        .find(|s| name_of(&s.metadata) == "svm-apiserver")
+        .expect("service");
+    let service_spec = service.spec.as_ref().expect("service spec");
+    assert!(labels_match(
+        &service_spec.selector.clone().unwrap_or_default(),
+        &pod_labels
+    ));
+    let port = &service_spec.ports.as_deref().unwrap_or_default()[0];
+    assert_eq!(port.port, 443);
+    let pdb_selector = objects.pdbs[0]
+        .spec
+        .as_ref()
+        .and_then(|s| s.selector.as_ref())
+        .and_then(|s| s.match_labels.clone())
+        .unwrap_or_default();
+    assert!(labels_match(&pdb_selector, &pod_labels));
+
+    // etcd: the address the Deployment is given resolves to the StatefulSet's first member.
+    let etcd = &objects.stateful_sets[0];
+    let etcd_spec = &etcd.spec;
+    let etcd_service = etcd_spec.service_name.clone().unwrap_or_default();
+    let expected = format!(
+        "--etcd-servers=http://{}-0.{etcd_service}.svm-system.svc:2379",
+        name_of(&etcd.metadata)
+    );
+    assert!(args.contains(&expected), "{args:?} lacks {expected}");
+    assert!(
+        objects
+            .services
+            .iter()
+            .any(|s| name_of(&s.metadata) == etcd_service)
+    );
+}
+
+fn check_api_services(objects: &Objects, certs: &devcerts::DevCertFiles) {
+    let ca = std::fs::read(&certs.ca_cert).expect("ca");
+    let mut versions: Vec<(i32, String)> = Vec::new();
+    for api_service in &objects.api_services {
+        let spec = api_service.spec.as_ref().expect("spec");
+        let version = spec.version.clone().unwrap_or_default();
+        assert_eq!(
+            name_of(&api_service.metadata),
+            format!("{version}.storagemigration.k8s.io")
+        );
+        assert_eq!(spec.group.as_deref(), Some("storagemigration.k8s.io"));
+        assert_eq!(spec.group_priority_minimum, 15800);
+        let service = spec.service.as_ref().expect("service");
+        assert_eq!(service.name.as_deref(), Some("svm-apiserver"));
+        assert_eq!(service.namespace.as_deref(), Some("svm-system"));
+        assert_eq!(service.port, Some(443));
+        assert_eq!(spec.insecure_skip_tls_verify, None);
+        assert_eq!(
+            spec.ca_bundle.as_ref().map(|b| b.0.clone()),
+            Some(ca.clone()),
+            "caBundle of {version} is the serving CA"
+        );
+        versions.push((spec.version_priority, version));
+    }
+    versions.sort();
+    let order: Vec<&str> = versions.iter().rev().map(|(_, v)| v.as_str()).collect();
+    assert_eq!(order, ["v1", "v1beta1", "v1alpha1"], "v1 is preferred");
+
+    let secret = &objects.secrets[0];
+    assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/tls"));
+    let data = secret.data.clone().unwrap_or_default();
+    let file = |path: &Path| std::fs::read(path).expect("read");
+    assert_eq!(data["tls.crt"].0, file(&certs.serving_cert));
+    assert_eq!(data["tls.key"].0, file(&certs.serving_key));
+    assert_eq!(data["ca.crt"].0, ca);
+    // The serving certificate names the Service the APIServices use.
+    let pem = String::from_utf8(data["tls.crt"].0.clone()).expect("pem");
+    let der = base64::engine::general_purpose::STANDARD
+        .decode(
+            pem.lines()
+                .filter(|l| !l.starts_with("-----"))
+                .collect::<String>(),
+        )
+        .expect("der");
+    let needle = b"svm-apiserver.svm-system.svc";
+    assert!(der.windows(needle.len()).any(|w| w == needle));
+}
+
+#[test]
+fn the_external_etcd_overlay_drops_the_bundled_etcd_and_repoints_the_server() {
+    let rendered = render("external-etcd");
+    let objects = decode_all(&rendered);
+    assert!(objects.stateful_sets.is_empty());
+    assert!(objects.network_policies.is_empty());
+    assert_eq!(objects.services.len(), 1);
+    assert_eq!(objects.api_services.len(), 3);
+    let args = objects.deployments[0]
+        .spec
+        .template
+        .spec
+        .as_ref()
+        .and_then(|p| p.containers[0].args.clone())
+        .unwrap_or_default();
+    let etcd: Vec<&String> = args
+        .iter()
+        .filter(|a| a.starts_with("--etcd-servers="))
+        .collect();
+    assert_eq!(etcd, ["--etcd-servers=http://etcd.example.invalid:2379"]);
+}

@@ -1,0 +1,10 @@
+//! Tests of `svm_apiserver::auth` through its public interface — the delegated TokenReview /
+//! SubjectAccessReview clients against a stand-in kube-apiserver that answers like recordings
+//! 15a/15b, the middleware over real TLS with client certificates — and of the deployment
+//! manifests rendered by the real kubectl 1.37.
+
+mod fake_cluster;
+mod from_options;
+mod kustomize;
+mod tls_stack;
+mod webhooks;
