@@ -4,7 +4,7 @@
 //!
 //! How the server plugs it in:
 //!
-//! ```ignore
+//! ```text
 //! let auth = Arc::new(auth::Auth::from_options(&cli.auth).await?);       // AuthOptions flattened in the CLI
 //! auth.metrics().register(&mut metrics_registry);                         // prometheus-client Registry
 //! let certificate = Arc::new(auth::tls::ReloadingCertResolver::new(&cert_file, &key_file)?);
