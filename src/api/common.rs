@@ -5,7 +5,30 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::{Map, Value};
 
-use crate::registry::{ApiError, ApiResult};
+use crate::registry::{ApiError, ApiResult, TableColumn};
+
+/// The Name column every table starts with (kube-apiserver's text).
+pub fn name_column() -> TableColumn {
+    TableColumn {
+        name: "Name",
+        type_: "string",
+        format: "name",
+        description: "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names",
+        priority: 0,
+    }
+}
+
+/// The Age column every table ends with: a `string` cell like `4m43s`, as built-ins have it
+/// (recording 07).
+pub fn age_column() -> TableColumn {
+    TableColumn {
+        name: "Age",
+        type_: "string",
+        format: "",
+        description: "CreationTimestamp is a timestamp representing the server time when this object was created.",
+        priority: 0,
+    }
+}
 
 /// Deserialize the body of `kind` in `version` (apiVersion/kind already checked by the store).
 /// A body that does not fit is a 400 with kube-apiserver's wording (recording 16b).

@@ -7,7 +7,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::common::{age, decode_body, dns_label_errors, encode_body, unknown_version};
+use super::common::{
+    age, age_column, decode_body, dns_label_errors, encode_body, name_column, unknown_version,
+};
 use super::{CATEGORY, GROUP, STORAGE_VERSION, VERSIONS};
 use crate::registry::validation::dns1123_subdomain_errors;
 use crate::registry::{ApiResult, FieldError, ListMerge, ResourceInfo, Strategy, TableColumn};
@@ -224,13 +226,7 @@ impl Strategy for StorageStateStrategy {
 
     fn table_columns(&self) -> Vec<TableColumn> {
         vec![
-            TableColumn {
-                name: "Name",
-                type_: "string",
-                format: "name",
-                description: "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names",
-                priority: 0,
-            },
+            name_column(),
             TableColumn {
                 name: "Current",
                 type_: "string",
@@ -252,13 +248,7 @@ impl Strategy for StorageStateStrategy {
                 description: "Time since the trigger last confirmed this state.",
                 priority: 0,
             },
-            TableColumn {
-                name: "Age",
-                type_: "string",
-                format: "",
-                description: "CreationTimestamp is a timestamp representing the server time when this object was created.",
-                priority: 0,
-            },
+            age_column(),
         ]
     }
 

@@ -5,7 +5,7 @@
 use serde_json::{Value, json};
 
 use super::{FAILED, KIND, RUNNING, SUCCEEDED, StorageVersionMigration, schema, versions};
-use crate::api::common::{age, dns_label_errors};
+use crate::api::common::{age, age_column, dns_label_errors, name_column};
 use crate::api::{CATEGORY, GROUP, STORAGE_VERSION, VERSIONS};
 use crate::registry::validation::dns1123_subdomain_errors;
 use crate::registry::{ApiResult, FieldError, ListMerge, ResourceInfo, Strategy, TableColumn};
@@ -154,13 +154,7 @@ impl Strategy for MigrationStrategy {
 
     fn table_columns(&self) -> Vec<TableColumn> {
         vec![
-            TableColumn {
-                name: "Name",
-                type_: "string",
-                format: "name",
-                description: "Name must be unique within a namespace. Is required when creating resources, although some resources may allow a client to request the generation of an appropriate name automatically. Name is primarily intended for creation idempotence and configuration definition. Cannot be updated. More info: https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names",
-                priority: 0,
-            },
+            name_column(),
             TableColumn {
                 name: "Resource",
                 type_: "string",
@@ -189,13 +183,7 @@ impl Strategy for MigrationStrategy {
                 description: "The target apiserver's estimate of objects still to migrate.",
                 priority: 0,
             },
-            TableColumn {
-                name: "Age",
-                type_: "string",
-                format: "",
-                description: "CreationTimestamp is a timestamp representing the server time when this object was created.",
-                priority: 0,
-            },
+            age_column(),
         ]
     }
 
