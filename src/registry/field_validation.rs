@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 /// How deep `$ref` chains and nesting may go before the walk stops judging (cycles, abuse).
 const MAX_DEPTH: usize = 128;
@@ -22,7 +22,8 @@ impl Schemas {
     /// The kind's definitions; the meta.k8s.io ones it refers to are added unless it defines
     /// them itself.
     pub fn new(kind_definitions: Vec<(String, Value)>) -> Self {
-        let mut definitions: BTreeMap<String, Value> = meta_definitions().into_iter().collect();
+        let mut definitions: BTreeMap<String, Value> =
+            super::openapi_meta::definitions(&[]).into_iter().collect();
         definitions.extend(kind_definitions);
         Self { definitions }
     }
@@ -148,104 +149,10 @@ impl Schemas {
     }
 }
 
-const META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1";
-
-fn meta_ref(short: &str) -> Value {
-    json!({"$ref": format!("#/components/schemas/{META}.{short}")})
-}
-
-fn object_of(properties: &[(&str, Value)]) -> Value {
-    let props: Map<String, Value> = properties
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.clone()))
-        .collect();
-    json!({"type": "object", "properties": props})
-}
-
-/// The meta.k8s.io definitions object bodies refer to, reduced to what field validation needs.
-fn meta_definitions() -> Vec<(String, Value)> {
-    let string = json!({"type": "string"});
-    let integer = json!({"type": "integer"});
-    let boolean = json!({"type": "boolean"});
-    let strings = json!({"type": "array", "items": {"type": "string"}});
-    let string_map = json!({"type": "object", "additionalProperties": {"type": "string"}});
-    let time = meta_ref("Time");
-    vec![
-        (
-            format!("{META}.ObjectMeta"),
-            object_of(&[
-                ("annotations", string_map.clone()),
-                ("creationTimestamp", time.clone()),
-                ("deletionGracePeriodSeconds", integer.clone()),
-                ("deletionTimestamp", time.clone()),
-                ("finalizers", strings),
-                ("generateName", string.clone()),
-                ("generation", integer.clone()),
-                ("labels", string_map),
-                (
-                    "managedFields",
-                    json!({"type": "array", "items": meta_ref("ManagedFieldsEntry")}),
-                ),
-                ("name", string.clone()),
-                ("namespace", string.clone()),
-                (
-                    "ownerReferences",
-                    json!({"type": "array", "items": meta_ref("OwnerReference")}),
-                ),
-                ("resourceVersion", string.clone()),
-                ("selfLink", string.clone()),
-                ("uid", string.clone()),
-            ]),
-        ),
-        (
-            format!("{META}.OwnerReference"),
-            object_of(&[
-                ("apiVersion", string.clone()),
-                ("blockOwnerDeletion", boolean.clone()),
-                ("controller", boolean),
-                ("kind", string.clone()),
-                ("name", string.clone()),
-                ("uid", string.clone()),
-            ]),
-        ),
-        (
-            format!("{META}.ManagedFieldsEntry"),
-            object_of(&[
-                ("apiVersion", string.clone()),
-                ("fieldsType", string.clone()),
-                ("fieldsV1", meta_ref("FieldsV1")),
-                ("manager", string.clone()),
-                ("operation", string.clone()),
-                ("subresource", string.clone()),
-                ("time", time.clone()),
-            ]),
-        ),
-        (
-            format!("{META}.Condition"),
-            object_of(&[
-                ("lastTransitionTime", time),
-                ("message", string.clone()),
-                ("observedGeneration", integer),
-                ("reason", string.clone()),
-                ("status", string.clone()),
-                ("type", string.clone()),
-            ]),
-        ),
-        (
-            format!("{META}.Time"),
-            json!({"type": "string", "format": "date-time"}),
-        ),
-        (
-            format!("{META}.MicroTime"),
-            json!({"type": "string", "format": "date-time"}),
-        ),
-        (format!("{META}.FieldsV1"), json!({"type": "object"})),
-    ]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     const KIND: &str = "io.example.v1.Widget";
 

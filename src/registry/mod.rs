@@ -5,6 +5,7 @@ pub mod continue_token;
 pub mod error;
 pub mod field_validation;
 pub mod metadata;
+pub mod openapi_meta;
 pub mod patch;
 pub mod rest;
 pub mod selectors;

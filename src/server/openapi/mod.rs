@@ -3,7 +3,7 @@
 //! `x-kubernetes-action` and `x-kubernetes-group-version-kind` so kubectl can find a kind's
 //! schema (`explain`) and see that PATCH takes `fieldValidation` (server-side validation).
 
-mod meta;
+use crate::registry::openapi_meta as meta;
 mod paths;
 
 use std::collections::{BTreeMap, BTreeSet};

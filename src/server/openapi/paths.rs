@@ -3,8 +3,8 @@
 
 use serde_json::{Map, Value, json};
 
-use super::meta::META;
 use crate::registry::ResourceInfo;
+use crate::registry::openapi_meta::META;
 
 const JSON: &str = "application/json";
 const YAML: &str = "application/yaml";
