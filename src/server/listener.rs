@@ -165,6 +165,11 @@ async fn serve_connection(
     app: axum::Router,
     watcher: Watcher,
 ) {
+    // Without TCP_NODELAY a response's last small segment (a watch event, a page's tail)
+    // waits for the client's delayed ACK: ~40 ms per request, measured by `make bench`.
+    if let Err(err) = tcp.set_nodelay(true) {
+        tracing::debug!(%peer, error = %err, "could not set TCP_NODELAY");
+    }
     let stream = match tls.accept(tcp).await {
         Ok(stream) => stream,
         Err(err) => {
