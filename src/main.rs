@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use svm_apiserver::auth::{Auth, AuthOptions};
 use svm_apiserver::server::{self, AppState, ServeOptions};
 use svm_apiserver::storage::{self, Storage, StorageConfig, compactor};
 
@@ -33,6 +34,8 @@ struct ServeArgs {
     server: ServeOptions,
     #[command(flatten)]
     storage: StorageOptions,
+    #[command(flatten)]
+    auth: AuthOptions,
 }
 
 #[derive(clap::Args)]
@@ -129,14 +132,22 @@ async fn main() -> anyhow::Result<()> {
     }
 }
 
-async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+async fn serve(mut args: ServeArgs) -> anyhow::Result<()> {
+    // With development certificates (no --tls-cert-file) and no client CA given, trust the dev
+    // CA for client certificates: the kubeconfig written at start carries its admin
+    // certificate (O=system:masters), so `make run` works without any cluster.
+    if args.server.tls_cert_file.is_none() && args.auth.client_ca_file.is_none() {
+        let dev = server::ensure_dev_certs(&args.server.cert_dir)?;
+        args.auth.client_ca_file = Some(dev.ca_cert);
+    }
+    let auth = Arc::new(Auth::from_options(&args.auth).await?);
     let storage = args.storage.open().await?;
     let api = svm_apiserver::api::install(storage.clone(), &args.storage.etcd_prefix);
     let compaction = tokio::spawn(compactor::run(
         storage.clone(),
         args.storage.compaction_interval,
     ));
-    let state = AppState::new(api.registry.clone(), storage);
+    let state = AppState::new(api.registry.clone(), storage).with_auth(auth);
     let result = server::serve(args.server, state, shutdown_signal()).await;
     compaction.abort();
     result

@@ -19,7 +19,6 @@ use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::{GracefulShutdown, Watcher};
 use hyper_util::service::TowerToHyperService;
 use rustls::ServerConfig;
-use rustls_pki_types::CertificateDer;
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;
@@ -27,10 +26,7 @@ use tower::ServiceExt;
 use super::certs::{ensure_dev_certs, server_config, write_kubeconfig};
 use super::{AppState, ServeOptions, router};
 
-/// The certificates the client presented in the TLS handshake (empty when it sent none), leaf
-/// first. Present in every request's extensions.
-#[derive(Debug, Clone, Default)]
-pub struct PeerCertificates(pub Arc<Vec<CertificateDer<'static>>>);
+pub use crate::auth::PeerCertificates;
 
 /// A bound, not yet running server.
 pub struct Serving {
@@ -55,7 +51,16 @@ pub async fn bind(opts: &ServeOptions, state: AppState) -> Result<Serving> {
             (dev.serving_cert, dev.serving_key, Some(dev.ca_cert), client)
         }
     };
-    let tls = server_config(&cert, &key)?;
+    let tls = match state.auth() {
+        // Ask clients for certificates (front proxy, client CA) and reload the serving pair
+        // when its files change (cert-manager rotations).
+        Some(auth) => {
+            let resolver = Arc::new(crate::auth::tls::ReloadingCertResolver::new(&cert, &key)?);
+            resolver.spawn_watcher(Duration::from_secs(10));
+            crate::auth::tls::server_config(resolver, auth.client_cert_verifier()?)?
+        }
+        None => server_config(&cert, &key)?,
+    };
     let addr = SocketAddr::new(opts.bind_address, opts.secure_port);
     let state = state.with_max_request_body_bytes(opts.max_request_body_bytes);
     let mut serving = bind_with_tls_config(addr, tls, state).await?;
@@ -177,13 +182,7 @@ async fn serve_connection(
             return;
         }
     };
-    let certificates: Vec<CertificateDer<'static>> = stream
-        .get_ref()
-        .1
-        .peer_certificates()
-        .map(|certs| certs.iter().map(|c| c.clone().into_owned()).collect())
-        .unwrap_or_default();
-    let certificates = PeerCertificates(Arc::new(certificates));
+    let certificates = PeerCertificates::of(stream.get_ref().1);
     let service = tower::service_fn(move |mut request: http::Request<Incoming>| {
         let extensions = request.extensions_mut();
         extensions.insert(certificates.clone());

@@ -54,6 +54,9 @@ pub struct AppState {
     openapi: Arc<openapi::OpenApi>,
     max_request_body_bytes: usize,
     shutdown: Shutdown,
+    /// Delegated authentication and authorization; `None` serves everyone (unit tests only:
+    /// `svm-apiserver serve` always installs it).
+    auth: Option<Arc<crate::auth::Auth>>,
 }
 
 impl AppState {
@@ -68,7 +71,21 @@ impl AppState {
             openapi: Arc::new(openapi),
             max_request_body_bytes: DEFAULT_MAX_REQUEST_BODY_BYTES,
             shutdown: Shutdown::new(),
+            auth: None,
         }
+    }
+
+    /// Authenticate and authorize every request (and ask TLS clients for certificates).
+    pub fn with_auth(mut self, auth: Arc<crate::auth::Auth>) -> Self {
+        if let Ok(mut registry) = self.metrics.registry.lock() {
+            auth.metrics().register(&mut registry);
+        }
+        self.auth = Some(auth);
+        self
+    }
+
+    pub fn auth(&self) -> Option<&Arc<crate::auth::Auth>> {
+        self.auth.as_ref()
     }
 
     pub fn with_max_request_body_bytes(mut self, limit: usize) -> Self {
@@ -114,7 +131,7 @@ impl Shutdown {
 
 /// The complete application: every route, with metrics, tracing and panic recovery.
 pub fn router(state: AppState) -> Router {
-    Router::new()
+    let routes = Router::new()
         .route("/api", any(nonresource::core_api))
         .route("/api/", any(nonresource::core_api))
         .route("/apis", any(nonresource::apis))
@@ -144,7 +161,13 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", any(nonresource::metrics))
         .route("/{endpoint}", get(health::endpoint))
         .route("/{endpoint}/{check}", get(health::single_check))
-        .fallback(nonresource::not_found)
+        .fallback(nonresource::not_found);
+    // Inside the metrics layer, so 401s and 403s are counted.
+    let routes = match state.auth() {
+        Some(auth) => routes.layer(crate::auth::layer(auth.clone())),
+        None => routes,
+    };
+    routes
         .layer(CatchPanicLayer::custom(panic_response))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),

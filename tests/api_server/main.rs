@@ -5,6 +5,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod authn;
 mod bad_input;
 mod kubectl_conformance;
 mod watch;

@@ -104,13 +104,30 @@ impl ServerProcess {
         std::fs::read(self.dir.path().join("certs").join("ca.crt")).expect("dev CA")
     }
 
-    /// A reqwest client trusting the server's dev CA.
+    /// The dev admin client identity (CN=svm-apiserver-admin, O=system:masters), PEM key + cert.
+    pub fn admin_identity_pem(&self) -> Vec<u8> {
+        let certs = self.dir.path().join("certs");
+        let mut pem = std::fs::read(certs.join("admin.key")).expect("admin key");
+        pem.extend(std::fs::read(certs.join("admin.crt")).expect("admin cert"));
+        pem
+    }
+
+    /// A reqwest client trusting the server's dev CA and authenticating as the dev admin.
     pub fn http_client(&self) -> reqwest::Client {
-        let ca = reqwest::Certificate::from_pem(&self.ca_pem()).expect("CA pem");
-        reqwest::Client::builder()
-            .add_root_certificate(ca)
+        self.http_client_builder()
+            .identity(reqwest::Identity::from_pem(&self.admin_identity_pem()).expect("identity"))
             .build()
             .expect("http client")
+    }
+
+    /// A reqwest client trusting the server's dev CA, with no client certificate (anonymous).
+    pub fn anonymous_http_client(&self) -> reqwest::Client {
+        self.http_client_builder().build().expect("http client")
+    }
+
+    fn http_client_builder(&self) -> reqwest::ClientBuilder {
+        let ca = reqwest::Certificate::from_pem(&self.ca_pem()).expect("CA pem");
+        reqwest::Client::builder().add_root_certificate(ca)
     }
 
     fn wait_for_kubeconfig(&mut self) -> String {
