@@ -9,11 +9,6 @@ use std::sync::Arc;
 
 use anyhow::{Context, Result};
 use base64::Engine;
-use chrono::Datelike;
-use rcgen::{
-    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
-    Issuer, KeyPair, KeyUsagePurpose,
-};
 use rustls::ServerConfig;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
@@ -31,116 +26,19 @@ pub struct DevCerts {
     pub client_key: PathBuf,
 }
 
-impl DevCerts {
-    fn in_dir(dir: &Path) -> Self {
-        Self {
-            ca_cert: dir.join("ca.crt"),
-            serving_cert: dir.join("apiserver.crt"),
-            serving_key: dir.join("apiserver.key"),
-            client_cert: dir.join("admin.crt"),
-            client_key: dir.join("admin.key"),
-        }
-    }
-
-    fn all_exist(&self) -> bool {
-        [
-            &self.ca_cert,
-            &self.serving_cert,
-            &self.serving_key,
-            &self.client_cert,
-            &self.client_key,
-        ]
-        .iter()
-        .all(|p| p.is_file())
-    }
-}
-
-/// Create the development PKI in `dir` unless it is already complete there.
+/// The development PKI in `dir` (the one generator, `auth::devcerts`, which also makes the
+/// front-proxy pair): created unless complete, reused otherwise.
 pub fn ensure_dev_certs(dir: &Path) -> Result<DevCerts> {
-    let certs = DevCerts::in_dir(dir);
-    if certs.all_exist() {
-        return Ok(certs);
-    }
-    fs::create_dir_all(dir).with_context(|| format!("creating cert dir {}", dir.display()))?;
-
-    let ca_key = KeyPair::generate().context("generating the CA key")?;
-    let mut ca_params = CertificateParams::default();
-    ca_params.distinguished_name = name("svm-apiserver-dev-ca", None);
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    ca_params.key_usages = vec![
-        KeyUsagePurpose::KeyCertSign,
-        KeyUsagePurpose::CrlSign,
-        KeyUsagePurpose::DigitalSignature,
-    ];
-    set_validity(&mut ca_params, 10);
-    let ca_cert = ca_params.self_signed(&ca_key).context("signing the CA")?;
-    let issuer = Issuer::new(ca_params, ca_key);
-
-    let serving_key = KeyPair::generate().context("generating the serving key")?;
-    let mut serving = CertificateParams::new(vec![
-        "127.0.0.1".to_string(),
-        "localhost".to_string(),
-        "::1".to_string(),
-    ])
-    .context("serving certificate names")?;
-    serving.distinguished_name = name("svm-apiserver", None);
-    serving.key_usages = vec![
-        KeyUsagePurpose::DigitalSignature,
-        KeyUsagePurpose::KeyEncipherment,
-    ];
-    serving.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
-    serving.use_authority_key_identifier_extension = true;
-    set_validity(&mut serving, 2);
-    let serving_cert = serving
-        .signed_by(&serving_key, &issuer)
-        .context("signing the serving certificate")?;
-
-    let client_key = KeyPair::generate().context("generating the client key")?;
-    let mut client = CertificateParams::default();
-    client.distinguished_name = name("svm-apiserver-admin", Some("system:masters"));
-    client.key_usages = vec![KeyUsagePurpose::DigitalSignature];
-    client.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
-    client.use_authority_key_identifier_extension = true;
-    set_validity(&mut client, 2);
-    let client_cert = client
-        .signed_by(&client_key, &issuer)
-        .context("signing the client certificate")?;
-
-    write_file(&certs.ca_cert, ca_cert.pem().as_bytes(), false)?;
-    write_file(&certs.serving_cert, serving_cert.pem().as_bytes(), false)?;
-    write_file(
-        &certs.serving_key,
-        serving_key.serialize_pem().as_bytes(),
-        true,
-    )?;
-    write_file(&certs.client_cert, client_cert.pem().as_bytes(), false)?;
-    write_file(
-        &certs.client_key,
-        client_key.serialize_pem().as_bytes(),
-        true,
-    )?;
-    tracing::info!(dir = %dir.display(), "generated development certificates");
-    Ok(certs)
+    let files = crate::auth::devcerts::generate(dir)?;
+    Ok(DevCerts {
+        ca_cert: files.ca_cert,
+        serving_cert: files.serving_cert,
+        serving_key: files.serving_key,
+        client_cert: files.admin_cert,
+        client_key: files.admin_key,
+    })
 }
 
-fn name(common_name: &str, organization: Option<&str>) -> DistinguishedName {
-    let mut dn = DistinguishedName::new();
-    if let Some(org) = organization {
-        dn.push(DnType::OrganizationName, org);
-    }
-    dn.push(DnType::CommonName, common_name);
-    dn
-}
-
-/// Valid from yesterday (clock skew) for `years`.
-fn set_validity(params: &mut CertificateParams, years: i32) {
-    let start = chrono::Utc::now() - chrono::Duration::days(1);
-    let (y, m, d) = (start.year(), start.month() as u8, start.day().min(28) as u8);
-    params.not_before = rcgen::date_time_ymd(y, m, d);
-    params.not_after = rcgen::date_time_ymd(y + years, m, d);
-}
-
-/// Write `contents`, private keys readable by the owner only.
 fn write_file(path: &Path, contents: &[u8], private: bool) -> Result<()> {
     let mut options = fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
