@@ -5,7 +5,7 @@ KUBECTL := $(CURDIR)/.venv/bin/kubectl
 # Flags for `make run`, e.g. make run ARGS="--etcd-servers http://127.0.0.1:2379"
 ARGS ?=
 
-.PHONY: all build run test lint fmt bench deps clean
+.PHONY: all build run test lint fmt bench deps certs deploy undeploy clean
 
 all: build
 
@@ -40,6 +40,19 @@ fmt:
 bench:
 	@hack/ensure-deps.sh build etcd
 	$(CARGO) bench --bench api
+
+## certs: a development PKI in certs/ (serving cert, CA, admin and front-proxy client certs).
+certs:
+	@hack/ensure-deps.sh build
+	$(CARGO) run --release -- certs --dir certs
+
+## deploy: install on the cluster of the current kubeconfig (see deploy/README.md).
+deploy: certs
+	@hack/ensure-deps.sh kubectl
+	$(KUBECTL) apply -k deploy/
+
+undeploy:
+	$(KUBECTL) delete -k deploy/ --ignore-not-found
 
 clean:
 	$(CARGO) clean

@@ -26,6 +26,12 @@ struct Cli {
 enum Command {
     /// Serve the storagemigration.k8s.io API over HTTPS.
     Serve(ServeArgs),
+    /// Write a development PKI (CA, serving cert, admin client cert, front-proxy CA and client
+    /// cert) into a directory, keeping a complete set that is already there.
+    Certs {
+        #[arg(long, default_value = "certs")]
+        dir: PathBuf,
+    },
 }
 
 #[derive(clap::Args)]
@@ -129,6 +135,15 @@ async fn main() -> anyhow::Result<()> {
         .init();
     match Cli::parse().command {
         Command::Serve(args) => serve(args).await,
+        Command::Certs { dir } => {
+            let files = svm_apiserver::auth::devcerts::generate(&dir)?;
+            println!(
+                "development PKI in {} (CA: {})",
+                dir.display(),
+                files.ca_cert.display()
+            );
+            Ok(())
+        }
     }
 }
 
