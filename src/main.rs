@@ -25,7 +25,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the storagemigration.k8s.io API over HTTPS.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Write a development PKI (CA, serving cert, admin client cert, front-proxy CA and client
     /// cert) into a directory, keeping a complete set that is already there.
     Certs {
@@ -134,7 +134,7 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     match Cli::parse().command {
-        Command::Serve(args) => serve(args).await,
+        Command::Serve(args) => serve(*args).await,
         Command::Certs { dir } => {
             let files = svm_apiserver::auth::devcerts::generate(&dir)?;
             println!(

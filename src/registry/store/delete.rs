@@ -8,7 +8,7 @@ use k8s_openapi::Metadata;
 use super::super::error::{ApiError, ApiResult};
 use super::super::rest::Preconditions;
 use super::super::strategy::Strategy;
-use super::{MAX_WRITE_ATTEMPTS, Store, decode_stored, now};
+use super::{MAX_WRITE_ATTEMPTS, Store, now};
 use crate::storage::StorageError;
 
 /// The outcome of a delete.
@@ -41,15 +41,7 @@ impl<S: Strategy> Store<S> {
     ) -> ApiResult<Deletion<S::Object>> {
         let key = self.key(name)?;
         for _ in 0..MAX_WRITE_ATTEMPTS {
-            let Some(kv) = self
-                .storage
-                .get(&key)
-                .await
-                .map_err(|e| self.storage_error(e, name))?
-            else {
-                return Err(self.not_found(name));
-            };
-            let current: S::Object = decode_stored(&kv, kv.mod_revision)?;
+            let (kv, current) = self.read_current(&key, name).await?;
             self.check_preconditions(&current, preconditions, name)?;
 
             let mut deleting = current.clone();

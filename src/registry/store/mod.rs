@@ -154,6 +154,19 @@ impl<S: Strategy> Store<S> {
         ApiError::from_storage(err, self.group(), self.plural(), name)
     }
 
+    /// The stored key-value of `name` and its decoded object (resourceVersion set), or NotFound:
+    /// the read at the start of every read-modify-write loop.
+    async fn read_current(&self, key: &str, name: &str) -> ApiResult<(KeyValue, S::Object)> {
+        let kv = self
+            .storage
+            .get(key)
+            .await
+            .map_err(|e| self.storage_error(e, name))?
+            .ok_or_else(|| self.not_found(name))?;
+        let current = decode_stored(&kv, kv.mod_revision)?;
+        Ok((kv, current))
+    }
+
     /// The bytes stored for `obj`: its JSON without a resourceVersion.
     fn encode_for_storage(&self, obj: &S::Object) -> ApiResult<Vec<u8>> {
         let mut stored = obj.clone();

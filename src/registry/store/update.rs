@@ -13,7 +13,7 @@ use super::super::metadata;
 use super::super::rest::Subresource;
 use super::super::strategy::Strategy;
 use super::create::merge_causes;
-use super::{MAX_WRITE_ATTEMPTS, Store, decode_stored, parse_resource_version};
+use super::{MAX_WRITE_ATTEMPTS, Store, parse_resource_version};
 use crate::storage::StorageError;
 
 impl<S: Strategy> Store<S> {
@@ -72,15 +72,7 @@ impl<S: Strategy> Store<S> {
     {
         let key = self.key(name)?;
         for _ in 0..MAX_WRITE_ATTEMPTS {
-            let Some(kv) = self
-                .storage
-                .get(&key)
-                .await
-                .map_err(|e| self.storage_error(e, name))?
-            else {
-                return Err(self.not_found(name));
-            };
-            let current: S::Object = decode_stored(&kv, kv.mod_revision)?;
+            let (kv, current) = self.read_current(&key, name).await?;
             let mut new = updated(&current)?;
             self.check_resource_version(&new, kv.mod_revision, name)?;
             self.before_update(&mut new, &current, subresource)?;
