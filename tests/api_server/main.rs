@@ -7,5 +7,6 @@ mod support;
 
 mod authn;
 mod bad_input;
+mod front_proxy;
 mod kubectl_conformance;
 mod watch;
