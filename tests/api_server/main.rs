@@ -7,6 +7,7 @@ mod support;
 
 mod authn;
 mod bad_input;
+mod delegated;
 mod front_proxy;
 mod kubectl_conformance;
 mod watch;
