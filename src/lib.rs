@@ -3,6 +3,9 @@
 
 pub mod api;
 pub mod auth;
+pub mod cluster;
+pub mod controller;
+pub mod migrator;
 pub mod registry;
 pub mod server;
 pub mod storage;

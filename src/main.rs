@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use svm_apiserver::auth::{Auth, AuthOptions};
+use svm_apiserver::controller::{self, ControllerOptions};
 use svm_apiserver::server::{self, AppState, ServeOptions};
 use svm_apiserver::storage::{self, Storage, StorageConfig, compactor};
 
@@ -42,6 +43,8 @@ struct ServeArgs {
     storage: StorageOptions,
     #[command(flatten)]
     auth: AuthOptions,
+    #[command(flatten)]
+    controllers: ControllerOptions,
 }
 
 #[derive(clap::Args)]
@@ -163,7 +166,19 @@ async fn serve(mut args: ServeArgs) -> anyhow::Result<()> {
         args.storage.compaction_interval,
     ));
     let state = AppState::new(api.registry.clone(), storage).with_auth(auth);
-    let result = server::serve(args.server, state, shutdown_signal()).await;
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let controllers =
+        controller::start(&args.controllers, &api, &state.metrics, shutdown.clone()).await?;
+    let signal = {
+        let shutdown = shutdown.clone();
+        async move {
+            shutdown_signal().await;
+            shutdown.cancel();
+        }
+    };
+    let result = server::serve(args.server, state, signal).await;
+    shutdown.cancel();
+    controllers.join().await;
     compaction.abort();
     result
 }

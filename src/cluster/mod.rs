@@ -1,1 +1,12 @@
-//! See DESIGN.md §2. Not built yet.
+//! The target cluster: a client for its kube-apiserver, discovery, and the metadata-only
+//! LIST and precondition PATCH the migrator is made of (DESIGN.md §2, §6).
+
+pub mod client;
+pub mod error;
+pub mod objects;
+pub mod resources;
+
+pub use client::ClusterClient;
+pub use error::ClusterError;
+pub use objects::{MetadataPage, ObjectRef, Touched};
+pub use resources::{ResolveError, ResolvedResource};

@@ -1,1 +1,78 @@
-//! See DESIGN.md §2. Not built yet.
+//! The migrator (DESIGN.md §6): a pool of workers that runs StorageVersionMigrations against
+//! the target cluster — at most `--workers` at once, at most one per resource, oldest first —
+//! sharing one rate limiter. Migrations come from the registry's watch; deleting one stops its
+//! work within a page.
+
+pub mod events;
+pub mod limiter;
+pub mod metrics;
+mod pool;
+mod runner;
+pub mod status;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::api::migration::{MigrationStrategy, StorageVersionMigration};
+use crate::cluster::ClusterClient;
+use crate::registry::Store;
+
+pub use events::Events;
+pub use limiter::{Backoff, RateLimiter};
+pub use metrics::MigratorMetrics;
+pub use pool::Migrator;
+pub use runner::Outcome;
+
+/// The migrator's knobs (flags of `serve`).
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Migrations run at once.
+    pub workers: usize,
+    /// Objects per LIST page.
+    pub chunk_size: u32,
+    /// PATCHes in flight per migration.
+    pub object_concurrency: usize,
+    /// Requests per second of the whole pool (0: unlimited).
+    pub qps: f64,
+    pub burst: u32,
+    pub backoff: Backoff,
+    /// How often the pool re-reads every migration (a safety net under the watch).
+    pub resync: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            workers: 2,
+            chunk_size: 500,
+            object_concurrency: 4,
+            qps: 5.0,
+            burst: 10,
+            backoff: Backoff::default(),
+            resync: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What every worker shares.
+pub(crate) struct Shared {
+    pub cluster: ClusterClient,
+    pub migrations: Arc<Store<MigrationStrategy>>,
+    pub limiter: RateLimiter,
+    pub metrics: MigratorMetrics,
+    pub events: Option<Events>,
+    pub settings: Settings,
+}
+
+impl Shared {
+    pub async fn event(
+        &self,
+        migration: &StorageVersionMigration,
+        reason: events::Reason,
+        note: String,
+    ) {
+        if let Some(events) = &self.events {
+            events.publish(migration, reason, note).await;
+        }
+    }
+}

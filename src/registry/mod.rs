@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 pub use error::{ApiError, ApiResult, FieldError};
 pub use rest::RestStorage;
-pub use store::Store;
+pub use store::{Store, now as now_time};
 pub use strategy::{ListMerge, ResourceInfo, Strategy, TableColumn};
 
 /// Every served resource, by (group, plural).

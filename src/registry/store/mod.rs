@@ -206,7 +206,7 @@ where
 }
 
 /// The current time as metav1.Time, to the second (what its JSON form keeps).
-fn now() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
+pub fn now() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
     let now = k8s_openapi::jiff::Timestamp::now();
     let seconds = k8s_openapi::jiff::Timestamp::from_second(now.as_second()).unwrap_or(now);
     k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(seconds)

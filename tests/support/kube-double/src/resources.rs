@@ -59,6 +59,8 @@ pub enum Flavor {
     Namespace,
     Deployment,
     Lease,
+    /// events.k8s.io/v1 Events, where controllers report (kube's `events::Recorder`).
+    Event,
     CustomResourceDefinition,
     StorageVersion,
     TokenReview,
@@ -446,6 +448,24 @@ pub fn builtin_resources() -> Vec<ResourceDef> {
     // The lease strategy allows create-on-update (leader election relies on it).
     leases.allow_create_on_update = true;
     out.push(leases);
+
+    // events.k8s.io/v1 (kube-apiserver serves core v1 events as well; the migrator's recorder
+    // writes only this one). Its apiserver TTL (--event-ttl, 1h) is not modelled.
+    out.push(
+        Builtin {
+            group: "events.k8s.io",
+            version: "v1",
+            plural: "events",
+            singular: "event",
+            kind: "Event",
+            namespaced: true,
+            short_names: &["ev"],
+            categories: &[],
+            verbs: FULL_VERBS,
+            flavor: Flavor::Event,
+        }
+        .into_def(),
+    );
 
     let mut storage_versions = Builtin {
         group: "internal.apiserver.k8s.io",

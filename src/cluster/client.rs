@@ -1,0 +1,141 @@
+//! The HTTP client for the target cluster: a `kube::Client` (kubeconfig or in-cluster
+//! configuration, its TLS and credentials) used for raw requests, so the migrator controls
+//! every header, reads only the fields it needs and sees each status code itself.
+
+use std::path::Path;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{ACCEPT, CONTENT_TYPE, RETRY_AFTER};
+use http::{HeaderMap, Method, Request, StatusCode};
+use http_body_util::BodyExt;
+
+use super::error::{ClusterError, parse_retry_after};
+
+/// One request may take this long (a page of 500 metadata items takes well under a second on
+/// a healthy apiserver; the slowest legitimate answer is a large page under load).
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A successful answer.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: StatusCode,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
+#[derive(Clone)]
+pub struct ClusterClient {
+    client: kube::Client,
+}
+
+impl std::fmt::Debug for ClusterClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterClient").finish_non_exhaustive()
+    }
+}
+
+impl ClusterClient {
+    /// The cluster named by `kubeconfig`, else the in-cluster configuration when running in
+    /// a pod, else `None` (no target cluster: the controllers do not run).
+    pub async fn connect(kubeconfig: Option<&Path>) -> Result<Option<Self>, ClusterError> {
+        let config = match kubeconfig {
+            Some(path) => {
+                let file = kube::config::Kubeconfig::read_from(path).map_err(|e| {
+                    ClusterError::Config(format!("reading kubeconfig {}: {e}", path.display()))
+                })?;
+                kube::Config::from_custom_kubeconfig(
+                    file,
+                    &kube::config::KubeConfigOptions::default(),
+                )
+                .await
+                .map_err(|e| {
+                    ClusterError::Config(format!("loading kubeconfig {}: {e}", path.display()))
+                })?
+            }
+            None if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() => {
+                kube::Config::incluster().map_err(|e| {
+                    ClusterError::Config(format!("loading the in-cluster configuration: {e}"))
+                })?
+            }
+            None => return Ok(None),
+        };
+        Self::from_config(config).map(Some)
+    }
+
+    /// Retries are ours (the shared limiter, Retry-After, backoff with a cap), so kube's own
+    /// retry policy is off: it would retry 429/503 up to 15 times outside the limiter.
+    pub fn from_config(mut config: kube::Config) -> Result<Self, ClusterError> {
+        config.connect_timeout = Some(Duration::from_secs(10));
+        config.read_timeout = Some(REQUEST_TIMEOUT);
+        config.write_timeout = Some(REQUEST_TIMEOUT);
+        config.default_retry = false;
+        let client = kube::Client::try_from(config)
+            .map_err(|e| ClusterError::Config(format!("building the cluster client: {e}")))?;
+        Ok(Self { client })
+    }
+
+    pub fn kube(&self) -> &kube::Client {
+        &self.client
+    }
+
+    /// A request; any status outside 2xx becomes [`ClusterError::Api`].
+    pub async fn request(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        accept: &str,
+        body: Option<(&'static str, Vec<u8>)>,
+    ) -> Result<Answer, ClusterError> {
+        let mut builder = Request::builder()
+            .method(method)
+            .uri(path_and_query)
+            .header(ACCEPT, accept);
+        let body = match body {
+            Some((content_type, bytes)) => {
+                builder = builder.header(CONTENT_TYPE, content_type);
+                kube::client::Body::from(bytes)
+            }
+            None => kube::client::Body::empty(),
+        };
+        let request = builder
+            .body(body)
+            .map_err(|e| ClusterError::Config(format!("building a request: {e}")))?;
+        let response = tokio::time::timeout(REQUEST_TIMEOUT, self.client.send(request))
+            .await
+            .map_err(|_| ClusterError::Transport(format!("no answer within {REQUEST_TIMEOUT:?}")))?
+            .map_err(|e| ClusterError::Transport(e.to_string()))?;
+        let (parts, body) = response.into_parts();
+        let body = tokio::time::timeout(REQUEST_TIMEOUT, body.collect())
+            .await
+            .map_err(|_| ClusterError::Transport("the answer stalled".into()))?
+            .map_err(|e| ClusterError::Transport(format!("reading the answer: {e}")))?
+            .to_bytes();
+        if parts.status.is_success() {
+            return Ok(Answer {
+                status: parts.status,
+                headers: parts.headers,
+                body,
+            });
+        }
+        let retry_after = parse_retry_after(parts.headers.get(RETRY_AFTER));
+        Err(ClusterError::from_status(
+            parts.status.as_u16(),
+            &body,
+            retry_after,
+            parts.status.canonical_reason().unwrap_or("error"),
+        ))
+    }
+
+    /// GET a JSON document and decode it.
+    pub async fn get_json<T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+    ) -> Result<T, ClusterError> {
+        let answer = self
+            .request(Method::GET, path, "application/json", None)
+            .await?;
+        serde_json::from_slice(&answer.body)
+            .map_err(|e| ClusterError::Decode(format!("GET {path}: {e}")))
+    }
+}

@@ -1,0 +1,179 @@
+//! What can go wrong talking to the target cluster, classified the way the migrator must act
+//! on it: retry (with backoff, honouring Retry-After), treat as done, or give up.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// A metav1.Status as the cluster answered it (only what the migrator looks at).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+pub struct StatusBody {
+    #[serde(default)]
+    pub reason: String,
+    #[serde(default)]
+    pub message: String,
+    #[serde(default)]
+    pub metadata: StatusMeta,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+pub struct StatusMeta {
+    /// An Expired list's inconsistent continue token (recording 05).
+    #[serde(default, rename = "continue")]
+    pub continue_token: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// The cluster answered with an error status.
+    #[error("{code} {reason}: {message}")]
+    Api {
+        code: u16,
+        reason: String,
+        message: String,
+        /// `Retry-After`, as 429s and some 5xx carry it.
+        retry_after: Option<Duration>,
+        /// The inconsistent continue token of a 410 Expired list.
+        continue_token: Option<String>,
+    },
+    /// No answer: connection refused or reset, TLS failure, timeout.
+    #[error("request to the cluster failed: {0}")]
+    Transport(String),
+    /// An answer we could not read.
+    #[error("unreadable answer from the cluster: {0}")]
+    Decode(String),
+    /// Building the client (kubeconfig, certificates).
+    #[error("cluster client configuration: {0}")]
+    Config(String),
+}
+
+impl ClusterError {
+    pub fn from_status(
+        code: u16,
+        body: &[u8],
+        retry_after: Option<Duration>,
+        fallback: &str,
+    ) -> Self {
+        let status: StatusBody = serde_json::from_slice(body).unwrap_or_default();
+        let message = if status.message.is_empty() {
+            let text = String::from_utf8_lossy(body);
+            let text = text.trim();
+            if text.is_empty() {
+                fallback.to_string()
+            } else {
+                text.chars().take(512).collect()
+            }
+        } else {
+            status.message
+        };
+        ClusterError::Api {
+            code,
+            reason: status.reason,
+            message,
+            retry_after,
+            continue_token: status.metadata.continue_token.filter(|t| !t.is_empty()),
+        }
+    }
+
+    pub fn code(&self) -> Option<u16> {
+        match self {
+            ClusterError::Api { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    /// Worth another try later: throttling (429), server-side trouble (5xx), timeouts (408,
+    /// 504) and anything that never got an answer. Everything else (400, 403, 405, 422, an
+    /// admission webhook's denial) would fail the same way again.
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            ClusterError::Api { code, .. } => *code == 429 || *code == 408 || *code >= 500,
+            ClusterError::Transport(_) => true,
+            ClusterError::Decode(_) | ClusterError::Config(_) => false,
+        }
+    }
+
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ClusterError::Api { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    pub fn is_not_found(&self) -> bool {
+        self.code() == Some(404)
+    }
+
+    pub fn is_conflict(&self) -> bool {
+        self.code() == Some(409)
+    }
+
+    /// 410 Gone / Expired: a continue token or resourceVersion too old to serve.
+    pub fn is_expired(&self) -> bool {
+        self.code() == Some(410)
+    }
+}
+
+/// `Retry-After` in seconds (the form kube-apiserver sends); HTTP dates are not used by it.
+pub fn parse_retry_after(value: Option<&http::HeaderValue>) -> Option<Duration> {
+    let seconds: u64 = value?.to_str().ok()?.trim().parse().ok()?;
+    Some(Duration::from_secs(seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classifies_codes() {
+        let err = |code| ClusterError::from_status(code, b"", None, "x");
+        for code in [429, 500, 502, 503, 504, 408] {
+            assert!(err(code).is_retriable(), "{code}");
+        }
+        for code in [400, 403, 404, 405, 409, 410, 422] {
+            assert!(!err(code).is_retriable(), "{code}");
+        }
+        assert!(ClusterError::Transport("reset".into()).is_retriable());
+    }
+
+    #[test]
+    fn reads_the_expired_token_and_message() {
+        let body = br#"{"kind":"Status","apiVersion":"v1","metadata":{"continue":"abc"},"status":"Failure","message":"too old","reason":"Expired","code":410}"#;
+        let err = ClusterError::from_status(410, body, None, "x");
+        match err {
+            ClusterError::Api {
+                code,
+                reason,
+                message,
+                continue_token,
+                ..
+            } => {
+                assert_eq!(
+                    (
+                        code,
+                        reason.as_str(),
+                        message.as_str(),
+                        continue_token.as_deref()
+                    ),
+                    (410, "Expired", "too old", Some("abc"))
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_non_status_body_becomes_the_message() {
+        let err = ClusterError::from_status(502, b"bad gateway\n", None, "x");
+        assert_eq!(err.to_string(), "502 : bad gateway");
+    }
+
+    #[test]
+    fn retry_after_in_seconds() {
+        let v = http::HeaderValue::from_static("3");
+        assert_eq!(parse_retry_after(Some(&v)), Some(Duration::from_secs(3)));
+        let bad = http::HeaderValue::from_static("soon");
+        assert_eq!(parse_retry_after(Some(&bad)), None);
+        assert_eq!(parse_retry_after(None), None);
+    }
+}

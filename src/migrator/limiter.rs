@@ -1,0 +1,241 @@
+//! The load the migrator puts on the apiserver: one token bucket shared by every worker (so
+//! `--qps`/`--burst` bound the whole pool, not each migration), a pool-wide pause when the
+//! apiserver says Retry-After (a 429 from priority-and-fairness is about the apiserver, not
+//! about one object), and exponential backoff with full jitter for retriable failures.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use rand::Rng;
+use tokio::time::Instant;
+
+/// A token bucket: `burst` tokens, refilled at `qps` per second. In any one-second window at
+/// most `burst + qps` requests start. `qps <= 0` disables it (for benchmarks).
+#[derive(Debug)]
+pub struct RateLimiter {
+    qps: f64,
+    burst: f64,
+    state: Mutex<BucketState>,
+}
+
+#[derive(Debug)]
+struct BucketState {
+    tokens: f64,
+    refilled: Instant,
+    paused_until: Option<Instant>,
+}
+
+impl RateLimiter {
+    pub fn new(qps: f64, burst: u32) -> Self {
+        let burst = f64::from(burst.max(1));
+        Self {
+            qps,
+            burst,
+            state: Mutex::new(BucketState {
+                tokens: burst,
+                refilled: Instant::now(),
+                paused_until: None,
+            }),
+        }
+    }
+
+    pub fn unlimited(&self) -> bool {
+        self.qps <= 0.0
+    }
+
+    /// Wait for a token (and for any pause to end).
+    pub async fn acquire(&self) {
+        loop {
+            let wait = self.try_take(Instant::now());
+            match wait {
+                None => return,
+                Some(wait) => tokio::time::sleep(wait).await,
+            }
+        }
+    }
+
+    /// Takes a token at `now`, or says how long to wait before trying again.
+    fn try_take(&self, now: Instant) -> Option<Duration> {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(until) = state.paused_until {
+            if now < until {
+                return Some(until - now);
+            }
+            state.paused_until = None;
+        }
+        if self.unlimited() {
+            return None;
+        }
+        let elapsed = now.saturating_duration_since(state.refilled).as_secs_f64();
+        state.tokens = (state.tokens + elapsed * self.qps).min(self.burst);
+        state.refilled = now;
+        if state.tokens >= 1.0 {
+            state.tokens -= 1.0;
+            None
+        } else {
+            Some(Duration::from_secs_f64((1.0 - state.tokens) / self.qps))
+        }
+    }
+
+    /// Hold every request of the pool for `delay` (Retry-After): the apiserver asked for it.
+    /// The bucket is emptied too, so the pool does not answer a 429 with a burst.
+    pub fn pause(&self, delay: Duration) {
+        let now = Instant::now();
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        let until = now + delay;
+        state.paused_until = Some(state.paused_until.map_or(until, |u| u.max(until)));
+        state.tokens = 0.0;
+        state.refilled = until;
+    }
+}
+
+/// Exponential backoff with full jitter (the AWS architecture blog's "full jitter", which
+/// client-go's wait.Backoff approximates with its Jitter factor): attempt n waits a random
+/// time in [0, min(cap, base·2ⁿ)], but never less than a Retry-After.
+#[derive(Clone, Copy, Debug)]
+pub struct Backoff {
+    pub base: Duration,
+    pub cap: Duration,
+    /// Retries of one request before its error is reported.
+    pub max_retries: u32,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Self {
+            base: Duration::from_millis(100),
+            cap: Duration::from_secs(30),
+            max_retries: 8,
+        }
+    }
+}
+
+impl Backoff {
+    pub fn delay(&self, attempt: u32, retry_after: Option<Duration>) -> Duration {
+        let ceiling = self
+            .base
+            .saturating_mul(1u32.checked_shl(attempt.min(20)).unwrap_or(u32::MAX))
+            .min(self.cap);
+        let jittered = ceiling.mul_f64(rand::rng().random_range(0.0..=1.0));
+        match retry_after {
+            Some(after) => jittered.max(after),
+            None => jittered,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_bucket_allows_a_burst_then_the_rate() {
+        let limiter = RateLimiter::new(10.0, 5);
+        let start = Instant::now();
+        for _ in 0..5 {
+            limiter.acquire().await;
+        }
+        assert_eq!(start.elapsed(), Duration::ZERO, "the burst is free");
+        for _ in 0..10 {
+            limiter.acquire().await;
+        }
+        // Ten more tokens at 10/s take one second.
+        let elapsed = start.elapsed();
+        assert!(
+            elapsed >= Duration::from_millis(990) && elapsed <= Duration::from_millis(1010),
+            "{elapsed:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn no_one_second_window_holds_more_than_burst_plus_qps() {
+        let limiter = std::sync::Arc::new(RateLimiter::new(20.0, 10));
+        let start = Instant::now();
+        let mut handles = Vec::new();
+        for _ in 0..8 {
+            let limiter = limiter.clone();
+            handles.push(tokio::spawn(async move {
+                let mut times = Vec::new();
+                for _ in 0..25 {
+                    limiter.acquire().await;
+                    times.push(start.elapsed());
+                }
+                times
+            }));
+        }
+        let mut times = Vec::new();
+        for handle in handles {
+            times.extend(handle.await.expect("task"));
+        }
+        times.sort();
+        assert_eq!(times.len(), 200);
+        let peak = times
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                times[i..]
+                    .iter()
+                    .take_while(|u| **u < *t + Duration::from_secs(1))
+                    .count()
+            })
+            .max()
+            .unwrap_or(0);
+        assert!(peak <= 30, "peak {peak} in one second");
+        assert!(peak >= 20, "the limiter is not starving callers: {peak}");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pause_holds_everyone_and_empties_the_bucket() {
+        let limiter = RateLimiter::new(100.0, 50);
+        let start = Instant::now();
+        limiter.pause(Duration::from_secs(3));
+        limiter.acquire().await;
+        assert!(start.elapsed() >= Duration::from_secs(3));
+        // No burst right after the pause: the bucket starts empty.
+        for _ in 0..10 {
+            limiter.acquire().await;
+        }
+        assert!(
+            start.elapsed() >= Duration::from_millis(3090),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_unlimited_limiter_still_honours_a_pause() {
+        let limiter = RateLimiter::new(0.0, 1);
+        let start = Instant::now();
+        for _ in 0..1000 {
+            limiter.acquire().await;
+        }
+        assert_eq!(start.elapsed(), Duration::ZERO);
+        limiter.pause(Duration::from_secs(2));
+        limiter.acquire().await;
+        assert!(start.elapsed() >= Duration::from_secs(2));
+    }
+
+    #[test]
+    fn backoff_grows_to_the_cap_and_respects_retry_after() {
+        let backoff = Backoff {
+            base: Duration::from_millis(100),
+            cap: Duration::from_secs(2),
+            max_retries: 5,
+        };
+        for attempt in 0..40 {
+            let delay = backoff.delay(attempt, None);
+            let ceiling = Duration::from_millis(100)
+                .saturating_mul(2u32.saturating_pow(attempt))
+                .min(Duration::from_secs(2));
+            assert!(
+                delay <= ceiling,
+                "attempt {attempt}: {delay:?} > {ceiling:?}"
+            );
+        }
+        assert!(backoff.delay(0, Some(Duration::from_secs(7))) >= Duration::from_secs(7));
+        // Jitter: not every delay at the cap is the same.
+        let delays: std::collections::BTreeSet<_> =
+            (0..20).map(|_| backoff.delay(10, None)).collect();
+        assert!(delays.len() > 1);
+    }
+}

@@ -1,0 +1,272 @@
+//! The scheduler: keeps every migration it has seen (list, then watch), and starts the oldest
+//! pending ones on free workers, one per resource. A migration that hit the retry cap waits
+//! (growing pauses) and resumes from its checkpoint; one that is deleted is cancelled.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use futures::{FutureExt, StreamExt};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::runner::{self, Outcome, retry_delay};
+use super::{Events, MigratorMetrics, RateLimiter, Settings, Shared};
+use crate::api::migration::{FAILED, MigrationStrategy, SUCCEEDED, StorageVersionMigration};
+use crate::cluster::ClusterClient;
+use crate::registry::Store;
+use crate::registry::store::StoreEvent;
+
+pub struct Migrator {
+    shared: Arc<Shared>,
+}
+
+struct Running {
+    resource: String,
+    cancel: CancellationToken,
+}
+
+#[derive(Default)]
+struct Scheduler {
+    known: HashMap<String, StorageVersionMigration>,
+    running: HashMap<String, Running>,
+    /// Migrations waiting after hitting the retry cap: when to try again, and how often
+    /// they have failed so.
+    waiting: HashMap<String, (Instant, u32)>,
+}
+
+fn resource_key(m: &StorageVersionMigration) -> String {
+    format!("{}/{}", m.spec.resource.group, m.spec.resource.resource)
+}
+
+fn finished(m: &StorageVersionMigration) -> bool {
+    m.condition_true(SUCCEEDED).is_some() || m.condition_true(FAILED).is_some()
+}
+
+impl Scheduler {
+    /// The next migrations to start: pending, not running, resource free, not waiting;
+    /// oldest first (creation time, then name).
+    fn next(&self, free: usize, now: Instant) -> Vec<String> {
+        let mut candidates: Vec<&StorageVersionMigration> = self
+            .known
+            .values()
+            .filter(|m| !finished(m) && m.metadata.deletion_timestamp.is_none())
+            .filter(|m| {
+                let name = m.metadata.name.as_deref().unwrap_or_default();
+                !self.running.contains_key(name)
+                    && self.waiting.get(name).is_none_or(|(at, _)| *at <= now)
+            })
+            .collect();
+        candidates.sort_by(|a, b| {
+            (
+                &a.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                &a.metadata.name,
+            )
+                .cmp(&(
+                    &b.metadata.creation_timestamp.as_ref().map(|t| t.0),
+                    &b.metadata.name,
+                ))
+        });
+        let mut busy: Vec<String> = self.running.values().map(|r| r.resource.clone()).collect();
+        let mut out = Vec::new();
+        for m in candidates {
+            if out.len() >= free {
+                break;
+            }
+            let key = resource_key(m);
+            if busy.contains(&key) {
+                continue;
+            }
+            busy.push(key);
+            out.push(m.metadata.name.clone().unwrap_or_default());
+        }
+        out
+    }
+
+    fn forget(&mut self, name: &str) {
+        self.known.remove(name);
+        self.waiting.remove(name);
+        if let Some(running) = self.running.get(name) {
+            running.cancel.cancel();
+        }
+    }
+}
+
+impl Migrator {
+    pub fn new(
+        cluster: ClusterClient,
+        migrations: Arc<Store<MigrationStrategy>>,
+        settings: Settings,
+        metrics: MigratorMetrics,
+        events: Option<Events>,
+    ) -> Self {
+        let limiter = RateLimiter::new(settings.qps, settings.burst);
+        Self {
+            shared: Arc::new(Shared {
+                cluster,
+                migrations,
+                limiter,
+                metrics,
+                events,
+                settings,
+            }),
+        }
+    }
+
+    /// Runs until `shutdown` fires; then cancels every running migration (each keeps its
+    /// checkpoint) and waits for the workers to stop.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let mut scheduler = Scheduler::default();
+        let mut workers: JoinSet<(String, Outcome)> = JoinSet::new();
+        'relist: loop {
+            if shutdown.is_cancelled() {
+                break;
+            }
+            let (all, revision) = match self.shared.migrations.list_all().await {
+                Ok(listed) => listed,
+                Err(err) => {
+                    tracing::warn!(error = %err, "listing migrations failed; retrying");
+                    tokio::select! {
+                        _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => continue,
+                        _ = shutdown.cancelled() => break,
+                    }
+                }
+            };
+            let names: Vec<String> = all.iter().filter_map(|m| m.metadata.name.clone()).collect();
+            let gone: Vec<String> = scheduler
+                .known
+                .keys()
+                .filter(|k| !names.contains(k))
+                .cloned()
+                .collect();
+            for name in gone {
+                scheduler.forget(&name);
+            }
+            for m in all {
+                if let Some(name) = m.metadata.name.clone() {
+                    scheduler.known.insert(name, m);
+                }
+            }
+            let mut changes = match self.shared.migrations.watch(revision).await {
+                Ok(changes) => changes,
+                Err(err) => {
+                    tracing::warn!(error = %err, "watching migrations failed; relisting");
+                    continue;
+                }
+            };
+            let mut resync = tokio::time::interval(self.shared.settings.resync);
+            resync.tick().await;
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+            loop {
+                self.start_next(&mut scheduler, &mut workers);
+                tokio::select! {
+                    _ = shutdown.cancelled() => break 'relist,
+                    change = changes.next() => match change {
+                        Some(Ok(StoreEvent::Added(m) | StoreEvent::Modified(m))) => {
+                            let name = m.metadata.name.clone().unwrap_or_default();
+                            if m.metadata.deletion_timestamp.is_some()
+                                && let Some(running) = scheduler.running.get(&name)
+                            {
+                                running.cancel.cancel();
+                            }
+                            scheduler.known.insert(name, m);
+                        }
+                        Some(Ok(StoreEvent::Deleted(m))) => {
+                            scheduler.forget(m.metadata.name.as_deref().unwrap_or_default());
+                        }
+                        Some(Ok(StoreEvent::Progress(_))) => {}
+                        Some(Err(err)) => {
+                            tracing::info!(error = %err, "migration watch ended; relisting");
+                            continue 'relist;
+                        }
+                        None => continue 'relist,
+                    },
+                    Some(done) = workers.join_next(), if !workers.is_empty() => {
+                        self.finish(&mut scheduler, done);
+                    }
+                    _ = resync.tick() => continue 'relist,
+                    _ = tick.tick() => {}
+                }
+            }
+        }
+        for running in scheduler.running.values() {
+            running.cancel.cancel();
+        }
+        while workers.join_next().await.is_some() {}
+        self.shared.metrics.running.set(0);
+    }
+
+    fn start_next(&self, scheduler: &mut Scheduler, workers: &mut JoinSet<(String, Outcome)>) {
+        let free = self
+            .shared
+            .settings
+            .workers
+            .max(1)
+            .saturating_sub(scheduler.running.len());
+        if free == 0 {
+            return;
+        }
+        for name in scheduler.next(free, Instant::now()) {
+            let Some(m) = scheduler.known.get(&name) else {
+                continue;
+            };
+            let cancel = CancellationToken::new();
+            scheduler.running.insert(
+                name.clone(),
+                Running {
+                    resource: resource_key(m),
+                    cancel: cancel.clone(),
+                },
+            );
+            tracing::info!(migration = %name, resource = %resource_key(m), "starting migration");
+            let shared = self.shared.clone();
+            workers.spawn(async move {
+                // A panic in a worker must not take the pool down: its migration waits and
+                // resumes from its checkpoint like any other interrupted one.
+                let run = std::panic::AssertUnwindSafe(runner::run(shared, name.clone(), cancel));
+                let outcome = run.catch_unwind().await.unwrap_or_else(|_| {
+                    Outcome::RetryLater("the migration worker panicked".into())
+                });
+                (name, outcome)
+            });
+        }
+        self.shared
+            .metrics
+            .running
+            .set(scheduler.running.len() as i64);
+    }
+
+    fn finish(
+        &self,
+        scheduler: &mut Scheduler,
+        done: Result<(String, Outcome), tokio::task::JoinError>,
+    ) {
+        let (name, outcome) = match done {
+            Ok(done) => done,
+            // Only an abort gets here (panics are caught in the task), and the pool never
+            // aborts its workers.
+            Err(err) => {
+                tracing::error!(error = %err, "a migration worker ended abnormally");
+                return;
+            }
+        };
+        scheduler.running.remove(&name);
+        self.shared
+            .metrics
+            .running
+            .set(scheduler.running.len() as i64);
+        match outcome {
+            Outcome::Finished | Outcome::Stopped => {
+                scheduler.waiting.remove(&name);
+            }
+            Outcome::RetryLater(message) => {
+                let failures = scheduler.waiting.get(&name).map_or(0, |(_, n)| n + 1);
+                let delay = retry_delay(failures);
+                tracing::warn!(migration = %name, %message, ?delay, "migration paused after repeated errors; it resumes from its checkpoint");
+                scheduler
+                    .waiting
+                    .insert(name, (Instant::now() + delay, failures));
+            }
+        }
+    }
+}
