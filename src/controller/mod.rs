@@ -127,7 +127,7 @@ pub async fn start(
     }
     let events = Events::new(
         cluster.kube().clone(),
-        std::env::var("POD_NAME").ok().or_else(|| hostname()),
+        std::env::var("POD_NAME").ok().or_else(hostname),
     );
     let migrator = Migrator::new(
         cluster,

@@ -72,6 +72,8 @@ impl Shared {
         note: String,
     ) {
         if let Some(events) = &self.events {
+            // Events are requests to the same apiserver: they count against the same budget.
+            self.limiter.acquire().await;
             events.publish(migration, reason, note).await;
         }
     }

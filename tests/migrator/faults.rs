@@ -1,0 +1,176 @@
+//! A flaky, throttling apiserver and a rejecting webhook: retriable errors are retried within
+//! the shared rate limit until the migration completes; a denial fails it at once, naming the
+//! object; a deleted migration stops.
+
+use std::time::Duration;
+
+use kube_double::{Fault, FaultRule};
+
+use crate::harness::{Harness, condition, condition_field, double_with_widgets, migrated, sample};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn it_completes_through_5xx_429_storms_and_expired_tokens_within_the_rate_limit() {
+    const OBJECTS: usize = 3_000;
+    let double = double_with_widgets().await;
+    double
+        .preload("widgets.example.test", Some("demo"), "w", OBJECTS, 64)
+        .unwrap();
+    double
+        .set_storage_version("widgets.example.test", "v2")
+        .unwrap();
+    double.reset_counters();
+    // 10 % of LISTs and PATCHes fail with a 5xx; the first 40 PATCHes are throttled with
+    // Retry-After: 1, as priority-and-fairness does under load.
+    let flaky_patch = double.add_fault(
+        FaultRule::new(Fault::ServerError { code: 503 })
+            .verb("patch")
+            .fraction(0.1),
+    );
+    let flaky_list = double.add_fault(
+        FaultRule::new(Fault::ServerError { code: 500 })
+            .verb("list")
+            .fraction(0.1),
+    );
+    let storm = double.add_fault(
+        FaultRule::new(Fault::TooManyRequests {
+            retry_after_seconds: 1,
+        })
+        .verb("patch")
+        .times(40),
+    );
+    let (qps, burst) = (300u64, 30u64);
+    let h = Harness::start(
+        double,
+        &[
+            &format!("--qps={qps}"),
+            &format!("--burst={burst}"),
+            "--chunk-size=100",
+            "--object-concurrency=8",
+        ],
+    );
+    h.create_migration("flaky", "example.test", "widgets").await;
+
+    // Compact the double's store once a few pages are done: the next page's token is then
+    // too old, and kube-apiserver answers 410 with an inconsistent token to continue from.
+    h.wait_for("flaky", Duration::from_secs(60), |m| migrated(m) >= 500)
+        .await;
+    h.double.compact();
+
+    let m = h.wait_succeeded("flaky", Duration::from_secs(180)).await;
+    assert_eq!(migrated(&m), OBJECTS as i64);
+    assert_eq!(
+        h.double
+            .stored_summary("widgets.example.test")
+            .get(&("example.test/v2".to_string(), None)),
+        Some(&OBJECTS)
+    );
+    assert!(h.double.fault_injections(flaky_patch) > 100);
+    assert!(h.double.fault_injections(flaky_list) >= 1);
+    assert_eq!(h.double.fault_injections(storm), 40);
+    let log = h.double.list_log();
+    let expired = log
+        .iter()
+        .position(|l| l.code == 410)
+        .unwrap_or_else(|| panic!("no 410 in {log:#?}"));
+    let resumed = log[expired + 1..]
+        .iter()
+        .find(|l| l.code == 200)
+        .expect("a page after the 410");
+    assert_eq!(
+        resumed.token_revision,
+        Some(-1),
+        "continued from the inconsistent token, not from the start"
+    );
+    let counters = h.double.counters();
+    assert!(
+        counters.peak_requests_per_second <= qps + burst,
+        "peak {} requests/s > qps {qps} + burst {burst}",
+        counters.peak_requests_per_second
+    );
+    let metrics = h.metrics().await;
+    assert!(
+        sample(
+            &metrics,
+            "storage_migrator_core_migrator_retries_total{resource=\"widgets.example.test\",reason=\"503\"}"
+        ) > 100.0,
+        "{metrics}"
+    );
+    assert!(
+        sample(
+            &metrics,
+            "storage_migrator_core_migrator_retries_total{resource=\"widgets.example.test\",reason=\"429\"}"
+        ) >= 40.0
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_denial_fails_the_migration_naming_the_object() {
+    let double = double_with_widgets().await;
+    double
+        .preload("configmaps", Some("demo"), "cm", 800, 64)
+        .unwrap();
+    double.set_storage_version("configmaps", "v2").unwrap();
+    let deny = double.add_fault(
+        FaultRule::new(Fault::deny(
+            "policy.example.test",
+            "configmaps named cm-00420 are frozen",
+        ))
+        .verb("patch")
+        .name("cm-00420"),
+    );
+    let h = Harness::start(double, &["--qps=0", "--chunk-size=100"]);
+    h.create_migration("denied", "", "configmaps").await;
+    let m = h
+        .wait_for("denied", Duration::from_secs(60), |m| {
+            condition(m, "Failed") == Some("True")
+        })
+        .await;
+    assert_eq!(condition_field(&m, "Failed", "reason"), "ObjectRejected");
+    let message = condition_field(&m, "Failed", "message");
+    for part in ["demo/cm-00420", "403", "policy.example.test", "frozen"] {
+        assert!(message.contains(part), "{part} not in {message:?}");
+    }
+    assert_eq!(condition(&m, "Running"), Some("False"));
+    assert_eq!(condition(&m, "Succeeded"), None);
+    // A denial is not retried.
+    assert_eq!(h.double.fault_injections(deny), 1);
+    // It stays failed: the pool does not pick it up again.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(h.double.fault_injections(deny), 1);
+    // The page it failed on was the fifth (cm-00400..cm-00499): later pages never started.
+    assert_eq!(h.double.counters().requests_for("list", "configmaps"), 5);
+    let events = h
+        .double
+        .counters()
+        .requests_for("create", "events.events.k8s.io");
+    assert_eq!(events, 2, "a Started and a Failed event");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_running_migration_stops_its_work_within_a_page() {
+    let double = double_with_widgets().await;
+    double
+        .preload("configmaps", Some("demo"), "cm", 3_000, 64)
+        .unwrap();
+    double.set_storage_version("configmaps", "v2").unwrap();
+    let h = Harness::start(double, &["--qps=200", "--burst=20", "--chunk-size=100"]);
+    h.create_migration("doomed", "", "configmaps").await;
+    h.wait_for("doomed", Duration::from_secs(60), |m| migrated(m) >= 300)
+        .await;
+    h.delete_migration("doomed").await;
+    let at_delete = h.double.counters();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let later = h.double.counters();
+    let more_lists =
+        later.requests_for("list", "configmaps") - at_delete.requests_for("list", "configmaps");
+    let more_patches =
+        later.requests_for("patch", "configmaps") - at_delete.requests_for("patch", "configmaps");
+    assert!(more_lists <= 1, "{more_lists} more pages after the delete");
+    assert!(
+        more_patches <= 200,
+        "{more_patches} more patches after the delete"
+    );
+    // Nowhere near done: it really stopped.
+    assert!(later.requests_for("patch", "configmaps") < 2_000);
+    assert!(h.get_migration("doomed").await.is_none());
+}

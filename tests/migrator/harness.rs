@@ -1,0 +1,190 @@
+//! A test double cluster plus the real server pointed at it with `--kubeconfig`.
+
+use std::time::{Duration, Instant};
+
+use kube_double::KubeDouble;
+use serde_json::{Value, json};
+
+use crate::support::server::{Backend, ServerProcess};
+
+pub const SVMS: &str = "/apis/storagemigration.k8s.io/v1/storageversionmigrations";
+
+pub struct Harness {
+    pub double: KubeDouble,
+    pub server: ServerProcess,
+    pub http: reqwest::Client,
+    _dir: tempfile::TempDir,
+}
+
+/// The double with a `demo` namespace and the `widgets.example.test` CRD (v1 and v2).
+pub async fn double_with_widgets() -> KubeDouble {
+    let double = KubeDouble::start().await.expect("start the double");
+    double.ensure_namespace("demo").expect("namespace");
+    double
+        .create_crd(kube_double::crd::manifest(
+            "example.test",
+            "widgets",
+            "Widget",
+            &["v1", "v2"],
+        ))
+        .expect("crd");
+    double
+}
+
+impl Harness {
+    /// The server with the migrator on, pointed at `double`, with extra `serve` flags.
+    pub fn start(double: KubeDouble, flags: &[&str]) -> Harness {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let kubeconfig = dir.path().join("cluster.kubeconfig");
+        std::fs::write(&kubeconfig, double.kubeconfig_yaml()).expect("kubeconfig");
+        let mut args = vec![format!("--kubeconfig={}", kubeconfig.display())];
+        args.extend(flags.iter().map(|f| f.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let server = ServerProcess::start_with(Backend::Embedded, &args);
+        let http = server.http_client();
+        Harness {
+            double,
+            server,
+            http,
+            _dir: dir,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.server.url)
+    }
+
+    pub async fn create_migration(&self, name: &str, group: &str, resource: &str) -> Value {
+        let body = json!({
+            "apiVersion": "storagemigration.k8s.io/v1",
+            "kind": "StorageVersionMigration",
+            "metadata": {"name": name},
+            "spec": {"resource": {"group": group, "resource": resource}},
+        });
+        let resp = self
+            .http
+            .post(self.url(SVMS))
+            .json(&body)
+            .send()
+            .await
+            .expect("create");
+        assert_eq!(
+            resp.status(),
+            201,
+            "{}",
+            resp.text().await.unwrap_or_default()
+        );
+        resp.json().await.expect("json")
+    }
+
+    pub async fn get_migration(&self, name: &str) -> Option<Value> {
+        let resp = self
+            .http
+            .get(self.url(&format!("{SVMS}/{name}")))
+            .send()
+            .await
+            .ok()?;
+        if resp.status() == 404 {
+            return None;
+        }
+        assert_eq!(resp.status(), 200);
+        resp.json().await.ok()
+    }
+
+    pub async fn delete_migration(&self, name: &str) {
+        let resp = self
+            .http
+            .delete(self.url(&format!("{SVMS}/{name}")))
+            .send()
+            .await
+            .expect("delete");
+        assert_eq!(resp.status(), 200);
+    }
+
+    /// Polls the migration until `done` holds; panics with the server log after `timeout`.
+    pub async fn wait_for(
+        &self,
+        name: &str,
+        timeout: Duration,
+        done: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(m) = self.get_migration(name).await
+                && done(&m)
+            {
+                return m;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "migration {name} did not get there in {timeout:?}: {:#?}\n--- server log ---\n{}",
+                self.get_migration(name).await,
+                tail(&self.server.log(), 60)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Waits for Succeeded (failing at once on Failed).
+    pub async fn wait_succeeded(&self, name: &str, timeout: Duration) -> Value {
+        let m = self
+            .wait_for(name, timeout, |m| {
+                condition(m, "Succeeded") == Some("True") || condition(m, "Failed") == Some("True")
+            })
+            .await;
+        assert_eq!(
+            condition(&m, "Succeeded"),
+            Some("True"),
+            "{m:#}\n--- server log ---\n{}",
+            tail(&self.server.log(), 60)
+        );
+        m
+    }
+
+    pub async fn metrics(&self) -> String {
+        self.http
+            .get(self.url("/metrics"))
+            .send()
+            .await
+            .expect("metrics")
+            .text()
+            .await
+            .expect("text")
+    }
+}
+
+pub fn condition<'a>(m: &'a Value, type_: &str) -> Option<&'a str> {
+    m["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)?["status"]
+        .as_str()
+}
+
+pub fn condition_field<'a>(m: &'a Value, type_: &str, field: &str) -> &'a str {
+    m["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == type_))
+        .and_then(|c| c[field].as_str())
+        .unwrap_or("")
+}
+
+pub fn migrated(m: &Value) -> i64 {
+    m["status"]["progress"]["migratedObjects"]
+        .as_i64()
+        .unwrap_or(0)
+}
+
+pub fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// The value of a sample in Prometheus text (`name{labels} value`), summed over matches.
+pub fn sample(metrics: &str, prefix: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}

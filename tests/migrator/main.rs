@@ -1,0 +1,12 @@
+//! Integration tests of the migrator: the real `svm-apiserver` binary (its store embedded)
+//! running StorageVersionMigrations against the kube-apiserver test double, asserted through
+//! the double's read-back of how every object is stored and its request counters.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod harness;
+
+mod crash;
+mod faults;
+mod migrate;

@@ -1,0 +1,236 @@
+//! Migrations that succeed: mixed encodings across a core, an apps and a custom resource;
+//! encryption-key rotation; and what a user sees (Table columns, events, metrics).
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::harness::{Harness, condition, double_with_widgets, migrated, sample};
+use crate::support::kubectl::Kubectl;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_resources_with_mixed_encodings_end_in_the_new_storage_version() {
+    let double = double_with_widgets().await;
+    // 20 000 objects in all; in each resource some written before the storage version moved
+    // (old encoding) and some after (already current).
+    let plan = [
+        ("configmaps", "", "v2", 4_000usize, 2_000usize),
+        ("deployments.apps", "apps", "apps/v2", 3_000, 3_000),
+        (
+            "widgets.example.test",
+            "example.test",
+            "example.test/v2",
+            6_000,
+            2_000,
+        ),
+    ];
+    for (resource, _, _, old, _) in plan {
+        double
+            .preload(resource, Some("demo"), "old", old, 64)
+            .unwrap();
+    }
+    double.set_storage_version("configmaps", "v2").unwrap();
+    double
+        .set_storage_version("deployments.apps", "v2")
+        .unwrap();
+    double
+        .set_storage_version("widgets.example.test", "v2")
+        .unwrap();
+    for (resource, _, _, _, new) in plan {
+        double
+            .preload(resource, Some("demo"), "new", new, 64)
+            .unwrap();
+    }
+    // Namespaces come with a kube-root-ca.crt ConfigMap, as in a real cluster: count what is
+    // stored rather than what was planned.
+    let plan = plan.map(|(resource, group, current, _, new)| {
+        let before = encodings_of(&double, resource);
+        assert_eq!(before.get(current), Some(&new), "{resource}: {before:?}");
+        let old = before.values().sum::<usize>() - new;
+        (resource, group, current, old, new)
+    });
+    double.reset_counters();
+
+    let h = Harness::start(
+        double,
+        &[
+            "--qps=0",
+            "--workers=3",
+            "--object-concurrency=16",
+            "--chunk-size=500",
+        ],
+    );
+    for (resource, group, _, _, _) in plan {
+        let plural = resource.split('.').next().unwrap();
+        h.create_migration(&format!("migrate-{plural}"), group, plural)
+            .await;
+    }
+    for (resource, _, current, old, new) in plan {
+        let plural = resource.split('.').next().unwrap();
+        let m = h
+            .wait_succeeded(&format!("migrate-{plural}"), Duration::from_secs(240))
+            .await;
+        assert_eq!(migrated(&m), (old + new) as i64, "{m:#}");
+        assert_eq!(m["status"]["progress"]["remainingObjects"], 0);
+        assert_eq!(condition(&m, "Running"), Some("False"));
+        assert!(
+            !m["status"]["resourceVersion"]
+                .as_str()
+                .unwrap_or("")
+                .is_empty(),
+            "status.resourceVersion records the list snapshot: {m:#}"
+        );
+        // Every object now in the current encoding ...
+        let after = encodings_of(&h.double, resource);
+        assert_eq!(
+            after,
+            BTreeMap::from([(current.to_string(), old + new)]),
+            "{resource}"
+        );
+        // ... and only the old ones were written: the current ones cost no etcd write.
+        let counters = h.double.counters();
+        assert_eq!(
+            counters.writes_performed_for(resource),
+            old as u64,
+            "{resource}"
+        );
+        assert_eq!(
+            counters.writes_skipped_for(resource),
+            new as u64,
+            "{resource}"
+        );
+        // One metadata-only LIST per page of 500, one PATCH per object.
+        assert_eq!(
+            counters.requests_for("list", resource),
+            (old + new).div_ceil(500) as u64,
+            "{resource}"
+        );
+        assert_eq!(counters.requests_for("patch", resource), (old + new) as u64);
+    }
+    assert!(h.double.list_log().iter().all(|l| l.metadata_only));
+
+    // Metrics under the upstream names.
+    let metrics = h.metrics().await;
+    assert_eq!(
+        sample(
+            &metrics,
+            "storage_migrator_core_migrator_migrated_objects{resource=\"widgets.example.test\"}"
+        ),
+        8_000.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        sample(
+            &metrics,
+            "storage_migrator_core_migrator_migrations{resource=\"configmaps\",status=\"Succeeded\"}"
+        ),
+        1.0
+    );
+    assert!(
+        sample(
+            &metrics,
+            "storage_migrator_core_migrator_request_duration_seconds_count"
+        ) >= 20_040.0
+    );
+
+    // Events on the migration, in the cluster (events.k8s.io/v1, namespace default).
+    let events = h
+        .double
+        .counters()
+        .requests_for("create", "events.events.k8s.io");
+    assert_eq!(events, 6, "Started and Succeeded for each of 3 migrations");
+}
+
+/// Stored objects of `resource` by encoding (ignoring keys).
+fn encodings_of(double: &kube_double::KubeDouble, resource: &str) -> BTreeMap<String, usize> {
+    let mut out = BTreeMap::new();
+    for ((encoding, _key), n) in double.stored_summary(resource) {
+        *out.entry(encoding).or_default() += n;
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_rotation_leaves_every_secret_under_the_new_key() {
+    let double = double_with_widgets().await;
+    double.set_encryption_key("secrets", Some("k1")).unwrap();
+    double
+        .preload("secrets", Some("demo"), "s", 1_200, 256)
+        .unwrap();
+    double.set_encryption_key("secrets", Some("k2")).unwrap();
+    double
+        .preload("secrets", Some("demo"), "t", 300, 256)
+        .unwrap();
+    assert_eq!(
+        double.stored_summary("secrets"),
+        BTreeMap::from([
+            (("v1".to_string(), Some("k1".to_string())), 1_200),
+            (("v1".to_string(), Some("k2".to_string())), 300)
+        ])
+    );
+    double.reset_counters();
+    let h = Harness::start(double, &["--qps=0", "--chunk-size=250"]);
+    h.create_migration("rotate-secrets", "", "secrets").await;
+    let m = h
+        .wait_succeeded("rotate-secrets", Duration::from_secs(120))
+        .await;
+    assert_eq!(migrated(&m), 1_500);
+    assert_eq!(
+        h.double.stored_summary("secrets"),
+        BTreeMap::from([(("v1".to_string(), Some("k2".to_string())), 1_500)])
+    );
+    assert_eq!(h.double.counters().writes_performed_for("secrets"), 1_200);
+    assert_eq!(h.double.counters().requests_for("list", "secrets"), 6);
+
+    // What `kubectl get` shows: the Table columns with the counts.
+    let kubectl = Kubectl::new(&h.server.kubeconfig);
+    let out = kubectl.ok(&["get", "storageversionmigrations"]);
+    let header: Vec<&str> = out.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(
+        header,
+        ["NAME", "RESOURCE", "STATUS", "MIGRATED", "REMAINING", "AGE"]
+    );
+    let row: Vec<&str> = out.lines().nth(1).unwrap().split_whitespace().collect();
+    assert_eq!(
+        &row[..5],
+        ["rotate-secrets", "secrets", "Succeeded", "1500", "0"]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resource_the_cluster_does_not_serve_fails_with_a_reason() {
+    let double = double_with_widgets().await;
+    let h = Harness::start(double, &[]);
+    h.create_migration("nothing", "example.test", "gadgets")
+        .await;
+    h.create_migration("no-group", "nowhere.test", "things")
+        .await;
+    for name in ["nothing", "no-group"] {
+        let m = h
+            .wait_for(name, Duration::from_secs(30), |m| {
+                condition(m, "Failed") == Some("True")
+            })
+            .await;
+        let failed = m["status"]["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Failed")
+            .unwrap();
+        assert_eq!(failed["reason"], "ResourceNotMigratable");
+        let message = failed["message"].as_str().unwrap();
+        assert!(message.contains("does not serve"), "{message}");
+        assert_eq!(condition(&m, "Succeeded"), None);
+    }
+    // A resource that cannot be patched (tokenreviews: create only) is refused too.
+    h.create_migration("reviews", "authentication.k8s.io", "tokenreviews")
+        .await;
+    let m = h
+        .wait_for("reviews", Duration::from_secs(30), |m| {
+            condition(m, "Failed") == Some("True")
+        })
+        .await;
+    assert!(m.to_string().contains("does not support list"), "{m:#}");
+    let _: &Value = &m;
+}
