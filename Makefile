@@ -40,6 +40,7 @@ fmt:
 bench:
 	@hack/ensure-deps.sh build etcd
 	$(CARGO) bench --bench api
+	$(CARGO) bench --bench migrate
 
 ## certs: a development PKI in certs/ (serving cert, CA, admin and front-proxy client certs).
 certs:

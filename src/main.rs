@@ -165,10 +165,17 @@ async fn serve(mut args: ServeArgs) -> anyhow::Result<()> {
         storage.clone(),
         args.storage.compaction_interval,
     ));
-    let state = AppState::new(api.registry.clone(), storage).with_auth(auth);
+    let state = AppState::new(api.registry.clone(), storage.clone()).with_auth(auth);
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let controllers =
-        controller::start(&args.controllers, &api, &state.metrics, shutdown.clone()).await?;
+    let controllers = controller::start(
+        &args.controllers,
+        &api,
+        storage.clone(),
+        &args.storage.etcd_prefix,
+        &state.metrics,
+        shutdown.clone(),
+    )
+    .await?;
     let signal = {
         let shutdown = shutdown.clone();
         async move {

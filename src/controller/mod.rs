@@ -1,6 +1,9 @@
 //! Hosts the controllers inside `serve` (DESIGN.md §2): builds the target-cluster client from
-//! `--kubeconfig` (or the in-cluster configuration), and starts the migrator with its flags.
-//! Controllers talk to our own objects only through the registry.
+//! `--kubeconfig` (or the in-cluster configuration), elects a leader among the replicas, and
+//! runs the migrator on the leader only. Controllers talk to our own objects only through the
+//! registry.
+
+pub mod leader;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -15,6 +18,8 @@ use crate::api::Installed;
 use crate::cluster::ClusterClient;
 use crate::migrator::{self, Backoff, Events, Migrator, MigratorMetrics};
 use crate::server::Metrics;
+use crate::storage::Storage;
+use leader::{ElectionConfig, LeaderElector};
 
 /// Controller flags of `serve`.
 #[derive(Args, Clone, Debug)]
@@ -47,6 +52,19 @@ pub struct ControllerOptions {
     /// migration pauses and later resumes from its checkpoint.
     #[arg(long, default_value_t = 8)]
     pub max_retries: u32,
+    /// Run the controllers only on the replica holding the leader record (`<prefix>/leader`);
+    /// other replicas serve the API. Off: run them here unconditionally (one replica only).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub leader_elect: bool,
+    /// How long a leader record must sit unrenewed before another replica takes over.
+    #[arg(long, default_value = "15s", value_parser = crate::auth::parse_duration)]
+    pub leader_elect_lease_duration: Duration,
+    /// How long the leader keeps trying to renew before it stops its controllers.
+    #[arg(long, default_value = "10s", value_parser = crate::auth::parse_duration)]
+    pub leader_elect_renew_deadline: Duration,
+    /// How often the leader renews and candidates retry.
+    #[arg(long, default_value = "2s", value_parser = crate::auth::parse_duration)]
+    pub leader_elect_retry_period: Duration,
 }
 
 impl ControllerOptions {
@@ -66,6 +84,11 @@ impl ControllerOptions {
         }
         if self.workers == 0 || self.object_concurrency == 0 {
             anyhow::bail!("--workers and --object-concurrency must be at least 1");
+        }
+        if self.leader_elect_renew_deadline >= self.leader_elect_lease_duration
+            || self.leader_elect_retry_period >= self.leader_elect_renew_deadline
+        {
+            anyhow::bail!("leader election needs retry period < renew deadline < lease duration");
         }
         Ok(())
     }
@@ -104,6 +127,8 @@ impl Controllers {
 pub async fn start(
     options: &ControllerOptions,
     api: &Installed,
+    storage: Arc<dyn Storage>,
+    prefix: &str,
     metrics: &Arc<Metrics>,
     shutdown: CancellationToken,
 ) -> anyhow::Result<Controllers> {
@@ -125,25 +150,52 @@ pub async fn start(
     if let Ok(mut registry) = metrics.registry.lock() {
         migrator_metrics.register(&mut registry);
     }
-    let events = Events::new(
-        cluster.kube().clone(),
-        std::env::var("POD_NAME").ok().or_else(hostname),
+    let instance = std::env::var("POD_NAME").ok().or_else(hostname);
+    let migrations = api.migrations.clone();
+    let settings = options.migrator_settings();
+    // One migrator per leadership term; each keeps its checkpoints in the migrations' status,
+    // so the next term (here or on another replica) resumes where this one stopped.
+    let run_migrator = move |leading: CancellationToken| {
+        let events = Events::new(cluster.kube().clone(), instance.clone());
+        let migrator = Migrator::new(
+            cluster.clone(),
+            migrations.clone(),
+            settings.clone(),
+            migrator_metrics.clone(),
+            Some(events),
+        );
+        tracing::info!(
+            workers = settings.workers,
+            qps = settings.qps,
+            burst = settings.burst,
+            chunk_size = settings.chunk_size,
+            "migrator started"
+        );
+        migrator.run(leading)
+    };
+    if !options.leader_elect {
+        tasks.push(tokio::spawn(run_migrator(shutdown)));
+        return Ok(Controllers { tasks });
+    }
+    let identity = format!(
+        "{}_{}",
+        std::env::var("POD_NAME")
+            .ok()
+            .or_else(hostname)
+            .unwrap_or_else(|| "svm-apiserver".into()),
+        uuid::Uuid::new_v4()
     );
-    let migrator = Migrator::new(
-        cluster,
-        api.migrations.clone(),
-        options.migrator_settings(),
-        migrator_metrics,
-        Some(events),
+    let elector = LeaderElector::new(
+        storage,
+        prefix,
+        ElectionConfig {
+            identity,
+            lease_duration: options.leader_elect_lease_duration,
+            renew_deadline: options.leader_elect_renew_deadline,
+            retry_period: options.leader_elect_retry_period,
+        },
     );
-    tracing::info!(
-        workers = options.workers,
-        qps = options.qps,
-        burst = options.burst,
-        chunk_size = options.chunk_size,
-        "migrator started"
-    );
-    tasks.push(tokio::spawn(migrator.run(shutdown)));
+    tasks.push(tokio::spawn(elector.run(shutdown, run_migrator)));
     Ok(Controllers { tasks })
 }
 

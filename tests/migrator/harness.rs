@@ -34,13 +34,15 @@ pub async fn double_with_widgets() -> KubeDouble {
 impl Harness {
     /// The server with the migrator on, pointed at `double`, with extra `serve` flags.
     pub fn start(double: KubeDouble, flags: &[&str]) -> Harness {
+        Self::start_on(double, Backend::Embedded, flags)
+    }
+
+    /// As [`Harness::start`], on a chosen store.
+    pub fn start_on(double: KubeDouble, backend: Backend<'_>, flags: &[&str]) -> Harness {
         let dir = tempfile::tempdir().expect("temp dir");
         let kubeconfig = dir.path().join("cluster.kubeconfig");
         std::fs::write(&kubeconfig, double.kubeconfig_yaml()).expect("kubeconfig");
-        let mut args = vec![format!("--kubeconfig={}", kubeconfig.display())];
-        args.extend(flags.iter().map(|f| f.to_string()));
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let server = ServerProcess::start_with(Backend::Embedded, &args);
+        let server = start_server(backend, &kubeconfig, flags);
         let http = server.http_client();
         Harness {
             double,
@@ -151,6 +153,28 @@ impl Harness {
             .await
             .expect("text")
     }
+}
+
+/// `--kubeconfig=<file>` followed by `flags`.
+fn cluster_flags(kubeconfig: &std::path::Path, flags: &[&str]) -> Vec<String> {
+    std::iter::once(format!("--kubeconfig={}", kubeconfig.display()))
+        .chain(flags.iter().map(|f| f.to_string()))
+        .collect()
+}
+
+fn start_server(
+    backend: Backend<'_>,
+    kubeconfig: &std::path::Path,
+    flags: &[&str],
+) -> ServerProcess {
+    let args = cluster_flags(kubeconfig, flags);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    ServerProcess::start_with(backend, &args)
+}
+
+/// A second replica of `h`'s server: same cluster, same store (`backend`), its own process.
+pub fn replica(h: &Harness, backend: Backend<'_>, flags: &[&str]) -> ServerProcess {
+    start_server(backend, &h._dir.path().join("cluster.kubeconfig"), flags)
 }
 
 pub fn condition<'a>(m: &'a Value, type_: &str) -> Option<&'a str> {

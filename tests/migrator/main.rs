@@ -8,5 +8,6 @@ mod support;
 mod harness;
 
 mod crash;
+mod failover;
 mod faults;
 mod migrate;

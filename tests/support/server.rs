@@ -12,6 +12,8 @@ pub enum Backend<'a> {
     Embedded,
     /// A real etcd at this endpoint, under a fresh key prefix.
     Etcd(&'a str),
+    /// A real etcd at this endpoint under the given prefix (replicas sharing one store).
+    EtcdShared(&'a str, &'a str),
 }
 
 pub struct ServerProcess {
@@ -48,6 +50,10 @@ impl ServerProcess {
             Backend::Etcd(endpoint) => {
                 args.push(format!("--etcd-servers={endpoint}"));
                 args.push(format!("--etcd-prefix=/svm-test-{}", uuid::Uuid::new_v4()));
+            }
+            Backend::EtcdShared(endpoint, prefix) => {
+                args.push(format!("--etcd-servers={endpoint}"));
+                args.push(format!("--etcd-prefix={prefix}"));
             }
         }
         args.extend(extra.iter().map(|s| s.to_string()));
@@ -89,6 +95,11 @@ impl ServerProcess {
     pub fn restart(&mut self) {
         self.kill();
         self.spawn();
+    }
+
+    /// The process id while it runs (benchmarks read its peak RSS from /proc).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
     }
 
     pub fn log(&self) -> String {

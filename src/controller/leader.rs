@@ -1,0 +1,353 @@
+//! Leader election between replicas, so the controllers run on one of them (DESIGN.md §4:
+//! `<prefix>/leader`). The algorithm is client-go's Lease-based election, kept in our own
+//! store (etcd or embedded) with compare-and-swap on the record's mod revision:
+//!
+//! - the holder renews the record every `retry_period`; if it cannot renew for
+//!   `renew_deadline` it stops leading at once (its controllers are cancelled);
+//! - a candidate takes over only after it has watched the record stay unchanged for
+//!   `lease_duration` by its own clock — no comparison of wall clocks between machines;
+//! - a leader that shuts down deletes the record, so another replica takes over at once.
+//!
+//! (An etcd lease with keep-alive would tie expiry to etcd's clock, but the embedded store has
+//! no leases; the CAS record works on both with the same guarantees client-go gives.)
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::storage::{Compare, Op, Revision, Storage, Txn, TxnOutcome};
+
+#[derive(Clone, Debug)]
+pub struct ElectionConfig {
+    /// This replica's identity (pod name, or hostname plus a random suffix).
+    pub identity: String,
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+}
+
+impl ElectionConfig {
+    /// client-go's defaults for controllers: 15 s lease, 10 s renew deadline, 2 s retry.
+    pub fn new(identity: String) -> Self {
+        Self {
+            identity,
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        }
+    }
+}
+
+/// The record under `<prefix>/leader` (the fields of a coordination.k8s.io Lease's spec).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct LeaderRecord {
+    pub holder_identity: String,
+    pub lease_duration_seconds: u64,
+    /// RFC 3339, for operators; never compared across machines.
+    pub acquire_time: String,
+    pub renew_time: String,
+    pub leader_transitions: u64,
+}
+
+pub struct LeaderElector {
+    storage: std::sync::Arc<dyn Storage>,
+    key: String,
+    config: ElectionConfig,
+    /// The last record seen held by someone else: its mod revision and when we first saw it.
+    observed: Option<(Revision, Instant)>,
+    /// Our record's mod revision while we hold it.
+    held: Option<Revision>,
+    transitions: u64,
+    acquired_at: String,
+}
+
+fn now_text() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+impl LeaderElector {
+    pub fn new(storage: std::sync::Arc<dyn Storage>, prefix: &str, config: ElectionConfig) -> Self {
+        Self {
+            storage,
+            key: format!("{}/leader", prefix.trim_end_matches('/')),
+            config,
+            observed: None,
+            held: None,
+            transitions: 0,
+            acquired_at: String::new(),
+        }
+    }
+
+    fn record(&self) -> Vec<u8> {
+        let record = LeaderRecord {
+            holder_identity: self.config.identity.clone(),
+            lease_duration_seconds: self.config.lease_duration.as_secs(),
+            acquire_time: self.acquired_at.clone(),
+            renew_time: now_text(),
+            leader_transitions: self.transitions,
+        };
+        serde_json::to_vec(&record).unwrap_or_default()
+    }
+
+    /// One attempt to acquire or renew; true while we hold the lease.
+    pub async fn try_acquire_or_renew(&mut self) -> bool {
+        let current = match self.storage.get(&self.key).await {
+            Ok(current) => current,
+            Err(err) => {
+                tracing::debug!(error = %err, "reading the leader record failed");
+                return false;
+            }
+        };
+        let compare = match &current {
+            None => Compare::Absent(self.key.clone()),
+            Some(kv) => {
+                let record: Option<LeaderRecord> = serde_json::from_slice(&kv.value).ok();
+                let ours = record
+                    .as_ref()
+                    .is_some_and(|r| r.holder_identity == self.config.identity)
+                    && self.held == Some(kv.mod_revision);
+                if !ours {
+                    self.held = None;
+                    let now = Instant::now();
+                    match self.observed {
+                        Some((revision, since)) if revision == kv.mod_revision => {
+                            if now.duration_since(since) < self.config.lease_duration {
+                                return false;
+                            }
+                        }
+                        _ => {
+                            self.observed = Some((kv.mod_revision, now));
+                            return false;
+                        }
+                    }
+                    // Unchanged for a whole lease duration: the holder is gone.
+                    self.transitions = record.map_or(0, |r| r.leader_transitions + 1);
+                    self.acquired_at = now_text();
+                }
+                Compare::ModRevision(self.key.clone(), kv.mod_revision)
+            }
+        };
+        if current.is_none() {
+            self.acquired_at = now_text();
+        }
+        let txn = Txn {
+            compares: vec![compare],
+            ops: vec![Op::Put(self.key.clone(), self.record())],
+        };
+        match self.storage.txn(txn).await {
+            Ok(TxnOutcome::Committed { revision }) => {
+                if self.held.is_none() {
+                    tracing::info!(identity = %self.config.identity, "became the leader");
+                }
+                self.held = Some(revision);
+                self.observed = None;
+                true
+            }
+            Ok(TxnOutcome::Failed { .. }) => {
+                self.held = None;
+                false
+            }
+            Err(err) => {
+                tracing::debug!(error = %err, "writing the leader record failed");
+                // Unknown outcome: we may still hold it, but act as if not until we read it.
+                false
+            }
+        }
+    }
+
+    /// Gives the lease up (on shutdown), so another replica need not wait it out.
+    pub async fn release(&mut self) {
+        if let Some(revision) = self.held.take() {
+            let txn = Txn {
+                compares: vec![Compare::ModRevision(self.key.clone(), revision)],
+                ops: vec![Op::Delete(self.key.clone())],
+            };
+            let _ = self.storage.txn(txn).await;
+        }
+    }
+
+    /// Waits until this replica leads, then runs `lead` with a token that is cancelled the
+    /// moment the lease is lost (or `shutdown` fires); loops to campaign again after a loss.
+    pub async fn run<F, Fut>(mut self, shutdown: CancellationToken, mut lead: F)
+    where
+        F: FnMut(CancellationToken) -> Fut,
+        Fut: std::future::Future<Output = ()> + Send + 'static,
+    {
+        let retry = self.config.retry_period;
+        loop {
+            // Campaign.
+            loop {
+                if shutdown.is_cancelled() {
+                    return;
+                }
+                if self.try_acquire_or_renew().await {
+                    break;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(retry) => {}
+                    _ = shutdown.cancelled() => return,
+                }
+            }
+            // Lead, renewing; stop at once when renewal fails past the deadline.
+            let leading = shutdown.child_token();
+            let mut work = tokio::spawn(lead(leading.clone()));
+            let mut renewed = Instant::now();
+            let lost = loop {
+                tokio::select! {
+                    _ = tokio::time::sleep(retry) => {}
+                    _ = shutdown.cancelled() => break false,
+                    _ = &mut work => break false,
+                }
+                if self.try_acquire_or_renew().await {
+                    renewed = Instant::now();
+                } else if self.held.is_none() || renewed.elapsed() >= self.config.renew_deadline {
+                    break true;
+                }
+            };
+            leading.cancel();
+            let _ = work.await;
+            if lost {
+                tracing::warn!(identity = %self.config.identity, "lost the leader lease; controllers stopped");
+                self.held = None;
+                continue;
+            }
+            self.release().await;
+            return;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use super::*;
+    use crate::storage::embedded::EmbeddedStorage;
+
+    fn fast(identity: &str) -> ElectionConfig {
+        ElectionConfig {
+            identity: identity.into(),
+            lease_duration: Duration::from_millis(600),
+            renew_deadline: Duration::from_millis(400),
+            retry_period: Duration::from_millis(50),
+        }
+    }
+
+    #[tokio::test]
+    async fn one_of_two_candidates_leads_and_the_other_waits_for_the_lease_to_lapse() {
+        let storage: Arc<dyn Storage> = Arc::new(EmbeddedStorage::in_memory());
+        let mut a = LeaderElector::new(storage.clone(), "/p", fast("a"));
+        let mut b = LeaderElector::new(storage.clone(), "/p", fast("b"));
+        assert!(a.try_acquire_or_renew().await);
+        assert!(!b.try_acquire_or_renew().await);
+        // a keeps renewing: b never gets it.
+        for _ in 0..15 {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            assert!(a.try_acquire_or_renew().await);
+            assert!(!b.try_acquire_or_renew().await);
+        }
+        // a stops renewing (crashed): b takes over once the record sat still for a lease.
+        let started = Instant::now();
+        let mut taken = false;
+        while started.elapsed() < Duration::from_secs(3) {
+            if b.try_acquire_or_renew().await {
+                taken = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert!(taken, "b never took over");
+        assert!(started.elapsed() >= Duration::from_millis(600));
+        // And a, coming back, sees it has lost the lease.
+        assert!(!a.try_acquire_or_renew().await);
+        let record: LeaderRecord =
+            serde_json::from_slice(&storage.get("/p/leader").await.unwrap().unwrap().value)
+                .unwrap();
+        assert_eq!(record.holder_identity, "b");
+        assert_eq!(record.leader_transitions, 1);
+    }
+
+    #[tokio::test]
+    async fn a_leader_that_shuts_down_hands_over_at_once_and_work_runs_only_while_leading() {
+        let storage: Arc<dyn Storage> = Arc::new(EmbeddedStorage::in_memory());
+        let running = Arc::new(AtomicUsize::new(0));
+        let peak = Arc::new(AtomicUsize::new(0));
+        let spawn = |name: &'static str, shutdown: CancellationToken| {
+            let elector = LeaderElector::new(storage.clone(), "/p", fast(name));
+            let (running, peak) = (running.clone(), peak.clone());
+            tokio::spawn(elector.run(shutdown, move |leading: CancellationToken| {
+                let (running, peak) = (running.clone(), peak.clone());
+                async move {
+                    let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                    peak.fetch_max(now, Ordering::SeqCst);
+                    leading.cancelled().await;
+                    running.fetch_sub(1, Ordering::SeqCst);
+                }
+            }))
+        };
+        let stop_a = CancellationToken::new();
+        let stop_b = CancellationToken::new();
+        let a = spawn("a", stop_a.clone());
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let b = spawn("b", stop_b.clone());
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert_eq!(running.load(Ordering::SeqCst), 1);
+        stop_a.cancel();
+        a.await.unwrap();
+        // b takes over well before a lease duration would have lapsed (the record is gone).
+        let handed = Instant::now();
+        while running.load(Ordering::SeqCst) == 0 && handed.elapsed() < Duration::from_secs(3) {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert_eq!(running.load(Ordering::SeqCst), 1, "b leads");
+        assert!(handed.elapsed() < Duration::from_millis(600));
+        assert_eq!(peak.load(Ordering::SeqCst), 1, "never two leaders at once");
+        stop_b.cancel();
+        b.await.unwrap();
+        assert_eq!(running.load(Ordering::SeqCst), 0);
+        assert!(storage.get("/p/leader").await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn losing_the_lease_stops_the_work() {
+        let storage: Arc<dyn Storage> = Arc::new(EmbeddedStorage::in_memory());
+        let stopped = CancellationToken::new();
+        let elector = LeaderElector::new(storage.clone(), "/p", fast("a"));
+        let shutdown = CancellationToken::new();
+        let flag = stopped.clone();
+        let task = tokio::spawn(elector.run(
+            shutdown.clone(),
+            move |leading: CancellationToken| {
+                let flag = flag.clone();
+                async move {
+                    leading.cancelled().await;
+                    flag.cancel();
+                }
+            },
+        ));
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Someone else overwrites the record (as a replica that judged us dead would).
+        let kv = storage.get("/p/leader").await.unwrap().unwrap();
+        let other = serde_json::to_vec(&LeaderRecord {
+            holder_identity: "b".into(),
+            lease_duration_seconds: 1,
+            acquire_time: now_text(),
+            renew_time: now_text(),
+            leader_transitions: 1,
+        })
+        .unwrap();
+        storage
+            .update("/p/leader", other, kv.mod_revision)
+            .await
+            .unwrap();
+        tokio::time::timeout(Duration::from_secs(2), stopped.cancelled())
+            .await
+            .expect("the work was stopped when the lease was lost");
+        shutdown.cancel();
+        task.await.unwrap();
+    }
+}

@@ -1,0 +1,122 @@
+//! Two replicas on one etcd: only the elected leader migrates; when it is killed mid-migration,
+//! the other takes over after the lease lapses and resumes from the checkpoint.
+
+use std::time::{Duration, Instant};
+
+use crate::harness::{Harness, double_with_widgets, migrated, replica, sample, tail};
+use crate::support::etcd::EtcdServer;
+use crate::support::server::{Backend, ServerProcess};
+
+const RUNNING: &str = "storage_migrator_core_migrator_running_migrations ";
+
+async fn running(http: &reqwest::Client, server: &ServerProcess) -> f64 {
+    let text = http
+        .get(format!("{}/metrics", server.url))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    sample(&text, RUNNING)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_standby_takes_over_a_killed_leaders_migration_from_its_checkpoint() {
+    let etcd = EtcdServer::start();
+    let endpoint = etcd.endpoint();
+    let prefix = format!("/svm-failover-{}", uuid::Uuid::new_v4());
+    let double = double_with_widgets().await;
+    double
+        .preload("configmaps", Some("demo"), "cm", 3_000, 64)
+        .unwrap();
+    double.set_storage_version("configmaps", "v2").unwrap();
+    let total: usize = double.stored_summary("configmaps").values().sum();
+    double.reset_counters();
+    let flags = [
+        "--qps=300",
+        "--burst=30",
+        "--chunk-size=100",
+        "--leader-elect-lease-duration=3s",
+        "--leader-elect-renew-deadline=2s",
+        "--leader-elect-retry-period=250ms",
+    ];
+    let mut a = Harness::start_on(double, Backend::EtcdShared(&endpoint, &prefix), &flags);
+    let mut b = replica(&a, Backend::EtcdShared(&endpoint, &prefix), &flags);
+    let b_http = b.http_client();
+    a.create_migration("ha", "", "configmaps").await;
+    a.wait_for("ha", Duration::from_secs(60), |m| migrated(m) >= 800)
+        .await;
+
+    // Exactly one replica is working on it.
+    let a_http = a.http.clone();
+    let (on_a, on_b) = (
+        running(&a_http, &a.server).await,
+        running(&b_http, &b).await,
+    );
+    assert_eq!(on_a + on_b, 1.0, "a: {on_a}, b: {on_b}");
+    // Kill the leader; keep talking to the survivor.
+    let (leader, survivor, survivor_http) = if on_a == 1.0 {
+        (&mut a.server, &b, &b_http)
+    } else {
+        (&mut b, &a.server, &a_http)
+    };
+    leader.kill();
+    let lists_before = a.double.list_log().len();
+    let killed_at = Instant::now();
+
+    // The survivor takes over (after the 3 s lease) and finishes.
+    let get = |http: &reqwest::Client, url: String| {
+        let http = http.clone();
+        async move {
+            http.get(url)
+                .send()
+                .await
+                .ok()?
+                .json::<serde_json::Value>()
+                .await
+                .ok()
+        }
+    };
+    let url = format!(
+        "{}/apis/storagemigration.k8s.io/v1/storageversionmigrations/ha",
+        survivor.url
+    );
+    let done = loop {
+        let m = get(survivor_http, url.clone()).await.expect("migration");
+        if m.to_string().contains("\"Succeeded\"")
+            && m["status"]["conditions"].as_array().is_some_and(|cs| {
+                cs.iter()
+                    .any(|c| c["type"] == "Succeeded" && c["status"] == "True")
+            })
+        {
+            break m;
+        }
+        assert!(
+            killed_at.elapsed() < Duration::from_secs(90),
+            "not finished after failover: {m:#}\n{}",
+            tail(&survivor.log(), 40)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(migrated(&done), total as i64);
+    let resumed = a.double.list_log()[lists_before..]
+        .iter()
+        .find(|l| l.code == 200)
+        .cloned()
+        .expect("a LIST after the failover");
+    assert!(
+        resumed.continue_token.is_some(),
+        "the new leader resumed from the checkpoint, not the first page: {resumed:?}"
+    );
+    assert_eq!(
+        a.double
+            .stored_summary("configmaps")
+            .get(&("v2".to_string(), None)),
+        Some(&total)
+    );
+    assert_eq!(
+        a.double.counters().writes_performed_for("configmaps"),
+        total as u64
+    );
+}
