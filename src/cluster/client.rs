@@ -10,6 +10,7 @@ use http::header::{ACCEPT, CONTENT_TYPE, RETRY_AFTER};
 use http::{HeaderMap, Method, Request, StatusCode};
 use http_body_util::BodyExt;
 
+use super::access;
 use super::error::{ClusterError, parse_retry_after};
 
 /// One request may take this long (a page of 500 metadata items takes well under a second on
@@ -87,6 +88,17 @@ impl ClusterClient {
         accept: &str,
         body: Option<(&'static str, Vec<u8>)>,
     ) -> Result<Answer, ClusterError> {
+        // Only what the RBAC in deploy/ grants: a request missing from the catalogue is a bug
+        // here, caught by the tests rather than by a 403 in someone's cluster.
+        let (path, query) = match path_and_query.split_once('?') {
+            Some((path, query)) => (path, Some(query)),
+            None => (path_and_query, None),
+        };
+        if access::catalogued(&access::request_attributes(&method, path, query)).is_none() {
+            return Err(ClusterError::Config(format!(
+                "{method} {path} is not in the access catalogue (src/cluster/access.rs)"
+            )));
+        }
         let mut builder = Request::builder()
             .method(method)
             .uri(path_and_query)

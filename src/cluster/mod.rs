@@ -1,6 +1,7 @@
 //! The target cluster: a client for its kube-apiserver, discovery, and the metadata-only
 //! LIST and precondition PATCH the migrator is made of (DESIGN.md §2, §6).
 
+pub mod access;
 pub mod client;
 pub mod error;
 pub mod objects;

@@ -6,5 +6,6 @@
 mod fake_cluster;
 mod from_options;
 mod kustomize;
+mod rbac_coverage;
 mod tls_stack;
 mod webhooks;

@@ -1,0 +1,390 @@
+//! Every request svm-apiserver makes to the target cluster, as data: the single list the
+//! deploy/ RBAC is checked against (`tests/auth/rbac_coverage.rs`: every entry allowed, every
+//! grant used by some entry). [`ClusterClient`](super::ClusterClient) refuses a request that is
+//! not listed, so the list cannot fall behind the code.
+
+use http::Method;
+
+/// Which part of the server makes the request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Component {
+    /// Delegated authentication and authorization (`src/auth`).
+    Auth,
+    /// Running migrations (`src/migrator`, `src/cluster`).
+    Migrator,
+    /// Events on migrations (kube's recorder).
+    Events,
+}
+
+/// What a request touches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    /// `resource` `"*"`: any resource an operator asks to migrate.
+    Resource {
+        group: &'static str,
+        resource: &'static str,
+        subresource: &'static str,
+        namespace: Option<&'static str>,
+        name: Option<&'static str>,
+    },
+    /// A path; a trailing `*` matches any suffix.
+    NonResource { path: &'static str },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Access {
+    pub component: Component,
+    pub verb: &'static str,
+    pub target: Target,
+    pub why: &'static str,
+}
+
+const fn resource(
+    component: Component,
+    verb: &'static str,
+    group: &'static str,
+    resource: &'static str,
+    why: &'static str,
+) -> Access {
+    Access {
+        component,
+        verb,
+        target: Target::Resource {
+            group,
+            resource,
+            subresource: "",
+            namespace: None,
+            name: None,
+        },
+        why,
+    }
+}
+
+const fn path(component: Component, path: &'static str, why: &'static str) -> Access {
+    Access {
+        component,
+        verb: "get",
+        target: Target::NonResource { path },
+        why,
+    }
+}
+
+/// The catalogue.
+pub const CLUSTER_ACCESS: &[Access] = &[
+    resource(
+        Component::Auth,
+        "create",
+        "authentication.k8s.io",
+        "tokenreviews",
+        "bearer tokens are authenticated by TokenReview",
+    ),
+    resource(
+        Component::Auth,
+        "create",
+        "authorization.k8s.io",
+        "subjectaccessreviews",
+        "every request is authorized by SubjectAccessReview",
+    ),
+    Access {
+        component: Component::Auth,
+        verb: "get",
+        target: Target::Resource {
+            group: "",
+            resource: "configmaps",
+            subresource: "",
+            namespace: Some("kube-system"),
+            name: Some("extension-apiserver-authentication"),
+        },
+        why: "client CA and request-header settings of the cluster",
+    },
+    path(Component::Migrator, "/api", "discovery of the core group"),
+    path(Component::Migrator, "/api/*", "discovery of a core version"),
+    path(Component::Migrator, "/apis", "discovery of the groups"),
+    path(
+        Component::Migrator,
+        "/apis/*",
+        "discovery of a group's preferred version and its resources",
+    ),
+    resource(
+        Component::Migrator,
+        "list",
+        "*",
+        "*",
+        "metadata-only pages of the resource being migrated",
+    ),
+    resource(
+        Component::Migrator,
+        "patch",
+        "*",
+        "*",
+        "the no-op merge patch that rewrites each object",
+    ),
+    resource(
+        Component::Events,
+        "create",
+        "events.k8s.io",
+        "events",
+        "MigrationStarted/Succeeded/Failed events",
+    ),
+    resource(
+        Component::Events,
+        "patch",
+        "events.k8s.io",
+        "events",
+        "a repeated event becomes a series (kube's recorder patches it)",
+    ),
+];
+
+/// A request as kube-apiserver's RequestInfoFactory sees it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RequestAttributes {
+    pub is_resource: bool,
+    pub verb: String,
+    pub group: String,
+    pub version: String,
+    pub resource: String,
+    pub subresource: String,
+    pub namespace: Option<String>,
+    pub name: Option<String>,
+    pub path: String,
+}
+
+/// Attributes of `method path?query`, as k8s.io/apiserver's RequestInfoFactory derives them:
+/// `/api/v1/...` and `/apis/<group>/<version>/...` are resource requests (a GET of a collection
+/// is `list`, or `watch` with `watch=true`; of an object `get`; POST `create`, PUT `update`,
+/// PATCH `patch`, DELETE `delete` or `deletecollection`); everything else is a non-resource
+/// request with the lower-cased method as its verb.
+pub fn request_attributes(method: &Method, path: &str, query: Option<&str>) -> RequestAttributes {
+    let segments: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
+    let non_resource = || RequestAttributes {
+        is_resource: false,
+        verb: method.as_str().to_ascii_lowercase(),
+        path: path.to_string(),
+        ..Default::default()
+    };
+    let (group, version, rest) = match segments.as_slice() {
+        ["api", version, rest @ ..] if !rest.is_empty() => ("", *version, rest),
+        ["apis", group, version, rest @ ..] if !rest.is_empty() => (*group, *version, rest),
+        _ => return non_resource(),
+    };
+    let (namespace, rest) = match rest {
+        ["namespaces", ns, tail @ ..] if !tail.is_empty() => (Some(ns.to_string()), tail),
+        // `/api/v1/namespaces/<name>` is the namespace object itself.
+        _ => (None, rest),
+    };
+    let (resource, name, subresource) = match rest {
+        [r] => (*r, None, ""),
+        [r, n] => (*r, Some(n.to_string()), ""),
+        [r, n, s, ..] => (*r, Some(n.to_string()), *s),
+        [] => return non_resource(),
+    };
+    let watch = query.is_some_and(|q| {
+        form_urlencoded::parse(q.as_bytes()).any(|(k, v)| k == "watch" && (v == "true" || v == "1"))
+    });
+    let verb = match *method {
+        Method::GET | Method::HEAD if watch => "watch",
+        Method::GET | Method::HEAD if name.is_none() => "list",
+        Method::GET | Method::HEAD => "get",
+        Method::POST => "create",
+        Method::PUT => "update",
+        Method::PATCH => "patch",
+        Method::DELETE if name.is_none() => "deletecollection",
+        Method::DELETE => "delete",
+        _ => "",
+    };
+    RequestAttributes {
+        is_resource: true,
+        verb: verb.into(),
+        group: group.into(),
+        version: version.into(),
+        resource: resource.into(),
+        subresource: subresource.into(),
+        namespace,
+        name,
+        path: path.to_string(),
+    }
+}
+
+fn matches(pattern: &str, value: &str) -> bool {
+    pattern == "*" || pattern == value
+}
+
+impl Access {
+    /// Whether this entry covers the request.
+    pub fn covers(&self, attrs: &RequestAttributes) -> bool {
+        match self.target {
+            Target::NonResource { path } => {
+                !attrs.is_resource
+                    && self.verb == attrs.verb
+                    && match path.strip_suffix('*') {
+                        Some(prefix) => attrs.path.starts_with(prefix),
+                        None => attrs.path == path,
+                    }
+            }
+            Target::Resource {
+                group,
+                resource,
+                subresource,
+                namespace,
+                name,
+            } => {
+                attrs.is_resource
+                    && self.verb == attrs.verb
+                    && matches(group, &attrs.group)
+                    && matches(resource, &attrs.resource)
+                    && subresource == attrs.subresource
+                    && namespace.is_none_or(|ns| attrs.namespace.as_deref() == Some(ns))
+                    && name.is_none_or(|n| attrs.name.as_deref() == Some(n))
+            }
+        }
+    }
+}
+
+/// The catalogue entry that covers this request, if any.
+pub fn catalogued(attrs: &RequestAttributes) -> Option<&'static Access> {
+    CLUSTER_ACCESS.iter().find(|a| a.covers(attrs))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn attrs(method: Method, target: &str) -> RequestAttributes {
+        let (path, query) = match target.split_once('?') {
+            Some((p, q)) => (p, Some(q)),
+            None => (target, None),
+        };
+        request_attributes(&method, path, query)
+    }
+
+    #[test]
+    fn request_info_like_kube_apiserver() {
+        let a = attrs(Method::GET, "/api/v1/configmaps?limit=500");
+        assert_eq!(
+            (
+                a.verb.as_str(),
+                a.group.as_str(),
+                a.resource.as_str(),
+                a.namespace.as_deref(),
+                a.name.as_deref()
+            ),
+            ("list", "", "configmaps", None, None)
+        );
+        let a = attrs(
+            Method::GET,
+            "/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication",
+        );
+        assert_eq!(
+            (a.verb.as_str(), a.namespace.as_deref(), a.name.as_deref()),
+            (
+                "get",
+                Some("kube-system"),
+                Some("extension-apiserver-authentication")
+            )
+        );
+        let a = attrs(
+            Method::PATCH,
+            "/apis/example.test/v1/namespaces/demo/widgets/w1",
+        );
+        assert_eq!(
+            (
+                a.verb.as_str(),
+                a.group.as_str(),
+                a.version.as_str(),
+                a.resource.as_str()
+            ),
+            ("patch", "example.test", "v1", "widgets")
+        );
+        let a = attrs(
+            Method::GET,
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions?watch=true&resourceVersion=5",
+        );
+        assert_eq!(a.verb, "watch");
+        let a = attrs(
+            Method::PUT,
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.test/status",
+        );
+        assert_eq!(
+            (a.verb.as_str(), a.subresource.as_str(), a.name.as_deref()),
+            ("update", "status", Some("widgets.example.test"))
+        );
+        let a = attrs(
+            Method::POST,
+            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        );
+        assert_eq!(
+            (a.verb.as_str(), a.resource.as_str()),
+            ("create", "subjectaccessreviews")
+        );
+        let a = attrs(Method::DELETE, "/api/v1/namespaces/demo/configmaps");
+        assert_eq!(a.verb, "deletecollection");
+        let a = attrs(Method::GET, "/api/v1/namespaces/demo");
+        assert_eq!(
+            (
+                a.verb.as_str(),
+                a.resource.as_str(),
+                a.name.as_deref(),
+                a.namespace.as_deref()
+            ),
+            ("get", "namespaces", Some("demo"), None)
+        );
+        for discovery in ["/api", "/api/v1", "/apis", "/apis/apps", "/apis/apps/v1"] {
+            let a = attrs(Method::GET, discovery);
+            assert!(!a.is_resource, "{discovery}");
+            assert_eq!(a.verb, "get");
+        }
+    }
+
+    #[test]
+    fn the_catalogue_covers_what_the_migrator_does_and_nothing_else() {
+        let allowed = [
+            (Method::GET, "/apis/example.test"),
+            (Method::GET, "/api/v1"),
+            (Method::GET, "/apis/apps/v1"),
+            (Method::GET, "/api/v1/secrets?limit=500&continue=abc"),
+            (Method::PATCH, "/api/v1/namespaces/demo/secrets/s1"),
+            (
+                Method::PATCH,
+                "/apis/example.test/v2/widgets/cluster-scoped",
+            ),
+            (
+                Method::POST,
+                "/apis/events.k8s.io/v1/namespaces/default/events",
+            ),
+            (Method::POST, "/apis/authentication.k8s.io/v1/tokenreviews"),
+            (
+                Method::GET,
+                "/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication",
+            ),
+        ];
+        for (method, target) in allowed {
+            assert!(
+                catalogued(&attrs(method.clone(), target)).is_some(),
+                "{method} {target}"
+            );
+        }
+        let refused = [
+            (Method::GET, "/api/v1/namespaces/demo/secrets/s1"),
+            (Method::PUT, "/api/v1/namespaces/demo/secrets/s1"),
+            (Method::DELETE, "/api/v1/namespaces/demo/secrets/s1"),
+            (Method::POST, "/api/v1/namespaces/demo/secrets"),
+            (Method::PATCH, "/api/v1/namespaces/demo/secrets/s1/status"),
+            (
+                Method::GET,
+                "/api/v1/namespaces/kube-system/configmaps/other",
+            ),
+            (Method::GET, "/metrics"),
+            (Method::POST, "/api/v1/namespaces/default/events"),
+        ];
+        for (method, target) in refused {
+            assert!(
+                catalogued(&attrs(method.clone(), target)).is_none(),
+                "{method} {target}"
+            );
+        }
+    }
+}
