@@ -270,3 +270,106 @@ impl Migrator {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use k8s_openapi::jiff::Timestamp;
+
+    use super::*;
+    use crate::api::migration::{GroupVersionResource, MigrationSpec};
+    use crate::migrator::status::set_condition;
+
+    fn migration(name: &str, created: i64, resource: &str) -> StorageVersionMigration {
+        let mut m = StorageVersionMigration {
+            spec: MigrationSpec {
+                resource: GroupVersionResource {
+                    group: "".into(),
+                    version: "".into(),
+                    resource: resource.into(),
+                },
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        m.metadata.name = Some(name.into());
+        m.metadata.creation_timestamp = Some(Time(Timestamp::from_second(created).expect("time")));
+        m
+    }
+
+    fn scheduler(migrations: Vec<StorageVersionMigration>) -> Scheduler {
+        let mut s = Scheduler::default();
+        for m in migrations {
+            s.known
+                .insert(m.metadata.name.clone().unwrap_or_default(), m);
+        }
+        s
+    }
+
+    #[test]
+    fn oldest_first_one_per_resource_within_the_free_workers() {
+        let s = scheduler(vec![
+            migration("c", 30, "secrets"),
+            migration("a", 10, "secrets"),
+            migration("b", 20, "configmaps"),
+            migration("d", 40, "deployments"),
+        ]);
+        let now = Instant::now();
+        // "c" waits for "a" (same resource); the rest go oldest first.
+        assert_eq!(s.next(10, now), ["a", "b", "d"]);
+        assert_eq!(s.next(2, now), ["a", "b"]);
+    }
+
+    #[test]
+    fn running_finished_deleting_and_waiting_migrations_are_not_started() {
+        let mut done = migration("done", 1, "a");
+        set_condition(&mut done.status, SUCCEEDED, true, "Done", "", None);
+        let mut failed = migration("failed", 2, "b");
+        set_condition(&mut failed.status, FAILED, true, "Failed", "", None);
+        let mut deleting = migration("deleting", 3, "c");
+        deleting.metadata.deletion_timestamp = deleting.metadata.creation_timestamp.clone();
+        let mut s = scheduler(vec![
+            done,
+            failed,
+            deleting,
+            migration("busy", 4, "secrets"),
+            migration("same-resource", 5, "secrets"),
+            migration("paused", 6, "d"),
+            migration("ready", 7, "e"),
+        ]);
+        s.running.insert(
+            "busy".into(),
+            Running {
+                resource: "/secrets".into(),
+                cancel: CancellationToken::new(),
+            },
+        );
+        let now = Instant::now();
+        s.waiting.insert(
+            "paused".into(),
+            (now + std::time::Duration::from_secs(5), 0),
+        );
+        assert_eq!(s.next(10, now), ["ready"]);
+        // Once its pause is over, the waiting one is eligible again.
+        assert_eq!(
+            s.next(10, now + std::time::Duration::from_secs(6)),
+            ["paused", "ready"]
+        );
+    }
+
+    #[test]
+    fn forgetting_a_running_migration_cancels_it() {
+        let mut s = scheduler(vec![migration("gone", 1, "secrets")]);
+        let cancel = CancellationToken::new();
+        s.running.insert(
+            "gone".into(),
+            Running {
+                resource: "/secrets".into(),
+                cancel: cancel.clone(),
+            },
+        );
+        s.forget("gone");
+        assert!(cancel.is_cancelled());
+        assert!(s.known.is_empty());
+    }
+}
