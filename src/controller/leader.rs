@@ -195,11 +195,18 @@ impl LeaderElector {
             let leading = shutdown.child_token();
             let mut work = tokio::spawn(lead(leading.clone()));
             let mut renewed = Instant::now();
+            // Whether `work` has already been awaited to completion: a JoinHandle must not
+            // be polled again after it finished (shutdown also cancels the work, so both
+            // branches below can be ready at once).
+            let mut work_done = false;
             let lost = loop {
                 tokio::select! {
                     _ = tokio::time::sleep(retry) => {}
                     _ = shutdown.cancelled() => break false,
-                    _ = &mut work => break false,
+                    _ = &mut work => {
+                        work_done = true;
+                        break false;
+                    }
                 }
                 if self.try_acquire_or_renew().await {
                     renewed = Instant::now();
@@ -208,7 +215,9 @@ impl LeaderElector {
                 }
             };
             leading.cancel();
-            let _ = work.await;
+            if !work_done {
+                let _ = work.await;
+            }
             if lost {
                 tracing::warn!(identity = %self.config.identity, "lost the leader lease; controllers stopped");
                 self.held = None;
@@ -237,7 +246,9 @@ mod tests {
         }
     }
 
-    #[tokio::test]
+    // The election's timings are measured on tokio's clock; the tests pause it, so durations
+    // are exact and the outcome does not depend on how loaded the machine is.
+    #[tokio::test(start_paused = true)]
     async fn one_of_two_candidates_leads_and_the_other_waits_for_the_lease_to_lapse() {
         let storage: Arc<dyn Storage> = Arc::new(EmbeddedStorage::in_memory());
         let mut a = LeaderElector::new(storage.clone(), "/p", fast("a"));
@@ -271,7 +282,7 @@ mod tests {
         assert_eq!(record.leader_transitions, 1);
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
     async fn a_leader_that_shuts_down_hands_over_at_once_and_work_runs_only_while_leading() {
         let storage: Arc<dyn Storage> = Arc::new(EmbeddedStorage::in_memory());
         let running = Arc::new(AtomicUsize::new(0));
@@ -312,7 +323,28 @@ mod tests {
         assert!(storage.get("/p/leader").await.unwrap().is_none());
     }
 
-    #[tokio::test]
+    #[tokio::test(start_paused = true)]
+    async fn work_that_ends_by_itself_ends_the_term_and_releases_the_lease() {
+        let storage: Arc<dyn Storage> = Arc::new(EmbeddedStorage::in_memory());
+        let elector = LeaderElector::new(storage.clone(), "/p", fast("a"));
+        let ran = Arc::new(AtomicUsize::new(0));
+        let counter = ran.clone();
+        // Before the fix the finished JoinHandle was awaited a second time and panicked.
+        let task = tokio::spawn(elector.run(CancellationToken::new(), move |_leading| {
+            let counter = counter.clone();
+            async move {
+                counter.fetch_add(1, Ordering::SeqCst);
+            }
+        }));
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect("run returns once the work is done")
+            .expect("run does not panic");
+        assert_eq!(ran.load(Ordering::SeqCst), 1);
+        assert!(storage.get("/p/leader").await.unwrap().is_none());
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn losing_the_lease_stops_the_work() {
         let storage: Arc<dyn Storage> = Arc::new(EmbeddedStorage::in_memory());
         let stopped = CancellationToken::new();
