@@ -7,7 +7,7 @@ use super::super::error::{ApiError, ApiResult, FieldError};
 use super::super::metadata;
 use super::super::strategy::Strategy;
 use super::{Store, now};
-use crate::storage::StorageError;
+use crate::storage::{Compare, Op, StorageError, Txn, TxnOutcome};
 
 /// How many fresh names a `generateName` create tries before giving up on collisions.
 const GENERATE_NAME_ATTEMPTS: usize = 8;
@@ -15,7 +15,13 @@ const GENERATE_NAME_ATTEMPTS: usize = 8;
 impl<S: Strategy> Store<S> {
     /// Create `obj` (the controllers' entry point: same rules as a REST create).
     pub async fn create(&self, obj: S::Object) -> ApiResult<S::Object> {
-        self.create_object(obj, false).await
+        self.create_object(obj, false, &[]).await
+    }
+
+    /// [`create`](Self::create), with `extra` storage writes committed in the same
+    /// transaction (the trigger's hash history, DESIGN.md §4): both land, or neither.
+    pub async fn create_with(&self, obj: S::Object, extra: Vec<Op>) -> ApiResult<S::Object> {
+        self.create_object(obj, false, &extra).await
     }
 
     /// Create; with `dry_run` everything but the write happens and the answer carries no
@@ -24,6 +30,7 @@ impl<S: Strategy> Store<S> {
         &self,
         mut obj: S::Object,
         dry_run: bool,
+        extra: &[Op],
     ) -> ApiResult<S::Object> {
         let resource_version_given = obj
             .metadata()
@@ -49,7 +56,7 @@ impl<S: Strategy> Store<S> {
         loop {
             attempts += 1;
             let name = obj.metadata().name.clone().unwrap_or_default();
-            match self.insert(&mut obj, &name, dry_run).await {
+            match self.insert(&mut obj, &name, dry_run, extra).await {
                 Err(ApiError::AlreadyExists { .. })
                     if generated && attempts < GENERATE_NAME_ATTEMPTS =>
                 {
@@ -85,8 +92,15 @@ impl<S: Strategy> Store<S> {
         generated
     }
 
-    /// Write `obj` under `name` if absent, setting its resourceVersion.
-    async fn insert(&self, obj: &mut S::Object, name: &str, dry_run: bool) -> ApiResult<()> {
+    /// Write `obj` under `name` if absent (with `extra` in the same transaction), setting its
+    /// resourceVersion.
+    async fn insert(
+        &self,
+        obj: &mut S::Object,
+        name: &str,
+        dry_run: bool,
+        extra: &[Op],
+    ) -> ApiResult<()> {
         let key = self.key(name)?;
         if dry_run {
             // A dry run still answers 409 for a taken name (recording 17a).
@@ -97,13 +111,22 @@ impl<S: Strategy> Store<S> {
             };
         }
         let bytes = self.encode_for_storage(obj)?;
-        let revision = self
-            .storage
-            .create(&key, bytes)
-            .await
-            .map_err(|err| self.storage_error(err, name))?;
-        obj.metadata_mut().resource_version = Some(revision.to_string());
-        Ok(())
+        let mut ops = vec![Op::Put(key.clone(), bytes)];
+        ops.extend_from_slice(extra);
+        let txn = Txn {
+            compares: vec![Compare::Absent(key.clone())],
+            ops,
+        };
+        match self.storage.txn(txn).await {
+            Ok(TxnOutcome::Committed { revision }) => {
+                obj.metadata_mut().resource_version = Some(revision.to_string());
+                Ok(())
+            }
+            Ok(TxnOutcome::Failed { .. }) => {
+                Err(self.storage_error(StorageError::AlreadyExists { key }, name))
+            }
+            Err(err) => Err(self.storage_error(err, name)),
+        }
     }
 }
 

@@ -14,7 +14,7 @@ use super::super::rest::Subresource;
 use super::super::strategy::Strategy;
 use super::create::merge_causes;
 use super::{MAX_WRITE_ATTEMPTS, Store, parse_resource_version};
-use crate::storage::StorageError;
+use crate::storage::{Compare, Op, StorageError, Txn, TxnOutcome};
 
 impl<S: Strategy> Store<S> {
     /// Replace an object (the controllers' entry point: same rules as a REST update). The
@@ -26,6 +26,19 @@ impl<S: Strategy> Store<S> {
     /// Replace an object's status (`/status`): spec and most metadata stay as stored.
     pub async fn update_status(&self, obj: S::Object) -> ApiResult<S::Object> {
         self.replace(obj, Subresource::Status, false).await
+    }
+
+    /// [`update_status`](Self::update_status), with `extra` storage writes committed in the
+    /// same transaction (the trigger's hash history, DESIGN.md §4). The object's
+    /// resourceVersion is the precondition for all of it: when it is stale, nothing is written
+    /// and the answer is 409, so the caller recomputes `extra` from what it reads next. When
+    /// the status does not change, `extra` is still written, guarded by the object's revision.
+    pub async fn update_status_with(&self, obj: S::Object, extra: Vec<Op>) -> ApiResult<S::Object> {
+        let name = obj.metadata().name.clone().unwrap_or_default();
+        self.guaranteed_update_with(&name, Subresource::Status, false, &extra, |_| {
+            Ok(obj.clone())
+        })
+        .await
     }
 
     /// A PUT: the body replaces the stored object, its uid a precondition (upstream's
@@ -65,6 +78,22 @@ impl<S: Strategy> Store<S> {
         name: &str,
         subresource: Subresource,
         dry_run: bool,
+        updated: F,
+    ) -> ApiResult<S::Object>
+    where
+        F: FnMut(&S::Object) -> ApiResult<S::Object> + Send,
+    {
+        self.guaranteed_update_with(name, subresource, dry_run, &[], updated)
+            .await
+    }
+
+    /// The update loop, with `extra` writes in the same transaction as the object's.
+    async fn guaranteed_update_with<F>(
+        &self,
+        name: &str,
+        subresource: Subresource,
+        dry_run: bool,
+        extra: &[Op],
         mut updated: F,
     ) -> ApiResult<S::Object>
     where
@@ -92,19 +121,32 @@ impl<S: Strategy> Store<S> {
             }
 
             let bytes = self.encode_for_storage(&new)?;
-            if bytes == kv.value {
+            let unchanged = bytes == kv.value;
+            if unchanged && extra.is_empty() {
                 // Nothing changes: no write, the same resourceVersion (recording 08).
                 return Ok(current);
             }
             if dry_run {
-                return Ok(new);
+                return Ok(if unchanged { current } else { new });
             }
-            match self.storage.update(&key, bytes, kv.mod_revision).await {
-                Ok(revision) => {
+            let mut ops = Vec::with_capacity(extra.len() + 1);
+            if !unchanged {
+                ops.push(Op::Put(key.clone(), bytes));
+            }
+            ops.extend_from_slice(extra);
+            let txn = Txn {
+                compares: vec![Compare::ModRevision(key.clone(), kv.mod_revision)],
+                ops,
+            };
+            match self.storage.txn(txn).await {
+                Ok(TxnOutcome::Committed { revision }) => {
+                    if unchanged {
+                        return Ok(current);
+                    }
                     new.metadata_mut().resource_version = Some(revision.to_string());
                     return Ok(new);
                 }
-                Err(StorageError::Conflict { .. }) => continue,
+                Ok(TxnOutcome::Failed { .. }) => continue,
                 Err(err) => return Err(self.storage_error(err, name)),
             }
         }

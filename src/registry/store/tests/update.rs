@@ -265,3 +265,68 @@ async fn odd_update_bodies_are_400_not_panics() {
     assert_eq!(written.object["metadata"]["name"], "a");
     assert_eq!(written.object["spec"]["size"], 3);
 }
+
+#[tokio::test]
+async fn extra_writes_commit_with_the_object_or_not_at_all() {
+    use crate::storage::Op;
+    let store = store();
+    let put = |key: &str, value: &str| Op::Put(key.to_string(), value.as_bytes().to_vec());
+
+    // Create: the object and the extra key land at one revision.
+    let created = store
+        .create_with(widget("a", 1), vec![put("/side/1", "one")])
+        .await
+        .expect("created");
+    let side = store
+        .storage
+        .get("/side/1")
+        .await
+        .expect("get")
+        .expect("side key");
+    assert_eq!(side.mod_revision.to_string(), rv(&created));
+    // A taken name writes neither.
+    let err = store
+        .create_with(widget("a", 1), vec![put("/side/2", "two")])
+        .await
+        .expect_err("exists");
+    assert_eq!(err.code(), 409);
+    assert!(store.storage.get("/side/2").await.expect("get").is_none());
+
+    // Status update: both at one revision.
+    let mut next = created.clone();
+    next.status = Some(WidgetStatus {
+        observed_generation: Some(1),
+        ..Default::default()
+    });
+    let updated = store
+        .update_status_with(next.clone(), vec![put("/side/3", "three")])
+        .await
+        .expect("updated");
+    let side = store
+        .storage
+        .get("/side/3")
+        .await
+        .expect("get")
+        .expect("side key");
+    assert_eq!(side.mod_revision.to_string(), rv(&updated));
+
+    // A stale resourceVersion writes neither.
+    let err = store
+        .update_status_with(next.clone(), vec![put("/side/4", "four")])
+        .await
+        .expect_err("stale");
+    assert_eq!(err.code(), 409);
+    assert!(store.storage.get("/side/4").await.expect("get").is_none());
+
+    // An unchanged status still writes the extra keys, and leaves the object as it was.
+    let before = current_revision(&store).await;
+    let same = store
+        .update_status_with(updated.clone(), vec![put("/side/5", "five")])
+        .await
+        .expect("extra only");
+    assert_eq!(rv(&same), rv(&updated));
+    assert_eq!(current_revision(&store).await, before + 1);
+    assert!(store.storage.get("/side/5").await.expect("get").is_some());
+    let stored = store.get("a").await.expect("get").expect("object");
+    assert_eq!(rv(&stored), rv(&updated));
+}
