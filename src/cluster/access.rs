@@ -14,6 +14,8 @@ pub enum Component {
     Migrator,
     /// Events on migrations (kube's recorder).
     Events,
+    /// Watching storage versions and keeping StorageStates true (`src/trigger`).
+    Trigger,
 }
 
 /// What a request touches.
@@ -118,6 +120,70 @@ pub const CLUSTER_ACCESS: &[Access] = &[
         "*",
         "*",
         "the no-op merge patch that rewrites each object",
+    ),
+    resource(
+        Component::Trigger,
+        "list",
+        "apiextensions.k8s.io",
+        "customresourcedefinitions",
+        "CRD storage versions and storedVersions (the watch's initial list)",
+    ),
+    resource(
+        Component::Trigger,
+        "watch",
+        "apiextensions.k8s.io",
+        "customresourcedefinitions",
+        "a CRD storage-version move is seen at once",
+    ),
+    Access {
+        component: Component::Trigger,
+        verb: "update",
+        target: Target::Resource {
+            group: "apiextensions.k8s.io",
+            resource: "customresourcedefinitions",
+            subresource: "status",
+            namespace: None,
+            name: None,
+        },
+        why: "status.storedVersions narrowed to the storage version after a migration",
+    },
+    Access {
+        component: Component::Trigger,
+        verb: "list",
+        target: Target::Resource {
+            group: "coordination.k8s.io",
+            resource: "leases",
+            subresource: "",
+            namespace: Some("kube-system"),
+            name: None,
+        },
+        why: "kube-apiserver identity leases (the watch's initial list)",
+    },
+    Access {
+        component: Component::Trigger,
+        verb: "watch",
+        target: Target::Resource {
+            group: "coordination.k8s.io",
+            resource: "leases",
+            subresource: "",
+            namespace: Some("kube-system"),
+            name: None,
+        },
+        why: "every apiserver restart makes the trigger look again at once",
+    },
+    resource(
+        Component::Trigger,
+        "list",
+        "internal.apiserver.k8s.io",
+        "storageversions",
+        "per-apiserver encoding versions (the watch's initial list)",
+    ),
+    resource(
+        Component::Trigger,
+        "watch",
+        "internal.apiserver.k8s.io",
+        "storageversions",
+        "apiservers disagreeing on an encoding (HA rolling upgrade)",
     ),
     resource(
         Component::Events,

@@ -71,8 +71,10 @@ impl ClusterClient {
         config.read_timeout = Some(REQUEST_TIMEOUT);
         config.write_timeout = Some(REQUEST_TIMEOUT);
         config.default_retry = false;
-        let client = kube::Client::try_from(config)
-            .map_err(|e| ClusterError::Config(format!("building the cluster client: {e}")))?;
+        let client = kube::client::ClientBuilder::try_from(config)
+            .map_err(|e| ClusterError::Config(format!("building the cluster client: {e}")))?
+            .with_layer(&tower::filter::FilterLayer::new(catalogue_guard))
+            .build();
         Ok(Self { client })
     }
 
@@ -88,17 +90,6 @@ impl ClusterClient {
         accept: &str,
         body: Option<(&'static str, Vec<u8>)>,
     ) -> Result<Answer, ClusterError> {
-        // Only what the RBAC in deploy/ grants: a request missing from the catalogue is a bug
-        // here, caught by the tests rather than by a 403 in someone's cluster.
-        let (path, query) = match path_and_query.split_once('?') {
-            Some((path, query)) => (path, Some(query)),
-            None => (path_and_query, None),
-        };
-        if access::catalogued(&access::request_attributes(&method, path, query)).is_none() {
-            return Err(ClusterError::Config(format!(
-                "{method} {path} is not in the access catalogue (src/cluster/access.rs)"
-            )));
-        }
         let mut builder = Request::builder()
             .method(method)
             .uri(path_and_query)
@@ -116,7 +107,7 @@ impl ClusterClient {
         let response = tokio::time::timeout(REQUEST_TIMEOUT, self.client.send(request))
             .await
             .map_err(|_| ClusterError::Transport(format!("no answer within {REQUEST_TIMEOUT:?}")))?
-            .map_err(|e| ClusterError::Transport(e.to_string()))?;
+            .map_err(ClusterError::from_kube)?;
         let (parts, body) = response.into_parts();
         let body = tokio::time::timeout(REQUEST_TIMEOUT, body.collect())
             .await
@@ -149,5 +140,79 @@ impl ClusterClient {
             .await?;
         serde_json::from_slice(&answer.body)
             .map_err(|e| ClusterError::Decode(format!("GET {path}: {e}")))
+    }
+}
+
+/// A request outside the access catalogue, refused before it leaves the process.
+#[derive(Debug, thiserror::Error)]
+#[error("{0} is not in the access catalogue (src/cluster/access.rs)")]
+pub struct NotCatalogued(pub String);
+
+/// Only what the RBAC in deploy/ grants: every request of the kube client — raw requests,
+/// watchers, the events recorder — must be in the catalogue. A missing entry is a bug here,
+/// caught by the tests rather than by a 403 in someone's cluster.
+fn catalogue_guard(
+    request: Request<kube::client::Body>,
+) -> Result<Request<kube::client::Body>, NotCatalogued> {
+    let uri = request.uri();
+    let attributes = access::request_attributes(request.method(), uri.path(), uri.query());
+    if access::catalogued(&attributes).is_some() {
+        Ok(request)
+    } else {
+        Err(NotCatalogued(format!(
+            "{} {}",
+            request.method(),
+            uri.path()
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn request(method: Method, uri: &str) -> Request<kube::client::Body> {
+        Request::builder()
+            .method(method)
+            .uri(uri)
+            .body(kube::client::Body::empty())
+            .expect("request")
+    }
+
+    #[test]
+    fn the_guard_passes_catalogued_requests_and_refuses_the_rest() {
+        assert!(catalogue_guard(request(Method::GET, "/api/v1/secrets?limit=500")).is_ok());
+        assert!(
+            catalogue_guard(request(
+                Method::PATCH,
+                "/apis/apps/v1/namespaces/demo/deployments/d"
+            ))
+            .is_ok()
+        );
+        let refused = catalogue_guard(request(Method::DELETE, "/api/v1/namespaces/demo/secrets/s"))
+            .expect_err("delete is not catalogued");
+        assert!(
+            refused
+                .to_string()
+                .contains("DELETE /api/v1/namespaces/demo/secrets/s")
+        );
+    }
+
+    #[tokio::test]
+    async fn a_refused_request_is_a_configuration_error_and_never_leaves_the_process() {
+        // Port 9 on loopback: nothing is sent anyway, the guard answers first.
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("url"));
+        let client = ClusterClient::from_config(config).expect("client");
+        let err = client
+            .request(
+                Method::DELETE,
+                "/api/v1/namespaces/demo/secrets/s",
+                "application/json",
+                None,
+            )
+            .await
+            .expect_err("refused");
+        assert!(matches!(err, ClusterError::Config(_)), "{err:?}");
+        assert!(!err.is_retriable());
     }
 }

@@ -48,6 +48,17 @@ pub enum ClusterError {
 }
 
 impl ClusterError {
+    /// A failure of the kube client's stack: a refusal by the catalogue guard is a
+    /// configuration error (never retried), anything else a transport failure.
+    pub fn from_kube(err: kube::Error) -> Self {
+        if let kube::Error::Service(inner) = &err
+            && let Some(refused) = inner.downcast_ref::<super::client::NotCatalogued>()
+        {
+            return ClusterError::Config(refused.to_string());
+        }
+        ClusterError::Transport(err.to_string())
+    }
+
     pub fn from_status(
         code: u16,
         body: &[u8],

@@ -280,25 +280,29 @@ fn deploy_renders_only_valid_objects_that_fit_together() {
             .iter()
             .map(|o| (name_of(&o.metadata), namespace_of(&o.metadata))),
     );
-    namespaced.extend(
-        objects
-            .roles
-            .iter()
-            .map(|o| (name_of(&o.metadata), namespace_of(&o.metadata))),
-    );
+    // The one Role of ours lives in kube-system, beside the identity leases it reads.
+    for role in &objects.roles {
+        assert_eq!(
+            (name_of(&role.metadata), namespace_of(&role.metadata)),
+            ("svm-apiserver:apiserver-identity-reader", "kube-system")
+        );
+    }
     for (name, namespace) in namespaced {
         assert_eq!(namespace, "svm-system", "{name}");
     }
-    let kube_system: Vec<&RoleBinding> = objects
+    let mut kube_system: Vec<(&str, &str)> = objects
         .role_bindings
         .iter()
         .filter(|b| namespace_of(&b.metadata) == "kube-system")
+        .map(|b| (b.role_ref.kind.as_str(), b.role_ref.name.as_str()))
         .collect();
-    assert_eq!(kube_system.len(), 1);
-    assert_eq!(kube_system[0].role_ref.kind, "Role");
+    kube_system.sort();
     assert_eq!(
-        kube_system[0].role_ref.name,
-        "extension-apiserver-authentication-reader"
+        kube_system,
+        [
+            ("Role", "extension-apiserver-authentication-reader"),
+            ("Role", "svm-apiserver:apiserver-identity-reader"),
+        ]
     );
 
     check_rbac(&objects);
