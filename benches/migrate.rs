@@ -92,6 +92,7 @@ async fn ours(objects: usize) -> Row {
         Backend::Embedded,
         &[
             &format!("--kubeconfig={}", kubeconfig.display()),
+            "--controllers=migrator",
             "--qps=0",
             "--object-concurrency=16",
         ],

@@ -9,3 +9,4 @@ pub mod migrator;
 pub mod registry;
 pub mod server;
 pub mod storage;
+pub mod trigger;

@@ -90,10 +90,40 @@ impl ClusterClient {
         accept: &str,
         body: Option<(&'static str, Vec<u8>)>,
     ) -> Result<Answer, ClusterError> {
+        self.send(method, path_and_query, accept, None, body, false)
+            .await
+    }
+
+    /// A GET with `If-None-Match` (aggregated discovery, recordings 02a/02b): `Ok(None)` for
+    /// a 304 Not Modified, else the fresh answer with its `ETag` header.
+    pub async fn get_if_none_match(
+        &self,
+        path: &str,
+        accept: &str,
+        etag: Option<&str>,
+    ) -> Result<Option<Answer>, ClusterError> {
+        let answer = self
+            .send(Method::GET, path, accept, etag, None, true)
+            .await?;
+        Ok((answer.status != StatusCode::NOT_MODIFIED).then_some(answer))
+    }
+
+    async fn send(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        accept: &str,
+        if_none_match: Option<&str>,
+        body: Option<(&'static str, Vec<u8>)>,
+        not_modified_is_an_answer: bool,
+    ) -> Result<Answer, ClusterError> {
         let mut builder = Request::builder()
             .method(method)
             .uri(path_and_query)
             .header(ACCEPT, accept);
+        if let Some(etag) = if_none_match {
+            builder = builder.header(http::header::IF_NONE_MATCH, etag);
+        }
         let body = match body {
             Some((content_type, bytes)) => {
                 builder = builder.header(CONTENT_TYPE, content_type);
@@ -114,7 +144,9 @@ impl ClusterClient {
             .map_err(|_| ClusterError::Transport("the answer stalled".into()))?
             .map_err(|e| ClusterError::Transport(format!("reading the answer: {e}")))?
             .to_bytes();
-        if parts.status.is_success() {
+        if parts.status.is_success()
+            || (not_modified_is_an_answer && parts.status == StatusCode::NOT_MODIFIED)
+        {
             return Ok(Answer {
                 status: parts.status,
                 headers: parts.headers,

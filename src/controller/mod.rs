@@ -1,7 +1,7 @@
 //! Hosts the controllers inside `serve` (DESIGN.md §2): builds the target-cluster client from
 //! `--kubeconfig` (or the in-cluster configuration), elects a leader among the replicas, and
-//! runs the migrator on the leader only. Controllers talk to our own objects only through the
-//! registry.
+//! runs the trigger and the migrator on the leader only. Controllers talk to our own objects
+//! only through the registry.
 
 pub mod leader;
 
@@ -19,6 +19,7 @@ use crate::cluster::ClusterClient;
 use crate::migrator::{self, Backoff, Events, Migrator, MigratorMetrics};
 use crate::server::Metrics;
 use crate::storage::Storage;
+use crate::trigger::{self, Trigger};
 use leader::{ElectionConfig, LeaderElector};
 
 /// Controller flags of `serve`.
@@ -28,10 +29,26 @@ pub struct ControllerOptions {
     /// configuration when running in a pod; without either, no controller runs (API only).
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
-    /// Controllers to run, comma-separated: `migrator` (runs StorageVersionMigrations), or
-    /// empty for none (API only).
-    #[arg(long, value_delimiter = ',', default_value = "migrator")]
+    /// Controllers to run, comma-separated: `trigger` (keeps StorageStates true and creates
+    /// migrations), `migrator` (runs StorageVersionMigrations); `migrator` alone runs manual
+    /// migrations only, an empty value none (API only).
+    #[arg(long, value_delimiter = ',', default_value = "trigger,migrator")]
     pub controllers: Vec<String>,
+    /// How often the trigger polls aggregated discovery (an unchanged cluster answers 304).
+    #[arg(long, default_value = "10s", value_parser = crate::auth::parse_duration)]
+    pub discovery_interval: Duration,
+    /// How often each StorageState's lastHeartbeatTime is refreshed while nothing changes.
+    #[arg(long, default_value = "5m", value_parser = crate::auth::parse_duration)]
+    pub heartbeat_interval: Duration,
+    /// How long the trigger may be away and still vouch, on its return, that no built-in
+    /// storage version changed unseen (identity leases of crashed apiservers live an hour).
+    #[arg(long, default_value = "1h", value_parser = crate::auth::parse_duration)]
+    pub vouch_window: Duration,
+    /// Resources the trigger never tracks, as `resource.group` (`resource` for the core
+    /// group). Events expire within an hour (kube-apiserver's --event-ttl), long before an
+    /// old storage version could be removed.
+    #[arg(long, default_value = "events,events.events.k8s.io")]
+    pub trigger_ignore_resources: String,
     /// Migrations run at once (at most one per resource).
     #[arg(long, default_value_t = 2)]
     pub workers: usize,
@@ -75,12 +92,17 @@ impl ControllerOptions {
     fn validate(&self) -> anyhow::Result<()> {
         for name in &self.controllers {
             let name = name.trim();
-            if !name.is_empty() && name != "migrator" {
-                anyhow::bail!("--controllers: unknown controller {name:?} (known: migrator)");
+            if !name.is_empty() && name != "migrator" && name != "trigger" {
+                anyhow::bail!(
+                    "--controllers: unknown controller {name:?} (known: trigger, migrator)"
+                );
             }
         }
         if self.qps < 0.0 || !self.qps.is_finite() {
             anyhow::bail!("--qps must be 0 (unlimited) or positive");
+        }
+        if self.discovery_interval.is_zero() || self.heartbeat_interval.is_zero() {
+            anyhow::bail!("--discovery-interval and --heartbeat-interval must be positive");
         }
         if self.workers == 0 || self.object_concurrency == 0 {
             anyhow::bail!("--workers and --object-concurrency must be at least 1");
@@ -91,6 +113,15 @@ impl ControllerOptions {
             anyhow::bail!("leader election needs retry period < renew deadline < lease duration");
         }
         Ok(())
+    }
+
+    pub fn trigger_settings(&self) -> trigger::Settings {
+        trigger::Settings {
+            discovery_interval: self.discovery_interval,
+            heartbeat_interval: self.heartbeat_interval,
+            vouch_window: self.vouch_window,
+            ignored: trigger::parse_resources(&self.trigger_ignore_resources),
+        }
     }
 
     pub fn migrator_settings(&self) -> migrator::Settings {
@@ -134,47 +165,85 @@ pub async fn start(
 ) -> anyhow::Result<Controllers> {
     options.validate()?;
     let mut tasks = Vec::new();
-    if !options.wants("migrator") {
+    let (run_trigger, run_migrator) = (options.wants("trigger"), options.wants("migrator"));
+    if !run_trigger && !run_migrator {
         return Ok(Controllers { tasks });
     }
     let Some(cluster) = ClusterClient::connect(options.kubeconfig.as_deref())
         .await
         .context("--kubeconfig")?
     else {
-        tracing::warn!(
-            "no --kubeconfig and not in a cluster: the migrator does not run (API only)"
-        );
+        tracing::warn!("no --kubeconfig and not in a cluster: no controller runs (API only)");
         return Ok(Controllers { tasks });
     };
     let migrator_metrics = MigratorMetrics::new();
+    let trigger_metrics = trigger::Metrics::default();
     if let Ok(mut registry) = metrics.registry.lock() {
-        migrator_metrics.register(&mut registry);
+        if run_migrator {
+            migrator_metrics.register(&mut registry);
+        }
+        if run_trigger {
+            trigger_metrics.register(&mut registry);
+        }
     }
     let instance = std::env::var("POD_NAME").ok().or_else(hostname);
     let migrations = api.migrations.clone();
+    let states = api.states.clone();
     let settings = options.migrator_settings();
-    // One migrator per leadership term; each keeps its checkpoints in the migrations' status,
-    // so the next term (here or on another replica) resumes where this one stopped.
-    let run_migrator = move |leading: CancellationToken| {
-        let events = Events::new(cluster.kube().clone(), instance.clone());
-        let migrator = Migrator::new(
-            cluster.clone(),
-            migrations.clone(),
-            settings.clone(),
-            migrator_metrics.clone(),
-            Some(events),
-        );
-        tracing::info!(
-            workers = settings.workers,
-            qps = settings.qps,
-            burst = settings.burst,
-            chunk_size = settings.chunk_size,
-            "migrator started"
-        );
-        migrator.run(leading)
+    let trigger_settings = options.trigger_settings();
+    let history_storage = storage.clone();
+    let prefix_owned = prefix.to_string();
+    // One trigger and one migrator per leadership term; the trigger's history and the
+    // migrations' checkpoints are in our store, so the next term (here or on another
+    // replica) goes on where this one stopped.
+    let lead = move |leading: CancellationToken| {
+        let mut work: Vec<JoinHandle<()>> = Vec::new();
+        if run_trigger {
+            let trigger = Trigger::new(
+                cluster.clone(),
+                states.clone(),
+                migrations.clone(),
+                history_storage.clone(),
+                &prefix_owned,
+                trigger_settings.clone(),
+                trigger_metrics.clone(),
+            );
+            tracing::info!(
+                discovery_interval = ?trigger_settings.discovery_interval,
+                "trigger starting"
+            );
+            work.push(tokio::spawn(trigger.run(leading.clone())));
+        }
+        if run_migrator {
+            let events = Events::new(cluster.kube().clone(), instance.clone());
+            let migrator = Migrator::new(
+                cluster.clone(),
+                migrations.clone(),
+                settings.clone(),
+                migrator_metrics.clone(),
+                Some(events),
+            );
+            tracing::info!(
+                workers = settings.workers,
+                qps = settings.qps,
+                burst = settings.burst,
+                chunk_size = settings.chunk_size,
+                "migrator started"
+            );
+            work.push(tokio::spawn(migrator.run(leading.clone())));
+        }
+        async move {
+            // The term ends when leadership is lost (both stop on `leading`), or when one of
+            // them ends by itself, which only a bug does: then the other stops too.
+            let (_, _, rest) = futures::future::select_all(work).await;
+            leading.cancel();
+            for task in rest {
+                let _ = task.await;
+            }
+        }
     };
     if !options.leader_elect {
-        tasks.push(tokio::spawn(run_migrator(shutdown)));
+        tasks.push(tokio::spawn(lead(shutdown)));
         return Ok(Controllers { tasks });
     }
     let identity = format!(
@@ -195,7 +264,7 @@ pub async fn start(
             retry_period: options.leader_elect_retry_period,
         },
     );
-    tasks.push(tokio::spawn(elector.run(shutdown, run_migrator)));
+    tasks.push(tokio::spawn(elector.run(shutdown, lead)));
     Ok(Controllers { tasks })
 }
 

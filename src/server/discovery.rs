@@ -6,9 +6,8 @@ use std::cmp::Ordering;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use base64::Engine;
 use serde_json::{Map, Value, json};
-use sha2::{Digest, Sha256, Sha512};
+use sha2::{Digest, Sha512};
 
 use crate::registry::{Registry, RestStorage};
 
@@ -97,11 +96,7 @@ pub fn hash_hex(value: &Value) -> String {
         .collect()
 }
 
-/// base64 of the first 8 bytes of sha256("<group>/<version>/<kind>") (recording 03b).
-pub fn storage_version_hash(group: &str, version: &str, kind: &str) -> String {
-    let digest = Sha256::digest(format!("{group}/{version}/{kind}").as_bytes());
-    base64::engine::general_purpose::STANDARD.encode(&digest[..8])
-}
+pub use crate::api::storage_version_hash;
 
 /// Groups and their versions, each group's versions in kube-apiserver's priority order.
 fn served_groups(registry: &Registry) -> BTreeMap<String, Vec<String>> {

@@ -1,1 +1,729 @@
-//! See DESIGN.md §2. Not built yet.
+//! The trigger (DESIGN.md §5): keeps one StorageState per resource true and creates the
+//! migrations that make it safe again, never missing a storage-version change.
+//!
+//! - **Observe.** Aggregated discovery polled every `--discovery-interval` with
+//!   `If-None-Match` (an idle cluster costs two 304s); a watch on CRDs (a storage move is exact
+//!   and immediate there); a watch on kube-apiserver identity leases (every restart — the only
+//!   time a built-in's storage version can change — makes it look at once); the
+//!   StorageVersion API where served (each apiserver's encoding). While the lease watch is not
+//!   established, every poll is a full look.
+//! - **Record.** Every observed change is appended to the hash history in etcd in the same
+//!   transaction as the StorageState update it causes ([`history`]); what the trigger cannot
+//!   vouch for (an apiserver instance it never saw, a downtime it cannot account for) is
+//!   recorded as `Unknown` ([`apiservers`]).
+//! - **Act.** Decisions are pure functions ([`plan`]); [`reconcile`] applies them through the
+//!   registry: migrations for the newest entry created, stale ones deleted, persisted hashes
+//!   narrowed (and a CRD's `status.storedVersions`) once a migration of the newest entry
+//!   succeeds.
+//!
+//! Which resources are tracked: those discovery lists with a `storageVersionHash` (so not
+//! subresources, and not resources that are never stored, such as reviews) that can be listed
+//! and patched, outside this server's own group and `--trigger-ignore-resources`.
+
+pub mod apiservers;
+pub mod discovery;
+pub mod history;
+pub mod metrics;
+pub mod plan;
+mod reconcile;
+pub mod watches;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::api::apiserverinternal::v1alpha1::StorageVersion;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::api::migration::MigrationStrategy;
+use crate::api::storage_version_hash;
+use crate::api::storagestate::StorageStateStrategy;
+use crate::cluster::ClusterClient;
+use crate::registry::Store;
+use crate::storage::Storage;
+
+use apiservers::Instances;
+use discovery::{Discovery, Look};
+use history::{HashHistory, Source};
+use metrics::{ResultLabel, TriggerMetrics};
+use plan::{Encoding, Observed, View};
+use watches::{Signal, Update};
+
+pub use metrics::TriggerMetrics as Metrics;
+
+/// The trigger's knobs (flags of `serve`).
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub discovery_interval: Duration,
+    /// How often each StorageState's `lastHeartbeatTime` (and the observer record) is
+    /// refreshed while nothing changes.
+    pub heartbeat_interval: Duration,
+    /// How long the trigger may be away (its last record of what it vouched for) and still
+    /// vouch for built-in resources on its return.
+    pub vouch_window: Duration,
+    /// `(group, resource)` never tracked.
+    pub ignored: Vec<(String, String)>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            discovery_interval: Duration::from_secs(10),
+            heartbeat_interval: Duration::from_secs(300),
+            vouch_window: Duration::from_secs(3600),
+            ignored: parse_resources("events,events.events.k8s.io"),
+        }
+    }
+}
+
+/// `events,deployments.apps` → `[("", "events"), ("apps", "deployments")]`.
+pub fn parse_resources(list: &str) -> Vec<(String, String)> {
+    list.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(|s| match s.split_once('.') {
+            Some((resource, group)) => (group.to_string(), resource.to_string()),
+            None => (String::new(), s.to_string()),
+        })
+        .collect()
+}
+
+/// A CRD as the trigger needs it.
+#[derive(Clone, Debug)]
+struct CrdInfo {
+    group: String,
+    plural: String,
+    kind: String,
+    storage_version: Option<String>,
+    stored_versions: Vec<String>,
+    object: CustomResourceDefinition,
+}
+
+impl CrdInfo {
+    fn of(crd: CustomResourceDefinition) -> Self {
+        let storage_version = crd
+            .spec
+            .versions
+            .iter()
+            .find(|v| v.storage)
+            .map(|v| v.name.clone());
+        let stored_versions = crd
+            .status
+            .as_ref()
+            .and_then(|s| s.stored_versions.clone())
+            .unwrap_or_default();
+        Self {
+            group: crd.spec.group.clone(),
+            plural: crd.spec.names.plural.clone(),
+            kind: crd.spec.names.kind.clone(),
+            storage_version,
+            stored_versions,
+            object: crd,
+        }
+    }
+
+    fn encoding(&self, version: &str) -> Encoding {
+        Encoding {
+            hash: storage_version_hash(&self.group, version, &self.kind),
+            encoding_version: format!("{}/{version}", self.group),
+            apiserver: None,
+        }
+    }
+}
+
+/// What the trigger knows of the cluster.
+#[derive(Default)]
+struct World {
+    crds: BTreeMap<String, CrdInfo>,
+    crds_synced: bool,
+    /// The next reconcile counts CRDs' storedVersions (first sync, or after a watch gap).
+    resync_crds: bool,
+    instances: Instances,
+    leases_synced: bool,
+    /// `(group, resource)` → `(apiserver id, encoding group/version)`.
+    storage_versions: BTreeMap<(String, String), Vec<(String, String)>>,
+    storage_versions_synced: bool,
+    look: Option<Look>,
+    need_look: bool,
+}
+
+/// `<group>.<resource>` (`core.<resource>`) → `(group, resource)`.
+fn storage_version_resource(name: &str) -> Option<(String, String)> {
+    let (group, resource) = name.rsplit_once('.')?;
+    let group = if group == "core" { "" } else { group };
+    Some((group.to_string(), resource.to_string()))
+}
+
+fn version_of(encoding_version: &str) -> &str {
+    encoding_version
+        .rsplit_once('/')
+        .map_or(encoding_version, |(_, v)| v)
+}
+
+impl World {
+    fn crd_backed(&self, group: &str, resource: &str) -> Option<&CrdInfo> {
+        self.crds
+            .values()
+            .find(|c| c.group == group && c.plural == resource)
+    }
+
+    /// What the cluster shows now, per tracked resource.
+    fn observe(&self, settings: &Settings) -> BTreeMap<(String, String), Observed> {
+        let mut out = BTreeMap::new();
+        for crd in self.crds.values() {
+            let Some(version) = &crd.storage_version else {
+                continue;
+            };
+            if settings
+                .ignored
+                .contains(&(crd.group.clone(), crd.plural.clone()))
+            {
+                continue;
+            }
+            out.insert(
+                (crd.group.clone(), crd.plural.clone()),
+                Observed {
+                    group: crd.group.clone(),
+                    resource: crd.plural.clone(),
+                    view: View::Agreed(crd.encoding(version)),
+                    source: Source::CustomResourceDefinition,
+                    stored: crd
+                        .stored_versions
+                        .iter()
+                        .map(|v| crd.encoding(v))
+                        .collect(),
+                },
+            );
+        }
+        let Some(look) = &self.look else {
+            return out;
+        };
+        let sole = self.instances.sole();
+        for (key, found) in &look.resources {
+            let Some(hash) = &found.storage_version_hash else {
+                continue;
+            };
+            if out.contains_key(key)
+                || found.group == crate::api::GROUP
+                || settings.ignored.contains(key)
+                || !["list", "patch"]
+                    .iter()
+                    .all(|verb| found.verbs.iter().any(|v| v == verb))
+            {
+                continue;
+            }
+            let per_apiserver = self
+                .storage_versions
+                .get(key)
+                .filter(|entries| self.storage_versions_synced && !entries.is_empty());
+            let (view, source) = match per_apiserver {
+                Some(entries) => {
+                    let encodings: Vec<Encoding> = entries
+                        .iter()
+                        .map(|(apiserver, encoding)| Encoding {
+                            hash: storage_version_hash(
+                                &found.group,
+                                version_of(encoding),
+                                &found.kind,
+                            ),
+                            encoding_version: encoding.clone(),
+                            apiserver: Some(apiserver.clone()),
+                        })
+                        .collect();
+                    let distinct: BTreeSet<&str> =
+                        encodings.iter().map(|e| e.hash.as_str()).collect();
+                    let view = if distinct.len() == 1 {
+                        let mut agreed = encodings[0].clone();
+                        if encodings.len() > 1 {
+                            agreed.apiserver = None;
+                        }
+                        View::Agreed(agreed)
+                    } else {
+                        View::Disagreed(encodings)
+                    };
+                    (view, Source::StorageVersionApi)
+                }
+                None => (
+                    View::Agreed(Encoding {
+                        hash: hash.clone(),
+                        encoding_version: String::new(),
+                        apiserver: sole.clone(),
+                    }),
+                    Source::Discovery,
+                ),
+            };
+            out.insert(
+                key.clone(),
+                Observed {
+                    group: found.group.clone(),
+                    resource: found.resource.clone(),
+                    view,
+                    source,
+                    stored: Vec::new(),
+                },
+            );
+        }
+        out
+    }
+
+    /// Whether a resource with a StorageState but no observation is known to be gone (and not
+    /// merely unseen: a look that missed a group, a CRD watch not yet listed).
+    fn known_gone(&self, group: &str, resource: &str) -> bool {
+        let look_complete = self.look.as_ref().is_some_and(|l| l.complete);
+        let key = (group.to_string(), resource.to_string());
+        let listed = self
+            .look
+            .as_ref()
+            .is_some_and(|l| l.resources.contains_key(&key));
+        self.crds_synced && look_complete && !listed && self.crd_backed(group, resource).is_none()
+    }
+
+    fn on_crd(&mut self, update: Update<CustomResourceDefinition>) {
+        match update {
+            Update::Applied(crd) => {
+                let name = crd.metadata.name.clone().unwrap_or_default();
+                self.crds.insert(name, CrdInfo::of(crd));
+            }
+            Update::Deleted(crd) => {
+                self.crds
+                    .remove(crd.metadata.name.as_deref().unwrap_or_default());
+                // Its resource leaves discovery too: the next look confirms it is gone.
+                self.need_look = true;
+            }
+            Update::Relisted(all) => {
+                self.crds = all
+                    .into_iter()
+                    .map(|crd| {
+                        (
+                            crd.metadata.name.clone().unwrap_or_default(),
+                            CrdInfo::of(crd),
+                        )
+                    })
+                    .collect();
+                self.crds_synced = true;
+                self.resync_crds = true;
+            }
+            Update::Failed(err) => {
+                tracing::warn!(error = %err, "the CustomResourceDefinition watch failed; it retries");
+            }
+        }
+    }
+
+    fn on_lease(&mut self, update: Update<Lease>) {
+        let identity = |lease: &Lease| {
+            (
+                lease.metadata.name.clone().unwrap_or_default(),
+                lease
+                    .spec
+                    .as_ref()
+                    .and_then(|s| s.holder_identity.clone())
+                    .unwrap_or_default(),
+            )
+        };
+        match update {
+            Update::Applied(lease) => {
+                let (name, holder) = identity(&lease);
+                if self.instances.applied(&name, &holder) {
+                    tracing::info!(apiserver = %name, instance = %holder, "a kube-apiserver instance started; looking again");
+                    self.need_look = true;
+                }
+            }
+            Update::Deleted(lease) => {
+                let (name, _) = identity(&lease);
+                tracing::info!(apiserver = %name, "a kube-apiserver instance stopped");
+                self.instances.deleted(&name);
+            }
+            Update::Relisted(all) => {
+                let leases: Vec<(String, String)> = all.iter().map(identity).collect();
+                if self.instances.relisted(&leases) {
+                    self.need_look = true;
+                }
+                self.leases_synced = true;
+            }
+            Update::Failed(err) => {
+                if self.leases_synced {
+                    tracing::warn!(error = %err, "the apiserver identity lease watch failed: every discovery poll is a full look until it is back");
+                }
+                self.leases_synced = false;
+            }
+        }
+    }
+
+    fn on_storage_version(&mut self, update: Update<StorageVersion>) {
+        let entries = |sv: &StorageVersion| -> Vec<(String, String)> {
+            sv.status
+                .as_ref()
+                .and_then(|s| s.storage_versions.as_deref())
+                .unwrap_or_default()
+                .iter()
+                .filter(|s| !s.api_server_id.is_empty() && !s.encoding_version.is_empty())
+                .map(|s| (s.api_server_id.clone(), s.encoding_version.clone()))
+                .collect()
+        };
+        let key = |sv: &StorageVersion| {
+            storage_version_resource(sv.metadata.name.as_deref().unwrap_or_default())
+        };
+        match update {
+            Update::Applied(sv) => {
+                if let Some(key) = key(&sv) {
+                    self.storage_versions.insert(key, entries(&sv));
+                }
+            }
+            Update::Deleted(sv) => {
+                if let Some(key) = key(&sv) {
+                    self.storage_versions.remove(&key);
+                }
+            }
+            Update::Relisted(all) => {
+                self.storage_versions = all
+                    .iter()
+                    .filter_map(|sv| Some((key(sv)?, entries(sv))))
+                    .collect();
+                self.storage_versions_synced = true;
+                self.instances.set_encodings_watched(true);
+            }
+            Update::Failed(err) => {
+                if self.storage_versions_synced {
+                    tracing::warn!(error = %err, "the StorageVersion watch failed; it retries");
+                }
+                self.storage_versions_synced = false;
+                self.instances.set_encodings_watched(false);
+            }
+        }
+    }
+
+    fn on_signal(&mut self, signal: Signal) {
+        match signal {
+            Signal::Crd(update) => self.on_crd(*update),
+            Signal::Lease(update) => self.on_lease(update),
+            Signal::StorageVersion(update) => self.on_storage_version(update),
+        }
+    }
+}
+
+/// The trigger of one leadership term.
+pub struct Trigger {
+    cluster: ClusterClient,
+    states: Arc<Store<StorageStateStrategy>>,
+    migrations: Arc<Store<MigrationStrategy>>,
+    history: HashHistory,
+    settings: Settings,
+    metrics: TriggerMetrics,
+}
+
+/// How long the start waits for a watch's first list before going on without it (a
+/// forbidden or missing API must not stop the trigger).
+const FIRST_LIST_WAIT: Duration = Duration::from_secs(10);
+
+impl Trigger {
+    pub fn new(
+        cluster: ClusterClient,
+        states: Arc<Store<StorageStateStrategy>>,
+        migrations: Arc<Store<MigrationStrategy>>,
+        storage: Arc<dyn Storage>,
+        prefix: &str,
+        settings: Settings,
+        metrics: TriggerMetrics,
+    ) -> Self {
+        Self {
+            cluster,
+            states,
+            migrations,
+            history: HashHistory::new(storage, prefix),
+            settings,
+            metrics,
+        }
+    }
+
+    /// Runs until `shutdown` fires.
+    pub async fn run(self, shutdown: CancellationToken) {
+        let (signals_tx, mut signals) = mpsc::channel::<Signal>(1024);
+        let (local_tx, mut local) = mpsc::channel::<()>(16);
+        let mut tasks: Vec<JoinHandle<()>> = vec![
+            watches::watch_crds(self.cluster.kube().clone(), signals_tx.clone()),
+            watches::watch_identity_leases(self.cluster.kube().clone(), signals_tx.clone()),
+            tokio::spawn(watch_migrations(self.migrations.clone(), local_tx)),
+        ];
+        let mut world = World::default();
+        let mut discovery = Discovery::new(self.cluster.clone());
+        let mut reconciler = reconcile::Reconciler::new(&self);
+
+        // Start: what was recorded, the first lists, the first look.
+        let Some(recorded) = self.read_records(&shutdown).await else {
+            stop(tasks);
+            return;
+        };
+        reconciler.set_last_seqs(recorded.0);
+        let mut answered = (false, false);
+        let deadline = Instant::now() + FIRST_LIST_WAIT;
+        while !(answered.0 && answered.1) {
+            tokio::select! {
+                _ = shutdown.cancelled() => { stop(tasks); return; }
+                _ = tokio::time::sleep_until(deadline) => {
+                    tracing::warn!(crds = answered.0, leases = answered.1, "going on without every watch's first list");
+                    break;
+                }
+                Some(signal) = signals.recv() => {
+                    match &signal {
+                        Signal::Crd(update) if matches!(**update, Update::Relisted(_) | Update::Failed(_)) => answered.0 = true,
+                        Signal::Lease(Update::Relisted(_) | Update::Failed(_)) => answered.1 = true,
+                        _ => {}
+                    }
+                    world.on_signal(signal);
+                }
+            }
+        }
+        let mut storage_version_watch: Option<JoinHandle<()>> = None;
+        loop {
+            if self.look(&mut world, &mut discovery, true).await {
+                break;
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => { stop(tasks); return; }
+                _ = tokio::time::sleep(self.settings.discovery_interval.min(Duration::from_secs(5))) => {}
+            }
+        }
+        if world.look.as_ref().is_some_and(|l| l.storage_version_api) {
+            storage_version_watch = Some(watches::watch_storage_versions(
+                self.cluster.kube().clone(),
+                signals_tx.clone(),
+            ));
+            let deadline = Instant::now() + FIRST_LIST_WAIT;
+            while !world.storage_versions_synced {
+                tokio::select! {
+                    _ = shutdown.cancelled() => { stop(tasks); return; }
+                    _ = tokio::time::sleep_until(deadline) => break,
+                    Some(signal) = signals.recv() => {
+                        let failed = matches!(signal, Signal::StorageVersion(Update::Failed(_)));
+                        world.on_signal(signal);
+                        if failed { break; }
+                    }
+                }
+            }
+        }
+        if let Some(record) = recorded.1 {
+            let away = chrono::DateTime::parse_from_rfc3339(&record.last_vouched)
+                .ok()
+                .and_then(|t| {
+                    (chrono::Utc::now() - t.with_timezone(&chrono::Utc))
+                        .to_std()
+                        .ok()
+                        .or(Some(Duration::ZERO))
+                });
+            world
+                .instances
+                .compare_with_record(&record, away, self.settings.vouch_window);
+        }
+        tracing::info!(
+            resources = world.observe(&self.settings).len(),
+            crds = world.crds.len(),
+            apiservers = ?world.instances.sole(),
+            storage_version_api = world.storage_versions_synced,
+            "trigger started"
+        );
+
+        let mut poll = tokio::time::interval(self.settings.discovery_interval);
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        poll.tick().await;
+        // Conflicts and unfinished work are retried on this tick.
+        let mut retry = tokio::time::interval(Duration::from_secs(1));
+        retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut dirty = true;
+        loop {
+            if world.need_look {
+                self.look(&mut world, &mut discovery, false).await;
+                dirty = true;
+            }
+            if world.look.as_ref().is_some_and(|l| l.storage_version_api)
+                && storage_version_watch.is_none()
+            {
+                storage_version_watch = Some(watches::watch_storage_versions(
+                    self.cluster.kube().clone(),
+                    signals_tx.clone(),
+                ));
+            }
+            if dirty {
+                dirty = !reconciler.reconcile(&mut world).await;
+            }
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                Some(signal) = signals.recv() => {
+                    world.on_signal(signal);
+                    // Take whatever else is queued before acting on it.
+                    while let Ok(signal) = signals.try_recv() {
+                        world.on_signal(signal);
+                    }
+                    dirty = true;
+                }
+                Some(()) = local.recv() => {
+                    while local.try_recv().is_ok() {}
+                    dirty = true;
+                }
+                _ = poll.tick() => {
+                    match discovery.poll().await {
+                        Ok(changed) => {
+                            if changed || !world.leases_synced {
+                                world.need_look = true;
+                            }
+                        }
+                        Err(err) => tracing::warn!(error = %err, "discovery poll failed"),
+                    }
+                    self.count_discovery(&mut discovery);
+                    dirty = true;
+                }
+                _ = retry.tick(), if dirty => {}
+            }
+        }
+        if let Some(task) = storage_version_watch {
+            tasks.push(task);
+        }
+        stop(tasks);
+    }
+
+    /// The hash history and the observer record, retried until storage answers.
+    #[allow(clippy::type_complexity)]
+    async fn read_records(
+        &self,
+        shutdown: &CancellationToken,
+    ) -> Option<(
+        BTreeMap<(String, String), u64>,
+        Option<history::ObserverRecord>,
+    )> {
+        loop {
+            let read = async {
+                let all = self.history.read_all().await?;
+                let record = self.history.read_observer().await?;
+                Ok::<_, crate::storage::StorageError>((all, record))
+            };
+            match read.await {
+                Ok((all, record)) => {
+                    let seqs = all
+                        .into_iter()
+                        .map(|(key, entries)| (key, entries.last().map_or(0, |e| e.seq)))
+                        .collect();
+                    return Some((seqs, record));
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, "reading the hash history failed; retrying");
+                    tokio::select! {
+                        _ = shutdown.cancelled() => return None,
+                        _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    }
+                }
+            }
+        }
+    }
+
+    /// One look at every group's hashes. Returns whether it succeeded.
+    async fn look(&self, world: &mut World, discovery: &mut Discovery, first: bool) -> bool {
+        let ticket = world.instances.start_look();
+        let result = if first {
+            match discovery.poll().await {
+                Ok(_) => discovery.look().await,
+                Err(err) => Err(err),
+            }
+        } else {
+            discovery.look().await
+        };
+        self.count_discovery(discovery);
+        match result {
+            Ok(look) => {
+                world.instances.finish_look(&ticket);
+                world.look = Some(look);
+                world.need_look = false;
+                self.metrics.looks.inc();
+                true
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "looking at discovery failed; trying again");
+                false
+            }
+        }
+    }
+
+    fn count_discovery(&self, discovery: &mut Discovery) {
+        let counts = std::mem::take(&mut discovery.counts);
+        for (result, n) in [
+            ("not_modified", counts.not_modified),
+            ("fetched", counts.fetched),
+            ("group_version", counts.group_versions),
+        ] {
+            if n > 0 {
+                self.metrics
+                    .discovery_requests
+                    .get_or_create(&ResultLabel {
+                        result: result.into(),
+                    })
+                    .inc_by(n);
+            }
+        }
+    }
+}
+
+fn stop(tasks: Vec<JoinHandle<()>>) {
+    for task in tasks {
+        task.abort();
+    }
+}
+
+/// Wakes the trigger on every change of a migration (a success narrows persisted hashes at
+/// once), relisting after a gap.
+async fn watch_migrations(migrations: Arc<Store<MigrationStrategy>>, wake: mpsc::Sender<()>) {
+    loop {
+        let Ok((_, revision)) = migrations.list_all().await else {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            continue;
+        };
+        if wake.send(()).await.is_err() {
+            return;
+        }
+        let Ok(mut changes) = migrations.watch(revision).await else {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            continue;
+        };
+        while let Some(change) = changes.next().await {
+            match change {
+                Ok(crate::registry::store::StoreEvent::Progress(_)) => {}
+                Ok(_) => {
+                    if wake.send(()).await.is_err() {
+                        return;
+                    }
+                }
+                Err(_) => break,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn resource_lists_and_storage_version_names_parse() {
+        assert_eq!(
+            parse_resources("events, events.events.k8s.io,,deployments.apps"),
+            [
+                ("".to_string(), "events".to_string()),
+                ("events.k8s.io".into(), "events".into()),
+                ("apps".into(), "deployments".into())
+            ]
+        );
+        assert_eq!(
+            storage_version_resource("core.configmaps"),
+            Some(("".into(), "configmaps".into()))
+        );
+        assert_eq!(
+            storage_version_resource("internal.apiserver.k8s.io.storageversions"),
+            Some(("internal.apiserver.k8s.io".into(), "storageversions".into()))
+        );
+        assert_eq!(version_of("apps/v1"), "v1");
+        assert_eq!(version_of("v1"), "v1");
+    }
+}

@@ -155,11 +155,15 @@ impl Harness {
     }
 }
 
-/// `--kubeconfig=<file>` followed by `flags`.
+/// `--kubeconfig=<file>` followed by `flags`. The migrator's tests run manual migrations
+/// only (`--controllers=migrator`, as in-tree Kubernetes does) unless `flags` choose.
 fn cluster_flags(kubeconfig: &std::path::Path, flags: &[&str]) -> Vec<String> {
-    std::iter::once(format!("--kubeconfig={}", kubeconfig.display()))
-        .chain(flags.iter().map(|f| f.to_string()))
-        .collect()
+    let mut args = vec![format!("--kubeconfig={}", kubeconfig.display())];
+    if !flags.iter().any(|f| f.starts_with("--controllers")) {
+        args.push("--controllers=migrator".into());
+    }
+    args.extend(flags.iter().map(|f| f.to_string()));
+    args
 }
 
 fn start_server(

@@ -1,0 +1,444 @@
+//! Applying the trigger's plans through the registry (so validation, resourceVersions and
+//! watch events stay one code path): StorageStates with their history entries in one
+//! transaction, the trigger's migrations, and a CRD's `status.storedVersions`.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Api;
+use kube::api::PostParams;
+use tokio::time::Instant;
+
+use crate::api::migration::{
+    GroupVersionResource, MigrationSpec, MigrationStrategy, StorageVersionMigration,
+};
+use crate::api::storagestate::{
+    GroupResource, StorageState, StorageStateSpec, StorageStateStatus, StorageStateStrategy,
+    UNKNOWN_HASH,
+};
+use crate::cluster::ClusterClient;
+use crate::registry::rest::Preconditions;
+use crate::registry::{ApiError, Store};
+
+use super::history::{HashHistory, ObserverRecord, Source};
+use super::metrics::{SourceLabel, TriggerMetrics};
+use super::plan::{
+    HASH_ANNOTATION, HISTORY_SEQ_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL, Observed,
+    OwnedMigration, plan_migrations, plan_state,
+};
+use super::{CrdInfo, Settings, Trigger, World};
+
+pub(super) struct Reconciler {
+    cluster: ClusterClient,
+    states: Arc<Store<StorageStateStrategy>>,
+    migrations: Arc<Store<MigrationStrategy>>,
+    history: HashHistory,
+    settings: Settings,
+    metrics: TriggerMetrics,
+    /// The last history sequence number of each resource.
+    last_seq: BTreeMap<(String, String), u64>,
+    /// `Unknown` entries owed to built-in resources (reasons), until written.
+    owed_unknown: BTreeMap<(String, String), Vec<String>>,
+    /// When the observer record was last written, and what it said of the instances.
+    last_record: Option<(Instant, ObserverRecord)>,
+}
+
+fn key_of(observed: &Observed) -> (String, String) {
+    (observed.group.clone(), observed.resource.clone())
+}
+
+fn heartbeat_due(state: &StorageState, interval: Duration) -> bool {
+    let Some(last) = &state.status.last_heartbeat_time else {
+        return true;
+    };
+    let now = k8s_openapi::jiff::Timestamp::now();
+    now.duration_since(last.0)
+        .try_into()
+        .map_or(true, |elapsed: Duration| elapsed >= interval)
+}
+
+fn safe(status: &StorageStateStatus) -> bool {
+    status.current_storage_version_hash != UNKNOWN_HASH
+        && !status.current_storage_version_hash.is_empty()
+        && status.persisted_storage_version_hashes == [status.current_storage_version_hash.clone()]
+}
+
+impl Reconciler {
+    pub(super) fn new(trigger: &Trigger) -> Self {
+        Self {
+            cluster: trigger.cluster.clone(),
+            states: trigger.states.clone(),
+            migrations: trigger.migrations.clone(),
+            history: trigger.history.clone(),
+            settings: trigger.settings.clone(),
+            metrics: trigger.metrics.clone(),
+            last_seq: BTreeMap::new(),
+            owed_unknown: BTreeMap::new(),
+            last_record: None,
+        }
+    }
+
+    pub(super) fn set_last_seqs(&mut self, seqs: BTreeMap<(String, String), u64>) {
+        self.last_seq = seqs;
+    }
+
+    /// One pass over every resource. Returns whether everything was done (otherwise the
+    /// caller comes back soon: a conflict, a storage hiccup).
+    pub(super) async fn reconcile(&mut self, world: &mut World) -> bool {
+        let observed = world.observe(&self.settings);
+        if world.look.is_some() {
+            let reasons = world.instances.take_unvouched();
+            if !reasons.is_empty() {
+                tracing::warn!(?reasons, "recording Unknown for every built-in resource");
+                for (key, o) in &observed {
+                    if o.source != Source::CustomResourceDefinition {
+                        self.owed_unknown
+                            .entry(key.clone())
+                            .or_default()
+                            .extend(reasons.iter().cloned());
+                    }
+                }
+            }
+        }
+        let (states, migrations) = match (
+            self.states.list_all().await,
+            self.migrations.list_all().await,
+        ) {
+            (Ok((states, _)), Ok((migrations, _))) => (states, migrations),
+            (Err(err), _) | (_, Err(err)) => {
+                tracing::warn!(error = %err, "reading StorageStates and migrations failed");
+                return false;
+            }
+        };
+        let by_name: BTreeMap<String, &StorageState> = states
+            .iter()
+            .map(|s| (s.metadata.name.clone().unwrap_or_default(), s))
+            .collect();
+        let mut done = true;
+        let mut safe_count = 0;
+        for observed in observed.values() {
+            let crd = world
+                .crd_backed(&observed.group, &observed.resource)
+                .cloned();
+            match self
+                .reconcile_one(
+                    observed,
+                    by_name
+                        .get(&StorageState::name_for(&observed.group, &observed.resource))
+                        .copied(),
+                    &migrations,
+                    crd.as_ref(),
+                    world.resync_crds,
+                )
+                .await
+            {
+                Ok(status) => safe_count += i64::from(safe(&status)),
+                Err(err) => {
+                    tracing::info!(resource = %StorageState::name_for(&observed.group, &observed.resource), error = %err, "reconcile deferred");
+                    done = false;
+                }
+            }
+        }
+        for state in &states {
+            let resource = &state.spec.resource;
+            let key = (resource.group.clone(), resource.resource.clone());
+            if !observed.contains_key(&key)
+                && world.known_gone(&key.0, &key.1)
+                && let Err(err) = self.forget(state, &migrations).await
+            {
+                tracing::info!(error = %err, "removing a StorageState deferred");
+                done = false;
+            }
+        }
+        if done {
+            world.resync_crds = false;
+        }
+        self.metrics.resources.set(observed.len() as i64);
+        self.metrics.safe_resources.set(safe_count);
+        self.maybe_write_record(world).await;
+        done
+    }
+
+    /// Plans and applies one resource; returns its status as written.
+    async fn reconcile_one(
+        &mut self,
+        observed: &Observed,
+        state: Option<&StorageState>,
+        migrations: &[StorageVersionMigration],
+        crd: Option<&CrdInfo>,
+        resync_crds: bool,
+    ) -> Result<StorageStateStatus, ApiError> {
+        let key = key_of(observed);
+        let name = StorageState::name_for(&observed.group, &observed.resource);
+        let owed = self.owed_unknown.get(&key).map(|reasons| {
+            let mut unique: Vec<&String> = Vec::new();
+            for r in reasons {
+                if !unique.contains(&r) {
+                    unique.push(r);
+                }
+            }
+            unique
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join("; ")
+        });
+        let plan = plan_state(
+            state,
+            observed,
+            owed.as_deref(),
+            resync_crds && crd.is_some(),
+        );
+        let last_seq = self.last_seq.get(&key).copied().unwrap_or(0);
+        let mut status = StorageStateStatus {
+            persisted_storage_version_hashes: plan.persisted.clone(),
+            current_storage_version_hash: plan.current.clone(),
+            last_heartbeat_time: state.and_then(|s| s.status.last_heartbeat_time.clone()),
+        };
+        let due = state.is_none_or(|s| heartbeat_due(s, self.settings.heartbeat_interval));
+        let mut stored = match state {
+            Some(s) => (*s).clone(),
+            None => self.create_state(&name, observed).await?,
+        };
+        if plan.changes(state) || due || stored.status != status {
+            if due || plan.changes(state) {
+                status.last_heartbeat_time = Some(crate::registry::now_time());
+            }
+            let (ops, entries) =
+                self.history
+                    .append(&observed.group, &observed.resource, last_seq, &plan.entries);
+            let mut next = stored.clone();
+            next.status = status.clone();
+            stored = self.states.update_status_with(next, ops).await?;
+            if !entries.is_empty() {
+                for entry in &entries {
+                    tracing::info!(resource = %name, hash = %entry.hash, source = ?entry.source, reason = %entry.reason, "storage-version hash recorded");
+                    self.metrics
+                        .history_entries
+                        .get_or_create(&SourceLabel {
+                            source: format!("{:?}", entry.source),
+                        })
+                        .inc();
+                }
+                self.last_seq
+                    .insert(key.clone(), last_seq + entries.len() as u64);
+            }
+            self.owed_unknown.remove(&key);
+        }
+        let last_seq = self.last_seq.get(&key).copied().unwrap_or(0);
+        let owned: Vec<OwnedMigration> = migrations
+            .iter()
+            .filter_map(|m| OwnedMigration::of(m, &observed.group, &observed.resource))
+            .collect();
+        let current = stored.status.current_storage_version_hash.clone();
+        let mplan = plan_migrations(
+            &name,
+            &current,
+            &stored.status.persisted_storage_version_hashes,
+            last_seq,
+            &owned,
+        );
+        for stale in &mplan.delete {
+            self.delete_migration(stale).await?;
+        }
+        if let Some(migration) = &mplan.create {
+            self.create_migration(migration, observed, &current, last_seq)
+                .await?;
+        }
+        if mplan.narrow {
+            if let Some(crd) = crd
+                && !self.narrow_stored_versions(crd, &current).await
+            {
+                return Err(ApiError::Internal(format!(
+                    "narrowing {}'s storedVersions: retrying",
+                    crd.object.metadata.name.as_deref().unwrap_or_default()
+                )));
+            }
+            let mut next = stored.clone();
+            next.status.persisted_storage_version_hashes = vec![current.clone()];
+            next.status.last_heartbeat_time = Some(crate::registry::now_time());
+            stored = self.states.update_status(next).await?;
+            tracing::info!(resource = %name, hash = %current, "every stored object is in the current storage version");
+        }
+        if let Some(crd) = crd
+            && safe(&stored.status)
+            && crd.stored_versions.len() > 1
+        {
+            // Safe already (e.g. after a restart): the CRD's record can narrow too.
+            self.narrow_stored_versions(crd, &current).await;
+        }
+        Ok(stored.status)
+    }
+
+    /// A new StorageState: created with persisted `["Unknown"]` (the strategy's default);
+    /// the first observation is written next, with its history entry.
+    async fn create_state(
+        &self,
+        name: &str,
+        observed: &Observed,
+    ) -> Result<StorageState, ApiError> {
+        let state = StorageState {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                ..Default::default()
+            },
+            spec: StorageStateSpec {
+                resource: GroupResource {
+                    group: observed.group.clone(),
+                    resource: observed.resource.clone(),
+                },
+            },
+            status: StorageStateStatus::default(),
+        };
+        match self.states.create(state).await {
+            Ok(created) => Ok(created),
+            Err(ApiError::AlreadyExists { .. }) => self
+                .states
+                .get(name)
+                .await?
+                .ok_or_else(|| ApiError::Internal(format!("StorageState {name} vanished"))),
+            Err(err) => Err(err),
+        }
+    }
+
+    async fn create_migration(
+        &self,
+        name: &str,
+        observed: &Observed,
+        hash: &str,
+        seq: u64,
+    ) -> Result<(), ApiError> {
+        let migration = StorageVersionMigration {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                labels: Some([(MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string())].into()),
+                annotations: Some(
+                    [
+                        (HISTORY_SEQ_ANNOTATION.to_string(), seq.to_string()),
+                        (HASH_ANNOTATION.to_string(), hash.to_string()),
+                    ]
+                    .into(),
+                ),
+                ..Default::default()
+            },
+            spec: MigrationSpec {
+                resource: GroupVersionResource {
+                    group: observed.group.clone(),
+                    version: String::new(),
+                    resource: observed.resource.clone(),
+                },
+                continue_token: String::new(),
+            },
+            status: Default::default(),
+        };
+        match self.migrations.create(migration).await {
+            Ok(_) => {
+                tracing::info!(migration = %name, %hash, "migration created");
+                self.metrics.migrations_created.inc();
+                Ok(())
+            }
+            // Another leader's term (or an earlier pass) created it: the same migration.
+            Err(ApiError::AlreadyExists { .. }) => Ok(()),
+            Err(err) => Err(err),
+        }
+    }
+
+    async fn delete_migration(&self, name: &str) -> Result<(), ApiError> {
+        match self
+            .migrations
+            .delete(name, &Preconditions::default())
+            .await
+        {
+            Ok(_) | Err(ApiError::NotFound { .. }) => {
+                tracing::info!(migration = %name, "stale migration deleted");
+                Ok(())
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// A StorageState whose resource is no longer served: it and the trigger's migrations of
+    /// it go (the history stays).
+    async fn forget(
+        &mut self,
+        state: &StorageState,
+        migrations: &[StorageVersionMigration],
+    ) -> Result<(), ApiError> {
+        let resource = &state.spec.resource;
+        for m in migrations
+            .iter()
+            .filter_map(|m| OwnedMigration::of(m, &resource.group, &resource.resource))
+        {
+            self.delete_migration(&m.name).await?;
+        }
+        let name = state.metadata.name.clone().unwrap_or_default();
+        match self.states.delete(&name, &Preconditions::default()).await {
+            Ok(_) | Err(ApiError::NotFound { .. }) => {
+                tracing::info!(resource = %name, "resource no longer served; StorageState removed");
+                Ok(())
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// `status.storedVersions` of the CRD narrowed to its storage version (whose hash is
+    /// `hash`), with the CRD's resourceVersion as the precondition. Returns false when it
+    /// must be tried again (a conflict: the CRD changed; the watch brings the new one).
+    async fn narrow_stored_versions(&self, crd: &CrdInfo, hash: &str) -> bool {
+        let Some(version) = &crd.storage_version else {
+            return true;
+        };
+        if crd.encoding(version).hash != hash || crd.stored_versions == [version.clone()] {
+            return true;
+        }
+        let mut object: CustomResourceDefinition = crd.object.clone();
+        let mut status = object.status.clone().unwrap_or_default();
+        status.stored_versions = Some(vec![version.clone()]);
+        object.status = Some(status);
+        let name = object.metadata.name.clone().unwrap_or_default();
+        let api: Api<CustomResourceDefinition> = Api::all(self.cluster.kube().clone());
+        match api
+            .replace_status(&name, &PostParams::default(), &object)
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(crd = %name, %version, "status.storedVersions narrowed");
+                true
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 => false,
+            Err(err) => {
+                // Forbidden or refused: the StorageState is still true; the CRD keeps its
+                // longer list (and a later start migrates those versions once more).
+                tracing::warn!(crd = %name, error = %err, "narrowing status.storedVersions failed");
+                true
+            }
+        }
+    }
+
+    /// Writes what is vouched for, when everything is accounted for, at heartbeat pace or when
+    /// the instances changed.
+    async fn maybe_write_record(&mut self, world: &World) {
+        if !world.leases_synced || !world.instances.all_accounted() || !self.owed_unknown.is_empty()
+        {
+            return;
+        }
+        let record = world.instances.record();
+        let due = match &self.last_record {
+            None => true,
+            Some((at, last)) => {
+                last.instances != record.instances
+                    || at.elapsed() >= self.settings.heartbeat_interval
+            }
+        };
+        if !due {
+            return;
+        }
+        match self.history.write_observer(&record).await {
+            Ok(()) => self.last_record = Some((Instant::now(), record)),
+            Err(err) => tracing::warn!(error = %err, "writing the observer record failed"),
+        }
+    }
+}
