@@ -157,3 +157,56 @@ async fn storage_versions_report_agreement_and_disagreement() {
         404
     );
 }
+
+/// A built-in's storage version changes only when kube-apiserver restarts with a new binary
+/// or flags: moving it (on every instance, or on one) replaces the identity leases.
+#[tokio::test]
+async fn moving_a_builtin_storage_version_restarts_the_apiservers() {
+    let double = KubeDouble::start().await.unwrap();
+    let client = kube_client(&double).await;
+    let leases: Api<Lease> = Api::namespaced(client, "kube-system");
+    let selector = ListParams::default().labels("apiserver.kubernetes.io/identity=kube-apiserver");
+    let second = double.add_apiserver("vm2").unwrap();
+    let holders = |items: Vec<Lease>| -> std::collections::BTreeMap<String, String> {
+        items
+            .into_iter()
+            .map(|l| {
+                (
+                    l.metadata.name.unwrap_or_default(),
+                    l.spec.and_then(|s| s.holder_identity).unwrap_or_default(),
+                )
+            })
+            .collect()
+    };
+    let before = holders(leases.list(&selector).await.unwrap().items);
+    assert_eq!(before.len(), 2);
+
+    double.set_storage_version("configmaps", "v2").unwrap();
+    let after = holders(leases.list(&selector).await.unwrap().items);
+    assert_eq!(after.len(), 2);
+    for (name, holder) in &before {
+        assert_ne!(&after[name], holder, "{name} restarted");
+    }
+    // Custom resources move through their CRD: no restart.
+    double
+        .create_crd(kube_double::crd::manifest(
+            "example.test",
+            "widgets",
+            "Widget",
+            &["v1", "v2"],
+        ))
+        .unwrap();
+    double
+        .set_storage_version("widgets.example.test", "v2")
+        .unwrap();
+    assert_eq!(holders(leases.list(&selector).await.unwrap().items), after);
+
+    // One instance's encoding: only it restarts.
+    double
+        .set_apiserver_storage_version(&second, "configmaps", "v3")
+        .unwrap();
+    let last = holders(leases.list(&selector).await.unwrap().items);
+    assert_ne!(last[&second], after[&second]);
+    let first = double.first_apiserver().to_string();
+    assert_eq!(last[&first], after[&first]);
+}

@@ -70,3 +70,36 @@ async fn counters_track_requests_bytes_writes_and_list_pages() {
     assert_eq!(admin["writesSkipped"], 1);
     assert_eq!(double.counters().total_requests, 8);
 }
+
+#[tokio::test]
+async fn answers_are_counted_by_status_code() {
+    let double = start_with_widgets().await;
+    double.reset_counters();
+    let http = Http::new(&double);
+    let accept = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+    let first = http.get_accept("/apis", accept).await;
+    assert_eq!(first.status, 200);
+    let etag = first.header("etag").expect("etag").to_string();
+    for _ in 0..3 {
+        let again = http
+            .send(
+                "GET",
+                "/apis",
+                &[("Accept", accept), ("If-None-Match", &etag)],
+                None,
+            )
+            .await;
+        assert_eq!(again.status, 304);
+    }
+    assert_eq!(
+        http.get("/api/v1/namespaces/demo/configmaps/missing")
+            .await
+            .status,
+        404
+    );
+    let c = double.counters();
+    assert_eq!(c.responses_for("get", "/apis", 200), 1);
+    assert_eq!(c.responses_for("get", "/apis", 304), 3);
+    assert_eq!(c.responses_for("get", "configmaps", 404), 1);
+    assert_eq!(c.requests_for("get", "/apis"), 4);
+}

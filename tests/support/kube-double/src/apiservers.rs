@@ -138,14 +138,16 @@ impl Engine {
     }
 
     /// Makes one instance encode `gr` in `version` (the others keep theirs): the
-    /// disagreement of a rolling upgrade.
+    /// disagreement of a rolling upgrade. kube-apiserver fixes its storage versions when it
+    /// starts (they come with the binary and its flags), so the instance restarts: its
+    /// identity lease is replaced (recording 12).
     pub fn set_apiserver_encoding(
         &self,
         id: &str,
         gr: &GroupResource,
         version: &str,
     ) -> ApiResult<()> {
-        {
+        let hostname = {
             let mut servers = self.lock_apiservers();
             let server = servers
                 .servers
@@ -153,7 +155,10 @@ impl Engine {
                 .find(|s| s.id == id)
                 .ok_or_else(|| StatusError::not_found_in("coordination.k8s.io", "leases", id))?;
             server.encodings.insert(gr.clone(), version.to_string());
-        }
+            server.hostname.clone()
+        };
+        self.delete_identity_lease(id)?;
+        self.write_identity_lease(id, &hostname)?;
         self.refresh_storage_versions()
     }
 
@@ -172,15 +177,28 @@ impl Engine {
     }
 
     /// Sets the storage version of a built-in resource on every instance (a finished upgrade).
+    /// Storage versions are fixed when kube-apiserver starts, so every instance restarts, one
+    /// after the other as a rolling upgrade does: each identity lease is replaced (recording
+    /// 12) once the instance encodes in the new version.
     pub fn set_builtin_storage_version(&self, gr: &GroupResource, version: &str) -> ApiResult<()> {
-        {
+        let instances: Vec<(String, String)> = {
             let mut servers = self.lock_apiservers();
             servers.defaults.insert(gr.clone(), version.to_string());
             for s in servers.servers.iter_mut() {
                 s.encodings.remove(gr);
             }
+            servers
+                .servers
+                .iter()
+                .map(|s| (s.id.clone(), s.hostname.clone()))
+                .collect()
+        };
+        self.refresh_storage_versions()?;
+        for (id, hostname) in instances {
+            self.delete_identity_lease(&id)?;
+            self.write_identity_lease(&id, &hostname)?;
         }
-        self.refresh_storage_versions()
+        Ok(())
     }
 
     pub fn apiserver_ids(&self) -> Vec<String> {

@@ -42,6 +42,9 @@ pub struct CountersSnapshot {
     /// "<verb> <resource>" (resource `configmaps`, `deployments.apps`; non-resource paths
     /// count as their path, e.g. "get /apis").
     pub requests: BTreeMap<String, u64>,
+    /// "<verb> <resource or path> <code>": answers by status code (e.g. "get /apis 304"),
+    /// for requests that reached a handler (injected faults are counted apart).
+    pub responses: BTreeMap<String, u64>,
     pub total_requests: u64,
     pub bytes_in: u64,
     pub bytes_out: u64,
@@ -56,6 +59,7 @@ pub struct CountersSnapshot {
 #[derive(Default)]
 pub struct Metrics {
     requests: Mutex<BTreeMap<String, u64>>,
+    responses: Mutex<BTreeMap<String, u64>>,
     total: AtomicU64,
     bytes_in: AtomicU64,
     bytes_out: AtomicU64,
@@ -102,6 +106,12 @@ impl Metrics {
         lock(&self.window).note(Instant::now());
     }
 
+    pub fn response(&self, verb: &str, resource: &str, code: u16) {
+        *lock(&self.responses)
+            .entry(format!("{verb} {resource} {code}"))
+            .or_default() += 1;
+    }
+
     pub fn bytes_in(&self, n: u64) {
         self.bytes_in.fetch_add(n, Ordering::Relaxed);
     }
@@ -135,6 +145,7 @@ impl Metrics {
     pub fn snapshot(&self) -> CountersSnapshot {
         CountersSnapshot {
             requests: lock(&self.requests).clone(),
+            responses: lock(&self.responses).clone(),
             total_requests: self.total.load(Ordering::Relaxed),
             bytes_in: self.bytes_in.load(Ordering::Relaxed),
             bytes_out: self.bytes_out.load(Ordering::Relaxed),
@@ -150,6 +161,7 @@ impl Metrics {
     /// Zeroes every counter and forgets the list log (e.g. after a test's setup phase).
     pub fn reset(&self) {
         lock(&self.requests).clear();
+        lock(&self.responses).clear();
         self.total.store(0, Ordering::Relaxed);
         self.bytes_in.store(0, Ordering::Relaxed);
         self.bytes_out.store(0, Ordering::Relaxed);
@@ -168,6 +180,14 @@ impl CountersSnapshot {
     pub fn requests_for(&self, verb: &str, resource: &str) -> u64 {
         self.requests
             .get(&format!("{verb} {resource}"))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Answers with `code` to `verb` on `resource` (or a path such as `/apis`).
+    pub fn responses_for(&self, verb: &str, resource: &str, code: u16) -> u64 {
+        self.responses
+            .get(&format!("{verb} {resource} {code}"))
             .copied()
             .unwrap_or(0)
     }

@@ -152,6 +152,7 @@ async fn handle(
     };
     engine.metrics.bytes_in(body.len() as u64);
 
+    let counts_response = !matches!(route, Route::Admin(_));
     let accept = parts
         .headers
         .get(header::ACCEPT)
@@ -211,6 +212,11 @@ async fn handle(
             .await
         }
     };
+    if counts_response {
+        engine
+            .metrics
+            .response(&verb, &counted, response.status().as_u16());
+    }
     Ok(response)
 }
 
