@@ -1,0 +1,16 @@
+//! Integration tests of the trigger: the real `svm-apiserver` binary (trigger and migrator on,
+//! its store on a real etcd) against the kube-apiserver test double. Each scenario asserts the
+//! StorageStates, the hash history (read from the documented etcd prefix), the migrations
+//! created, and that the "safe" verdict (persisted == [current]) is never reported while the
+//! double's read-back still shows an object in an older encoding.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+#[path = "../migrator/harness.rs"]
+#[allow(dead_code)]
+mod harness;
+
+mod world;
+
+mod changes;

@@ -1,0 +1,241 @@
+//! A trigger test's world: an etcd, the double, the server with the trigger on, and readers of
+//! what the server recorded.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use kube_double::KubeDouble;
+use serde_json::Value;
+use svm_apiserver::storage::etcd::{EtcdOptions, EtcdStorage};
+use svm_apiserver::trigger::history::{HashHistory, HistoryEntry};
+
+use crate::harness::{Harness, tail};
+use crate::support::etcd::EtcdServer;
+use crate::support::server::Backend;
+
+pub const STATES: &str = "/apis/storagemigration.k8s.io/v1/storagestates";
+pub const SVMS: &str = "/apis/storagemigration.k8s.io/v1/storageversionmigrations";
+
+pub struct World {
+    pub etcd: EtcdServer,
+    pub prefix: String,
+    pub h: Harness,
+    history: HashHistory,
+    /// Set by the safety checker when it saw a safe verdict with old objects stored.
+    violation: Arc<std::sync::Mutex<Option<String>>>,
+    stop_checker: Arc<AtomicBool>,
+}
+
+/// Flags every trigger test runs with (fast polls, unthrottled migrations).
+pub const FAST: &[&str] = &[
+    "--controllers=trigger,migrator",
+    "--discovery-interval=1s",
+    "--qps=0",
+    "--workers=4",
+    "--chunk-size=100",
+];
+
+impl World {
+    pub async fn start(double: KubeDouble, flags: &[&str]) -> World {
+        let etcd = EtcdServer::start();
+        let prefix = format!("/svm-trigger-{}", uuid::Uuid::new_v4());
+        Self::start_on(etcd, prefix, double, flags).await
+    }
+
+    pub async fn start_on(
+        etcd: EtcdServer,
+        prefix: String,
+        double: KubeDouble,
+        flags: &[&str],
+    ) -> World {
+        let endpoint = etcd.endpoint();
+        let mut all: Vec<&str> = FAST.to_vec();
+        all.extend_from_slice(flags);
+        let h = Harness::start_on(double, Backend::EtcdShared(&endpoint, &prefix), &all);
+        let storage = EtcdStorage::connect(&[endpoint], EtcdOptions::default())
+            .await
+            .expect("etcd client");
+        let history = HashHistory::new(Arc::new(storage), &prefix);
+        let world = World {
+            etcd,
+            prefix,
+            h,
+            history,
+            violation: Arc::default(),
+            stop_checker: Arc::default(),
+        };
+        world.spawn_safety_checker();
+        world
+    }
+
+    /// Polls every StorageState; whenever one says safe, the double's read-back must show
+    /// every object of the resource in the current storage version.
+    fn spawn_safety_checker(&self) {
+        let http = self.h.http.clone();
+        let url = self.h.url(STATES);
+        let engine = self.h.double.engine().clone();
+        let violation = self.violation.clone();
+        let stop = self.stop_checker.clone();
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok(resp) = http.get(&url).send().await
+                    && let Ok(list) = resp.json::<Value>().await
+                {
+                    for state in list["items"].as_array().cloned().unwrap_or_default() {
+                        if let Some(problem) = unsafe_verdict(&engine, &state) {
+                            *violation.lock().unwrap() = Some(problem);
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        });
+    }
+
+    /// Fails the test if the checker ever saw a safe verdict over old objects.
+    pub fn assert_never_unsafe(&self) {
+        if let Some(problem) = self.violation.lock().unwrap().clone() {
+            panic!("{problem}\n--- server log ---\n{}", tail(&self.h.server.log(), 80));
+        }
+    }
+
+    pub async fn state(&self, name: &str) -> Option<Value> {
+        let resp = self
+            .h
+            .http
+            .get(self.h.url(&format!("{STATES}/{name}")))
+            .send()
+            .await
+            .ok()?;
+        if resp.status() == 404 {
+            return None;
+        }
+        resp.json().await.ok()
+    }
+
+    pub async fn migrations(&self) -> Vec<Value> {
+        let list: Value = self
+            .h
+            .http
+            .get(self.h.url(SVMS))
+            .send()
+            .await
+            .expect("list")
+            .json()
+            .await
+            .expect("json");
+        list["items"].as_array().cloned().unwrap_or_default()
+    }
+
+    /// Migrations of `group/resource`, by name.
+    pub async fn migrations_of(&self, group: &str, resource: &str) -> BTreeMap<String, Value> {
+        self.migrations()
+            .await
+            .into_iter()
+            .filter(|m| {
+                m["spec"]["resource"]["group"] == group
+                    && m["spec"]["resource"]["resource"] == resource
+            })
+            .map(|m| (m["metadata"]["name"].as_str().unwrap_or("").to_string(), m))
+            .collect()
+    }
+
+    pub async fn history(&self, group: &str, resource: &str) -> Vec<HistoryEntry> {
+        self.history.read(group, resource).await.expect("history")
+    }
+
+    /// Polls until `done(state)` holds for StorageState `name`.
+    pub async fn wait_state(
+        &self,
+        name: &str,
+        timeout: Duration,
+        what: &str,
+        done: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Some(state) = self.state(name).await
+                && done(&state)
+            {
+                return state;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "StorageState {name}: not {what} within {timeout:?}: {:#?}\nmigrations: {:#?}\n--- server log ---\n{}",
+                self.state(name).await,
+                self.migrations().await.iter().map(|m| (m["metadata"]["name"].clone(), m["status"]["conditions"].clone())).collect::<Vec<_>>(),
+                tail(&self.h.server.log(), 80)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until StorageState `name` is safe at `hash`.
+    pub async fn wait_safe(&self, name: &str, hash: &str, timeout: Duration) -> Value {
+        self.wait_state(name, timeout, &format!("safe at {hash}"), |s| {
+            current(s) == hash && persisted(s) == [hash]
+        })
+        .await
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        self.stop_checker.store(true, Ordering::Relaxed);
+    }
+}
+
+pub fn current(state: &Value) -> &str {
+    state["status"]["currentStorageVersionHash"]
+        .as_str()
+        .unwrap_or("")
+}
+
+pub fn persisted(state: &Value) -> Vec<&str> {
+    state["status"]["persistedStorageVersionHashes"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+pub fn hashes(entries: &[HistoryEntry]) -> Vec<&str> {
+    entries.iter().map(|e| e.hash.as_str()).collect()
+}
+
+/// `configmaps` → `("", "configmaps")`, `deployments.apps` → `("apps", "deployments")`.
+fn group_resource(name: &str) -> (String, String) {
+    match name.split_once('.') {
+        Some((resource, group)) => (group.to_string(), resource.to_string()),
+        None => (String::new(), name.to_string()),
+    }
+}
+
+/// A description of the problem when `state` says safe but the double stores an object of its
+/// resource in another encoding than the current storage version.
+fn unsafe_verdict(engine: &Arc<kube_double::engine::Engine>, state: &Value) -> Option<String> {
+    let name = state["metadata"]["name"].as_str()?;
+    let hash = current(state);
+    if hash.is_empty() || hash == "Unknown" || persisted(state) != [hash] {
+        return None;
+    }
+    let (group, resource) = group_resource(name);
+    let gr = kube_double::resources::GroupResource::new(group.clone(), resource.clone());
+    let def = engine.catalog.get(&gr)?;
+    let hash_now = kube_double::resources::storage_version_hash(&def.group, &def.storage_version, &def.kind);
+    if hash_now != hash {
+        // The cluster moved on; the trigger has not seen it yet. Not a verdict about now.
+        return None;
+    }
+    let expected = def.group_version(&def.storage_version);
+    let summary = engine.stored_summary(&gr);
+    let stale: Vec<String> = summary
+        .iter()
+        .filter(|((encoding, _), _)| *encoding != expected)
+        .map(|((encoding, key), n)| format!("{n} in {encoding} (key {key:?})"))
+        .collect();
+    (!stale.is_empty()).then(|| {
+        format!("StorageState {name} says safe at {hash} ({expected}) but the double stores {}", stale.join(", "))
+    })
+}
