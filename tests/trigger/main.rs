@@ -14,3 +14,4 @@ mod harness;
 mod world;
 
 mod changes;
+mod restarts;

@@ -51,7 +51,13 @@ impl World {
         flags: &[&str],
     ) -> World {
         let endpoint = etcd.endpoint();
-        let mut all: Vec<&str> = FAST.to_vec();
+        // The test's flags replace the fast defaults of the same name.
+        let name = |flag: &str| flag.split('=').next().unwrap_or_default().to_string();
+        let mut all: Vec<&str> = FAST
+            .iter()
+            .copied()
+            .filter(|f| !flags.iter().any(|g| name(g) == name(f)))
+            .collect();
         all.extend_from_slice(flags);
         let h = Harness::start_on(double, Backend::EtcdShared(&endpoint, &prefix), &all);
         let storage = EtcdStorage::connect(&[endpoint], EtcdOptions::default())
@@ -97,7 +103,10 @@ impl World {
     /// Fails the test if the checker ever saw a safe verdict over old objects.
     pub fn assert_never_unsafe(&self) {
         if let Some(problem) = self.violation.lock().unwrap().clone() {
-            panic!("{problem}\n--- server log ---\n{}", tail(&self.h.server.log(), 80));
+            panic!(
+                "{problem}\n--- server log ---\n{}",
+                tail(&self.h.server.log(), 80)
+            );
         }
     }
 
@@ -165,7 +174,14 @@ impl World {
                 Instant::now() < deadline,
                 "StorageState {name}: not {what} within {timeout:?}: {:#?}\nmigrations: {:#?}\n--- server log ---\n{}",
                 self.state(name).await,
-                self.migrations().await.iter().map(|m| (m["metadata"]["name"].clone(), m["status"]["conditions"].clone())).collect::<Vec<_>>(),
+                self.migrations()
+                    .await
+                    .iter()
+                    .map(|m| (
+                        m["metadata"]["name"].clone(),
+                        m["status"]["conditions"].clone()
+                    ))
+                    .collect::<Vec<_>>(),
                 tail(&self.h.server.log(), 80)
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -223,7 +239,8 @@ fn unsafe_verdict(engine: &Arc<kube_double::engine::Engine>, state: &Value) -> O
     let (group, resource) = group_resource(name);
     let gr = kube_double::resources::GroupResource::new(group.clone(), resource.clone());
     let def = engine.catalog.get(&gr)?;
-    let hash_now = kube_double::resources::storage_version_hash(&def.group, &def.storage_version, &def.kind);
+    let hash_now =
+        kube_double::resources::storage_version_hash(&def.group, &def.storage_version, &def.kind);
     if hash_now != hash {
         // The cluster moved on; the trigger has not seen it yet. Not a verdict about now.
         return None;
@@ -236,6 +253,9 @@ fn unsafe_verdict(engine: &Arc<kube_double::engine::Engine>, state: &Value) -> O
         .map(|((encoding, key), n)| format!("{n} in {encoding} (key {key:?})"))
         .collect();
     (!stale.is_empty()).then(|| {
-        format!("StorageState {name} says safe at {hash} ({expected}) but the double stores {}", stale.join(", "))
+        format!(
+            "StorageState {name} says safe at {hash} ({expected}) but the double stores {}",
+            stale.join(", ")
+        )
     })
 }
