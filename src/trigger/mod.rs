@@ -146,6 +146,8 @@ struct World {
     resync_crds: bool,
     instances: Instances,
     leases_synced: bool,
+    /// The lease watch's failure was logged (once per outage).
+    lease_failure_logged: bool,
     /// `(group, resource)` → `(apiserver id, encoding group/version)`.
     storage_versions: BTreeMap<(String, String), Vec<(String, String)>>,
     storage_versions_synced: bool,
@@ -345,10 +347,12 @@ impl World {
                     self.need_look = true;
                 }
                 self.leases_synced = true;
+                self.lease_failure_logged = false;
             }
             Update::Failed(err) => {
-                if self.leases_synced {
+                if !self.lease_failure_logged {
                     tracing::warn!(error = %err, "the apiserver identity lease watch failed: every discovery poll is a full look until it is back");
+                    self.lease_failure_logged = true;
                 }
                 self.leases_synced = false;
             }

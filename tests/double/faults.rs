@@ -169,3 +169,35 @@ async fn faults_are_injected_per_route() {
     assert_eq!(kube_status(err).code, 500);
     assert!(double.counters().faults_injected >= 1);
 }
+
+#[tokio::test]
+async fn forbidden_answers_with_rbacs_text() {
+    let double = start_with_widgets().await;
+    let http = Http::new(&double);
+    double.add_fault(
+        FaultRule::new(Fault::Forbidden)
+            .resource("leases.coordination.k8s.io")
+            .namespace("kube-system"),
+    );
+    let r = http
+        .get("/apis/coordination.k8s.io/v1/namespaces/kube-system/leases")
+        .await;
+    assert_eq!(r.status, 403);
+    let status = r.json();
+    assert_eq!(status["reason"], "Forbidden");
+    assert_eq!(
+        status["message"],
+        "leases.coordination.k8s.io is forbidden: User \"system:serviceaccount:svm-system:svm-apiserver\" cannot list resource \"leases\" in API group \"coordination.k8s.io\" in the namespace \"kube-system\""
+    );
+    // Elsewhere, no fault.
+    assert_eq!(
+        http.get("/apis/coordination.k8s.io/v1/namespaces/default/leases")
+            .await
+            .status,
+        200
+    );
+    let parsed: FaultRule = "resource=leases.coordination.k8s.io,fault=forbidden"
+        .parse()
+        .unwrap();
+    assert_eq!(parsed.fault, Some(Fault::Forbidden));
+}

@@ -14,4 +14,5 @@ mod harness;
 mod world;
 
 mod changes;
+mod detection;
 mod restarts;

@@ -188,6 +188,19 @@ impl World {
         }
     }
 
+    /// Waits until StorageState `name` is gone.
+    pub async fn wait_state_gone(&self, name: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while self.state(name).await.is_some() {
+            assert!(
+                Instant::now() < deadline,
+                "StorageState {name} still there after {timeout:?}\n--- server log ---\n{}",
+                tail(&self.h.server.log(), 60)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
     /// Waits until StorageState `name` is safe at `hash`.
     pub async fn wait_safe(&self, name: &str, hash: &str, timeout: Duration) -> Value {
         self.wait_state(name, timeout, &format!("safe at {hash}"), |s| {

@@ -20,6 +20,9 @@ pub enum Fault {
     Latency(Duration),
     /// The connection is closed without an answer.
     DropConnection,
+    /// RBAC refuses the request: 403 Forbidden with the RBAC authorizer's text
+    /// (`<resource>.<group> is forbidden: User "<user>" cannot <verb> resource ...`).
+    Forbidden,
     /// A validating admission webhook denies the write:
     /// `admission webhook "<webhook>" denied the request: <message>`.
     Deny {
@@ -178,6 +181,7 @@ fn parse_fault(v: &str) -> Result<Fault, String> {
     let rest = parts.next();
     match kind {
         "drop" => Ok(Fault::DropConnection),
+        "forbidden" => Ok(Fault::Forbidden),
         "latency" => {
             let ms: u64 = arg
                 .ok_or("latency:<ms>")?

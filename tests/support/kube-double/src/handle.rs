@@ -263,6 +263,26 @@ impl KubeDouble {
         self.engine.get(&def, namespace, name)
     }
 
+    /// Deletes an object as a client's DELETE would (a CRD takes its resource and objects
+    /// with it).
+    pub fn delete(
+        &self,
+        resource: &str,
+        namespace: Option<&str>,
+        name: &str,
+    ) -> Result<(), StatusError> {
+        let def = self.engine.def(&gr(resource))?;
+        self.engine
+            .delete(
+                &def,
+                namespace,
+                name,
+                &Default::default(),
+                &crate::engine::Writer::system(),
+            )
+            .map(|_| ())
+    }
+
     /// Creates a CRD (served at once) and returns it.
     pub fn create_crd(&self, crd: Value) -> Result<Value, StatusError> {
         self.engine.create_manifest(

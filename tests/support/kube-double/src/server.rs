@@ -135,6 +135,10 @@ async fn handle(
             engine.metrics.fault_injected();
             return match fault {
                 Fault::DropConnection => Err(DroppedByFault),
+                Fault::Forbidden => Ok(status_response(
+                    &rbac_forbidden(&verb, facts_resource.as_ref(), namespace.as_deref(), &path),
+                    pretty,
+                )),
                 other => Ok(status_response(&fault_status(&other), pretty)),
             };
         }
@@ -238,6 +242,32 @@ fn not_acceptable(pretty: bool) -> Response<Body> {
     )
 }
 
+/// What the RBAC authorizer answers a request it does not allow (the clients' user is
+/// whoever the test's kubeconfig names; the double does not authenticate, so it says "the
+/// client").
+fn rbac_forbidden(
+    verb: &str,
+    resource: Option<&crate::resources::GroupResource>,
+    namespace: Option<&str>,
+    path: &str,
+) -> StatusError {
+    let user = "User \"system:serviceaccount:svm-system:svm-apiserver\"";
+    let message = match resource {
+        Some(gr) => {
+            let scope = match namespace {
+                Some(ns) => format!(" in the namespace \"{ns}\""),
+                None => " at the cluster scope".to_string(),
+            };
+            format!(
+                "{gr} is forbidden: {user} cannot {verb} resource \"{}\" in API group \"{}\"{scope}",
+                gr.resource, gr.group
+            )
+        }
+        None => format!("forbidden: {user} cannot {verb} path \"{path}\""),
+    };
+    StatusError::forbidden(message)
+}
+
 /// The Status a fault answers with.
 fn fault_status(fault: &Fault) -> StatusError {
     match fault {
@@ -267,6 +297,8 @@ fn fault_status(fault: &Fault) -> StatusError {
             reason,
             format!("admission webhook \"{webhook}\" denied the request: {message}"),
         ),
-        Fault::Latency(_) | Fault::DropConnection => StatusError::internal("unexpected fault"),
+        Fault::Latency(_) | Fault::DropConnection | Fault::Forbidden => {
+            StatusError::internal("unexpected fault")
+        }
     }
 }
