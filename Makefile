@@ -41,6 +41,7 @@ bench:
 	@hack/ensure-deps.sh build etcd
 	$(CARGO) bench --bench api
 	$(CARGO) bench --bench migrate
+	$(CARGO) bench --bench trigger
 
 ## certs: a development PKI in certs/ (serving cert, CA, admin and front-proxy client certs).
 certs:
