@@ -224,7 +224,8 @@ async fn detection_latency() {
     // CRD watch and identity-lease watch, with polls an hour apart (they cannot be what sees).
     let double = double_with_crds(1, false).await;
     let cluster = start(double, &["--discovery-interval=1h"]);
-    cluster.settle(8).await;
+    // configmaps, namespaces, secrets, deployments, CRDs, leases and the one CRD's resource.
+    cluster.settle(7).await;
     let mut crd = Vec::new();
     let mut lease = Vec::new();
     for round in 0..rounds {
@@ -270,7 +271,7 @@ async fn detection_latency() {
             .namespace("kube-system"),
     );
     let cluster = start(double, &["--discovery-interval=10s"]);
-    cluster.settle(7).await;
+    cluster.settle(6).await;
     let mut poll = Vec::new();
     for round in 0..3 {
         let version = if round % 2 == 0 { "v2" } else { "v1" };

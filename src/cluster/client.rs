@@ -64,13 +64,8 @@ impl ClusterClient {
         Self::from_config(config).map(Some)
     }
 
-    /// Retries are ours (the shared limiter, Retry-After, backoff with a cap), so kube's own
-    /// retry policy is off: it would retry 429/503 up to 15 times outside the limiter.
-    pub fn from_config(mut config: kube::Config) -> Result<Self, ClusterError> {
-        config.connect_timeout = Some(Duration::from_secs(10));
-        config.read_timeout = Some(REQUEST_TIMEOUT);
-        config.write_timeout = Some(REQUEST_TIMEOUT);
-        config.default_retry = false;
+    pub fn from_config(config: kube::Config) -> Result<Self, ClusterError> {
+        let config = tuned(config);
         let client = kube::client::ClientBuilder::try_from(config)
             .map_err(|e| ClusterError::Config(format!("building the cluster client: {e}")))?
             .with_layer(&tower::filter::FilterLayer::new(catalogue_guard))
@@ -175,6 +170,19 @@ impl ClusterClient {
     }
 }
 
+/// The client's settings. Retries are ours (the shared limiter, Retry-After, backoff with a
+/// cap), so kube's own retry policy is off: it would retry 429/503 up to 15 times outside the
+/// limiter. No read timeout on the connection: the trigger's watches are quiet for as long as
+/// the cluster is (kube-apiserver sends a bookmark about once a minute, and a 60 s read
+/// timeout raced it); every one-shot request is bounded by [`REQUEST_TIMEOUT`] instead.
+fn tuned(mut config: kube::Config) -> kube::Config {
+    config.connect_timeout = Some(Duration::from_secs(10));
+    config.read_timeout = None;
+    config.write_timeout = Some(REQUEST_TIMEOUT);
+    config.default_retry = false;
+    config
+}
+
 /// A request outside the access catalogue, refused before it leaves the process.
 #[derive(Debug, thiserror::Error)]
 #[error("{0} is not in the access catalogue (src/cluster/access.rs)")]
@@ -228,6 +236,16 @@ mod tests {
                 .to_string()
                 .contains("DELETE /api/v1/namespaces/demo/secrets/s")
         );
+    }
+
+    #[test]
+    fn watches_have_no_read_timeout_and_retries_are_ours() {
+        let mut config = kube::Config::new("http://127.0.0.1:9".parse().expect("url"));
+        config.read_timeout = Some(Duration::from_secs(60));
+        let config = tuned(config);
+        assert_eq!(config.read_timeout, None);
+        assert!(!config.default_retry);
+        assert_eq!(config.write_timeout, Some(REQUEST_TIMEOUT));
     }
 
     #[tokio::test]
