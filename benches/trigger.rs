@@ -265,11 +265,14 @@ async fn detection_latency() {
     // No lease watch (RBAC refuses it), no StorageVersion API: only the poll at the default
     // 10 s interval.
     let double = double_with_crds(0, false).await;
-    double.add_fault(
-        FaultRule::new(Fault::Forbidden)
-            .resource("leases.coordination.k8s.io")
-            .namespace("kube-system"),
-    );
+    for verb in ["list", "watch"] {
+        double.add_fault(
+            FaultRule::new(Fault::Forbidden)
+                .verb(verb)
+                .resource("leases.coordination.k8s.io")
+                .namespace("kube-system"),
+        );
+    }
     let cluster = start(double, &["--discovery-interval=10s"]);
     cluster.settle(6).await;
     let mut poll = Vec::new();

@@ -33,6 +33,9 @@ pub enum Signal {
     StorageVersion(Update<StorageVersion>),
 }
 
+const FIRST_PAUSE: std::time::Duration = std::time::Duration::from_secs(1);
+const MAX_PAUSE: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The label kube-apiserver puts on its identity leases (recording 12).
 pub const IDENTITY_LABEL: &str = "apiserver.kubernetes.io/identity=kube-apiserver";
 
@@ -49,6 +52,10 @@ where
     tokio::spawn(async move {
         let mut events = watcher::watcher(api, config).default_backoff().boxed();
         let mut listing: Option<Vec<K>> = None;
+        // kube's backoff restarts with every relist attempt (the watcher yields `Init` before
+        // it lists), so a list that keeps failing (403: RBAC refuses it) would be retried
+        // about once a second forever: back off here too, up to a minute, until a list works.
+        let mut pause = FIRST_PAUSE;
         while let Some(event) = events.next().await {
             let update = match event {
                 Ok(Event::Init) => {
@@ -59,12 +66,20 @@ where
                     listing.get_or_insert_with(Vec::new).push(obj);
                     continue;
                 }
-                Ok(Event::InitDone) => Update::Relisted(listing.take().unwrap_or_default()),
+                Ok(Event::InitDone) => {
+                    pause = FIRST_PAUSE;
+                    Update::Relisted(listing.take().unwrap_or_default())
+                }
                 Ok(Event::Apply(obj)) => Update::Applied(obj),
                 Ok(Event::Delete(obj)) => Update::Deleted(obj),
                 Err(err) => {
                     listing = None;
-                    Update::Failed(err.to_string())
+                    if out.send(wrap(Update::Failed(err.to_string()))).await.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(MAX_PAUSE);
+                    continue;
                 }
             };
             if out.send(wrap(update)).await.is_err() {

@@ -3,13 +3,9 @@
 use std::time::Duration;
 
 use crate::harness::{condition, double_with_widgets};
-use crate::world::{World, current, hashes, persisted};
-
-const WAIT: Duration = Duration::from_secs(120);
-
-fn hash(group: &str, version: &str, kind: &str) -> String {
-    kube_double::resources::storage_version_hash(group, version, kind)
-}
+use crate::world::{
+    WAIT, World, current, double_without_storage_version_api, hash, hashes, persisted,
+};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn first_start_tracks_every_resource_and_a_single_change_is_migrated() {
@@ -79,12 +75,7 @@ async fn first_start_tracks_every_resource_and_a_single_change_is_migrated() {
 /// restarts in a row, no StorageVersion API): objects written under B are never taken for A.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_to_b_to_a_between_two_looks_is_never_missed() {
-    let double = kube_double::KubeDouble::builder()
-        .storage_version_api(false)
-        .start()
-        .await
-        .unwrap();
-    double.ensure_namespace("demo").unwrap();
+    let double = double_without_storage_version_api().await;
     double
         .preload("configmaps", Some("demo"), "a", 100, 64)
         .unwrap();

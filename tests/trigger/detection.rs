@@ -6,33 +6,18 @@ use std::time::{Duration, Instant};
 use kube_double::faults::{Fault, FaultRule};
 
 use crate::harness::{double_with_widgets, sample};
-use crate::world::{World, persisted};
-
-const WAIT: Duration = Duration::from_secs(120);
-
-fn hash(group: &str, version: &str, kind: &str) -> String {
-    kube_double::resources::storage_version_hash(group, version, kind)
-}
+use crate::world::{WAIT, World, current, double_without_storage_version_api, hash, persisted};
 
 /// Waits until every StorageState is safe.
 async fn all_safe(w: &World) {
     let deadline = Instant::now() + WAIT;
     loop {
-        let list: serde_json::Value =
-            w.h.http
-                .get(w.h.url(crate::world::STATES))
-                .send()
-                .await
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-        let items = list["items"].as_array().cloned().unwrap_or_default();
+        let items = w.states().await;
         let unsafe_: Vec<&str> = items
             .iter()
             .filter(|s| {
                 let p = persisted(s);
-                p.len() != 1 || p[0] != crate::world::current(s)
+                p.len() != 1 || p[0] != current(s)
             })
             .filter_map(|s| s["metadata"]["name"].as_str())
             .collect();
@@ -70,12 +55,7 @@ async fn an_idle_cluster_costs_only_304s() {
 /// are still seen: by the CRD watch and the identity-lease watch.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watches_see_moves_without_waiting_for_a_poll() {
-    let double = kube_double::KubeDouble::builder()
-        .storage_version_api(false)
-        .start()
-        .await
-        .unwrap();
-    double.ensure_namespace("demo").unwrap();
+    let double = double_without_storage_version_api().await;
     double
         .create_crd(kube_double::crd::manifest(
             "example.test",
@@ -117,12 +97,7 @@ async fn watches_see_moves_without_waiting_for_a_poll() {
 /// restarted between polls: every poll is a full look, and a move is found by the next one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_the_lease_watch_every_poll_is_a_look() {
-    let double = kube_double::KubeDouble::builder()
-        .storage_version_api(false)
-        .start()
-        .await
-        .unwrap();
-    double.ensure_namespace("demo").unwrap();
+    let double = double_without_storage_version_api().await;
     double
         .preload("configmaps", Some("demo"), "a", 50, 64)
         .unwrap();
@@ -164,16 +139,7 @@ async fn the_migrator_alone_runs_manual_migrations_and_tracks_nothing() {
     let w = World::start(double, &["--controllers=migrator"]).await;
     w.h.create_migration("manual", "", "configmaps").await;
     w.h.wait_succeeded("manual", WAIT).await;
-    let states: serde_json::Value =
-        w.h.http
-            .get(w.h.url(crate::world::STATES))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-    assert_eq!(states["items"], serde_json::json!([]));
+    assert!(w.states().await.is_empty());
     assert_eq!(w.migrations().await.len(), 1);
     assert_eq!(w.history("", "configmaps").await, []);
 }

@@ -1,19 +1,11 @@
 //! The trigger across its own restarts and failovers: what happened while it was away is
 //! recorded (or recorded as Unknown), and a restart with nothing new changes nothing.
 
-use std::time::Duration;
-
 use svm_apiserver::trigger::history::Source;
 
 use crate::harness::{double_with_widgets, migrated, replica, sample, tail};
 use crate::support::server::Backend;
-use crate::world::{World, hashes, persisted};
-
-const WAIT: Duration = Duration::from_secs(120);
-
-fn hash(group: &str, version: &str, kind: &str) -> String {
-    kube_double::resources::storage_version_hash(group, version, kind)
-}
+use crate::world::{WAIT, World, hash, hashes, persisted};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changes_while_the_server_is_stopped_are_found_on_return() {

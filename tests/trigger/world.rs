@@ -16,6 +16,8 @@ use crate::support::etcd::EtcdServer;
 use crate::support::server::Backend;
 
 pub const STATES: &str = "/apis/storagemigration.k8s.io/v1/storagestates";
+/// How long a scenario step may take (a hang guard, not a speed check).
+pub const WAIT: Duration = Duration::from_secs(120);
 pub const SVMS: &str = "/apis/storagemigration.k8s.io/v1/storageversionmigrations";
 
 pub struct World {
@@ -108,6 +110,20 @@ impl World {
                 tail(&self.h.server.log(), 80)
             );
         }
+    }
+
+    pub async fn states(&self) -> Vec<Value> {
+        let list: Value = self
+            .h
+            .http
+            .get(self.h.url(STATES))
+            .send()
+            .await
+            .expect("list")
+            .json()
+            .await
+            .expect("json");
+        list["items"].as_array().cloned().unwrap_or_default()
     }
 
     pub async fn state(&self, name: &str) -> Option<Value> {
@@ -214,6 +230,22 @@ impl Drop for World {
     fn drop(&mut self) {
         self.stop_checker.store(true, Ordering::Relaxed);
     }
+}
+
+/// The storage-version hash of `group/version/kind`, as discovery publishes it.
+pub fn hash(group: &str, version: &str, kind: &str) -> String {
+    kube_double::resources::storage_version_hash(group, version, kind)
+}
+
+/// A double without the StorageVersion API (most clusters), with the `demo` namespace.
+pub async fn double_without_storage_version_api() -> KubeDouble {
+    let double = KubeDouble::builder()
+        .storage_version_api(false)
+        .start()
+        .await
+        .expect("start the double");
+    double.ensure_namespace("demo").expect("namespace");
+    double
 }
 
 pub fn current(state: &Value) -> &str {
