@@ -74,7 +74,11 @@ where
                 Ok(Event::Delete(obj)) => Update::Deleted(obj),
                 Err(err) => {
                     listing = None;
-                    if out.send(wrap(Update::Failed(err.to_string()))).await.is_err() {
+                    if out
+                        .send(wrap(Update::Failed(err.to_string())))
+                        .await
+                        .is_err()
+                    {
                         return;
                     }
                     tokio::time::sleep(pause).await;
