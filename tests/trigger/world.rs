@@ -27,6 +27,11 @@ pub struct World {
     history: HashHistory,
     /// Set by the safety checker when it saw a safe verdict with old objects stored.
     violation: Arc<std::sync::Mutex<Option<String>>>,
+    /// `(name, resourceVersion)` of every StorageState version already judged: a verdict is
+    /// judged once, when first seen — by the test's own wait (before it changes the cluster
+    /// again) or by the background poll, whichever comes first. Judging an old verdict after
+    /// the cluster moved on would blame the trigger for not being clairvoyant.
+    judged: Arc<std::sync::Mutex<std::collections::HashSet<(String, String)>>>,
     stop_checker: Arc<AtomicBool>,
 }
 
@@ -72,6 +77,7 @@ impl World {
             h,
             history,
             violation: Arc::default(),
+            judged: Arc::default(),
             stop_checker: Arc::default(),
         };
         world.spawn_safety_checker();
@@ -83,8 +89,7 @@ impl World {
     fn spawn_safety_checker(&self) {
         let http = self.h.http.clone();
         let url = self.h.url(STATES);
-        let engine = self.h.double.engine().clone();
-        let violation = self.violation.clone();
+        let judge = self.judge();
         let stop = self.stop_checker.clone();
         tokio::spawn(async move {
             while !stop.load(Ordering::Relaxed) {
@@ -92,14 +97,34 @@ impl World {
                     && let Ok(list) = resp.json::<Value>().await
                 {
                     for state in list["items"].as_array().cloned().unwrap_or_default() {
-                        if let Some(problem) = unsafe_verdict(&engine, &state) {
-                            *violation.lock().unwrap() = Some(problem);
-                        }
+                        judge(&state);
                     }
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
         });
+    }
+
+    /// Judges a StorageState version the first time it is seen.
+    fn judge(&self) -> impl Fn(&Value) + Send + Sync + 'static {
+        let engine = self.h.double.engine().clone();
+        let violation = self.violation.clone();
+        let judged = self.judged.clone();
+        move |state: &Value| {
+            let key = (
+                state["metadata"]["name"].as_str().unwrap_or("").to_string(),
+                state["metadata"]["resourceVersion"]
+                    .as_str()
+                    .unwrap_or("")
+                    .to_string(),
+            );
+            if !judged.lock().unwrap().insert(key) {
+                return;
+            }
+            if let Some(problem) = unsafe_verdict(&engine, state) {
+                *violation.lock().unwrap() = Some(problem);
+            }
+        }
     }
 
     /// Fails the test if the checker ever saw a safe verdict over old objects.
@@ -180,10 +205,12 @@ impl World {
         done: impl Fn(&Value) -> bool,
     ) -> Value {
         let deadline = Instant::now() + timeout;
+        let judge = self.judge();
         loop {
             if let Some(state) = self.state(name).await
                 && done(&state)
             {
+                judge(&state);
                 return state;
             }
             assert!(
@@ -199,6 +226,30 @@ impl World {
                     ))
                     .collect::<Vec<_>>(),
                 tail(&self.h.server.log(), 80)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Polls the hash history of `group/resource` until `done(entries)` holds. (Intermediate
+    /// StorageState values can be overtaken by a quick migration; the history cannot.)
+    pub async fn wait_history(
+        &self,
+        group: &str,
+        resource: &str,
+        what: &str,
+        done: impl Fn(&[HistoryEntry]) -> bool,
+    ) -> Vec<HistoryEntry> {
+        let deadline = Instant::now() + WAIT;
+        loop {
+            let entries = self.history(group, resource).await;
+            if done(&entries) {
+                return entries;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "history of {resource}.{group}: not {what}: {entries:#?}\n--- server log ---\n{}",
+                tail(&self.h.server.log(), 60)
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
