@@ -189,6 +189,11 @@ impl Instances {
         }
     }
 
+    /// Something else the trigger cannot vouch for.
+    pub fn unvouched(&mut self, reason: String) {
+        self.unvouched.push(reason);
+    }
+
     /// The reasons gathered since the last call (each becomes an `Unknown` entry for every
     /// built-in resource).
     pub fn take_unvouched(&mut self) -> Vec<String> {

@@ -463,6 +463,7 @@ impl Trigger {
             stop(tasks);
             return;
         };
+        let ran_before = !recorded.0.is_empty();
         reconciler.set_last_seqs(recorded.0);
         let mut answered = (false, false);
         let deadline = Instant::now() + FIRST_LIST_WAIT;
@@ -510,6 +511,13 @@ impl Trigger {
                     }
                 }
             }
+        }
+        if recorded.1.is_none() && ran_before {
+            // A history but no record: the last term never had every instance accounted for
+            // (no lease watch, or it stopped first), so its absence cannot be vouched for.
+            world.instances.unvouched(
+                "the trigger has no record of the apiserver instances it last vouched for".into(),
+            );
         }
         if let Some(record) = recorded.1 {
             let away = chrono::DateTime::parse_from_rfc3339(&record.last_vouched)

@@ -174,3 +174,25 @@ async fn two_replicas_fail_over_mid_migration_without_duplicates() {
     w.assert_never_unsafe();
     drop(standby);
 }
+
+/// A history without the record of what was last vouched for (the last term never had every
+/// apiserver instance accounted for): the absence cannot be vouched for either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_history_without_an_observer_record_is_unvouched() {
+    let double = double_with_widgets().await;
+    let mut w = World::start(double, &["--heartbeat-interval=1s"]).await;
+    let v1 = hash("", "v1", "ConfigMap");
+    w.wait_safe("configmaps", &v1, WAIT).await;
+    w.h.server.kill();
+    w.delete_observer_record().await;
+    w.h.server.restart();
+    let history = w
+        .wait_history("", "configmaps", "Unknown", |h| h.len() == 2)
+        .await;
+    assert_eq!(hashes(&history), [v1.as_str(), "Unknown"]);
+    assert!(history[1].reason.contains("no record"), "{history:#?}");
+    w.wait_safe("configmaps", &v1, WAIT).await;
+    // CRD-backed resources vouch for themselves (storedVersions).
+    assert_eq!(w.history("example.test", "widgets").await.len(), 1);
+    w.assert_never_unsafe();
+}

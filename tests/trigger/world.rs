@@ -25,6 +25,7 @@ pub struct World {
     pub prefix: String,
     pub h: Harness,
     history: HashHistory,
+    storage: Arc<EtcdStorage>,
     /// Set by the safety checker when it saw a safe verdict with old objects stored.
     violation: Arc<std::sync::Mutex<Option<String>>>,
     /// `(name, resourceVersion)` of every StorageState version already judged: a verdict is
@@ -70,12 +71,14 @@ impl World {
         let storage = EtcdStorage::connect(&[endpoint], EtcdOptions::default())
             .await
             .expect("etcd client");
-        let history = HashHistory::new(Arc::new(storage), &prefix);
+        let storage = Arc::new(storage);
+        let history = HashHistory::new(storage.clone(), &prefix);
         let world = World {
             etcd,
             prefix,
             h,
             history,
+            storage,
             violation: Arc::default(),
             judged: Arc::default(),
             stop_checker: Arc::default(),
@@ -229,6 +232,23 @@ impl World {
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
+    }
+
+    /// Deletes the trigger's observer record (`<prefix>/trigger/observer`) from etcd.
+    pub async fn delete_observer_record(&self) {
+        use svm_apiserver::storage::{Op, Storage, Txn};
+        let key = format!("{}/trigger/observer", self.prefix);
+        assert!(
+            self.storage.get(&key).await.expect("get").is_some(),
+            "no observer record"
+        );
+        self.storage
+            .txn(Txn {
+                compares: vec![],
+                ops: vec![Op::Delete(key)],
+            })
+            .await
+            .expect("delete");
     }
 
     /// Polls the hash history of `group/resource` until `done(entries)` holds. (Intermediate
