@@ -9,7 +9,12 @@
 //! - the StorageVersion API is watched: every instance publishes its encodings there before
 //!   it may write (KEP-2339), so all are accounted for;
 //! - otherwise, a discovery look that started after the instance appeared, while it was the
-//!   only live instance (so it is the one that answered).
+//!   only live instance — *and* two renewals of its lease received after that look ended.
+//!   A look's answer may come from a successor that already serves before its lease (or the
+//!   old lease's deletion) reaches us; a renewal proves the instance was still alive, and two
+//!   (kube-apiserver renews every 10 s) leave no doubt that the first was not merely in
+//!   flight while the look ran. With one apiserver name, an instance still alive after the
+//!   look is the one that answered it.
 //!
 //! An instance that goes before it was accounted for may have written objects in an encoding
 //! nobody saw: the trigger records `Unknown` for every built-in resource and migrates. The same
@@ -26,7 +31,12 @@ struct Instance {
     holder: String,
     first_seen: String,
     accounted: bool,
+    /// A look ran while this was the only instance: the renewals received since it ended.
+    renewals_since_look: Option<u32>,
 }
+
+/// Renewals after a look that account for the instance that answered it.
+const RENEWALS_TO_ACCOUNT: u32 = 2;
 
 /// A look in progress: the instance that must have answered it, if exactly one was live.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -53,8 +63,14 @@ impl Instances {
         if holder.is_empty() {
             return false;
         }
-        if let Some(old) = self.live.get(name) {
+        if let Some(old) = self.live.get_mut(name) {
             if old.holder == holder {
+                if let Some(renewals) = old.renewals_since_look.as_mut() {
+                    *renewals += 1;
+                    if *renewals >= RENEWALS_TO_ACCOUNT {
+                        old.accounted = true;
+                    }
+                }
                 return false;
             }
             let old = old.clone();
@@ -66,6 +82,7 @@ impl Instances {
                 holder: holder.to_string(),
                 first_seen: now_text(),
                 accounted: self.encodings_watched,
+                renewals_since_look: None,
             },
         );
         true
@@ -125,8 +142,8 @@ impl Instances {
         LookTicket { sole }
     }
 
-    /// A look completed: the instance that answered it is accounted for, if it is still the
-    /// only one.
+    /// A look completed: if the instance it started with is still the only one, its next
+    /// renewals account for it.
     pub fn finish_look(&mut self, ticket: &LookTicket) {
         let Some((name, holder)) = &ticket.sole else {
             return;
@@ -134,8 +151,9 @@ impl Instances {
         if self.live.len() == 1
             && let Some(instance) = self.live.get_mut(name)
             && instance.holder == *holder
+            && instance.renewals_since_look.is_none()
         {
-            instance.accounted = true;
+            instance.renewals_since_look = Some(0);
         }
     }
 
@@ -230,30 +248,56 @@ impl Instances {
 mod tests {
     use super::*;
 
+    /// A look, then two renewals: the instance is accounted for.
+    fn look_and_renew(instances: &mut Instances, name: &str, holder: &str) {
+        let ticket = instances.start_look();
+        instances.finish_look(&ticket);
+        for _ in 0..RENEWALS_TO_ACCOUNT {
+            assert!(
+                !instances.applied(name, holder),
+                "a renewal is no new instance"
+            );
+        }
+    }
+
     #[test]
     fn a_single_apiserver_looked_at_after_each_restart_is_vouched_for() {
         let mut instances = Instances::default();
         assert!(instances.applied("apiserver-a", "a_1"));
-        let ticket = instances.start_look();
-        instances.finish_look(&ticket);
+        // Renewals before any look count for nothing.
+        instances.applied("apiserver-a", "a_1");
+        instances.applied("apiserver-a", "a_1");
+        assert!(!instances.all_accounted());
+        look_and_renew(&mut instances, "apiserver-a", "a_1");
         assert!(instances.all_accounted());
-        // Renewals change nothing.
-        assert!(!instances.applied("apiserver-a", "a_1"));
-        // A restart, looked at before the next one.
+        // A restart, looked at and renewed before the next one.
         assert!(instances.applied("apiserver-a", "a_2"));
         assert!(!instances.all_accounted());
-        let ticket = instances.start_look();
-        instances.finish_look(&ticket);
+        look_and_renew(&mut instances, "apiserver-a", "a_2");
         assert!(instances.applied("apiserver-a", "a_3"));
         assert!(instances.take_unvouched().is_empty());
+    }
+
+    /// The race the renewals close: the look ran while a_1 was the only lease we knew of, but
+    /// its successor may have answered it; a_1 went before renewing twice.
+    #[test]
+    fn a_look_without_later_renewals_accounts_for_nothing() {
+        let mut instances = Instances::default();
+        instances.applied("apiserver-a", "a_1");
+        let ticket = instances.start_look();
+        instances.finish_look(&ticket);
+        instances.applied("apiserver-a", "a_1");
+        instances.applied("apiserver-a", "a_2");
+        let reasons = instances.take_unvouched();
+        assert_eq!(reasons.len(), 1, "{reasons:?}");
+        assert!(reasons[0].contains("a_1"));
     }
 
     #[test]
     fn an_instance_replaced_before_a_look_is_unvouched() {
         let mut instances = Instances::default();
         instances.applied("apiserver-a", "a_1");
-        let ticket = instances.start_look();
-        instances.finish_look(&ticket);
+        look_and_renew(&mut instances, "apiserver-a", "a_1");
         // Two restarts between looks: a_2 was never seen.
         instances.applied("apiserver-a", "a_2");
         instances.applied("apiserver-a", "a_3");

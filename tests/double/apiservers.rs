@@ -210,3 +210,35 @@ async fn moving_a_builtin_storage_version_restarts_the_apiservers() {
     let first = double.first_apiserver().to_string();
     assert_eq!(last[&first], after[&first]);
 }
+
+#[tokio::test]
+async fn identity_leases_are_renewed_by_the_same_holder() {
+    let double = KubeDouble::builder()
+        .lease_renewal(std::time::Duration::from_millis(50))
+        .start()
+        .await
+        .unwrap();
+    let id = double.first_apiserver().to_string();
+    let lease = |d: &KubeDouble| {
+        let l = d
+            .get("leases.coordination.k8s.io", Some("kube-system"), &id)
+            .unwrap();
+        (
+            l["spec"]["holderIdentity"].as_str().unwrap().to_string(),
+            l["spec"]["renewTime"].as_str().unwrap().to_string(),
+            l["metadata"]["resourceVersion"]
+                .as_str()
+                .unwrap()
+                .to_string(),
+        )
+    };
+    let before = lease(&double);
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let after = lease(&double);
+    assert_eq!(after.0, before.0, "same holder");
+    assert_ne!(after.1, before.1, "renewTime moves");
+    assert_ne!(
+        after.2, before.2,
+        "a new resourceVersion (a MODIFIED event)"
+    );
+}

@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
-use crate::harness::{condition, double_with_widgets};
+use crate::harness::condition;
 use crate::world::{
-    WAIT, World, current, double_without_storage_version_api, hash, hashes, persisted,
+    WAIT, World, current, double_with_widgets, double_without_storage_version_api, hash, hashes,
+    persisted,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -61,11 +62,7 @@ async fn first_start_tracks_every_resource_and_a_single_change_is_migrated() {
     assert!(history[1].reason.contains("changed"), "{history:?}");
     let migrations = w.migrations_of("", "configmaps").await;
     assert_eq!(migrations.keys().collect::<Vec<_>>(), ["configmaps-2"]);
-    let summary = w.h.double.stored_summary("configmaps");
-    assert!(
-        summary.keys().all(|(encoding, _)| encoding == "v2"),
-        "{summary:?}"
-    );
+    w.assert_all_stored_in("configmaps", "v2");
     w.assert_never_unsafe();
 }
 
@@ -102,11 +99,7 @@ async fn a_to_b_to_a_between_two_looks_is_never_missed() {
         "{history:#?}"
     );
     w.wait_safe("configmaps", &v1, WAIT).await;
-    let summary = w.h.double.stored_summary("configmaps");
-    assert!(
-        summary.keys().all(|(encoding, _)| encoding == "v1"),
-        "{summary:?}"
-    );
+    w.assert_all_stored_in("configmaps", "v1");
     w.assert_never_unsafe();
 }
 
@@ -141,13 +134,7 @@ async fn a_crd_flipping_a_to_b_to_a_records_each_move_and_narrows_stored_version
             .iter()
             .all(|e| e.source == svm_apiserver::trigger::history::Source::CustomResourceDefinition)
     );
-    let summary = w.h.double.stored_summary("widgets.example.test");
-    assert!(
-        summary
-            .keys()
-            .all(|(encoding, _)| encoding == "example.test/v1"),
-        "{summary:?}"
-    );
+    w.assert_all_stored_in("widgets.example.test", "example.test/v1");
     // storedVersions narrowed to the storage version once the migration succeeded.
     let deadline = std::time::Instant::now() + WAIT;
     loop {
@@ -194,11 +181,7 @@ async fn a_downgrade_migrates_back() {
     w.wait_safe("configmaps", &v1, WAIT).await;
     let history = w.history("", "configmaps").await;
     assert_eq!(hashes(&history), [v1.as_str(), v2.as_str(), v1.as_str()]);
-    let summary = w.h.double.stored_summary("configmaps");
-    assert!(
-        summary.keys().all(|(encoding, _)| encoding == "v1"),
-        "{summary:?}"
-    );
+    w.assert_all_stored_in("configmaps", "v1");
     assert_eq!(
         w.migrations_of("", "configmaps")
             .await
@@ -282,10 +265,6 @@ async fn apiservers_disagreeing_then_agreeing() {
     let last = w.history("", "configmaps").await;
     assert_eq!(last.last().map(|e| e.hash.as_str()), Some(v2.as_str()));
     assert!(last.last().unwrap().reason.contains("agree"), "{last:#?}");
-    let summary = w.h.double.stored_summary("configmaps");
-    assert!(
-        summary.keys().all(|(encoding, _)| encoding == "v2"),
-        "{summary:?}"
-    );
+    w.assert_all_stored_in("configmaps", "v2");
     w.assert_never_unsafe();
 }

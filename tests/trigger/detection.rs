@@ -5,8 +5,10 @@ use std::time::{Duration, Instant};
 
 use kube_double::faults::{Fault, FaultRule};
 
-use crate::harness::{double_with_widgets, sample};
-use crate::world::{WAIT, World, current, double_without_storage_version_api, hash, persisted};
+use crate::harness::sample;
+use crate::world::{
+    WAIT, World, current, double_with_widgets, double_without_storage_version_api, hash, persisted,
+};
 
 /// Waits until every StorageState is safe.
 async fn all_safe(w: &World) {
@@ -34,8 +36,23 @@ async fn an_idle_cluster_costs_only_304s() {
     let double = double_with_widgets().await;
     let w = World::start(double, &["--discovery-interval=500ms"]).await;
     all_safe(&w).await;
-    // Let the last migrations' events and status writes pass.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // Let the last migrations' events pass: wait for a second with nothing but polls.
+    let only_polls = |c: &kube_double::CountersSnapshot| {
+        c.requests_for("get", "/api") + c.requests_for("get", "/apis") == c.total_requests
+    };
+    let deadline = Instant::now() + WAIT;
+    loop {
+        w.h.double.reset_counters();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        if only_polls(&w.h.double.counters()) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never quiet: {:#?}",
+            w.h.double.counters().requests
+        );
+    }
     w.h.double.reset_counters();
     tokio::time::sleep(Duration::from_secs(5)).await;
     let c = w.h.double.counters();

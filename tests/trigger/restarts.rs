@@ -3,9 +3,9 @@
 
 use svm_apiserver::trigger::history::Source;
 
-use crate::harness::{double_with_widgets, migrated, replica, sample, tail};
+use crate::harness::{migrated, replica, sample, tail};
 use crate::support::server::Backend;
-use crate::world::{WAIT, World, hash, hashes, persisted};
+use crate::world::{WAIT, World, double_with_widgets, hash, hashes, persisted};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn changes_while_the_server_is_stopped_are_found_on_return() {
@@ -60,11 +60,7 @@ async fn changes_while_the_server_is_stopped_are_found_on_return() {
         ("configmaps", "v2"),
         ("widgets.example.test", "example.test/v2"),
     ] {
-        let summary = w.h.double.stored_summary(resource);
-        assert!(
-            summary.keys().all(|(e, _)| e == version),
-            "{resource}: {summary:?}"
-        );
+        w.assert_all_stored_in(resource, version);
     }
     w.assert_never_unsafe();
 }
@@ -169,8 +165,7 @@ async fn two_replicas_fail_over_mid_migration_without_duplicates() {
         .into_keys()
         .collect();
     assert_eq!(names, ["configmaps-2"]);
-    let summary = w.h.double.stored_summary("configmaps");
-    assert!(summary.keys().all(|(e, _)| e == "v2"), "{summary:?}");
+    w.assert_all_stored_in("configmaps", "v2");
     w.assert_never_unsafe();
     drop(standby);
 }

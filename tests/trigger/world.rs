@@ -130,6 +130,15 @@ impl World {
         }
     }
 
+    /// The double's read-back: every object of `resource` is encoded as `encoding`.
+    pub fn assert_all_stored_in(&self, resource: &str, encoding: &str) {
+        let summary = self.h.double.stored_summary(resource);
+        assert!(
+            summary.keys().all(|(e, _)| e == encoding),
+            "{resource}: not all in {encoding}: {summary:?}"
+        );
+    }
+
     /// Fails the test if the checker ever saw a safe verdict over old objects.
     pub fn assert_never_unsafe(&self) {
         if let Some(problem) = self.violation.lock().unwrap().clone() {
@@ -140,11 +149,12 @@ impl World {
         }
     }
 
-    pub async fn states(&self) -> Vec<Value> {
+    /// The items of the list at `path` on our server.
+    async fn items(&self, path: &str) -> Vec<Value> {
         let list: Value = self
             .h
             .http
-            .get(self.h.url(STATES))
+            .get(self.h.url(path))
             .send()
             .await
             .expect("list")
@@ -152,6 +162,10 @@ impl World {
             .await
             .expect("json");
         list["items"].as_array().cloned().unwrap_or_default()
+    }
+
+    pub async fn states(&self) -> Vec<Value> {
+        self.items(STATES).await
     }
 
     pub async fn state(&self, name: &str) -> Option<Value> {
@@ -169,17 +183,7 @@ impl World {
     }
 
     pub async fn migrations(&self) -> Vec<Value> {
-        let list: Value = self
-            .h
-            .http
-            .get(self.h.url(SVMS))
-            .send()
-            .await
-            .expect("list")
-            .json()
-            .await
-            .expect("json");
-        list["items"].as_array().cloned().unwrap_or_default()
+        self.items(SVMS).await
     }
 
     /// Migrations of `group/resource`, by name.
@@ -308,14 +312,39 @@ pub fn hash(group: &str, version: &str, kind: &str) -> String {
     kube_double::resources::storage_version_hash(group, version, kind)
 }
 
+/// How often the doubles of these tests renew identity leases (kube-apiserver: 10 s). The
+/// trigger accounts for an apiserver instance by renewals after a look, so faster here.
+const LEASE_RENEWAL: Duration = Duration::from_millis(200);
+
 /// A double without the StorageVersion API (most clusters), with the `demo` namespace.
 pub async fn double_without_storage_version_api() -> KubeDouble {
     let double = KubeDouble::builder()
         .storage_version_api(false)
+        .lease_renewal(LEASE_RENEWAL)
         .start()
         .await
         .expect("start the double");
     double.ensure_namespace("demo").expect("namespace");
+    double
+}
+
+/// A double with the StorageVersion API, the `demo` namespace and the
+/// `widgets.example.test` CRD (v1 and v2).
+pub async fn double_with_widgets() -> KubeDouble {
+    let double = KubeDouble::builder()
+        .lease_renewal(LEASE_RENEWAL)
+        .start()
+        .await
+        .expect("start the double");
+    double.ensure_namespace("demo").expect("namespace");
+    double
+        .create_crd(kube_double::crd::manifest(
+            "example.test",
+            "widgets",
+            "Widget",
+            &["v1", "v2"],
+        ))
+        .expect("crd");
     double
 }
 

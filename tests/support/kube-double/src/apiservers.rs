@@ -251,6 +251,23 @@ impl Engine {
         Ok(())
     }
 
+    /// A renewal: the same holder, a new `renewTime` (a MODIFIED event).
+    pub fn renew_identity_lease(&self, id: &str) -> ApiResult<()> {
+        let def = self.def(&leases())?;
+        let mut lease = self.get_as(&def, Some("kube-system"), id, "v1")?;
+        lease["spec"]["renewTime"] = json!(object::now_rfc3339_micros());
+        self.update(
+            &def,
+            "v1",
+            Some("kube-system"),
+            id,
+            lease,
+            None,
+            &Writer::system(),
+        )?;
+        Ok(())
+    }
+
     fn delete_identity_lease(&self, id: &str) -> ApiResult<()> {
         let def = self.def(&leases())?;
         match self.delete(

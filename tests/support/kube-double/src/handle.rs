@@ -46,6 +46,7 @@ pub struct Builder {
     hostname: String,
     options: EngineOptions,
     compaction_interval: Option<Duration>,
+    lease_renewal: Option<Duration>,
 }
 
 impl Default for Builder {
@@ -56,6 +57,7 @@ impl Default for Builder {
             hostname: "kube-double".into(),
             options: EngineOptions::default(),
             compaction_interval: None,
+            lease_renewal: None,
         }
     }
 }
@@ -100,6 +102,14 @@ impl Builder {
         self
     }
 
+    /// Renew every apiserver's identity lease at this interval (kube-apiserver's identity
+    /// lease controller renews every 10 s): a MODIFIED event with a new `renewTime` and the
+    /// same holderIdentity. Off by default, so tests that count writes see only their own.
+    pub fn lease_renewal(mut self, interval: Duration) -> Self {
+        self.lease_renewal = Some(interval);
+        self
+    }
+
     pub async fn start(self) -> Result<KubeDouble, StartError> {
         let pki = Pki::generate()?;
         let tls = if self.tls {
@@ -127,6 +137,9 @@ impl Builder {
         let compactor = self
             .compaction_interval
             .map(|interval| tokio::spawn(compact_periodically(engine.clone(), interval)));
+        let renewer = self
+            .lease_renewal
+            .map(|interval| tokio::spawn(renew_periodically(engine.clone(), interval)));
         // Bootstrap writes are setup, not traffic a test wants to count.
         engine.metrics.reset();
         Ok(KubeDouble {
@@ -137,7 +150,21 @@ impl Builder {
             shutdown,
             server,
             compactor,
+            renewer,
         })
+    }
+}
+
+/// kube-apiserver's identity lease controller: each instance renews its lease.
+async fn renew_periodically(engine: Arc<Engine>, interval: Duration) {
+    let mut ticker = tokio::time::interval(interval);
+    ticker.tick().await;
+    loop {
+        ticker.tick().await;
+        for id in engine.apiserver_ids() {
+            // A lease deleted by a concurrent restart is simply skipped this round.
+            let _ = engine.renew_identity_lease(&id);
+        }
     }
 }
 
@@ -163,12 +190,16 @@ pub struct KubeDouble {
     shutdown: watch::Sender<bool>,
     server: JoinHandle<()>,
     compactor: Option<JoinHandle<()>>,
+    renewer: Option<JoinHandle<()>>,
 }
 
 impl Drop for KubeDouble {
     fn drop(&mut self) {
         let _ = self.shutdown.send(true);
         self.server.abort();
+        if let Some(r) = &self.renewer {
+            r.abort();
+        }
         if let Some(c) = &self.compactor {
             c.abort();
         }
