@@ -116,6 +116,13 @@ pub const CLUSTER_ACCESS: &[Access] = &[
     ),
     resource(
         Component::Migrator,
+        "watch",
+        "*",
+        "*",
+        "the resource being migrated as one metadata-only watch-list stream",
+    ),
+    resource(
+        Component::Migrator,
         "patch",
         "*",
         "*",

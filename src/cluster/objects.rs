@@ -4,7 +4,12 @@
 //! the apiserver re-encodes the object in its current storage version and writes only when
 //! the stored bytes change; a stale resourceVersion is a 409, recording 09a).
 
-use http::Method;
+use std::time::Duration;
+
+use futures::StreamExt;
+use http::header::ACCEPT;
+use http::{Method, Request};
+use kube::core::WatchEvent;
 use serde::Deserialize;
 
 use super::client::ClusterClient;
@@ -28,6 +33,12 @@ pub struct ObjectRef {
 }
 
 impl ObjectRef {
+    /// Where the object sorts among its resource's objects: `namespace/name`, or `name`
+    /// (the order of the storage keys, so of paged LISTs).
+    pub fn key(&self) -> String {
+        self.display_name()
+    }
+
     /// `namespace/name` or `name`, as messages name objects.
     pub fn display_name(&self) -> String {
         match &self.namespace {
@@ -67,13 +78,23 @@ struct ListMeta {
     remaining_item_count: Option<i64>,
 }
 
-#[derive(Deserialize)]
+#[derive(Clone, Deserialize)]
 struct ItemBody {
     #[serde(default)]
     metadata: ItemMeta,
 }
 
-#[derive(Default, Deserialize)]
+impl ItemBody {
+    fn into_ref(self) -> ObjectRef {
+        ObjectRef {
+            namespace: self.metadata.namespace.filter(|ns| !ns.is_empty()),
+            name: self.metadata.name,
+            resource_version: self.metadata.resource_version,
+        }
+    }
+}
+
+#[derive(Clone, Default, Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct ItemMeta {
     #[serde(default)]
@@ -105,15 +126,7 @@ pub async fn list_metadata(
     let body: ListBody = serde_json::from_slice(&answer.body)
         .map_err(|e| ClusterError::Decode(format!("LIST {}: {e}", resource.group_resource())))?;
     Ok(MetadataPage {
-        items: body
-            .items
-            .into_iter()
-            .map(|item| ObjectRef {
-                namespace: item.metadata.namespace.filter(|ns| !ns.is_empty()),
-                name: item.metadata.name,
-                resource_version: item.metadata.resource_version,
-            })
-            .collect(),
+        items: body.items.into_iter().map(ItemBody::into_ref).collect(),
         continue_token: Some(body.metadata.continue_token).filter(|t| !t.is_empty()),
         remaining: body.metadata.remaining_item_count,
         resource_version: body.metadata.resource_version,
@@ -173,5 +186,231 @@ pub async fn touch(
         Err(err) if err.is_conflict() => Ok(Touched::Conflict),
         Err(err) if err.is_not_found() => Ok(Touched::Gone),
         Err(err) => Err(err),
+    }
+}
+
+/// The annotation on the BOOKMARK that ends a watch-list's initial events (recording 10b).
+const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
+
+/// What a watch-list read of a whole resource gave.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StreamedList {
+    /// Every object, as of `resource_version` (the revision of the initial-events-end
+    /// bookmark).
+    Complete {
+        items: Vec<ObjectRef>,
+        resource_version: String,
+    },
+    /// The cluster did not serve it this time; why. The caller pages instead, as client-go's
+    /// reflector falls back to LIST on any watch-list error ("making progress is better than
+    /// deadlocking").
+    Unavailable(String),
+}
+
+/// The metadata of every object of `resource` as one watch-list stream (`sendInitialEvents`,
+/// recording 10b): one request instead of a LIST per page, served from kube-apiserver's watch
+/// cache. At most `max_objects` are held; a larger resource is `Unavailable` (paged instead),
+/// so memory stays bounded. Retriable answers to the request itself (429, 5xx) are errors for
+/// the caller's retry loop; an ERROR event — etcd 3.4's 500 (recording 10a), a 504 "Too large
+/// resource version" — or a stream that ends before its bookmark is `Unavailable`.
+pub async fn stream_metadata(
+    client: &ClusterClient,
+    resource: &ResolvedResource,
+    max_objects: usize,
+    timeout: Duration,
+) -> Result<StreamedList, ClusterError> {
+    let query = {
+        let mut query = form_urlencoded::Serializer::new(String::new());
+        query
+            .append_pair("watch", "1")
+            .append_pair("allowWatchBookmarks", "true")
+            .append_pair("sendInitialEvents", "true")
+            .append_pair("resourceVersionMatch", "NotOlderThan")
+            .append_pair("timeoutSeconds", &timeout.as_secs().max(1).to_string());
+        query.finish()
+    };
+    let path = format!("{}?{query}", resource.collection_path());
+    let request = Request::builder()
+        .method(Method::GET)
+        .uri(&path)
+        .header(ACCEPT, METADATA)
+        .body(Vec::new())
+        .map_err(|e| ClusterError::Config(format!("building a request: {e}")))?;
+    // The server ends the stream at timeoutSeconds; this only guards against one that stalls.
+    let guard = timeout + Duration::from_secs(30);
+    let collected = tokio::time::timeout(guard, async {
+        let events = match client.kube().request_events::<ItemBody>(request).await {
+            Ok(events) => events,
+            Err(kube::Error::Api(status)) => {
+                let err = ClusterError::Api {
+                    code: status.code,
+                    reason: status.reason,
+                    message: status.message,
+                    retry_after: None,
+                    continue_token: None,
+                };
+                return if err.is_retriable() {
+                    Err(err)
+                } else {
+                    Ok(StreamedList::Unavailable(err.to_string()))
+                };
+            }
+            Err(err) => {
+                return match ClusterError::from_kube(err) {
+                    refused @ ClusterError::Config(_) => Err(refused),
+                    other => Ok(StreamedList::Unavailable(other.to_string())),
+                };
+            }
+        };
+        collect_initial_events(events, max_objects).await
+    })
+    .await;
+    match collected {
+        Ok(result) => result,
+        Err(_) => Ok(StreamedList::Unavailable(format!(
+            "no initial-events-end bookmark within {guard:?}"
+        ))),
+    }
+}
+
+async fn collect_initial_events(
+    events: impl futures::Stream<Item = kube::Result<WatchEvent<ItemBody>>>,
+    max_objects: usize,
+) -> Result<StreamedList, ClusterError> {
+    let mut events = std::pin::pin!(events);
+    let mut items = Vec::new();
+    while let Some(event) = events.next().await {
+        match event {
+            Ok(WatchEvent::Added(item)) => {
+                if items.len() >= max_objects {
+                    return Ok(StreamedList::Unavailable(format!(
+                        "more than {max_objects} objects (--watch-list-max-objects)"
+                    )));
+                }
+                items.push(item.into_ref());
+            }
+            Ok(WatchEvent::Bookmark(bookmark)) => {
+                if bookmark
+                    .metadata
+                    .annotations
+                    .get(INITIAL_EVENTS_END)
+                    .is_some_and(|v| v == "true")
+                {
+                    return Ok(StreamedList::Complete {
+                        items,
+                        resource_version: bookmark.metadata.resource_version,
+                    });
+                }
+            }
+            // Changes after the initial events; none come before the bookmark.
+            Ok(WatchEvent::Modified(_) | WatchEvent::Deleted(_)) => {}
+            Ok(WatchEvent::Error(status)) => {
+                return Ok(StreamedList::Unavailable(format!(
+                    "ERROR event {} {}: {}",
+                    status.code, status.reason, status.message
+                )));
+            }
+            Err(err) => {
+                return Ok(StreamedList::Unavailable(format!(
+                    "the stream broke: {err}"
+                )));
+            }
+        }
+    }
+    Ok(StreamedList::Unavailable(
+        "the stream ended before its initial-events-end bookmark".into(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Watch events as kube-apiserver writes them (recordings 10a, 10b), parsed as kube does.
+    fn events(lines: &[&str]) -> impl futures::Stream<Item = kube::Result<WatchEvent<ItemBody>>> {
+        let parsed: Vec<kube::Result<WatchEvent<ItemBody>>> = lines
+            .iter()
+            .map(|line| serde_json::from_str(line).map_err(kube::Error::SerdeError))
+            .collect();
+        futures::stream::iter(parsed)
+    }
+
+    const ADDED_A: &str = r#"{"type":"ADDED","object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"b","namespace":"demo","resourceVersion":"12"}}}"#;
+    const ADDED_B: &str = r#"{"type":"ADDED","object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"a","namespace":"demo","resourceVersion":"11"}}}"#;
+    const PLAIN_BOOKMARK: &str = r#"{"type":"BOOKMARK","object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"13"}}}"#;
+    const END_BOOKMARK: &str = r#"{"type":"BOOKMARK","object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"20","annotations":{"k8s.io/initial-events-end":"true"}}}}"#;
+    const ETCD_34_ERROR: &str = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"a watch stream was requested by the client but the required storage feature RequestWatchProgress is disabled","reason":"InternalError","code":500}}"#;
+
+    fn object(name: &str, rv: &str) -> ObjectRef {
+        ObjectRef {
+            namespace: Some("demo".into()),
+            name: name.into(),
+            resource_version: rv.into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_initial_events_end_at_the_annotated_bookmark() {
+        let got = collect_initial_events(
+            events(&[ADDED_A, PLAIN_BOOKMARK, ADDED_B, END_BOOKMARK, ADDED_A]),
+            10,
+        )
+        .await
+        .expect("collected");
+        assert_eq!(
+            got,
+            StreamedList::Complete {
+                items: vec![object("b", "12"), object("a", "11")],
+                resource_version: "20".into(),
+            }
+        );
+    }
+
+    #[tokio::test]
+    async fn an_error_event_a_cut_stream_or_too_many_objects_mean_paging_instead() {
+        let refused = collect_initial_events(events(&[ETCD_34_ERROR]), 10)
+            .await
+            .expect("an answer");
+        assert!(
+            matches!(&refused, StreamedList::Unavailable(why) if why.contains("500 InternalError") && why.contains("RequestWatchProgress")),
+            "{refused:?}"
+        );
+        let cut = collect_initial_events(events(&[ADDED_A, ADDED_B]), 10)
+            .await
+            .expect("an answer");
+        assert!(
+            matches!(&cut, StreamedList::Unavailable(why) if why.contains("before its initial-events-end bookmark")),
+            "{cut:?}"
+        );
+        let large = collect_initial_events(events(&[ADDED_A, ADDED_B, END_BOOKMARK]), 1)
+            .await
+            .expect("an answer");
+        assert_eq!(
+            large,
+            StreamedList::Unavailable("more than 1 objects (--watch-list-max-objects)".into())
+        );
+        let broken = collect_initial_events(events(&[ADDED_A, "{\"type\":"]), 10)
+            .await
+            .expect("an answer");
+        assert!(
+            matches!(&broken, StreamedList::Unavailable(why) if why.starts_with("the stream broke")),
+            "{broken:?}"
+        );
+    }
+
+    #[test]
+    fn keys_sort_as_storage_keys_do() {
+        let mut refs = [
+            object("b", "1"),
+            object("a", "1"),
+            ObjectRef {
+                namespace: Some("dem".into()),
+                name: "z".into(),
+                resource_version: "1".into(),
+            },
+        ];
+        refs.sort_by_cached_key(ObjectRef::key);
+        let keys: Vec<String> = refs.iter().map(ObjectRef::key).collect();
+        assert_eq!(keys, ["dem/z", "demo/a", "demo/b"]);
     }
 }

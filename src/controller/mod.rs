@@ -52,9 +52,14 @@ pub struct ControllerOptions {
     /// Migrations run at once (at most one per resource).
     #[arg(long, default_value_t = 2)]
     pub workers: usize,
-    /// Objects per LIST page.
+    /// Objects per LIST page, and between checkpoints of a streamed migration.
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub chunk_size: u32,
+    /// Largest resource a migration reads as one watch-list stream (sendInitialEvents) rather
+    /// than in pages; its object references are held in memory (about 100 bytes each). 0:
+    /// always page.
+    #[arg(long, default_value_t = 100_000)]
+    pub watch_list_max_objects: usize,
     /// PATCHes in flight per migration.
     #[arg(long, default_value_t = 4)]
     pub object_concurrency: usize,
@@ -128,6 +133,7 @@ impl ControllerOptions {
         migrator::Settings {
             workers: self.workers,
             chunk_size: self.chunk_size,
+            watch_list_max_objects: self.watch_list_max_objects,
             object_concurrency: self.object_concurrency,
             qps: self.qps,
             burst: self.burst,

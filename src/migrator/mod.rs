@@ -28,8 +28,11 @@ pub use runner::Outcome;
 pub struct Settings {
     /// Migrations run at once.
     pub workers: usize,
-    /// Objects per LIST page.
+    /// Objects per LIST page, and between checkpoints of a streamed migration.
     pub chunk_size: u32,
+    /// Largest resource read as one watch-list stream (held in memory as it is sorted);
+    /// 0: always page.
+    pub watch_list_max_objects: usize,
     /// PATCHes in flight per migration.
     pub object_concurrency: usize,
     /// Requests per second of the whole pool (0: unlimited).
@@ -45,6 +48,7 @@ impl Default for Settings {
         Self {
             workers: 2,
             chunk_size: 500,
+            watch_list_max_objects: 100_000,
             object_concurrency: 4,
             qps: 5.0,
             burst: 10,

@@ -17,11 +17,19 @@ use super::status::{StatusWriteError, bounded_message, set_condition, write_stat
 use crate::api::migration::{
     FAILED, MigrationProgress, RUNNING, SUCCEEDED, StorageVersionMigration,
 };
-use crate::cluster::objects::{list_metadata, touch};
+use crate::cluster::objects::{StreamedList, list_metadata, stream_metadata, touch};
 use crate::cluster::resources::{group_resource, resolve};
 use crate::cluster::{
     ClusterError, MetadataPage, ObjectRef, ResolveError, ResolvedResource, Touched,
 };
+
+/// How long the apiserver may take to stream a whole resource's metadata (its
+/// `timeoutSeconds`); a stream cut short is paged instead.
+const WATCH_LIST_TIMEOUT: Duration = Duration::from_secs(300);
+
+fn count(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
 
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,7 +118,7 @@ impl Runner {
         let mut progress = migration.status.progress.clone().unwrap_or_default();
         if migration.condition_true(RUNNING).is_none() {
             let message = format!(
-                "migrating {} in pages of {}",
+                "migrating {} ({} objects between checkpoints)",
                 resource.group_resource(),
                 self.shared.settings.chunk_size
             );
@@ -139,12 +147,109 @@ impl Runner {
         let resource_label = ResourceLabel {
             resource: resource.group_resource(),
         };
-        let mut token = Some(progress.continue_token.clone()).filter(|t| !t.is_empty());
+        let token = Some(progress.continue_token.clone()).filter(|t| !t.is_empty());
+        // A paged migration keeps paging (its continue token is the resume point); anything
+        // else first tries the whole resource as one stream.
+        if token.is_none() && self.shared.settings.watch_list_max_objects > 0 {
+            match self.stream(&resource).await? {
+                StreamedList::Complete {
+                    items,
+                    resource_version,
+                } => {
+                    self.migrate_streamed(
+                        &resource,
+                        &resource_label,
+                        &mut progress,
+                        items,
+                        &resource_version,
+                    )
+                    .await?;
+                    return self.succeed(&resource, &progress).await;
+                }
+                StreamedList::Unavailable(why) => {
+                    tracing::info!(migration = %self.name, %why, "no watch-list stream; listing in pages");
+                }
+            }
+        }
+        self.migrate_paged(&resource, &resource_label, &mut progress, token)
+            .await?;
+        self.succeed(&resource, &progress).await
+    }
+
+    /// The watch-list read, through the limiter and the retry loop like any request.
+    async fn stream(&self, resource: &ResolvedResource) -> Result<StreamedList, RunError> {
+        let max = self.shared.settings.watch_list_max_objects;
+        self.with_retries(&resource.group_resource(), "watch", || {
+            stream_metadata(&self.shared.cluster, resource, max, WATCH_LIST_TIMEOUT)
+        })
+        .await
+        .map_err(|err| {
+            self.classify(
+                err,
+                "ListFailed",
+                &format!("listing {}", resource.group_resource()),
+            )
+        })
+    }
+
+    /// Rewrites a streamed resource in key order, `--chunk-size` objects between checkpoints;
+    /// the checkpoint is the last key done, so a restart skips everything up to it.
+    async fn migrate_streamed(
+        &self,
+        resource: &ResolvedResource,
+        label: &ResourceLabel,
+        progress: &mut MigrationProgress,
+        mut items: Vec<ObjectRef>,
+        resource_version: &str,
+    ) -> Result<(), RunError> {
+        items.sort_by_cached_key(ObjectRef::key);
+        let done = std::mem::take(&mut progress.migrated_through);
+        let start = if done.is_empty() {
+            0
+        } else {
+            items.partition_point(|item| item.key() <= done)
+        };
+        progress.migrated_through = done;
+        let chunk = usize::try_from(self.shared.settings.chunk_size)
+            .unwrap_or(usize::MAX)
+            .max(1);
+        let mut left = items.len() - start;
+        for batch in items[start..].chunks(chunk) {
+            if self.stopped() {
+                return Err(RunError::Stopped);
+            }
+            self.migrate_page(resource, batch).await?;
+            left -= batch.len();
+            if let Some(last) = batch.last() {
+                progress.migrated_through = last.key();
+            }
+            self.record_progress(label, progress, batch.len(), Some(count(left)));
+            self.checkpoint(progress, resource_version).await?;
+        }
+        if start == items.len() {
+            // Nothing (left) to do: still record the snapshot and the zero remaining.
+            self.record_progress(label, progress, 0, Some(0));
+            self.checkpoint(progress, resource_version).await?;
+        }
+        Ok(())
+    }
+
+    /// Pages through the resource with metadata-only LISTs from `token`, checkpointing the
+    /// continue token after each page. Objects a streamed run already finished (at or before
+    /// `migrated_through`) are skipped.
+    async fn migrate_paged(
+        &self,
+        resource: &ResolvedResource,
+        label: &ResourceLabel,
+        progress: &mut MigrationProgress,
+        mut token: Option<String>,
+    ) -> Result<(), RunError> {
+        let done = progress.migrated_through.clone();
         loop {
             if self.stopped() {
                 return Err(RunError::Stopped);
             }
-            let page = match self.list_page(&resource, token.as_deref()).await {
+            let page = match self.list_page(resource, token.as_deref()).await {
                 Ok(page) => page,
                 Err(ClusterError::Api {
                     code: 410,
@@ -167,28 +272,53 @@ impl Runner {
                     ));
                 }
             };
-            self.migrate_page(&resource, &page.items).await?;
-            progress.migrated_objects += i64::try_from(page.items.len()).unwrap_or(i64::MAX);
-            progress.remaining_objects = Some(page.remaining.unwrap_or(0).max(0));
+            let todo: Vec<ObjectRef> = if done.is_empty() {
+                page.items
+            } else {
+                page.items
+                    .into_iter()
+                    .filter(|item| item.key() > done)
+                    .collect()
+            };
+            self.migrate_page(resource, &todo).await?;
             progress.continue_token = page.continue_token.clone().unwrap_or_default();
-            progress.last_checkpoint_time = Some(crate::registry::now_time());
-            self.shared
-                .metrics
-                .migrated_objects
-                .get_or_create(&resource_label)
-                .inc_by(i64::try_from(page.items.len()).unwrap_or(i64::MAX));
-            self.shared
-                .metrics
-                .remaining_objects
-                .get_or_create(&resource_label)
-                .set(progress.remaining_objects.unwrap_or(0));
-            self.checkpoint(&progress, &page).await?;
+            self.record_progress(label, progress, todo.len(), page.remaining.or(Some(0)));
+            self.checkpoint(progress, &page.resource_version).await?;
             token = page.continue_token;
             if token.is_none() {
-                break;
+                return Ok(());
             }
         }
+    }
 
+    /// Counts `migrated` more objects into `progress` and the metrics.
+    fn record_progress(
+        &self,
+        label: &ResourceLabel,
+        progress: &mut MigrationProgress,
+        migrated: usize,
+        remaining: Option<i64>,
+    ) {
+        progress.migrated_objects += count(migrated);
+        progress.remaining_objects = Some(remaining.unwrap_or(0).max(0));
+        progress.last_checkpoint_time = Some(crate::registry::now_time());
+        let metrics = &self.shared.metrics;
+        metrics
+            .migrated_objects
+            .get_or_create(label)
+            .inc_by(count(migrated));
+        metrics
+            .remaining_objects
+            .get_or_create(label)
+            .set(progress.remaining_objects.unwrap_or(0));
+    }
+
+    /// Succeeded=True, Running=False, the metric and the event.
+    async fn succeed(
+        &self,
+        resource: &ResolvedResource,
+        progress: &MigrationProgress,
+    ) -> Result<(), RunError> {
         let message = format!(
             "migrated {} objects of {}",
             progress.migrated_objects,
@@ -281,12 +411,12 @@ impl Runner {
     async fn checkpoint(
         &self,
         progress: &MigrationProgress,
-        page: &MetadataPage,
+        resource_version: &str,
     ) -> Result<(), RunError> {
         write_status(&self.shared.migrations, &self.name, |status, _| {
             status.progress = Some(progress.clone());
-            if status.resource_version.is_empty() && !page.resource_version.is_empty() {
-                status.resource_version = page.resource_version.clone();
+            if status.resource_version.is_empty() && !resource_version.is_empty() {
+                status.resource_version = resource_version.to_string();
             }
         })
         .await?;

@@ -391,7 +391,7 @@ fn check_rbac(objects: &Objects) {
         })
         .collect();
     assert_eq!(wildcard.len(), 1);
-    assert_eq!(wildcard[0].verbs, ["list", "patch"]);
+    assert_eq!(wildcard[0].verbs, ["list", "watch", "patch"]);
     // Exactly what the server asks for and nothing more is checked in rbac_coverage.rs.
 }
 

@@ -1,6 +1,7 @@
 //! Crash and resume: the server is SIGKILLed mid-migration three times, at random pages, and
 //! restarted; each time it resumes from its last checkpoint (never from the first page), and
-//! the migration completes with every object rewritten exactly once.
+//! the migration completes with every object rewritten exactly once — in pages (the continue
+//! token is the checkpoint) and streamed (the last key done is).
 
 use std::time::Duration;
 
@@ -8,10 +9,41 @@ use rand::Rng;
 
 use crate::harness::{Harness, double_with_widgets, migrated, tail};
 
+const OBJECTS: usize = 5_000;
+const CHUNK: usize = 100;
+/// PATCHes in flight when the server is killed: done but not yet checkpointed.
+const IN_FLIGHT: usize = 8;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killed_three_times_it_resumes_from_the_checkpoint_and_completes() {
-    const OBJECTS: usize = 5_000;
-    const CHUNK: usize = 100;
+async fn killed_three_times_a_paged_migration_resumes_from_the_checkpoint_and_completes() {
+    let (h, total) = killed_three_times(Mode::Paged).await;
+    let counters = h.double.counters();
+    // Pages: 51, plus at most one re-done page per crash.
+    let pages = total.div_ceil(CHUNK) as u64;
+    let lists = counters.requests_for("list", "configmaps");
+    assert!(
+        (pages..=pages + 3).contains(&lists),
+        "{lists} LIST requests for {pages} pages"
+    );
+    assert_eq!(counters.requests_for("watch", "configmaps"), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_three_times_a_streamed_migration_resumes_after_the_last_key_done() {
+    let (h, _) = killed_three_times(Mode::Streamed).await;
+    let counters = h.double.counters();
+    // One watch-list stream per start, never a LIST.
+    assert_eq!(counters.requests_for("watch", "configmaps"), 4);
+    assert_eq!(counters.requests_for("list", "configmaps"), 0);
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Mode {
+    Paged,
+    Streamed,
+}
+
+async fn killed_three_times(mode: Mode) -> (Harness, usize) {
     let double = double_with_widgets().await;
     double
         .preload("configmaps", Some("demo"), "cm", OBJECTS, 64)
@@ -29,6 +61,10 @@ async fn killed_three_times_it_resumes_from_the_checkpoint_and_completes() {
             "--burst=50",
             "--chunk-size=100",
             "--object-concurrency=8",
+            match mode {
+                Mode::Paged => "--watch-list-max-objects=0",
+                Mode::Streamed => "--watch-list-max-objects=100000",
+            },
         ],
     );
     h.create_migration("crashy", "", "configmaps").await;
@@ -37,10 +73,11 @@ async fn killed_three_times_it_resumes_from_the_checkpoint_and_completes() {
     let windows = [(400, 1_300), (1_800, 2_800), (3_200, 4_200)];
     for (round, (low, high)) in windows.into_iter().enumerate() {
         let threshold: i64 = rng.random_range(low..high);
-        h.wait_for("crashy", Duration::from_secs(120), |m| {
-            migrated(m) >= threshold
-        })
-        .await;
+        let at_kill = h
+            .wait_for("crashy", Duration::from_secs(120), |m| {
+                migrated(m) >= threshold
+            })
+            .await;
         h.server.kill();
         let before = h.double.list_log();
         h.server.restart();
@@ -51,24 +88,28 @@ async fn killed_three_times_it_resumes_from_the_checkpoint_and_completes() {
             migrated(&m) >= threshold - CHUNK as i64,
             "round {round}: the checkpoint survived the crash: {m:#}"
         );
-        // The first LIST after the restart carries a continue token handed out by one of the
-        // last two pages before the kill (the checkpoint is written after a page is done).
-        let after = wait_for_list_after(&h, before.len()).await;
-        let token = after
-            .continue_token
-            .clone()
-            .unwrap_or_else(|| panic!("round {round}: restarted from the first page: {after:?}"));
-        let recent: Vec<Option<String>> = before
-            .iter()
-            .rev()
-            .take(2)
-            .map(|l| l.next_continue.clone())
-            .collect();
-        assert!(
-            recent.contains(&Some(token.clone())),
-            "round {round}: resumed at {token}, not at the checkpoint ({recent:?})\n{}",
-            tail(&h.server.log(), 40)
-        );
+        match mode {
+            Mode::Paged => assert_resumed_at_a_recent_token(&h, round, &before).await,
+            Mode::Streamed => {
+                // The first chunks done after the restart lie after the key checkpointed
+                // before the kill: a start from the top would checkpoint demo/cm-00099.
+                let through = migrated_through(&at_kill);
+                assert!(
+                    through.starts_with("demo/cm-"),
+                    "round {round}: {at_kill:#}"
+                );
+                let later = h
+                    .wait_for("crashy", Duration::from_secs(60), |m| {
+                        migrated(m) >= threshold + 2 * CHUNK as i64
+                    })
+                    .await;
+                assert!(
+                    migrated_through(&later) > through,
+                    "round {round}: {} after {through}",
+                    migrated_through(&later)
+                );
+            }
+        }
     }
 
     let m = h.wait_succeeded("crashy", Duration::from_secs(180)).await;
@@ -77,16 +118,47 @@ async fn killed_three_times_it_resumes_from_the_checkpoint_and_completes() {
     assert_eq!(summary.len(), 1, "{summary:?}");
     assert_eq!(summary.get(&("v2".to_string(), None)), Some(&total));
     let counters = h.double.counters();
-    // Each old object was written once; re-done pages cost only skipped (no-op) writes.
+    // Each old object was written once; re-done pages cost only skipped (no-op) writes, and
+    // at most a page (plus what was in flight) is re-done per crash.
     assert_eq!(counters.writes_performed_for("configmaps"), total as u64);
-    assert!(counters.requests_for("patch", "configmaps") <= (total + 3 * CHUNK) as u64);
-    // Pages: 51, plus at most one re-done page per crash.
-    let pages = total.div_ceil(CHUNK) as u64;
-    let lists = counters.requests_for("list", "configmaps");
+    let patches = counters.requests_for("patch", "configmaps");
     assert!(
-        (pages..=pages + 3).contains(&lists),
-        "{lists} LIST requests for {pages} pages"
+        patches <= (total + 3 * (CHUNK + IN_FLIGHT)) as u64,
+        "{patches} PATCHes for {total} objects"
     );
+    (h, total)
+}
+
+/// The first LIST after the restart carries a continue token handed out by one of the last
+/// two pages before the kill (the checkpoint is written after a page is done).
+async fn assert_resumed_at_a_recent_token(
+    h: &Harness,
+    round: usize,
+    before: &[kube_double::ListRecord],
+) {
+    let after = wait_for_list_after(h, before.len()).await;
+    let token = after
+        .continue_token
+        .clone()
+        .unwrap_or_else(|| panic!("round {round}: restarted from the first page: {after:?}"));
+    let recent: Vec<Option<String>> = before
+        .iter()
+        .rev()
+        .take(2)
+        .map(|l| l.next_continue.clone())
+        .collect();
+    assert!(
+        recent.contains(&Some(token.clone())),
+        "round {round}: resumed at {token}, not at the checkpoint ({recent:?})\n{}",
+        tail(&h.server.log(), 40)
+    );
+}
+
+fn migrated_through(m: &serde_json::Value) -> String {
+    m["status"]["progress"]["migratedThrough"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// Waits for the double to log a LIST after the first `seen` ones.

@@ -18,7 +18,12 @@ pub struct Harness {
 
 /// The double with a `demo` namespace and the `widgets.example.test` CRD (v1 and v2).
 pub async fn double_with_widgets() -> KubeDouble {
-    let double = KubeDouble::start().await.expect("start the double");
+    double_with_widgets_from(KubeDouble::builder()).await
+}
+
+/// As [`double_with_widgets`], from a configured builder.
+pub async fn double_with_widgets_from(builder: kube_double::Builder) -> KubeDouble {
+    let double = builder.start().await.expect("start the double");
     double.ensure_namespace("demo").expect("namespace");
     double
         .create_crd(kube_double::crd::manifest(

@@ -6,7 +6,11 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::harness::{Harness, condition, double_with_widgets, migrated, sample};
+use kube_double::KubeDouble;
+
+use crate::harness::{
+    Harness, condition, double_with_widgets, double_with_widgets_from, migrated, sample,
+};
 use crate::support::kubectl::Kubectl;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -100,15 +104,20 @@ async fn three_resources_with_mixed_encodings_end_in_the_new_storage_version() {
             new as u64,
             "{resource}"
         );
-        // One metadata-only LIST per page of 500, one PATCH per object.
-        assert_eq!(
-            counters.requests_for("list", resource),
-            (old + new).div_ceil(500) as u64,
-            "{resource}"
-        );
+        // One watch-list stream (the double serves it, as kube-apiserver on etcd >= 3.5.13
+        // does), one PATCH per object.
+        assert_eq!(counters.requests_for("watch", resource), 1, "{resource}");
+        assert_eq!(counters.requests_for("list", resource), 0, "{resource}");
         assert_eq!(counters.requests_for("patch", resource), (old + new) as u64);
+        // Its checkpoint is the last key done (the namespaces sort after demo for the
+        // kube-root-ca.crt ConfigMaps).
+        assert!(
+            m["status"]["progress"]["migratedThrough"]
+                .as_str()
+                .is_some_and(|key| key.contains('/')),
+            "{m:#}"
+        );
     }
-    assert!(h.double.list_log().iter().all(|l| l.metadata_only));
 
     // Metrics under the upstream names.
     let metrics = h.metrics().await;
@@ -127,11 +136,12 @@ async fn three_resources_with_mixed_encodings_end_in_the_new_storage_version() {
         ),
         1.0
     );
+    // A PATCH per object and a stream per resource, each timed.
     assert!(
         sample(
             &metrics,
             "storage_migrator_core_migrator_request_duration_seconds_count"
-        ) >= 20_040.0
+        ) >= 20_003.0
     );
 
     // Events on the migration, in the cluster (events.k8s.io/v1, namespace default).
@@ -153,7 +163,9 @@ fn encodings_of(double: &kube_double::KubeDouble, resource: &str) -> BTreeMap<St
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_rotation_leaves_every_secret_under_the_new_key() {
-    let double = double_with_widgets().await;
+    // A cluster on etcd 3.4: the watch-list gets the 500 ERROR event (recording 10a) and the
+    // migration pages instead.
+    let double = double_with_widgets_from(KubeDouble::builder().watch_list(false)).await;
     double.set_encryption_key("secrets", Some("k1")).unwrap();
     double
         .preload("secrets", Some("demo"), "s", 1_200, 256)
@@ -181,7 +193,9 @@ async fn a_key_rotation_leaves_every_secret_under_the_new_key() {
         BTreeMap::from([(("v1".to_string(), Some("k2".to_string())), 1_500)])
     );
     assert_eq!(h.double.counters().writes_performed_for("secrets"), 1_200);
+    assert_eq!(h.double.counters().requests_for("watch", "secrets"), 1);
     assert_eq!(h.double.counters().requests_for("list", "secrets"), 6);
+    assert!(h.double.list_log().iter().all(|l| l.metadata_only));
 
     // What `kubectl get` shows: the Table columns with the counts.
     let kubectl = Kubectl::new(&h.server.kubeconfig);
@@ -233,4 +247,62 @@ async fn a_resource_the_cluster_does_not_serve_fails_with_a_reason() {
         .await;
     assert!(m.to_string().contains("does not support list"), "{m:#}");
     let _: &Value = &m;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resource_is_streamed_as_metadata_unless_larger_than_the_stream_limit() {
+    const OBJECTS: usize = 1_200;
+    const PAYLOAD: usize = 10 * 1024;
+    let double = double_with_widgets().await;
+    double
+        .preload("configmaps", Some("demo"), "big", OBJECTS, PAYLOAD)
+        .unwrap();
+    double
+        .preload("secrets", Some("demo"), "big", OBJECTS, PAYLOAD)
+        .unwrap();
+    double.set_storage_version("configmaps", "v2").unwrap();
+    double.set_encryption_key("secrets", Some("k2")).unwrap();
+    let configmaps: usize = double.stored_summary("configmaps").values().sum();
+    double.reset_counters();
+    let h = Harness::start(
+        double,
+        &[
+            "--qps=0",
+            "--workers=1",
+            "--chunk-size=250",
+            "--watch-list-max-objects=1250",
+        ],
+    );
+
+    // Under the limit: one stream, and neither it nor the PATCH answers carry the 10 KiB
+    // bodies (metadata only: a few hundred bytes an object, both ways).
+    h.create_migration("streamed", "", "configmaps").await;
+    let m = h.wait_succeeded("streamed", Duration::from_secs(120)).await;
+    assert_eq!(migrated(&m), configmaps as i64);
+    let counters = h.double.counters();
+    assert_eq!(counters.requests_for("watch", "configmaps"), 1);
+    assert_eq!(counters.requests_for("list", "configmaps"), 0);
+    let per_object = counters.bytes_out / configmaps as u64;
+    assert!(per_object < 2_048, "{per_object} bytes out per object");
+
+    // Over it: paged instead, after the stream is abandoned at the limit.
+    h.double
+        .preload("secrets", Some("demo"), "more", 100, 64)
+        .unwrap();
+    let secrets: usize = h.double.stored_summary("secrets").values().sum();
+    assert!(secrets > 1_250);
+    h.create_migration("paged", "", "secrets").await;
+    let m = h.wait_succeeded("paged", Duration::from_secs(120)).await;
+    assert_eq!(migrated(&m), secrets as i64);
+    let counters = h.double.counters();
+    assert_eq!(counters.requests_for("watch", "secrets"), 1);
+    assert_eq!(
+        counters.requests_for("list", "secrets"),
+        secrets.div_ceil(250) as u64
+    );
+    assert_eq!(
+        h.double.stored_summary("secrets"),
+        BTreeMap::from([(("v1".to_string(), Some("k2".to_string())), secrets)])
+    );
+    assert!(h.server.log().contains("more than 1250 objects"));
 }

@@ -94,6 +94,11 @@ pub struct MigrationProgress {
     /// The continue token of the next page to migrate: the resume point.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub continue_token: String,
+    /// The resume point of a migration that read the resource as one watch-list stream:
+    /// every object whose key (`namespace/name`, or `name`) sorts at or before this one has
+    /// been migrated.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub migrated_through: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_checkpoint_time: Option<Time>,
 }

@@ -40,6 +40,7 @@ pub fn progress_definition() -> Value {
             "migratedObjects": {"type": "integer", "format": "int64", "description": "Objects rewritten in the current storage version (or found rewritten or deleted) so far."},
             "remainingObjects": {"type": "integer", "format": "int64", "description": "The target apiserver's estimate of objects not yet listed (its remainingItemCount)."},
             "continueToken": string("The continue token of the next page to migrate: where a restarted migrator resumes."),
+            "migratedThrough": string("When the resource was read as one watch-list stream: every object whose key (namespace/name, or name) sorts at or before this one has been migrated; where a restarted migrator resumes."),
             "lastCheckpointTime": described_ref(&format!("{META}.Time"), "When the checkpoint was last written."),
         }
     })

@@ -45,6 +45,7 @@ fn full() -> StorageVersionMigration {
                 migrated_objects: 10,
                 remaining_objects: Some(5),
                 continue_token: "next".into(),
+                migrated_through: "demo/cm-9".into(),
                 last_checkpoint_time: Some(time(1_700_000_200)),
             }),
         },
@@ -169,14 +170,18 @@ fn arb_hub() -> impl Strategy<Value = StorageVersionMigration> {
             0i64..1_000_000,
             proptest::option::of(0i64..1000),
             arb_text(),
+            arb_text(),
             arb_time(),
         )
-            .prop_map(|(migrated, remaining, token, t)| MigrationProgress {
-                migrated_objects: migrated,
-                remaining_objects: remaining,
-                continue_token: token,
-                last_checkpoint_time: t,
-            }),
+            .prop_map(
+                |(migrated, remaining, token, through, t)| MigrationProgress {
+                    migrated_objects: migrated,
+                    remaining_objects: remaining,
+                    continue_token: token,
+                    migrated_through: through,
+                    last_checkpoint_time: t,
+                },
+            ),
     );
     // The hub never holds an empty annotation map (decode drops it, as Go omits empty maps).
     let annotations = proptest::option::of(proptest::collection::btree_map(
