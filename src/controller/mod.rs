@@ -56,7 +56,7 @@ pub struct ControllerOptions {
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub chunk_size: u32,
     /// Largest resource a migration reads as one watch-list stream (sendInitialEvents) rather
-    /// than in pages; its object references are held in memory (about 100 bytes each). 0:
+    /// than in pages; its object references are held in memory (about 200 bytes each). 0:
     /// always page.
     #[arg(long, default_value_t = 100_000)]
     pub watch_list_max_objects: usize,
