@@ -36,20 +36,11 @@ async fn prepared_double(objects: usize) -> KubeDouble {
     // double keeps every revision in memory until compacted, and a migration rewrites every
     // object, so 10^6 objects of 10 KiB would need twice their size (over 24 GB) without it.
     // Continue tokens live one to two intervals: ten seconds outlast any page here.
-    let double = KubeDouble::builder()
-        .compaction_interval(Duration::from_secs(10))
-        .start()
-        .await
-        .expect("double");
-    double.ensure_namespace("bench").expect("namespace");
-    double
-        .create_crd(kube_double::crd::manifest(
-            "example.test",
-            "widgets",
-            "Widget",
-            &["v1", "v2"],
-        ))
-        .expect("crd");
+    let double = support::doubles::with_widgets(
+        KubeDouble::builder().compaction_interval(Duration::from_secs(10)),
+        "bench",
+    )
+    .await;
     double
         .preload("widgets.example.test", Some("bench"), "w", objects, PAYLOAD)
         .expect("preload");

@@ -69,14 +69,7 @@ async fn start() -> KubeDouble {
 async fn start_with_widgets() -> KubeDouble {
     let double = start().await;
     double.ensure_namespace("demo").unwrap();
-    double
-        .create_crd(crd_manifest(
-            "example.test",
-            "widgets",
-            "Widget",
-            &["v1", "v2"],
-        ))
-        .unwrap();
+    double.create_crd(kube_double::crd::widgets()).unwrap();
     double
 }
 

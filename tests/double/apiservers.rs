@@ -188,14 +188,7 @@ async fn moving_a_builtin_storage_version_restarts_the_apiservers() {
         assert_ne!(&after[name], holder, "{name} restarted");
     }
     // Custom resources move through their CRD: no restart.
-    double
-        .create_crd(kube_double::crd::manifest(
-            "example.test",
-            "widgets",
-            "Widget",
-            &["v1", "v2"],
-        ))
-        .unwrap();
+    double.create_crd(kube_double::crd::widgets()).unwrap();
     double
         .set_storage_version("widgets.example.test", "v2")
         .unwrap();

@@ -19,13 +19,8 @@ async fn crds_are_created_watched_switched_and_narrowed_with_kube() {
         .unwrap()
         .boxed();
 
-    let manifest: CustomResourceDefinition = serde_json::from_value(crd_manifest(
-        "example.test",
-        "widgets",
-        "Widget",
-        &["v1", "v2"],
-    ))
-    .unwrap();
+    let manifest: CustomResourceDefinition =
+        serde_json::from_value(kube_double::crd::widgets()).unwrap();
     let created = crds
         .create(&PostParams::default(), &manifest)
         .await

@@ -23,17 +23,7 @@ pub async fn double_with_widgets() -> KubeDouble {
 
 /// As [`double_with_widgets`], from a configured builder.
 pub async fn double_with_widgets_from(builder: kube_double::Builder) -> KubeDouble {
-    let double = builder.start().await.expect("start the double");
-    double.ensure_namespace("demo").expect("namespace");
-    double
-        .create_crd(kube_double::crd::manifest(
-            "example.test",
-            "widgets",
-            "Widget",
-            &["v1", "v2"],
-        ))
-        .expect("crd");
-    double
+    crate::support::doubles::with_widgets(builder, "demo").await
 }
 
 impl Harness {

@@ -1,6 +1,7 @@
 //! Shared helpers of the integration test binaries (each includes this module).
 #![allow(dead_code)]
 
+pub mod doubles;
 pub mod etcd;
 pub mod kubectl;
 pub mod server;

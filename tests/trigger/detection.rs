@@ -73,14 +73,7 @@ async fn an_idle_cluster_costs_only_304s() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn watches_see_moves_without_waiting_for_a_poll() {
     let double = double_without_storage_version_api().await;
-    double
-        .create_crd(kube_double::crd::manifest(
-            "example.test",
-            "widgets",
-            "Widget",
-            &["v1", "v2"],
-        ))
-        .unwrap();
+    double.create_crd(kube_double::crd::widgets()).unwrap();
     let w = World::start(double, &["--discovery-interval=1h"]).await;
     all_safe(&w).await;
     w.h.double.reset_counters();

@@ -331,21 +331,11 @@ pub async fn double_without_storage_version_api() -> KubeDouble {
 /// A double with the StorageVersion API, the `demo` namespace and the
 /// `widgets.example.test` CRD (v1 and v2).
 pub async fn double_with_widgets() -> KubeDouble {
-    let double = KubeDouble::builder()
-        .lease_renewal(LEASE_RENEWAL)
-        .start()
-        .await
-        .expect("start the double");
-    double.ensure_namespace("demo").expect("namespace");
-    double
-        .create_crd(kube_double::crd::manifest(
-            "example.test",
-            "widgets",
-            "Widget",
-            &["v1", "v2"],
-        ))
-        .expect("crd");
-    double
+    crate::support::doubles::with_widgets(
+        KubeDouble::builder().lease_renewal(LEASE_RENEWAL),
+        "demo",
+    )
+    .await
 }
 
 pub fn current(state: &Value) -> &str {

@@ -263,6 +263,12 @@ pub fn resource_def(crd: &Value, encryption_key: Option<String>) -> Option<Resou
     })
 }
 
+/// The CRD most tests use: `widgets.example.test`, kind Widget, served in v1 and v2, stored in
+/// v1.
+pub fn widgets() -> Value {
+    manifest("example.test", "widgets", "Widget", &["v1", "v2"])
+}
+
 /// A CRD manifest for tests: a namespaced kind with free-form spec and the given versions, the
 /// first of `versions` being the storage version.
 pub fn manifest(group: &str, plural: &str, kind: &str, versions: &[&str]) -> Value {
