@@ -48,9 +48,19 @@ pub enum ClusterError {
 }
 
 impl ClusterError {
-    /// A failure of the kube client's stack: a refusal by the catalogue guard is a
-    /// configuration error (never retried), anything else a transport failure.
+    /// A failure of the kube client's stack: an error status the client decoded is
+    /// [`ClusterError::Api`], a refusal by the catalogue guard a configuration error (never
+    /// retried), anything else a transport failure.
     pub fn from_kube(err: kube::Error) -> Self {
+        if let kube::Error::Api(status) = err {
+            return ClusterError::Api {
+                code: status.code,
+                reason: status.reason,
+                message: status.message,
+                retry_after: None,
+                continue_token: None,
+            };
+        }
         if let kube::Error::Service(inner) = &err
             && let Some(refused) = inner.downcast_ref::<super::client::NotCatalogued>()
         {
@@ -134,6 +144,18 @@ pub fn parse_retry_after(value: Option<&http::HeaderValue>) -> Option<Duration> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_status_the_kube_client_decoded_keeps_its_code() {
+        let forbidden =
+            kube::core::Status::failure("watch is forbidden", "Forbidden").with_code(403);
+        let err = ClusterError::from_kube(kube::Error::Api(forbidden.boxed()));
+        assert_eq!(err.code(), Some(403));
+        assert!(!err.is_retriable());
+        assert!(err.to_string().contains("watch is forbidden"), "{err}");
+        let throttled = kube::core::Status::failure("slow down", "TooManyRequests").with_code(429);
+        assert!(ClusterError::from_kube(kube::Error::Api(throttled.boxed())).is_retriable());
+    }
 
     #[test]
     fn classifies_codes() {

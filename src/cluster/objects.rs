@@ -241,22 +241,10 @@ pub async fn stream_metadata(
     let collected = tokio::time::timeout(guard, async {
         let events = match client.kube().request_events::<ItemBody>(request).await {
             Ok(events) => events,
-            Err(kube::Error::Api(status)) => {
-                let err = ClusterError::Api {
-                    code: status.code,
-                    reason: status.reason,
-                    message: status.message,
-                    retry_after: None,
-                    continue_token: None,
-                };
-                return if err.is_retriable() {
-                    Err(err)
-                } else {
-                    Ok(StreamedList::Unavailable(err.to_string()))
-                };
-            }
             Err(err) => {
                 return match ClusterError::from_kube(err) {
+                    // Ours to retry (429, 5xx) or a bug (not catalogued).
+                    err @ ClusterError::Api { .. } if err.is_retriable() => Err(err),
                     refused @ ClusterError::Config(_) => Err(refused),
                     other => Ok(StreamedList::Unavailable(other.to_string())),
                 };

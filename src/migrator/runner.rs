@@ -203,13 +203,11 @@ impl Runner {
         resource_version: &str,
     ) -> Result<(), RunError> {
         items.sort_by_cached_key(ObjectRef::key);
-        let done = std::mem::take(&mut progress.migrated_through);
-        let start = if done.is_empty() {
+        let start = if progress.migrated_through.is_empty() {
             0
         } else {
-            items.partition_point(|item| item.key() <= done)
+            items.partition_point(|item| item.key() <= progress.migrated_through)
         };
-        progress.migrated_through = done;
         let chunk = usize::try_from(self.shared.settings.chunk_size)
             .unwrap_or(usize::MAX)
             .max(1);
@@ -223,12 +221,12 @@ impl Runner {
             if let Some(last) = batch.last() {
                 progress.migrated_through = last.key();
             }
-            self.record_progress(label, progress, batch.len(), Some(count(left)));
+            self.record_progress(label, progress, batch.len(), count(left));
             self.checkpoint(progress, resource_version).await?;
         }
         if start == items.len() {
             // Nothing (left) to do: still record the snapshot and the zero remaining.
-            self.record_progress(label, progress, 0, Some(0));
+            self.record_progress(label, progress, 0, 0);
             self.checkpoint(progress, resource_version).await?;
         }
         Ok(())
@@ -282,7 +280,7 @@ impl Runner {
             };
             self.migrate_page(resource, &todo).await?;
             progress.continue_token = page.continue_token.clone().unwrap_or_default();
-            self.record_progress(label, progress, todo.len(), page.remaining.or(Some(0)));
+            self.record_progress(label, progress, todo.len(), page.remaining.unwrap_or(0));
             self.checkpoint(progress, &page.resource_version).await?;
             token = page.continue_token;
             if token.is_none() {
@@ -297,10 +295,10 @@ impl Runner {
         label: &ResourceLabel,
         progress: &mut MigrationProgress,
         migrated: usize,
-        remaining: Option<i64>,
+        remaining: i64,
     ) {
         progress.migrated_objects += count(migrated);
-        progress.remaining_objects = Some(remaining.unwrap_or(0).max(0));
+        progress.remaining_objects = Some(remaining.max(0));
         progress.last_checkpoint_time = Some(crate::registry::now_time());
         let metrics = &self.shared.metrics;
         metrics
