@@ -8,7 +8,7 @@ use super::{FAILED, KIND, RUNNING, SUCCEEDED, StorageVersionMigration, schema, v
 use crate::api::common::{age, age_column, dns_label_errors, name_column};
 use crate::api::{CATEGORY, GROUP, STORAGE_VERSION, VERSIONS};
 use crate::registry::validation::dns1123_subdomain_errors;
-use crate::registry::{ApiResult, FieldError, ListMerge, ResourceInfo, Strategy, TableColumn};
+use crate::registry::{ApiResult, FieldError, ResourceInfo, Strategy, TableColumn};
 
 static INFO: ResourceInfo = ResourceInfo {
     group: GROUP,
@@ -206,10 +206,6 @@ impl Strategy for MigrationStrategy {
             json!(remaining),
             json!(age(obj.metadata.creation_timestamp.as_ref())),
         ]
-    }
-
-    fn list_merge_rules(&self) -> Vec<(&'static str, ListMerge)> {
-        vec![("status.conditions", ListMerge::ByKey("type"))]
     }
 }
 
