@@ -10,4 +10,5 @@ mod bad_input;
 mod delegated;
 mod front_proxy;
 mod kubectl_conformance;
+mod server_side_apply;
 mod watch;
