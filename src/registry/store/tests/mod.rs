@@ -3,6 +3,7 @@
 
 mod create;
 mod delete;
+mod managed;
 mod on_etcd;
 mod over_http;
 mod patch;
