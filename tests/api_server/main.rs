@@ -9,6 +9,7 @@ mod authn;
 mod bad_input;
 mod delegated;
 mod front_proxy;
+mod kubectl_apply;
 mod kubectl_conformance;
 mod server_side_apply;
 mod watch;
