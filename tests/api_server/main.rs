@@ -11,5 +11,6 @@ mod delegated;
 mod front_proxy;
 mod kubectl_apply;
 mod kubectl_conformance;
+mod python_client;
 mod server_side_apply;
 mod watch;
