@@ -7,5 +7,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod crd_storage_move;
+mod encryption;
 mod first_start;
 mod world;

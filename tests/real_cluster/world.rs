@@ -61,3 +61,57 @@ pub fn wait_for<T>(
         std::thread::sleep(Duration::from_millis(500));
     }
 }
+
+/// Create `count` objects from `make(i)` through `api`, `parallel` at a time.
+pub async fn create_many(
+    api: &kube::Api<kube::api::DynamicObject>,
+    count: usize,
+    parallel: usize,
+    make: impl Fn(usize) -> Value,
+) {
+    use futures::StreamExt;
+    let params = kube::api::PostParams::default();
+    let results: Vec<_> = futures::stream::iter((0..count).map(|i| {
+        let object: kube::api::DynamicObject =
+            serde_json::from_value(make(i)).expect("a valid object");
+        let params = params.clone();
+        async move { api.create(&params, &object).await }
+    }))
+    .buffer_unordered(parallel)
+    .collect()
+    .await;
+    let failed: Vec<String> = results
+        .into_iter()
+        .filter_map(|r| r.err().map(|e| e.to_string()))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} creates failed: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(5)]
+    );
+}
+
+/// The StorageState of `name`.
+pub fn storage_state(cluster: &RealCluster, name: &str) -> Value {
+    let out = cluster
+        .kubectl()
+        .ok(&["get", "storagestate", name, "-o", "json"]);
+    serde_json::from_str(&out).expect("kubectl printed JSON")
+}
+
+/// The migrations of one resource (`resource.group`), by name.
+pub fn migrations_of(cluster: &RealCluster, state: &str) -> Vec<Value> {
+    items(cluster, "storageversionmigrations")
+        .into_iter()
+        .filter(|m| name(m).starts_with(&format!("{state}-")))
+        .collect()
+}
+
+pub fn succeeded(migration: &Value) -> bool {
+    true_conditions(migration).iter().any(|c| c == "Succeeded")
+}
+
+pub fn failed(migration: &Value) -> bool {
+    true_conditions(migration).iter().any(|c| c == "Failed")
+}
