@@ -7,6 +7,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod builtin_storage_move;
 mod crd_storage_move;
 mod encryption;
 mod first_start;
