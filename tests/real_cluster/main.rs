@@ -8,6 +8,7 @@
 mod support;
 
 mod builtin_storage_move;
+mod crashes;
 mod crd_storage_move;
 mod encryption;
 mod first_start;
