@@ -7,6 +7,7 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod auth;
 mod builtin_storage_move;
 mod crashes;
 mod crd_storage_move;
