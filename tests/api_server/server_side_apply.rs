@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::support::server::{Backend, ServerProcess};
 
-const FIXTURE: &str = include_str!("../fixtures/18-server-side-apply.txt");
+const FIXTURE: &str = include_str!("../fixtures/recordings/18-server-side-apply.txt");
 
 /// One request/response pair of a recording.
 struct Exchange {

@@ -41,6 +41,8 @@ const ANCIENT_CHANGES: &str = "ancient-changes";
 const CURRENT_OPERATION: &str = "current-operation";
 /// kubectl's client-side apply record, kept in step when `kubectl` applies server-side.
 pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
+/// kubectl's server-side apply manager, whose client-side past the server helps with.
+const KUBECTL: &str = "kubectl";
 /// `fieldManager`'s upper bound (and of a name taken from the User-Agent).
 const FIELD_MANAGER_MAX_LENGTH: usize = 128;
 
@@ -602,7 +604,26 @@ impl FieldManager {
             api_version: write.api_version.to_string(),
         };
         let mut fields = managed.fields.clone();
-        let applied = match updater.apply(&live_v, &config_v, &mut fields, &id, force) {
+        let mut outcome = updater.apply(&live_v, &config_v, &mut fields, &id, force);
+        if let Err(UpdateError::Conflicts(conflicts)) = &outcome
+            && write.manager == KUBECTL
+        {
+            // kubectl moving from client-side apply: conflicts its last-applied record
+            // already agrees with are forced (upstream's last-applied manager).
+            let allowed = last_applied_agreement(&typed, write.api_version, &live);
+            let remaining: Vec<(ManagerId, Path)> = conflicts
+                .iter()
+                .filter(|(_, path)| !allowed.has(path))
+                .cloned()
+                .collect();
+            outcome = if remaining.is_empty() {
+                fields = managed.fields.clone();
+                updater.apply(&live_v, &config_v, &mut fields, &id, true)
+            } else {
+                Err(UpdateError::Conflicts(remaining))
+            };
+        }
+        let applied = match outcome {
             Ok(applied) => applied,
             Err(UpdateError::Conflicts(conflicts)) => {
                 return Err(conflict_error(&conflicts, &managed));
@@ -620,12 +641,38 @@ impl FieldManager {
         managed.strip(&id);
         let fields = &managed.fields;
         managed.times.retain(|id, _| fields.contains_key(id));
-        if write.manager == "kubectl" {
+        if write.manager == KUBECTL {
             keep_last_applied(&mut object, config);
         }
         set_entries(&mut object, managed.encode());
         Ok(object)
     }
+}
+
+/// The fields of the live object's `last-applied-configuration` whose values the object
+/// still has (empty when there is no usable record).
+fn last_applied_agreement(typed: &Typed<'_>, api_version: &str, live: &Value) -> Set {
+    let record = live
+        .pointer(&format!(
+            "/metadata/annotations/{}",
+            LAST_APPLIED_ANNOTATION.replace('/', "~1")
+        ))
+        .and_then(Value::as_str)
+        .and_then(|text| serde_json::from_str::<Value>(text).ok());
+    let Some(record) =
+        record.filter(|r| r.get("apiVersion").and_then(Value::as_str) == Some(api_version))
+    else {
+        return Set::new();
+    };
+    if !typed.validate(&record, false).is_empty() {
+        return Set::new();
+    }
+    let comparison = typed.compare(&record, live);
+    typed
+        .to_field_set(&record)
+        .difference(&comparison.modified)
+        .difference(&comparison.added)
+        .difference(&comparison.removed)
 }
 
 /// When `kubectl` applies server-side to an object that also has client-side apply's

@@ -534,3 +534,49 @@ fn check_history(steps: &[Step]) -> Result<(), TestCaseError> {
     }
     Ok(())
 }
+
+#[test]
+fn kubectl_takes_over_what_its_client_side_apply_recorded() {
+    let fm = field_manager();
+    let record = json!({"apiVersion": API_VERSION, "kind": "Kind", "metadata": {"name": "x", "labels": {"team": "a"}}, "spec": {"a": "1"}});
+    let mut live = object(json!({
+        "metadata": {"labels": {"team": "a"}, "annotations": {LAST_APPLIED_ANNOTATION: record.to_string()}},
+        "spec": {"a": "1", "b": "other"},
+    }));
+    fm.update(&write("kubectl-client-side-apply"), &object(json!({})), &mut live);
+    // A field the record agrees with is forced for kubectl; one it never applied is not.
+    let applied = fm
+        .apply(
+            &write("kubectl"),
+            &live,
+            &object(json!({"metadata": {"labels": {"team": "b"}}, "spec": {"a": "2"}})),
+            false,
+        )
+        .expect("kubectl takes over its own client-side fields");
+    assert_eq!(applied["metadata"]["labels"]["team"], "b");
+    let record: Value = serde_json::from_str(
+        applied["metadata"]["annotations"][LAST_APPLIED_ANNOTATION]
+            .as_str()
+            .expect("record kept in step"),
+    )
+    .expect("JSON record");
+    assert_eq!(record["metadata"]["labels"]["team"], "b");
+    let err = fm
+        .apply(
+            &write("kubectl"),
+            &live,
+            &object(json!({"spec": {"b": "mine"}})),
+            false,
+        )
+        .expect_err("not in the record");
+    assert_eq!(err.code(), 409);
+    let other = fm
+        .apply(
+            &write("someone"),
+            &live,
+            &object(json!({"metadata": {"labels": {"team": "b"}}})),
+            false,
+        )
+        .expect_err("only kubectl is forgiven");
+    assert_eq!(other.code(), 409);
+}
