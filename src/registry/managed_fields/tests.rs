@@ -543,7 +543,11 @@ fn kubectl_takes_over_what_its_client_side_apply_recorded() {
         "metadata": {"labels": {"team": "a"}, "annotations": {LAST_APPLIED_ANNOTATION: record.to_string()}},
         "spec": {"a": "1", "b": "other"},
     }));
-    fm.update(&write("kubectl-client-side-apply"), &object(json!({})), &mut live);
+    fm.update(
+        &write("kubectl-client-side-apply"),
+        &object(json!({})),
+        &mut live,
+    );
     // A field the record agrees with is forced for kubectl; one it never applied is not.
     let applied = fm
         .apply(
