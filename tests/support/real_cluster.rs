@@ -114,6 +114,30 @@ impl RealCluster {
         }
     }
 
+    /// svm-apiserver's `/metrics`, asked directly as the aggregator would ask for a cluster
+    /// admin (front-proxy certificate, user in headers).
+    pub async fn metrics(&self) -> String {
+        let (cert, key) = self.plane.pki.front_proxy_identity("front-proxy-client");
+        let client = reqwest::Client::builder()
+            .add_root_certificate(
+                reqwest::Certificate::from_pem(&self.svm.ca_pem()).expect("svm CA"),
+            )
+            .identity(
+                reqwest::Identity::from_pem(format!("{key}{cert}").as_bytes()).expect("identity"),
+            )
+            .build()
+            .expect("client");
+        let answer = client
+            .get(format!("{}/metrics", self.svm.url))
+            .header("X-Remote-User", "metrics-reader")
+            .header("X-Remote-Group", "system:masters")
+            .send()
+            .await
+            .expect("GET /metrics");
+        assert_eq!(answer.status(), 200);
+        answer.text().await.expect("metrics text")
+    }
+
     /// Restart svm-apiserver after a kill (same port, store and flags) and wait until the
     /// aggregator reaches it again.
     pub fn restart_svm(&mut self) {
