@@ -12,5 +12,6 @@ mod builtin_storage_move;
 mod crashes;
 mod crd_storage_move;
 mod encryption;
+mod fidelity;
 mod first_start;
 mod world;
