@@ -5,7 +5,7 @@ KUBECTL := $(CURDIR)/.venv/bin/kubectl
 # Flags for `make run`, e.g. make run ARGS="--etcd-servers http://127.0.0.1:2379"
 ARGS ?=
 
-.PHONY: all build run test lint fmt bench deps certs deploy undeploy clean
+.PHONY: all build run test lint fmt bench deps certs deploy undeploy image clean
 
 all: build
 
@@ -47,6 +47,12 @@ bench:
 certs:
 	@hack/ensure-deps.sh build
 	$(CARGO) run --release -- certs --dir certs
+
+## image: the container image svm-apiserver:<Cargo.toml version> (static musl binary on scratch,
+## built with podman or buildah; IMAGE=<registry>/svm-apiserver to name it otherwise).
+image:
+	@hack/ensure-deps.sh build
+	@hack/image.sh
 
 ## deploy: install on the cluster of the current kubeconfig (see deploy/README.md).
 deploy: certs

@@ -1,7 +1,9 @@
 //! The load the migrator puts on the apiserver: one token bucket shared by every worker (so
 //! `--qps`/`--burst` bound the whole pool, not each migration), a pool-wide pause when the
 //! apiserver says Retry-After (a 429 from priority-and-fairness is about the apiserver, not
-//! about one object), and exponential backoff with full jitter for retriable failures.
+//! about one object), a lower rate while API Priority and Fairness keeps rejecting (halved on
+//! each rejection, raised back by a tenth of `--qps` for every quiet interval), and
+//! exponential backoff with full jitter for retriable failures.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -18,8 +20,14 @@ use tokio::time::Instant;
 /// counted within the bound.
 const DISPATCH_SLACK_SECONDS: f64 = 0.1;
 
+/// How long the rate stays lowered after an APF rejection before it is raised a step.
+const RECOVERY_INTERVAL: Duration = Duration::from_secs(10);
+/// The lowest rate APF backpressure drives the pool to, as a fraction of `--qps`.
+const MIN_RATE_FRACTION: f64 = 1.0 / 32.0;
+
 #[derive(Debug)]
 pub struct RateLimiter {
+    /// The configured rate (`--qps`); the bucket refills at `BucketState::rate` ≤ this.
     qps: f64,
     burst: f64,
     state: Mutex<BucketState>,
@@ -30,6 +38,10 @@ struct BucketState {
     tokens: f64,
     refilled: Instant,
     paused_until: Option<Instant>,
+    /// The rate in force: `qps`, or lower after APF rejections.
+    rate: f64,
+    /// The last APF rejection or rate step up: the next step is a quiet interval later.
+    stepped: Instant,
 }
 
 impl RateLimiter {
@@ -42,6 +54,8 @@ impl RateLimiter {
                 tokens: burst,
                 refilled: Instant::now(),
                 paused_until: None,
+                rate: qps,
+                stepped: Instant::now(),
             }),
         }
     }
@@ -74,14 +88,45 @@ impl RateLimiter {
             return None;
         }
         let elapsed = now.saturating_duration_since(state.refilled).as_secs_f64();
-        state.tokens = (state.tokens + elapsed * self.qps).min(self.burst);
+        state.tokens = (state.tokens + elapsed * state.rate).min(self.burst);
         state.refilled = now;
+        // Additive increase: a tenth of --qps back for every quiet interval.
+        while state.rate < self.qps
+            && now.saturating_duration_since(state.stepped) >= RECOVERY_INTERVAL
+        {
+            state.rate = (state.rate + self.qps / 10.0).min(self.qps);
+            state.stepped += RECOVERY_INTERVAL;
+        }
         if state.tokens >= 1.0 {
             state.tokens -= 1.0;
             None
         } else {
-            Some(Duration::from_secs_f64((1.0 - state.tokens) / self.qps))
+            Some(Duration::from_secs_f64((1.0 - state.tokens) / state.rate))
         }
+    }
+
+    /// API Priority and Fairness rejected a request: the migrator's priority level is full,
+    /// so the pool halves its rate (multiplicative decrease, down to 1/32 of `--qps`) and
+    /// raises it again by a tenth of `--qps` for every [`RECOVERY_INTERVAL`] without a
+    /// rejection. Unlimited pools (`--qps 0`) only pause. Returns the rate now in force.
+    pub fn backpressure(&self) -> f64 {
+        let now = Instant::now();
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if self.unlimited() {
+            return 0.0;
+        }
+        state.rate = (state.rate / 2.0).max(self.qps * MIN_RATE_FRACTION);
+        state.stepped = now;
+        state.tokens = state.tokens.min(1.0);
+        state.rate
+    }
+
+    /// The rate in force (requests per second; 0 when unlimited).
+    pub fn rate(&self) -> f64 {
+        if self.unlimited() {
+            return 0.0;
+        }
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).rate
     }
 
     /// Hold every request of the pool for `delay` (Retry-After): the apiserver asked for it.
@@ -209,6 +254,37 @@ mod tests {
             "{:?}",
             start.elapsed()
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn apf_rejections_halve_the_rate_and_quiet_intervals_raise_it_back() {
+        let limiter = RateLimiter::new(40.0, 1);
+        assert_eq!(limiter.backpressure(), 20.0);
+        assert_eq!(limiter.backpressure(), 10.0);
+        for _ in 0..10 {
+            limiter.backpressure();
+        }
+        assert_eq!(limiter.rate(), 40.0 / 32.0, "never below 1/32 of --qps");
+        // At 1.25/s, ten requests take about eight seconds.
+        let start = Instant::now();
+        for _ in 0..10 {
+            limiter.acquire().await;
+        }
+        assert!(
+            start.elapsed() >= Duration::from_secs(7),
+            "{:?}",
+            start.elapsed()
+        );
+        // Each quiet 10 s gives back 4/s; after 100 s without a rejection, the full rate.
+        tokio::time::sleep(Duration::from_secs(25)).await;
+        limiter.acquire().await;
+        assert_eq!(limiter.rate(), 40.0 / 32.0 + 12.0);
+        tokio::time::sleep(Duration::from_secs(100)).await;
+        limiter.acquire().await;
+        assert_eq!(limiter.rate(), 40.0);
+        let unlimited = RateLimiter::new(0.0, 1);
+        assert_eq!(unlimited.backpressure(), 0.0);
+        assert_eq!(unlimited.rate(), 0.0);
     }
 
     #[tokio::test(start_paused = true)]
