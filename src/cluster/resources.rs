@@ -92,7 +92,7 @@ pub enum ResolveError {
 struct ApiGroup {
     #[serde(rename = "preferredVersion")]
     preferred_version: Option<GroupVersionForDiscovery>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::cluster::wire::null_as_empty")]
     versions: Vec<GroupVersionForDiscovery>,
 }
 
@@ -103,7 +103,7 @@ struct GroupVersionForDiscovery {
 
 #[derive(Deserialize)]
 struct ApiResourceList {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::cluster::wire::null_as_empty")]
     resources: Vec<ApiResource>,
 }
 
@@ -114,7 +114,7 @@ struct ApiResource {
     namespaced: bool,
     #[serde(default)]
     kind: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::cluster::wire::null_as_empty")]
     verbs: Vec<String>,
 }
 

@@ -91,10 +91,31 @@ impl ServerProcess {
         }
     }
 
-    /// Start again with the same flags and the same store (after `kill`).
+    /// Start again with the same flags, the same store and the same port (after `kill`), as a
+    /// restarted pod behind its Service.
     pub fn restart(&mut self) {
         self.kill();
+        self.pin_port();
         self.spawn();
+    }
+
+    /// The port it serves on.
+    pub fn port(&self) -> u16 {
+        self.url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("the server URL ends in its port")
+    }
+
+    /// `--secure-port=0` picked a free port at the first start: keep that one from now on.
+    fn pin_port(&mut self) {
+        let port = self.port();
+        for arg in &mut self.args {
+            if arg == "--secure-port=0" {
+                *arg = format!("--secure-port={port}");
+            }
+        }
     }
 
     /// The process id while it runs (benchmarks read its peak RSS from /proc).
