@@ -208,6 +208,12 @@ pub async fn start(
     // replica) goes on where this one stopped.
     let lead = move |leading: CancellationToken| {
         let term = leader_metrics.term();
+        // What only the leader knows goes with its term, so a former leader's stale series
+        // never add to (or outvote) the new leader's.
+        let term_series = (
+            migrator_metrics.migrations_by_status.clone(),
+            trigger_metrics.unsafe_since.clone(),
+        );
         let mut work: Vec<JoinHandle<()>> = Vec::new();
         if run_trigger {
             let trigger = Trigger::new(
@@ -252,6 +258,8 @@ pub async fn start(
             for task in rest {
                 let _ = task.await;
             }
+            term_series.0.clear();
+            term_series.1.clear();
         }
     };
     if !options.leader_elect {
