@@ -61,8 +61,8 @@ fn ksvm_migration(name: &str, resource: &str, condition: Option<&str>) -> Storag
 fn new_storagestates_keep_every_hash_ksvm_knew_and_take_our_names() {
     let plan = plan(
         &[
-            // KSVM names the core group's states "<resource>." — ours is "<resource>".
-            ksvm_state("secrets.", "", "secrets", &["A", "B"], "B"),
+            // Named as KSVM's trigger names them (as we do): `<resource>` for the core group.
+            ksvm_state("secrets", "", "secrets", &["A", "B"], "B"),
             ksvm_state("deployments.apps", "apps", "deployments", &[], "D"),
         ],
         &[],
@@ -86,7 +86,7 @@ fn new_storagestates_keep_every_hash_ksvm_knew_and_take_our_names() {
             .as_ref()
             .and_then(|a| a.get(IMPORTED_UID_ANNOTATION))
             .map(String::as_str),
-        Some("uid-secrets.")
+        Some("uid-secrets")
     );
     // No persisted hashes means Unknown (KSVM's default), plus the current one.
     assert_eq!(
@@ -238,7 +238,7 @@ fn history_is_never_run_by_the_migrator() {
 #[test]
 fn the_rendered_plan_names_every_object_and_its_action() {
     let p = plan(
-        &[ksvm_state("secrets.", "", "secrets", &["A"], "A")],
+        &[ksvm_state("secrets", "", "secrets", &["A"], "A")],
         &[ksvm_migration("done", "deployments", Some("Succeeded"))],
         &[],
         &[],

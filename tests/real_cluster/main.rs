@@ -10,4 +10,5 @@ mod support;
 mod crd_storage_move;
 mod encryption;
 mod first_start;
+mod ksvm_import;
 mod world;
