@@ -10,5 +10,6 @@ mod support;
 mod crd_storage_move;
 mod encryption;
 mod first_start;
+mod flow_control;
 mod ksvm_import;
 mod world;
