@@ -57,7 +57,7 @@ async fn a_crd_storage_move_rewrites_every_object_and_narrows_stored_versions() 
     let before = wait_for(
         Duration::from_secs(120),
         "the widgets StorageState safe on v1",
-        || Some(storage_state(&cluster, STATE)).filter(is_safe),
+        || storage_state(&cluster, STATE).filter(is_safe),
         || {
             kubectl
                 .run(&["get", "storagestates", STATE, "-o", "yaml"])
@@ -80,7 +80,7 @@ async fn a_crd_storage_move_rewrites_every_object_and_narrows_stored_versions() 
         Duration::from_secs(300),
         "the widgets StorageState safe on v2 after a migration",
         || {
-            let state = storage_state(&cluster, STATE);
+            let state = storage_state(&cluster, STATE)?;
             let migrated = migrations_of(&cluster, STATE).iter().any(succeeded);
             (is_safe(&state)
                 && state["status"]["currentStorageVersionHash"]

@@ -92,12 +92,16 @@ pub async fn create_many(
     );
 }
 
-/// The StorageState of `name`.
-pub fn storage_state(cluster: &RealCluster, name: &str) -> Value {
+/// The StorageState of `name`, once it exists.
+pub fn storage_state(cluster: &RealCluster, name: &str) -> Option<Value> {
     let out = cluster
         .kubectl()
-        .ok(&["get", "storagestate", name, "-o", "json"]);
-    serde_json::from_str(&out).expect("kubectl printed JSON")
+        .run(&["get", "storagestate", name, "-o", "json"]);
+    if !out.ok {
+        assert!(out.stderr.contains("NotFound"), "{}", out.stderr);
+        return None;
+    }
+    Some(serde_json::from_str(&out.stdout).expect("kubectl printed JSON"))
 }
 
 /// The migrations of one resource (`resource.group`), by name.

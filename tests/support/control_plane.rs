@@ -214,7 +214,7 @@ impl ControlPlane {
         }
     }
 
-    /// Stop kube-apiserver (SIGTERM, as an upgrade would, waiting for it to exit) and start it
+    /// Stop kube-apiserver (SIGTERM, as an upgrade would) and start it
     /// again with the base flags plus `extra_flags`, on the same port and etcd.
     pub fn restart_apiserver(&mut self, extra_flags: &[&str]) {
         self.stop_apiserver();
@@ -234,7 +234,9 @@ impl ControlPlane {
         let _ = Command::new("kill")
             .args(["-TERM", &child.id().to_string()])
             .status();
-        let deadline = Instant::now() + Duration::from_secs(60);
+        // It deletes its identity lease at once, then waits up to a minute for open watches
+        // (ours among them) to end before it exits: that wait is of no interest here.
+        let deadline = Instant::now() + Duration::from_secs(5);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = child.try_wait() {
                 return;
@@ -404,6 +406,10 @@ impl ControlPlane {
 impl Drop for ControlPlane {
     fn drop(&mut self) {
         self.kill_apiserver();
+        crate::support::server::keep_log(
+            "kube-apiserver",
+            &self.dir.path().join("kube-apiserver.log"),
+        );
     }
 }
 

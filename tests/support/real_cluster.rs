@@ -22,9 +22,10 @@ pub const VERSIONS: [&str; 3] = ["v1", "v1beta1", "v1alpha1"];
 /// How long the APIServices get to become Available (a hang guard).
 const AVAILABLE_TIMEOUT: Duration = Duration::from_secs(90);
 
+/// Fields drop in order: svm-apiserver stops before the control plane it talks to.
 pub struct RealCluster {
-    pub plane: ControlPlane,
     pub svm: ServerProcess,
+    pub plane: ControlPlane,
     /// The ServiceAccount kubeconfig svm-apiserver runs with.
     pub svm_kubeconfig: PathBuf,
 }

@@ -118,6 +118,14 @@ impl ServerProcess {
         }
     }
 
+    /// The `--etcd-prefix` it runs with, when on etcd.
+    pub fn etcd_prefix(&self) -> Option<&str> {
+        self.args
+            .iter()
+            .rev()
+            .find_map(|arg| arg.strip_prefix("--etcd-prefix="))
+    }
+
     /// The process id while it runs (benchmarks read its peak RSS from /proc).
     pub fn pid(&self) -> Option<u32> {
         self.child.as_ref().map(Child::id)
@@ -215,7 +223,25 @@ impl ServerProcess {
 impl Drop for ServerProcess {
     fn drop(&mut self) {
         self.kill();
+        keep_log("svm-apiserver", &self.dir.path().join("server.log"));
     }
+}
+
+/// With `SVM_TEST_LOG_DIR` set, a stopped process's log is kept there (its temp dir is
+/// removed), for reading after a failed or slow run.
+pub fn keep_log(what: &str, log: &Path) {
+    let Some(dir) = std::env::var_os("SVM_TEST_LOG_DIR") else {
+        return;
+    };
+    let dir = PathBuf::from(dir);
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("test").replace("::", ".");
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or_default();
+    let _ = std::fs::create_dir_all(&dir);
+    let _ = std::fs::copy(log, dir.join(format!("{test}.{what}.{stamp}.log")));
 }
 
 /// One GET of `/readyz`, trusting the dev CA. Test support runs outside any async runtime, so
