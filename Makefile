@@ -50,10 +50,12 @@ fmt:
 
 ## bench: benchmarks, printed as tables (never asserted).
 bench:
-	@hack/ensure-deps.sh build etcd
+	@hack/ensure-deps.sh build etcd kubectl
 	$(CARGO) bench --bench api
 	$(CARGO) bench --bench migrate
 	$(CARGO) bench --bench trigger
+	@assets=$$(hack/envtest.sh); [ -n "$$assets" ] || { echo "no kube-apiserver: the fair-share bench is NOT RUN" >&2; exit 1; }; \
+	KUBEBUILDER_ASSETS="$$assets" SVM_KUBECTL=$(KUBECTL) $(CARGO) bench --bench fair_share
 
 ## certs: a development PKI in certs/ (serving cert, CA, admin and front-proxy client certs).
 certs:
