@@ -33,6 +33,9 @@ enum Command {
         #[arg(long, default_value = "certs")]
         dir: PathBuf,
     },
+    /// Carry kube-storage-version-migrator's StorageStates and StorageVersionMigrations
+    /// (migration.k8s.io/v1alpha1) over to this server, through its API; idempotent.
+    ImportKsvm(svm_apiserver::ksvm::ImportOptions),
 }
 
 #[derive(clap::Args)]
@@ -149,6 +152,7 @@ async fn main() -> anyhow::Result<()> {
             );
             Ok(())
         }
+        Command::ImportKsvm(options) => svm_apiserver::ksvm::run(&options).await,
     }
 }
 

@@ -4,6 +4,7 @@
 //! only through the registry.
 
 pub mod leader;
+pub mod metrics;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -21,6 +22,7 @@ use crate::server::Metrics;
 use crate::storage::Storage;
 use crate::trigger::{self, Trigger};
 use leader::{ElectionConfig, LeaderElector};
+use metrics::LeaderMetrics;
 
 /// Controller flags of `serve`.
 #[derive(Args, Clone, Debug)]
@@ -184,7 +186,9 @@ pub async fn start(
     };
     let migrator_metrics = MigratorMetrics::new();
     let trigger_metrics = trigger::Metrics::default();
+    let leader_metrics = LeaderMetrics::default();
     if let Ok(mut registry) = metrics.registry.lock() {
+        leader_metrics.register(&mut registry);
         if run_migrator {
             migrator_metrics.register(&mut registry);
         }
@@ -203,6 +207,13 @@ pub async fn start(
     // migrations' checkpoints are in our store, so the next term (here or on another
     // replica) goes on where this one stopped.
     let lead = move |leading: CancellationToken| {
+        let term = leader_metrics.term();
+        // What only the leader knows goes with its term, so a former leader's stale series
+        // never add to (or outvote) the new leader's.
+        let term_series = (
+            migrator_metrics.migrations_by_status.clone(),
+            trigger_metrics.unsafe_since.clone(),
+        );
         let mut work: Vec<JoinHandle<()>> = Vec::new();
         if run_trigger {
             let trigger = Trigger::new(
@@ -239,6 +250,7 @@ pub async fn start(
             work.push(tokio::spawn(migrator.run(leading.clone())));
         }
         async move {
+            let _term = term;
             // The term ends when leadership is lost (both stop on `leading`), or when one of
             // them ends by itself, which only a bug does: then the other stops too.
             let (_, _, rest) = futures::future::select_all(work).await;
@@ -246,6 +258,8 @@ pub async fn start(
             for task in rest {
                 let _ = task.await;
             }
+            term_series.0.clear();
+            term_series.1.clear();
         }
     };
     if !options.leader_elect {

@@ -40,7 +40,9 @@ fn resource_key(m: &StorageVersionMigration) -> String {
 }
 
 fn finished(m: &StorageVersionMigration) -> bool {
-    m.condition_true(SUCCEEDED).is_some() || m.condition_true(FAILED).is_some()
+    m.condition_true(SUCCEEDED).is_some()
+        || m.condition_true(FAILED).is_some()
+        || crate::ksvm::is_imported_history(m)
 }
 
 impl Scheduler {
@@ -159,6 +161,7 @@ impl Migrator {
             let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
             loop {
                 self.start_next(&mut scheduler, &mut workers);
+                self.publish_statuses(&scheduler);
                 tokio::select! {
                     _ = shutdown.cancelled() => break 'relist,
                     change = changes.next() => match change {
@@ -194,6 +197,18 @@ impl Migrator {
         }
         while workers.join_next().await.is_some() {}
         self.shared.metrics.running.set(0);
+    }
+
+    fn publish_statuses(&self, scheduler: &Scheduler) {
+        let mut counts: Vec<(&str, i64)> = Vec::new();
+        for m in scheduler.known.values() {
+            let status = m.phase();
+            match counts.iter_mut().find(|(s, _)| *s == status) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((status, 1)),
+            }
+        }
+        self.shared.metrics.set_statuses(&counts);
     }
 
     fn start_next(&self, scheduler: &mut Scheduler, workers: &mut JoinSet<(String, Outcome)>) {

@@ -456,6 +456,10 @@ impl Runner {
         let mut attempt = 0;
         loop {
             self.shared.limiter.acquire().await;
+            self.shared
+                .metrics
+                .rate_limit
+                .set(self.shared.limiter.rate());
             let started = Instant::now();
             let result = call().await;
             let code = match &result {
@@ -471,6 +475,12 @@ impl Runner {
                 {
                     if let Some(after) = err.retry_after() {
                         self.shared.limiter.pause(after);
+                    }
+                    if let Some(level) = err.flow_control() {
+                        let rate = self.shared.limiter.backpressure();
+                        self.shared.metrics.apf_rejections.inc();
+                        self.shared.metrics.rate_limit.set(rate);
+                        tracing::info!(%resource, verb, priority_level = level, rate, "API Priority and Fairness rejected a request; lowering the pool's rate");
                     }
                     self.shared
                         .metrics

@@ -30,7 +30,7 @@ pub struct ServeOptions {
 
     /// Write a kubeconfig pointing at this server (trusting the development CA) here at start;
     /// an empty value writes none.
-    #[arg(long, default_value = ".dev/kubeconfig")]
+    #[arg(long, default_value = ".dev/kubeconfig", value_parser = path_or_empty)]
     pub write_kubeconfig: PathBuf,
 
     /// The largest accepted request body; larger ones get 413.
@@ -58,6 +58,12 @@ impl ServeOptions {
     }
 }
 
+/// A path, where the empty value means "none" (clap's own path parser refuses it, which made
+/// deploy/'s `--write-kubeconfig=` fail at start).
+fn path_or_empty(value: &str) -> Result<PathBuf, std::convert::Infallible> {
+    Ok(PathBuf::from(value))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -77,6 +83,12 @@ mod tests {
         assert_eq!(cli.serve.max_request_body_bytes, 3_145_728);
         assert_eq!(cli.serve.cert_dir, PathBuf::from(".dev/certs"));
         assert_eq!(cli.serve.write_kubeconfig, PathBuf::from(".dev/kubeconfig"));
+    }
+
+    #[test]
+    fn an_empty_write_kubeconfig_writes_none() {
+        let cli = Cli::try_parse_from(["x", "--write-kubeconfig="]).expect("parse");
+        assert_eq!(cli.serve.write_kubeconfig, PathBuf::new());
     }
 
     #[test]

@@ -23,13 +23,32 @@ use crate::cluster::ClusterClient;
 use crate::registry::rest::Preconditions;
 use crate::registry::{ApiError, Store};
 
-use super::history::{HashHistory, ObserverRecord, Source};
-use super::metrics::{SourceLabel, TriggerMetrics};
+use super::history::{HashHistory, HistoryEntry, ObserverRecord, Source};
+use super::metrics::{SourceLabel, StorageStateLabel, TriggerMetrics};
 use super::plan::{
     HASH_ANNOTATION, HISTORY_SEQ_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL, Observed,
     OwnedMigration, plan_migrations, plan_state,
 };
 use super::{CrdInfo, Settings, Trigger, World};
+
+/// The newest history entry of a resource, as the reconciler needs it.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct LastEntry {
+    pub seq: u64,
+    /// When it was recorded (Unix seconds).
+    pub time: Option<i64>,
+}
+
+impl LastEntry {
+    pub(super) fn of(entry: Option<&HistoryEntry>) -> Self {
+        entry.map_or_else(Self::default, |e| Self {
+            seq: e.seq,
+            time: chrono::DateTime::parse_from_rfc3339(&e.time)
+                .ok()
+                .map(|t| t.timestamp()),
+        })
+    }
+}
 
 pub(super) struct Reconciler {
     cluster: ClusterClient,
@@ -40,6 +59,12 @@ pub(super) struct Reconciler {
     metrics: TriggerMetrics,
     /// The last history sequence number of each resource.
     last_seq: BTreeMap<(String, String), u64>,
+    /// When the last history entry of each resource was recorded (Unix seconds).
+    last_change: BTreeMap<(String, String), i64>,
+    /// StorageStates not safe, and since when (Unix seconds), as published.
+    unsafe_since: BTreeMap<String, i64>,
+    /// The earliest unreconciled change in the cluster, during a pass.
+    pending_change: Option<chrono::DateTime<chrono::Utc>>,
     /// `Unknown` entries owed to built-in resources (reasons), until written.
     owed_unknown: BTreeMap<(String, String), Vec<String>>,
     /// When the observer record was last written, and what it said of the instances.
@@ -76,19 +101,63 @@ impl Reconciler {
             settings: trigger.settings.clone(),
             metrics: trigger.metrics.clone(),
             last_seq: BTreeMap::new(),
+            last_change: BTreeMap::new(),
+            unsafe_since: BTreeMap::new(),
+            pending_change: None,
             owed_unknown: BTreeMap::new(),
             last_record: None,
         }
     }
 
-    pub(super) fn set_last_seqs(&mut self, seqs: BTreeMap<(String, String), u64>) {
-        self.last_seq = seqs;
+    pub(super) fn set_last_entries(&mut self, last: BTreeMap<(String, String), LastEntry>) {
+        self.last_change = last
+            .iter()
+            .filter_map(|(key, e)| Some((key.clone(), e.time?)))
+            .collect();
+        self.last_seq = last.into_iter().map(|(key, e)| (key, e.seq)).collect();
+    }
+
+    /// Publishes which StorageStates are unsafe and since when: from the history entry that
+    /// made it unsafe when this term saw it happen, else (a StorageState already unsafe when
+    /// the term began) from the resource's newest entry, a lower bound.
+    fn publish_safety(&mut self, key: &(String, String), name: &str, status: &StorageStateStatus) {
+        let label = StorageStateLabel {
+            storagestate: name.to_string(),
+        };
+        if safe(status) {
+            if self.unsafe_since.remove(name).is_some() {
+                self.metrics.unsafe_since.remove(&label);
+            }
+            return;
+        }
+        let since = *self
+            .unsafe_since
+            .entry(name.to_string())
+            .or_insert_with(|| {
+                self.last_change
+                    .get(key)
+                    .copied()
+                    .unwrap_or_else(|| chrono::Utc::now().timestamp())
+            });
+        self.metrics.unsafe_since.get_or_create(&label).set(since);
+    }
+
+    /// The oldest heartbeat among the StorageStates (now when there are none).
+    fn publish_oldest_heartbeat(&self, states: &[StorageState]) {
+        let oldest = states
+            .iter()
+            .filter_map(|s| s.status.last_heartbeat_time.as_ref())
+            .map(|t| t.0.as_second())
+            .min()
+            .unwrap_or_else(|| chrono::Utc::now().timestamp());
+        self.metrics.oldest_heartbeat.set(oldest);
     }
 
     /// One pass over every resource. Returns whether everything was done (otherwise the
     /// caller comes back soon: a conflict, a storage hiccup).
     pub(super) async fn reconcile(&mut self, world: &mut World) -> bool {
         let observed = world.observe(&self.settings);
+        self.pending_change = world.changed_at;
         if world.look.is_some() {
             let reasons = world.instances.take_unvouched();
             if !reasons.is_empty() {
@@ -117,9 +186,10 @@ impl Reconciler {
             .iter()
             .map(|s| (s.metadata.name.clone().unwrap_or_default(), s))
             .collect();
+        self.publish_oldest_heartbeat(&states);
         let mut done = true;
         let mut safe_count = 0;
-        for observed in observed.values() {
+        for (key, observed) in &observed {
             let crd = world
                 .crd_backed(&observed.group, &observed.resource)
                 .cloned();
@@ -135,7 +205,11 @@ impl Reconciler {
                 )
                 .await
             {
-                Ok(status) => safe_count += i64::from(safe(&status)),
+                Ok(status) => {
+                    safe_count += i64::from(safe(&status));
+                    let name = StorageState::name_for(&observed.group, &observed.resource);
+                    self.publish_safety(key, &name, &status);
+                }
                 Err(err) => {
                     tracing::info!(resource = %StorageState::name_for(&observed.group, &observed.resource), error = %err, "reconcile deferred");
                     done = false;
@@ -153,8 +227,25 @@ impl Reconciler {
                 done = false;
             }
         }
+        let tracked: Vec<String> = observed
+            .values()
+            .map(|o| StorageState::name_for(&o.group, &o.resource))
+            .collect();
+        let untracked: Vec<String> = self
+            .unsafe_since
+            .keys()
+            .filter(|name| !tracked.contains(name))
+            .cloned()
+            .collect();
+        for name in untracked {
+            self.unsafe_since.remove(&name);
+            self.metrics
+                .unsafe_since
+                .remove(&StorageStateLabel { storagestate: name });
+        }
         if done {
             world.resync_crds = false;
+            world.changed_at = None;
         }
         self.metrics.resources.set(observed.len() as i64);
         self.metrics.safe_resources.set(safe_count);
@@ -218,15 +309,26 @@ impl Reconciler {
                 .update_status_with(next, ops)
                 .await?;
             if !entries.is_empty() {
+                let now = chrono::Utc::now();
                 for entry in &entries {
                     tracing::info!(resource = %name, hash = %entry.hash, source = ?entry.source, reason = %entry.reason, "storage-version hash recorded");
-                    self.metrics
-                        .history_entries
-                        .get_or_create(&SourceLabel {
-                            source: format!("{:?}", entry.source),
-                        })
-                        .inc();
+                    let source = SourceLabel {
+                        source: format!("{:?}", entry.source),
+                    };
+                    self.metrics.history_entries.get_or_create(&source).inc();
+                    // Only what the cluster did and the trigger saw has a lag; an Unvouched
+                    // entry marks what it could not see.
+                    if let Some(changed) = self.pending_change
+                        && entry.source != Source::Unvouched
+                    {
+                        let lag = (now - changed).num_milliseconds().max(0) as f64 / 1000.0;
+                        self.metrics
+                            .detection_lag
+                            .get_or_create(&source)
+                            .observe(lag);
+                    }
                 }
+                self.last_change.insert(key.clone(), now.timestamp());
                 self.last_seq
                     .insert(key.clone(), last_seq + entries.len() as u64);
             }

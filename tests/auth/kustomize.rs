@@ -9,6 +9,7 @@ use std::process::Command;
 use base64::Engine;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service, ServiceAccount};
+use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
@@ -162,6 +163,8 @@ pub(crate) struct Objects {
     pdbs: Vec<PodDisruptionBudget>,
     network_policies: Vec<NetworkPolicy>,
     api_services: Vec<APIService>,
+    pub(crate) flow_schemas: Vec<FlowSchema>,
+    pub(crate) priority_levels: Vec<PriorityLevelConfiguration>,
 }
 
 pub(crate) fn decode_all(rendered: &Rendered) -> Objects {
@@ -199,6 +202,12 @@ pub(crate) fn decode_all(rendered: &Rendered) -> Objects {
             }
             ("apiregistration.k8s.io/v1", "APIService") => {
                 objects.api_services.push(strict(&object))
+            }
+            ("flowcontrol.apiserver.k8s.io/v1", "FlowSchema") => {
+                objects.flow_schemas.push(strict(&object))
+            }
+            ("flowcontrol.apiserver.k8s.io/v1", "PriorityLevelConfiguration") => {
+                objects.priority_levels.push(strict(&object))
             }
             other => panic!("unexpected object {other:?} in deploy/"),
         }
@@ -301,6 +310,44 @@ fn deploy_renders_only_valid_objects_that_fit_together() {
     check_rbac(&objects);
     check_workloads(&objects);
     check_api_services(&objects, &rendered.certs);
+    check_flow_control(&objects);
+}
+
+/// The migrator's priority level: its ServiceAccount's reads and PATCHes only (never the
+/// creates that authenticate users' requests), ahead of the default service-accounts schema.
+fn check_flow_control(objects: &Objects) {
+    assert_eq!(objects.flow_schemas.len(), 1);
+    assert_eq!(objects.priority_levels.len(), 1);
+    let schema = &objects.flow_schemas[0].spec;
+    assert_eq!(
+        schema.priority_level_configuration.name,
+        name_of(&objects.priority_levels[0].metadata)
+    );
+    assert!(schema.matching_precedence.is_some_and(|p| p < 9000));
+    let rules = schema.rules.as_deref().unwrap_or_default();
+    assert_eq!(rules.len(), 1);
+    let subject = &rules[0].subjects[0];
+    let account = subject
+        .service_account
+        .as_ref()
+        .expect("a ServiceAccount subject");
+    assert_eq!(
+        (
+            subject.kind.as_str(),
+            account.name.as_str(),
+            account.namespace.as_str()
+        ),
+        ("ServiceAccount", "svm-apiserver", "svm-system")
+    );
+    for rule in rules[0].resource_rules.as_deref().unwrap_or_default() {
+        assert!(
+            !rule.verbs.iter().any(|v| v == "create" || v == "*"),
+            "{:?}",
+            rule.verbs
+        );
+    }
+    let level = &objects.priority_levels[0].spec;
+    assert_eq!(level.type_, "Limited");
 }
 
 pub(crate) fn subject_is_our_service_account(
