@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::Installed;
 use crate::cluster::ClusterClient;
 use crate::migrator::{self, Backoff, Events, Migrator, MigratorMetrics};
+use crate::registry::{Fence, Guarded};
 use crate::server::Metrics;
 use crate::storage::Storage;
 use crate::trigger::{self, Trigger};
@@ -201,14 +202,16 @@ pub async fn start(
     let prefix_owned = prefix.to_string();
     // One trigger and one migrator per leadership term; the trigger's history and the
     // migrations' checkpoints are in our store, so the next term (here or on another
-    // replica) goes on where this one stopped.
-    let lead = move |leading: CancellationToken| {
+    // replica) goes on where this one stopped. Everything they write carries the term's
+    // fence, and they stop when its token is cancelled.
+    let lead = move |fence: Fence| {
+        let leading = fence.token().clone();
         let mut work: Vec<JoinHandle<()>> = Vec::new();
         if run_trigger {
             let trigger = Trigger::new(
                 cluster.clone(),
-                states.clone(),
-                migrations.clone(),
+                Guarded::new(states.clone(), fence.clone()),
+                Guarded::new(migrations.clone(), fence.clone()),
                 history_storage.clone(),
                 &prefix_owned,
                 trigger_settings.clone(),
@@ -224,7 +227,7 @@ pub async fn start(
             let events = Events::new(cluster.kube().clone(), instance.clone());
             let migrator = Migrator::new(
                 cluster.clone(),
-                migrations.clone(),
+                Guarded::new(migrations.clone(), fence.clone()),
                 settings.clone(),
                 migrator_metrics.clone(),
                 Some(events),
@@ -249,7 +252,8 @@ pub async fn start(
         }
     };
     if !options.leader_elect {
-        tasks.push(tokio::spawn(lead(shutdown)));
+        let unfenced = Fence::unfenced(storage, shutdown);
+        tasks.push(tokio::spawn(lead(unfenced)));
         return Ok(Controllers { tasks });
     }
     let identity = format!(

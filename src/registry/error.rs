@@ -159,6 +159,11 @@ pub enum ApiError {
     /// 504 Timeout (e.g. a resourceVersion the store has not reached in time).
     #[error("{0}")]
     Timeout(String),
+    /// A controller's write refused because its replica's leadership term is over
+    /// (`registry::fence`): nothing was written and the controllers are stopping. Only
+    /// controllers write under a fence, so no client sees it (it would be a 409 Conflict).
+    #[error("{0}")]
+    Fenced(String),
 }
 
 impl ApiError {
@@ -171,7 +176,7 @@ impl ApiError {
             ApiError::NotFound { .. } | ApiError::UnknownPath => 404,
             ApiError::MethodNotAllowed(_) => 405,
             ApiError::NotAcceptable(_) => 406,
-            ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } => 409,
+            ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } | ApiError::Fenced(_) => 409,
             ApiError::Expired { .. } => 410,
             ApiError::TooLarge(_) => 413,
             ApiError::UnsupportedMediaType(_) => 415,
@@ -193,7 +198,7 @@ impl ApiError {
             ApiError::MethodNotAllowed(_) => "MethodNotAllowed",
             ApiError::NotAcceptable(_) => "NotAcceptable",
             ApiError::AlreadyExists { .. } => "AlreadyExists",
-            ApiError::Conflict { .. } => "Conflict",
+            ApiError::Conflict { .. } | ApiError::Fenced(_) => "Conflict",
             ApiError::Expired { .. } => "Expired",
             ApiError::TooLarge(_) => "RequestEntityTooLarge",
             ApiError::UnsupportedMediaType(_) => "UnsupportedMediaType",

@@ -45,7 +45,7 @@ use crate::api::migration::MigrationStrategy;
 use crate::api::storage_version_hash;
 use crate::api::storagestate::StorageStateStrategy;
 use crate::cluster::ClusterClient;
-use crate::registry::Store;
+use crate::registry::Guarded;
 use crate::storage::Storage;
 
 use apiservers::Instances;
@@ -414,8 +414,8 @@ impl World {
 /// The trigger of one leadership term.
 pub struct Trigger {
     cluster: ClusterClient,
-    states: Arc<Store<StorageStateStrategy>>,
-    migrations: Arc<Store<MigrationStrategy>>,
+    states: Guarded<StorageStateStrategy>,
+    migrations: Guarded<MigrationStrategy>,
     history: HashHistory,
     settings: Settings,
     metrics: TriggerMetrics,
@@ -426,10 +426,12 @@ pub struct Trigger {
 const FIRST_LIST_WAIT: Duration = Duration::from_secs(10);
 
 impl Trigger {
+    /// A trigger writing through `states` and `migrations` (under the term's fence); `storage`
+    /// is where it reads its hash history from.
     pub fn new(
         cluster: ClusterClient,
-        states: Arc<Store<StorageStateStrategy>>,
-        migrations: Arc<Store<MigrationStrategy>>,
+        states: Guarded<StorageStateStrategy>,
+        migrations: Guarded<MigrationStrategy>,
         storage: Arc<dyn Storage>,
         prefix: &str,
         settings: Settings,
@@ -686,7 +688,7 @@ fn stop(tasks: Vec<JoinHandle<()>>) {
 
 /// Wakes the trigger on every change of a migration (a success narrows persisted hashes at
 /// once), relisting after a gap.
-async fn watch_migrations(migrations: Arc<Store<MigrationStrategy>>, wake: mpsc::Sender<()>) {
+async fn watch_migrations(migrations: Guarded<MigrationStrategy>, wake: mpsc::Sender<()>) {
     loop {
         let Ok((_, revision)) = migrations.list_all().await else {
             tokio::time::sleep(Duration::from_secs(1)).await;

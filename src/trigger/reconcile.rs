@@ -3,7 +3,6 @@
 //! transaction, the trigger's migrations, and a CRD's `status.storedVersions`.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -21,7 +20,7 @@ use crate::api::storagestate::{
 };
 use crate::cluster::ClusterClient;
 use crate::registry::rest::Preconditions;
-use crate::registry::{ApiError, Store};
+use crate::registry::{ApiError, Guarded};
 
 use super::history::{HashHistory, ObserverRecord, Source};
 use super::metrics::{SourceLabel, TriggerMetrics};
@@ -33,8 +32,8 @@ use super::{CrdInfo, Settings, Trigger, World};
 
 pub(super) struct Reconciler {
     cluster: ClusterClient,
-    states: Arc<Store<StorageStateStrategy>>,
-    migrations: Arc<Store<MigrationStrategy>>,
+    states: Guarded<StorageStateStrategy>,
+    migrations: Guarded<MigrationStrategy>,
     history: HashHistory,
     settings: Settings,
     metrics: TriggerMetrics,
@@ -207,12 +206,12 @@ impl Reconciler {
             if due || plan.changes(state) {
                 status.last_heartbeat_time = Some(crate::registry::now_time());
             }
-            let (ops, entries) =
+            let (records, entries) =
                 self.history
                     .append(&observed.group, &observed.resource, last_seq, &plan.entries);
             let mut next = stored.clone();
             next.status = status.clone();
-            stored = self.states.update_status_with(next, ops).await?;
+            stored = self.states.update_status_with(next, &records).await?;
             if !entries.is_empty() {
                 for entry in &entries {
                     tracing::info!(resource = %name, hash = %entry.hash, source = ?entry.source, reason = %entry.reason, "storage-version hash recorded");
@@ -399,6 +398,12 @@ impl Reconciler {
         status.stored_versions = Some(vec![version.clone()]);
         object.status = Some(status);
         let name = object.metadata.name.clone().unwrap_or_default();
+        // Narrowing says "nothing older is stored": only the leader may say it, so leadership
+        // is checked right before (the CRD's resourceVersion is the precondition of the write).
+        if let Err(err) = self.states.fence().check().await {
+            tracing::info!(crd = %name, error = %err, "not narrowing status.storedVersions");
+            return false;
+        }
         let api: Api<CustomResourceDefinition> = Api::all(self.cluster.kube().clone());
         match api
             .replace_status(&name, &PostParams::default(), &object)
@@ -436,7 +441,11 @@ impl Reconciler {
         if !due {
             return;
         }
-        match self.history.write_observer(&record).await {
+        match self
+            .history
+            .write_observer(self.states.fence(), &record)
+            .await
+        {
             Ok(()) => self.last_record = Some((Instant::now(), record)),
             Err(err) => tracing::warn!(error = %err, "writing the observer record failed"),
         }

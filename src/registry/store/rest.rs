@@ -328,7 +328,9 @@ impl<S: Strategy> RestStorage for Store<S> {
     async fn create(&self, version: &str, body: Value, opts: &WriteOptions) -> ApiResult<Written> {
         self.check_version(version)?;
         let (obj, warnings) = self.decode_body(version, body, opts.field_validation)?;
-        let created = self.create_object(obj, opts.dry_run, &[]).await?;
+        let created = self
+            .create_object(obj, opts.dry_run, super::Also::default())
+            .await?;
         Ok(Written {
             object: self.encode(version, &created)?,
             created: true,
@@ -405,6 +407,7 @@ impl<S: Strategy> RestStorage for Store<S> {
                 &opts.preconditions,
                 opts.propagation_policy.as_deref(),
                 opts.dry_run,
+                super::Also::default(),
             )
             .await?;
         Ok(Deleted {
@@ -431,6 +434,7 @@ impl<S: Strategy> RestStorage for Store<S> {
                     &opts.preconditions,
                     opts.propagation_policy.as_deref(),
                     opts.dry_run,
+                    super::Also::default(),
                 )
                 .await
             {
