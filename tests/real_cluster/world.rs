@@ -1,0 +1,121 @@
+//! Reading the cluster's state the way a user would: kubectl through the aggregator.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support::real_cluster::RealCluster;
+
+/// `kubectl get <what> -o json`'s items.
+pub fn items(cluster: &RealCluster, what: &str) -> Vec<Value> {
+    let out = cluster.kubectl().ok(&["get", what, "-o", "json"]);
+    let list: Value = serde_json::from_str(&out).expect("kubectl printed JSON");
+    list["items"].as_array().cloned().unwrap_or_default()
+}
+
+/// The condition types whose status is "True".
+pub fn true_conditions(migration: &Value) -> Vec<String> {
+    migration["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["status"] == "True")
+        .filter_map(|c| c["type"].as_str().map(str::to_string))
+        .collect()
+}
+
+pub fn name(object: &Value) -> String {
+    object["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A StorageState is safe when its persisted hashes are exactly `[current]`.
+pub fn is_safe(state: &Value) -> bool {
+    let status = &state["status"];
+    let current = status["currentStorageVersionHash"].as_str().unwrap_or("");
+    !current.is_empty()
+        && current != "Unknown"
+        && status["persistedStorageVersionHashes"] == serde_json::json!([current])
+}
+
+/// Poll `check` until it gives `Some`, or fail with what `describe` says after `limit` (a hang
+/// guard, not a speed check).
+pub fn wait_for<T>(
+    limit: Duration,
+    what: &str,
+    mut check: impl FnMut() -> Option<T>,
+    describe: impl Fn() -> String,
+) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not within {limit:?}\n{}",
+            describe()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Create `count` objects from `make(i)` through `api`, `parallel` at a time.
+pub async fn create_many(
+    api: &kube::Api<kube::api::DynamicObject>,
+    count: usize,
+    parallel: usize,
+    make: impl Fn(usize) -> Value,
+) {
+    use futures::StreamExt;
+    let params = kube::api::PostParams::default();
+    let results: Vec<_> = futures::stream::iter((0..count).map(|i| {
+        let object: kube::api::DynamicObject =
+            serde_json::from_value(make(i)).expect("a valid object");
+        let params = params.clone();
+        async move { api.create(&params, &object).await }
+    }))
+    .buffer_unordered(parallel)
+    .collect()
+    .await;
+    let failed: Vec<String> = results
+        .into_iter()
+        .filter_map(|r| r.err().map(|e| e.to_string()))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} creates failed: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(5)]
+    );
+}
+
+/// The StorageState of `name`, once it exists.
+pub fn storage_state(cluster: &RealCluster, name: &str) -> Option<Value> {
+    let out = cluster
+        .kubectl()
+        .run(&["get", "storagestate", name, "-o", "json"]);
+    if !out.ok {
+        assert!(out.stderr.contains("NotFound"), "{}", out.stderr);
+        return None;
+    }
+    Some(serde_json::from_str(&out.stdout).expect("kubectl printed JSON"))
+}
+
+/// The migrations of one resource (`resource.group`), by name.
+pub fn migrations_of(cluster: &RealCluster, state: &str) -> Vec<Value> {
+    items(cluster, "storageversionmigrations")
+        .into_iter()
+        .filter(|m| name(m).starts_with(&format!("{state}-")))
+        .collect()
+}
+
+pub fn succeeded(migration: &Value) -> bool {
+    true_conditions(migration).iter().any(|c| c == "Succeeded")
+}
+
+pub fn failed(migration: &Value) -> bool {
+    true_conditions(migration).iter().any(|c| c == "Failed")
+}
