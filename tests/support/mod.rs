@@ -6,4 +6,5 @@ pub mod doubles;
 pub mod etcd;
 pub mod kubectl;
 pub mod real_cluster;
+pub mod seed;
 pub mod server;
