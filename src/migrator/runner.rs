@@ -391,6 +391,10 @@ impl Runner {
             .try_for_each_concurrent(concurrency, |object| {
                 let label = &label;
                 async move {
+                    // A stopped run (deleted, or its leadership term over) sends no more.
+                    if self.stopped() {
+                        return Err(RunError::Stopped);
+                    }
                     let touched = self
                         .with_retries(label, "patch", || {
                             touch(&self.shared.cluster, resource, object)
