@@ -411,6 +411,41 @@ mod tests {
         assert!(a.fence(CancellationToken::new()).is_none());
     }
 
+    #[tokio::test(start_paused = true)]
+    async fn a_refused_write_ends_the_term_at_once_and_the_replica_campaigns_again() {
+        let storage: Arc<dyn Storage> = Arc::new(EmbeddedStorage::in_memory());
+        let elector = LeaderElector::new(storage.clone(), "/p", fast("a"));
+        let fences: Arc<std::sync::Mutex<Vec<Fence>>> = Arc::default();
+        let seen = fences.clone();
+        let shutdown = CancellationToken::new();
+        let task = tokio::spawn(elector.run(shutdown.clone(), move |fence: Fence| {
+            seen.lock().unwrap().push(fence.clone());
+            async move { fence.token().cancelled().await }
+        }));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let first = fences.lock().unwrap()[0].clone();
+        first.check().await.expect("the first term holds");
+        // The term record changes under it (as a takeover writes it): the next write is
+        // refused, which ends the term at once.
+        storage
+            .txn(Txn {
+                compares: vec![],
+                ops: vec![Op::Put("/p/leader-term".into(), b"{}".to_vec())],
+            })
+            .await
+            .unwrap();
+        assert!(first.put_records(vec![]).await.is_err());
+        assert!(first.is_over());
+        // Still a candidate: once the record has sat a lease unrenewed, it leads again, in a
+        // new term with a fence of its own.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let fences_now = fences.lock().unwrap().clone();
+        assert_eq!(fences_now.len(), 2, "{fences_now:?}");
+        fences_now[1].check().await.expect("the new term holds");
+        shutdown.cancel();
+        task.await.unwrap();
+    }
+
     /// A store whose calls hang while `hang` is set (a partitioned or stalled etcd).
     struct Stalling {
         inner: EmbeddedStorage,
