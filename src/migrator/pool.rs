@@ -104,7 +104,8 @@ impl Migrator {
         Self {
             shared: Arc::new(Shared {
                 cluster,
-                migrations,
+                // Its status writes are recorded for the migrator in managedFields.
+                migrations: migrations.managed_by(super::status::FIELD_MANAGER),
                 limiter,
                 metrics,
                 events,

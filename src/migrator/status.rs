@@ -8,6 +8,10 @@ use crate::api::migration::{
 };
 use crate::registry::{ApiError, Guarded};
 
+/// The migrator's name in `metadata.managedFields`: it owns the status fields it writes
+/// (conditions, progress) and takes nothing a user applied.
+pub const FIELD_MANAGER: &str = "svm-apiserver-migrator";
+
 /// How a status write ended when it did not succeed.
 #[derive(Debug, thiserror::Error)]
 pub enum StatusWriteError {

@@ -425,9 +425,13 @@ pub struct Trigger {
 /// forbidden or missing API must not stop the trigger).
 const FIRST_LIST_WAIT: Duration = Duration::from_secs(10);
 
+/// The trigger's name in `metadata.managedFields` (it owns what it creates and the status
+/// it writes, and takes nothing else from anyone).
+pub const FIELD_MANAGER: &str = "svm-apiserver-trigger";
+
 impl Trigger {
-    /// A trigger writing through `states` and `migrations` (under the term's fence); `storage`
-    /// is where it reads its hash history from.
+    /// A trigger writing through `states` and `migrations` (under the term's fence, recorded
+    /// for [`FIELD_MANAGER`]); `storage` is where it reads its hash history from.
     pub fn new(
         cluster: ClusterClient,
         states: Guarded<StorageStateStrategy>,
@@ -439,8 +443,8 @@ impl Trigger {
     ) -> Self {
         Self {
             cluster,
-            states,
-            migrations,
+            states: states.managed_by(FIELD_MANAGER),
+            migrations: migrations.managed_by(FIELD_MANAGER),
             history: HashHistory::new(storage, prefix),
             settings,
             metrics,

@@ -7,8 +7,11 @@
 #[path = "../support/mod.rs"]
 mod support;
 
+mod auth;
 mod builtin_storage_move;
+mod crashes;
 mod crd_storage_move;
 mod encryption;
+mod fidelity;
 mod first_start;
 mod world;

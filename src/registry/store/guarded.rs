@@ -8,12 +8,15 @@ use super::super::error::ApiResult;
 use super::super::fence::{Fence, Record};
 use super::super::rest::{Preconditions, Subresource};
 use super::super::strategy::Strategy;
+use super::managed::DEFAULT_FIELD_MANAGER;
 use super::{Also, Deletion, Store, StoreEventStream};
 use crate::storage::Revision;
 
 pub struct Guarded<S: Strategy> {
     store: Arc<Store<S>>,
     fence: Fence,
+    /// The field manager its writes are recorded for in managedFields.
+    manager: &'static str,
 }
 
 impl<S: Strategy> Clone for Guarded<S> {
@@ -21,13 +24,25 @@ impl<S: Strategy> Clone for Guarded<S> {
         Self {
             store: self.store.clone(),
             fence: self.fence.clone(),
+            manager: self.manager,
         }
     }
 }
 
 impl<S: Strategy> Guarded<S> {
+    /// Writes under `fence`, recorded for [`DEFAULT_FIELD_MANAGER`].
     pub fn new(store: Arc<Store<S>>, fence: Fence) -> Self {
-        Self { store, fence }
+        Self {
+            store,
+            fence,
+            manager: DEFAULT_FIELD_MANAGER,
+        }
+    }
+
+    /// The same, recorded for `manager` (e.g. `svm-apiserver-migrator`).
+    pub fn managed_by(mut self, manager: &'static str) -> Self {
+        self.manager = manager;
+        self
     }
 
     pub fn fence(&self) -> &Fence {
@@ -62,13 +77,24 @@ impl<S: Strategy> Guarded<S> {
     /// land, or nothing does.
     pub async fn create_with(&self, obj: S::Object, records: &[Record]) -> ApiResult<S::Object> {
         self.store
-            .create_object(obj, false, self.also(records))
+            .create_object(
+                obj,
+                false,
+                self.also(records),
+                self.store.tracking_for(self.manager),
+            )
             .await
     }
 
     pub async fn update(&self, obj: S::Object) -> ApiResult<S::Object> {
         self.store
-            .replace_with(obj, Subresource::Main, false, self.also(&[]))
+            .replace_with(
+                obj,
+                Subresource::Main,
+                false,
+                self.store.tracking_for(self.manager),
+                self.also(&[]),
+            )
             .await
     }
 
@@ -84,7 +110,13 @@ impl<S: Strategy> Guarded<S> {
         records: &[Record],
     ) -> ApiResult<S::Object> {
         self.store
-            .replace_with(obj, Subresource::Status, false, self.also(records))
+            .replace_with(
+                obj,
+                Subresource::Status,
+                false,
+                self.store.tracking_for(self.manager),
+                self.also(records),
+            )
             .await
     }
 

@@ -13,19 +13,23 @@ use super::super::metadata;
 use super::super::rest::Subresource;
 use super::super::strategy::Strategy;
 use super::create::merge_causes;
+use super::managed::{DEFAULT_FIELD_MANAGER, Tracking};
 use super::{Also, Committed, MAX_WRITE_ATTEMPTS, Store, parse_resource_version};
 use crate::storage::{Compare, Op};
 
 impl<S: Strategy> Store<S> {
-    /// Replace an object (the controllers' entry point: same rules as a REST update). The
-    /// object's resourceVersion is the precondition; its uid, when set, must match.
+    /// Replace an object (the controllers' entry point: same rules as a REST update),
+    /// recorded for [`DEFAULT_FIELD_MANAGER`] (see [`Store::managed_by`]). The object's
+    /// resourceVersion is the precondition; its uid, when set, must match.
     pub async fn update(&self, obj: S::Object) -> ApiResult<S::Object> {
-        self.replace(obj, Subresource::Main, false).await
+        self.managed_by(DEFAULT_FIELD_MANAGER).update(obj).await
     }
 
     /// Replace an object's status (`/status`): spec and most metadata stay as stored.
     pub async fn update_status(&self, obj: S::Object) -> ApiResult<S::Object> {
-        self.replace(obj, Subresource::Status, false).await
+        self.managed_by(DEFAULT_FIELD_MANAGER)
+            .update_status(obj)
+            .await
     }
 
     /// A PUT: the body replaces the stored object, its uid a precondition (upstream's
@@ -35,8 +39,9 @@ impl<S: Strategy> Store<S> {
         obj: S::Object,
         subresource: Subresource,
         dry_run: bool,
+        tracking: Tracking<'_>,
     ) -> ApiResult<S::Object> {
-        self.replace_with(obj, subresource, dry_run, Also::default())
+        self.replace_with(obj, subresource, dry_run, tracking, Also::default())
             .await
     }
 
@@ -50,12 +55,13 @@ impl<S: Strategy> Store<S> {
         obj: S::Object,
         subresource: Subresource,
         dry_run: bool,
+        tracking: Tracking<'_>,
         also: Also<'_>,
     ) -> ApiResult<S::Object> {
         let name = obj.metadata().name.clone().unwrap_or_default();
         let key = self.key(&name)?;
         let uid = obj.metadata().uid.clone().filter(|u| !u.is_empty());
-        self.guaranteed_update_with(&name, subresource, dry_run, also, |current| {
+        self.guaranteed_update_with(&name, subresource, dry_run, also, tracking, |current| {
                 if let Some(uid) = &uid {
                     let current_uid = current.metadata().uid.clone().unwrap_or_default();
                     if *uid != current_uid {
@@ -73,30 +79,18 @@ impl<S: Strategy> Store<S> {
     }
 
     /// The update loop. `updated` computes the new object from the current one; it runs once
-    /// per attempt. Returns the object as stored (or as it would be, for a dry run); for an
-    /// update that deleted the object (last finalizer removed), the object as the request made
-    /// it.
-    pub(crate) async fn guaranteed_update<F>(
-        &self,
-        name: &str,
-        subresource: Subresource,
-        dry_run: bool,
-        updated: F,
-    ) -> ApiResult<S::Object>
-    where
-        F: FnMut(&S::Object) -> ApiResult<S::Object> + Send,
-    {
-        self.guaranteed_update_with(name, subresource, dry_run, Also::default(), updated)
-            .await
-    }
-
-    /// The update loop, with what `also` carries in the same transaction as the object.
-    async fn guaranteed_update_with<F>(
+    /// per attempt, and the change is recorded in managedFields per `tracking`. What `also`
+    /// carries (the controllers' fence, extra records) goes in the same transaction as the
+    /// object. Returns the object as stored (or
+    /// as it would be, for a dry run); for an update that deleted the object (last finalizer
+    /// removed), the object as the request made it.
+    pub(crate) async fn guaranteed_update_with<F>(
         &self,
         name: &str,
         subresource: Subresource,
         dry_run: bool,
         also: Also<'_>,
+        tracking: Tracking<'_>,
         mut updated: F,
     ) -> ApiResult<S::Object>
     where
@@ -106,6 +100,7 @@ impl<S: Strategy> Store<S> {
         for _ in 0..MAX_WRITE_ATTEMPTS {
             let (kv, current) = self.read_current(&key, name).await?;
             let mut new = updated(&current)?;
+            self.track_update(tracking, subresource, &current, &mut new)?;
             self.check_resource_version(&new, kv.mod_revision, name)?;
             self.before_update(&mut new, &current, subresource)?;
 

@@ -397,9 +397,28 @@ async fn fenced_writes_commit_only_while_the_term_lasts_and_a_refusal_stops_the_
                 .unwrap()
         )
     );
+    let managers = |w: &Widget| -> Vec<String> {
+        w.metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter_map(|e| e.manager.clone())
+            .collect()
+    };
+    assert_eq!(managers(&created), ["svm-apiserver"]);
     let mut bigger = created.clone();
     bigger.spec.size = 2;
-    let updated = guarded.update(bigger).await.expect("update");
+    let updated = guarded
+        .clone()
+        .managed_by("svm-apiserver-test")
+        .update(bigger)
+        .await
+        .expect("update");
+    assert!(
+        managers(&updated).contains(&"svm-apiserver-test".to_string()),
+        "{:?}",
+        managers(&updated)
+    );
     assert_eq!(stamp().await.1.to_string(), rv(&updated));
     guarded.create(widget("b", 1)).await.expect("create b");
     guarded
