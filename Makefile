@@ -57,6 +57,15 @@ bench:
 	@assets=$$(hack/envtest.sh); [ -n "$$assets" ] || { echo "no kube-apiserver: the fair-share bench is NOT RUN" >&2; exit 1; }; \
 	KUBEBUILDER_ASSETS="$$assets" SVM_KUBECTL=$(KUBECTL) $(CARGO) bench --bench fair_share
 
+## chaos: 50 chaos trials (two replicas, etcd and the double; kill -9 / SIGSTOP of the leader,
+## etcd restarts, 5xx and 429 storms, stream cuts; a table per trial). `make test` runs 3.
+## CHAOS_TRIALS=n for another count; SVM_CHAOS_SEED=s replays (trial i runs seed s+i).
+CHAOS_TRIALS ?= 50
+chaos:
+	@hack/ensure-deps.sh build etcd
+	SVM_CHAOS_TRIALS=$(CHAOS_TRIALS) SVM_CHAOS_REPORT=$(CURDIR)/target/chaos-report.md \
+		$(CARGO) test --release --test chaos chaos_trials -- --nocapture
+
 ## certs: a development PKI in certs/ (serving cert, CA, admin and front-proxy client certs).
 certs:
 	@hack/ensure-deps.sh build

@@ -36,6 +36,25 @@ enum Command {
     /// Carry kube-storage-version-migrator's StorageStates and StorageVersionMigrations
     /// (migration.k8s.io/v1alpha1) over to this server, through its API; idempotent.
     ImportKsvm(svm_apiserver::ksvm::ImportOptions),
+    /// Check or repair the embedded store's data directory (stop the server first).
+    #[command(subcommand)]
+    Store(StoreCommand),
+}
+
+#[derive(Subcommand)]
+enum StoreCommand {
+    /// Read the write-ahead log and report any damage, changing nothing. Exits 1 when the
+    /// store would refuse to open (damage that is not a torn final record).
+    Verify {
+        #[arg(long, default_value = ".dev/data")]
+        data_dir: PathBuf,
+    },
+    /// Make a damaged store openable: keep every record before the damage, say how many
+    /// intact records after it are lost, and keep the damaged log beside it.
+    Recover {
+        #[arg(long, default_value = ".dev/data")]
+        data_dir: PathBuf,
+    },
 }
 
 #[derive(clap::Args)]
@@ -153,6 +172,21 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::ImportKsvm(options) => svm_apiserver::ksvm::run(&options).await,
+        Command::Store(StoreCommand::Verify { data_dir }) => {
+            let verification = storage::embedded::verify(&data_dir)
+                .with_context(|| format!("reading the store in {}", data_dir.display()))?;
+            println!("{verification}");
+            if verification.damage.as_ref().is_some_and(|d| !d.torn) {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
+        Command::Store(StoreCommand::Recover { data_dir }) => {
+            let recovery = storage::embedded::recover(&data_dir)
+                .with_context(|| format!("recovering the store in {}", data_dir.display()))?;
+            println!("{recovery}");
+            Ok(())
+        }
     }
 }
 

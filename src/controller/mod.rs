@@ -18,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::Installed;
 use crate::cluster::ClusterClient;
 use crate::migrator::{self, Backoff, Events, Migrator, MigratorMetrics};
+use crate::registry::{Fence, Guarded};
 use crate::server::Metrics;
 use crate::storage::Storage;
 use crate::trigger::{self, Trigger};
@@ -205,8 +206,10 @@ pub async fn start(
     let prefix_owned = prefix.to_string();
     // One trigger and one migrator per leadership term; the trigger's history and the
     // migrations' checkpoints are in our store, so the next term (here or on another
-    // replica) goes on where this one stopped.
-    let lead = move |leading: CancellationToken| {
+    // replica) goes on where this one stopped. Everything they write carries the term's
+    // fence, and they stop when its token is cancelled.
+    let lead = move |fence: Fence| {
+        let leading = fence.token().clone();
         let term = leader_metrics.term();
         // What only the leader knows goes with its term, so a former leader's stale series
         // never add to (or outvote) the new leader's.
@@ -218,8 +221,8 @@ pub async fn start(
         if run_trigger {
             let trigger = Trigger::new(
                 cluster.clone(),
-                states.clone(),
-                migrations.clone(),
+                Guarded::new(states.clone(), fence.clone()),
+                Guarded::new(migrations.clone(), fence.clone()),
                 history_storage.clone(),
                 &prefix_owned,
                 trigger_settings.clone(),
@@ -235,7 +238,7 @@ pub async fn start(
             let events = Events::new(cluster.kube().clone(), instance.clone());
             let migrator = Migrator::new(
                 cluster.clone(),
-                migrations.clone(),
+                Guarded::new(migrations.clone(), fence.clone()),
                 settings.clone(),
                 migrator_metrics.clone(),
                 Some(events),
@@ -263,7 +266,8 @@ pub async fn start(
         }
     };
     if !options.leader_elect {
-        tasks.push(tokio::spawn(lead(shutdown)));
+        let unfenced = Fence::unfenced(storage, shutdown);
+        tasks.push(tokio::spawn(lead(unfenced)));
         return Ok(Controllers { tasks });
     }
     let identity = format!(

@@ -10,12 +10,11 @@ mod pool;
 mod runner;
 pub mod status;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use crate::api::migration::{MigrationStrategy, StorageVersionMigration};
 use crate::cluster::ClusterClient;
-use crate::registry::Store;
+use crate::registry::Guarded;
 
 pub use events::Events;
 pub use limiter::{Backoff, RateLimiter};
@@ -61,7 +60,8 @@ impl Default for Settings {
 /// What every worker shares.
 pub(crate) struct Shared {
     pub cluster: ClusterClient,
-    pub migrations: Arc<Store<MigrationStrategy>>,
+    /// The migrations, written under the leadership term's fence.
+    pub migrations: Guarded<MigrationStrategy>,
     pub limiter: RateLimiter,
     pub metrics: MigratorMetrics,
     pub events: Option<Events>,
@@ -75,7 +75,11 @@ impl Shared {
         reason: events::Reason,
         note: String,
     ) {
-        if let Some(events) = &self.events {
+        // Events go to the target cluster, where our fence cannot reach: a term that is over
+        // publishes none.
+        if let Some(events) = &self.events
+            && !self.migrations.fence().is_over()
+        {
             // Events are requests to the same apiserver: they count against the same budget.
             self.limiter.acquire().await;
             events.publish(migration, reason, note).await;

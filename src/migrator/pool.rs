@@ -14,7 +14,7 @@ use super::runner::{self, Outcome, retry_delay};
 use super::{Events, MigratorMetrics, RateLimiter, Settings, Shared};
 use crate::api::migration::{FAILED, MigrationStrategy, SUCCEEDED, StorageVersionMigration};
 use crate::cluster::ClusterClient;
-use crate::registry::Store;
+use crate::registry::Guarded;
 use crate::registry::store::StoreEvent;
 
 pub struct Migrator {
@@ -97,7 +97,7 @@ impl Scheduler {
 impl Migrator {
     pub fn new(
         cluster: ClusterClient,
-        migrations: Arc<Store<MigrationStrategy>>,
+        migrations: Guarded<MigrationStrategy>,
         settings: Settings,
         metrics: MigratorMetrics,
         events: Option<Events>,
@@ -106,7 +106,8 @@ impl Migrator {
         Self {
             shared: Arc::new(Shared {
                 cluster,
-                migrations,
+                // Its status writes are recorded for the migrator in managedFields.
+                migrations: migrations.managed_by(super::status::FIELD_MANAGER),
                 limiter,
                 metrics,
                 events,

@@ -13,7 +13,9 @@ use tokio_util::sync::CancellationToken;
 use super::Shared;
 use super::events::Reason;
 use super::metrics::{MigrationLabels, ResourceLabel, RetryLabels};
-use super::status::{StatusWriteError, bounded_message, set_condition, write_status};
+use super::status::{
+    StatusWriteError, bounded_message, set_condition, write_progress, write_status,
+};
 use crate::api::migration::{
     FAILED, MigrationProgress, RUNNING, SUCCEEDED, StorageVersionMigration,
 };
@@ -55,7 +57,11 @@ enum RunError {
 impl From<StatusWriteError> for RunError {
     fn from(err: StatusWriteError) -> Self {
         match err {
-            StatusWriteError::Gone => RunError::Stopped,
+            StatusWriteError::Gone | StatusWriteError::Deposed(_) => RunError::Stopped,
+            StatusWriteError::Behind { .. } => {
+                tracing::warn!(error = %err, "another run of this migration got further; this one stops");
+                RunError::Stopped
+            }
             other => RunError::Retry(other.to_string()),
         }
     }
@@ -391,6 +397,10 @@ impl Runner {
             .try_for_each_concurrent(concurrency, |object| {
                 let label = &label;
                 async move {
+                    // A stopped run (deleted, or its leadership term over) sends no more.
+                    if self.stopped() {
+                        return Err(RunError::Stopped);
+                    }
                     let touched = self
                         .with_retries(label, "patch", || {
                             touch(&self.shared.cluster, resource, object)
@@ -417,12 +427,12 @@ impl Runner {
         progress: &MigrationProgress,
         resource_version: &str,
     ) -> Result<(), RunError> {
-        write_status(&self.shared.migrations, &self.name, |status, _| {
-            status.progress = Some(progress.clone());
-            if status.resource_version.is_empty() && !resource_version.is_empty() {
-                status.resource_version = resource_version.to_string();
-            }
-        })
+        write_progress(
+            &self.shared.migrations,
+            &self.name,
+            progress,
+            resource_version,
+        )
         .await?;
         Ok(())
     }
@@ -527,7 +537,7 @@ impl Runner {
                 self.shared.event(&stored, Reason::Failed, message).await;
                 Outcome::Finished
             }
-            Err(StatusWriteError::Gone) => Outcome::Stopped,
+            Err(StatusWriteError::Gone | StatusWriteError::Deposed(_)) => Outcome::Stopped,
             Err(err) => Outcome::RetryLater(err.to_string()),
         }
     }

@@ -45,7 +45,7 @@ use crate::api::migration::MigrationStrategy;
 use crate::api::storage_version_hash;
 use crate::api::storagestate::StorageStateStrategy;
 use crate::cluster::ClusterClient;
-use crate::registry::Store;
+use crate::registry::Guarded;
 use crate::storage::Storage;
 
 use apiservers::Instances;
@@ -446,8 +446,8 @@ impl World {
 /// The trigger of one leadership term.
 pub struct Trigger {
     cluster: ClusterClient,
-    states: Arc<Store<StorageStateStrategy>>,
-    migrations: Arc<Store<MigrationStrategy>>,
+    states: Guarded<StorageStateStrategy>,
+    migrations: Guarded<MigrationStrategy>,
     history: HashHistory,
     settings: Settings,
     metrics: TriggerMetrics,
@@ -462,10 +462,12 @@ const FIRST_LIST_WAIT: Duration = Duration::from_secs(10);
 pub const FIELD_MANAGER: &str = "svm-apiserver-trigger";
 
 impl Trigger {
+    /// A trigger writing through `states` and `migrations` (under the term's fence, recorded
+    /// for [`FIELD_MANAGER`]); `storage` is where it reads its hash history from.
     pub fn new(
         cluster: ClusterClient,
-        states: Arc<Store<StorageStateStrategy>>,
-        migrations: Arc<Store<MigrationStrategy>>,
+        states: Guarded<StorageStateStrategy>,
+        migrations: Guarded<MigrationStrategy>,
         storage: Arc<dyn Storage>,
         prefix: &str,
         settings: Settings,
@@ -473,8 +475,8 @@ impl Trigger {
     ) -> Self {
         Self {
             cluster,
-            states,
-            migrations,
+            states: states.managed_by(FIELD_MANAGER),
+            migrations: migrations.managed_by(FIELD_MANAGER),
             history: HashHistory::new(storage, prefix),
             settings,
             metrics,
@@ -728,7 +730,7 @@ fn stop(tasks: Vec<JoinHandle<()>>) {
 
 /// Wakes the trigger on every change of a migration (a success narrows persisted hashes at
 /// once), relisting after a gap.
-async fn watch_migrations(migrations: Arc<Store<MigrationStrategy>>, wake: mpsc::Sender<()>) {
+async fn watch_migrations(migrations: Guarded<MigrationStrategy>, wake: mpsc::Sender<()>) {
     loop {
         let Ok((_, revision)) = migrations.list_all().await else {
             tokio::time::sleep(Duration::from_secs(1)).await;

@@ -3,7 +3,6 @@
 //! transaction, the trigger's migrations, and a CRD's `status.storedVersions`.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -21,7 +20,7 @@ use crate::api::storagestate::{
 };
 use crate::cluster::ClusterClient;
 use crate::registry::rest::Preconditions;
-use crate::registry::{ApiError, Store};
+use crate::registry::{ApiError, Guarded};
 
 use super::history::{HashHistory, HistoryEntry, ObserverRecord, Source};
 use super::metrics::{SourceLabel, StorageStateLabel, TriggerMetrics};
@@ -52,8 +51,8 @@ impl LastEntry {
 
 pub(super) struct Reconciler {
     cluster: ClusterClient,
-    states: Arc<Store<StorageStateStrategy>>,
-    migrations: Arc<Store<MigrationStrategy>>,
+    states: Guarded<StorageStateStrategy>,
+    migrations: Guarded<MigrationStrategy>,
     history: HashHistory,
     settings: Settings,
     metrics: TriggerMetrics,
@@ -298,16 +297,12 @@ impl Reconciler {
             if due || plan.changes(state) {
                 status.last_heartbeat_time = Some(crate::registry::now_time());
             }
-            let (ops, entries) =
+            let (records, entries) =
                 self.history
                     .append(&observed.group, &observed.resource, last_seq, &plan.entries);
             let mut next = stored.clone();
             next.status = status.clone();
-            stored = self
-                .states
-                .managed_by(super::FIELD_MANAGER)
-                .update_status_with(next, ops)
-                .await?;
+            stored = self.states.update_status_with(next, &records).await?;
             if !entries.is_empty() {
                 let now = chrono::Utc::now();
                 for entry in &entries {
@@ -366,11 +361,7 @@ impl Reconciler {
             let mut next = stored.clone();
             next.status.persisted_storage_version_hashes = vec![current.clone()];
             next.status.last_heartbeat_time = Some(crate::registry::now_time());
-            stored = self
-                .states
-                .managed_by(super::FIELD_MANAGER)
-                .update_status(next)
-                .await?;
+            stored = self.states.update_status(next).await?;
             tracing::info!(resource = %name, hash = %current, "every stored object is in the current storage version");
         }
         if let Some(crd) = crd
@@ -403,12 +394,7 @@ impl Reconciler {
             },
             status: StorageStateStatus::default(),
         };
-        match self
-            .states
-            .managed_by(super::FIELD_MANAGER)
-            .create(state)
-            .await
-        {
+        match self.states.create(state).await {
             Ok(created) => Ok(created),
             Err(ApiError::AlreadyExists { .. }) => self
                 .states
@@ -449,12 +435,7 @@ impl Reconciler {
             },
             status: Default::default(),
         };
-        match self
-            .migrations
-            .managed_by(super::FIELD_MANAGER)
-            .create(migration)
-            .await
-        {
+        match self.migrations.create(migration).await {
             Ok(_) => {
                 tracing::info!(migration = %name, %hash, "migration created");
                 self.metrics.migrations_created.inc();
@@ -519,6 +500,12 @@ impl Reconciler {
         status.stored_versions = Some(vec![version.clone()]);
         object.status = Some(status);
         let name = object.metadata.name.clone().unwrap_or_default();
+        // Narrowing says "nothing older is stored": only the leader may say it, so leadership
+        // is checked right before (the CRD's resourceVersion is the precondition of the write).
+        if let Err(err) = self.states.fence().check().await {
+            tracing::info!(crd = %name, error = %err, "not narrowing status.storedVersions");
+            return false;
+        }
         let api: Api<CustomResourceDefinition> = Api::all(self.cluster.kube().clone());
         match api
             .replace_status(&name, &PostParams::default(), &object)
@@ -556,7 +543,11 @@ impl Reconciler {
         if !due {
             return;
         }
-        match self.history.write_observer(&record).await {
+        match self
+            .history
+            .write_observer(self.states.fence(), &record)
+            .await
+        {
             Ok(()) => self.last_record = Some((Instant::now(), record)),
             Err(err) => tracing::warn!(error = %err, "writing the observer record failed"),
         }

@@ -140,9 +140,29 @@ async fn a_webhook_denial_fails_the_migration_naming_the_object() {
     assert_eq!(condition(&m, "Succeeded"), None);
     // A denial is not retried.
     assert_eq!(h.double.fault_injections(deny), 1);
-    // It stays failed: the pool does not pick it up again.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // It stays failed: the pool does not pick it up again — neither at once (a Failed
+    // migration taken for a pending one) nor after the pause of a migration that hit its
+    // retry cap (a failure recorded as "retry later"), which lasts 5 s: watched for longer
+    // than that pause plus the pool's 1 s tick plus the few hundred PATCHes a re-run would
+    // take to reach the denied object again.
+    const RETRY_PAUSE: Duration = Duration::from_secs(5);
+    tokio::time::sleep(RETRY_PAUSE + Duration::from_secs(4)).await;
     assert_eq!(h.double.fault_injections(deny), 1);
+    let log = h.server.log();
+    assert!(
+        !log.contains("migration paused after repeated errors"),
+        "the denial was taken for a retriable error:\n{}",
+        crate::harness::tail(&log, 30)
+    );
+    let metrics = h.metrics().await;
+    assert_eq!(
+        sample(
+            &metrics,
+            "storage_migrator_core_migrator_running_migrations "
+        ),
+        0.0,
+        "{metrics}"
+    );
     // The chunk it failed on was the fifth (cm-00400..cm-00499): later chunks never started
     // (the stream is sorted by key; the namespaces default and kube-system come first, each
     // with its kube-root-ca.crt).

@@ -7,4 +7,5 @@ pub mod etcd;
 pub mod kubectl;
 pub mod monitoring;
 pub mod real_cluster;
+pub mod seed;
 pub mod server;
