@@ -51,7 +51,7 @@ impl Call {
     }
 }
 
-/// Resolve `/apis/<g>/<v>/<resource>` to a served resource, or `None` for a plain 404.
+/// Resolve `/apis/<g>/<v>/<resource>` to a served resource, or `None` (a 404).
 fn resolve(
     state: &AppState,
     group: &str,
@@ -73,9 +73,14 @@ fn call(
     uri: &Uri,
     headers: HeaderMap,
     body: Body,
-) -> Option<Call> {
-    let resource = resolve(&state, group, version, plural)?;
-    Some(Call {
+) -> Result<Call, Box<Response>> {
+    let Some(resource) = resolve(&state, group, version, plural) else {
+        return Err(Box::new(status::not_found(
+            |g| state.discovery.group(g).is_some(),
+            uri.path(),
+        )));
+    };
+    Ok(Call {
         state,
         resource,
         version: version.to_string(),
@@ -94,15 +99,16 @@ pub async fn collection(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let Some(call) = call(
+    let call = match call(
         state,
         (&group, &version, &plural),
         method,
         &uri,
         headers,
         body,
-    ) else {
-        return status::page_not_found();
+    ) {
+        Ok(call) => call,
+        Err(not_found) => return *not_found,
     };
     let result = match call.method.clone() {
         Method::GET if call.query.is_watch() => watch(call).await,
@@ -122,15 +128,16 @@ pub async fn item(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let Some(call) = call(
+    let call = match call(
         state,
         (&group, &version, &plural),
         method,
         &uri,
         headers,
         body,
-    ) else {
-        return status::page_not_found();
+    ) {
+        Ok(call) => call,
+        Err(not_found) => return *not_found,
     };
     let result = match call.method.clone() {
         Method::GET => get(call, &name).await,
@@ -150,18 +157,19 @@ pub async fn subresource(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let Some(call) = call(
+    let call = match call(
         state,
         (&group, &version, &plural),
         method,
         &uri,
         headers,
         body,
-    ) else {
-        return status::page_not_found();
+    ) {
+        Ok(call) => call,
+        Err(not_found) => return *not_found,
     };
     if sub != "status" || !call.resource.info().has_status_subresource {
-        return status::page_not_found();
+        return status::unknown_path();
     }
     let result = match call.method.clone() {
         Method::GET => get(call, &name).await,
