@@ -4,13 +4,14 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use serde_json::Value;
 
 use super::AppState;
 use super::body::{decode_object, decode_options, read_limited};
+use super::connection::ConnectionControl;
 use super::negotiate::{self, BodyFormat, Endpoint, Negotiated, Target};
 use super::params::{self, Query, WriteVerb};
 use super::status::{self, HttpError, NO_CACHE_PRIVATE};
@@ -30,6 +31,8 @@ struct Call {
     headers: HeaderMap,
     query: Query,
     body: Body,
+    /// The request's connection (absent in unit tests that call the router directly).
+    connection: Option<ConnectionControl>,
 }
 
 impl Call {
@@ -88,18 +91,20 @@ fn call(
         headers,
         query: Query::parse(uri.query()),
         body,
+        connection: None,
     })
 }
 
 pub async fn collection(
     State(state): State<AppState>,
     Path((group, version, plural)): Path<(String, String, String)>,
+    connection: Option<Extension<ConnectionControl>>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let call = match call(
+    let mut call = match call(
         state,
         (&group, &version, &plural),
         method,
@@ -110,6 +115,7 @@ pub async fn collection(
         Ok(call) => call,
         Err(not_found) => return *not_found,
     };
+    call.connection = connection.map(|Extension(c)| c);
     let result = match call.method.clone() {
         Method::GET if call.query.is_watch() => watch(call).await,
         Method::GET => list(call).await,
@@ -275,9 +281,26 @@ async fn watch(call: Call) -> HandlerResult {
     let events = call.resource.watch(&call.version, &watch_params).await?;
     let lines = watch::frame_events(events, EventForm::for_target(negotiated.target, table));
     let shutdown = call.state.shutdown.clone();
-    Ok(watch::response(lines, timeout, async move {
-        shutdown.wait().await
-    }))
+    let resource = call.resource.info().plural;
+    let dropped = call.state.metrics.edge.terminated_watchers.clone();
+    let connection = call.connection.clone();
+    let on_unresponsive: watch::OnUnresponsive = Box::new(move || {
+        tracing::warn!(resource, "closing a watcher that does not read its events");
+        dropped
+            .get_or_create(&super::metrics::ResourceLabels {
+                resource: resource.to_string(),
+            })
+            .inc();
+        if let Some(connection) = connection {
+            connection.close_if_http1();
+        }
+    });
+    Ok(watch::response(
+        lines,
+        timeout,
+        async move { shutdown.wait().await },
+        on_unresponsive,
+    ))
 }
 
 /// Decode a create/update body, applying `fieldValidation` to duplicate keys (the registry
