@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
-use rustls::{AlertDescription, CertificateError, ClientConfig, RootCertStore};
+use rustls::{CertificateError, ClientConfig, RootCertStore};
 use tokio::io::AsyncReadExt;
 
 /// The three flags' files, as given.
@@ -190,9 +190,9 @@ impl EtcdTls {
             Some(rustls::Error::InvalidCertificate(_)) => {
                 format!("etcd's serving certificate is not acceptable ({err})")
             }
-            Some(rustls::Error::AlertReceived(
-                AlertDescription::CertificateRequired | AlertDescription::HandshakeFailure,
-            )) if self.identity.is_none() => format!(
+            // Without a certificate of ours, any refusal is for the lack of one (Go's etcd
+            // answers bad_certificate, TLS 1.3 says certificate_required).
+            Some(rustls::Error::AlertReceived(_)) if self.identity.is_none() => format!(
                 "etcd requires a client certificate: give --etcd-certfile and --etcd-keyfile ({err})"
             ),
             Some(rustls::Error::AlertReceived(_)) => format!(
