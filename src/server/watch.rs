@@ -3,10 +3,12 @@
 //! down, or the client goes away (the body is dropped).
 //!
 //! Between the storage watch and the response sits a bounded buffer ([`WATCH_BUFFER_BYTES`]),
-//! filled by a task of its own: a client that stops reading fills it, and if it stays full for
-//! [`UNRESPONSIVE_GRACE`] the watcher is dropped (as kube-apiserver's cacheWatcher is): its
+//! filled by a task of its own: a client that stops reading fills it (once its HTTP/2 stream
+//! window, or over HTTP/1.1 the kernel's socket buffers, are full), and if no line can be added
+//! for [`UNRESPONSIVE_GRACE`] the watcher is dropped (as kube-apiserver's cacheWatcher is): its
 //! storage watch ends, the buffer is freed, an HTTP/1.1 connection is closed, and an HTTP/2
-//! stream is reset when the client next reads. Writers and other watchers never wait for it.
+//! stream is reset when the client next reads. A client that reads, however slowly, frees room
+//! and is never dropped. Writers and other watchers never wait for it.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
@@ -128,7 +130,7 @@ fn line(event: &WatchEvent) -> Bytes {
 }
 
 /// How much framed output one watcher may have waiting for its client.
-pub const WATCH_BUFFER_BYTES: usize = 256 << 10;
+pub const WATCH_BUFFER_BYTES: usize = 64 << 10;
 /// How long a full buffer may stay full before the watcher is dropped as unresponsive.
 pub const UNRESPONSIVE_GRACE: Duration = Duration::from_secs(5);
 
