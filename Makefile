@@ -5,7 +5,7 @@ KUBECTL := $(CURDIR)/.venv/bin/kubectl
 # Flags for `make run`, e.g. make run ARGS="--etcd-servers http://127.0.0.1:2379"
 ARGS ?=
 
-.PHONY: all build run test lint fmt bench deps certs deploy undeploy clean
+.PHONY: all build run test test-real lint fmt bench deps certs deploy undeploy clean
 
 all: build
 
@@ -22,12 +22,24 @@ run:
 	@hack/ensure-deps.sh build kubectl
 	$(CARGO) run --release -- serve $(ARGS)
 
-## test: install what the tests need, check formatting and lints, run every test.
+## test: install what the tests need, check formatting and lints, run every test — the
+## real-cluster suite on the kube-apiserver of ../shared/envtest (KUBEBUILDER_ASSETS) included.
 test:
 	@hack/ensure-deps.sh
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets --workspace -- -D warnings
-	SVM_KUBECTL=$(KUBECTL) $(CARGO) test --workspace --no-fail-fast
+	@assets=$$(hack/envtest.sh); \
+	if [ -n "$$assets" ]; then export KUBEBUILDER_ASSETS="$$assets"; else export SVM_REAL_CLUSTER=skip; fi; \
+	echo "KUBEBUILDER_ASSETS=$${KUBEBUILDER_ASSETS:-(none: the real-cluster suite is NOT RUN)}"; \
+	SVM_KUBECTL=$(KUBECTL) $(CARGO) test --workspace --no-fail-fast; status=$$?; \
+	[ -n "$$assets" ] || hack/envtest.sh >/dev/null; \
+	exit $$status
+
+## test-real: only the real-cluster suite (svm-apiserver on a real kube-apiserver and etcd).
+test-real:
+	@hack/ensure-deps.sh
+	@assets=$$(hack/envtest.sh); [ -n "$$assets" ] || { echo "no kube-apiserver: see above" >&2; exit 1; }; \
+	KUBEBUILDER_ASSETS="$$assets" SVM_KUBECTL=$(KUBECTL) $(CARGO) test --test real_cluster -- --nocapture
 
 lint:
 	$(CARGO) fmt --all -- --check

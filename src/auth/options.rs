@@ -37,14 +37,14 @@ pub struct AuthOptions {
     pub requestheader_extra_headers_prefix: Vec<String>,
 
     /// kubeconfig of the cluster that reviews bearer tokens (TokenReview) and holds
-    /// kube-system/extension-apiserver-authentication. Default: the in-cluster config when
-    /// running in a pod, else none (then bearer tokens are rejected).
+    /// kube-system/extension-apiserver-authentication. Default: --kubeconfig when given, else
+    /// the in-cluster config when running in a pod, else none (then bearer tokens are rejected).
     #[arg(long)]
     pub authentication_kubeconfig: Option<PathBuf>,
 
-    /// kubeconfig of the cluster that authorizes requests (SubjectAccessReview). Default: the
-    /// in-cluster config when running in a pod, else none (then only system:masters and the
-    /// always-allowed paths are allowed).
+    /// kubeconfig of the cluster that authorizes requests (SubjectAccessReview). Default:
+    /// --kubeconfig when given, else the in-cluster config when running in a pod, else none
+    /// (then only system:masters and the always-allowed paths are allowed).
     #[arg(long)]
     pub authorization_kubeconfig: Option<PathBuf>,
 

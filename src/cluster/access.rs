@@ -104,6 +104,11 @@ pub const CLUSTER_ACCESS: &[Access] = &[
     path(Component::Migrator, "/apis", "discovery of the groups"),
     path(
         Component::Migrator,
+        "/readyz",
+        "whether a 401/403 came from an apiserver still starting (its authorizer not yet synced)",
+    ),
+    path(
+        Component::Migrator,
         "/apis/*",
         "discovery of a group's preferred version and its resources",
     ),

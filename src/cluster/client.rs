@@ -112,6 +112,50 @@ impl ClusterClient {
         body: Option<(&'static str, Vec<u8>)>,
         not_modified_is_an_answer: bool,
     ) -> Result<Answer, ClusterError> {
+        let result = self
+            .send_once(
+                method,
+                path_and_query,
+                accept,
+                if_none_match,
+                body,
+                not_modified_is_an_answer,
+            )
+            .await;
+        match result {
+            Err(refused) if refused.is_refusal() => Err(self.judge_refusal(refused).await),
+            other => other,
+        }
+    }
+
+    /// A 401/403 is final only from an apiserver that says it is ready: one that has just
+    /// started refuses until its authorizer has synced (seen on kube-apiserver 1.36 restarts:
+    /// `cannot get path "/api/v1"` for a few seconds), and taking that for an answer would
+    /// fail a migration for good.
+    async fn judge_refusal(&self, refused: ClusterError) -> ClusterError {
+        let readyz = match self
+            .send_once(Method::GET, "/readyz", "text/plain", None, None, false)
+            .await
+        {
+            Ok(answer) if answer.body.trim_ascii() == b"ok" => return refused,
+            Ok(answer) => String::from_utf8_lossy(&answer.body).trim().to_string(),
+            Err(err) => err.to_string(),
+        };
+        ClusterError::RefusedWhileNotReady {
+            refused: Box::new(refused),
+            readyz: readyz.chars().take(200).collect(),
+        }
+    }
+
+    async fn send_once(
+        &self,
+        method: Method,
+        path_and_query: &str,
+        accept: &str,
+        if_none_match: Option<&str>,
+        body: Option<(&'static str, Vec<u8>)>,
+        not_modified_is_an_answer: bool,
+    ) -> Result<Answer, ClusterError> {
         let mut builder = Request::builder()
             .method(method)
             .uri(path_and_query)

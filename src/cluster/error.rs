@@ -45,6 +45,16 @@ pub enum ClusterError {
     /// Building the client (kubeconfig, certificates).
     #[error("cluster client configuration: {0}")]
     Config(String),
+    /// A 401 or 403 from an apiserver that does not say it is ready: right after a start its
+    /// authenticators and RBAC authorizer are not yet synced and refuse what they will allow
+    /// a moment later, so the refusal is not taken as final.
+    #[error("{refused} (the apiserver is not ready: {readyz})")]
+    RefusedWhileNotReady {
+        #[source]
+        refused: Box<ClusterError>,
+        /// What `/readyz` said instead of `ok`.
+        readyz: String,
+    },
 }
 
 impl ClusterError {
@@ -109,7 +119,7 @@ impl ClusterError {
     pub fn is_retriable(&self) -> bool {
         match self {
             ClusterError::Api { code, .. } => *code == 429 || *code == 408 || *code >= 500,
-            ClusterError::Transport(_) => true,
+            ClusterError::Transport(_) | ClusterError::RefusedWhileNotReady { .. } => true,
             ClusterError::Decode(_) | ClusterError::Config(_) => false,
         }
     }
@@ -127,6 +137,11 @@ impl ClusterError {
 
     pub fn is_conflict(&self) -> bool {
         self.code() == Some(409)
+    }
+
+    /// 401 Unauthorized or 403 Forbidden.
+    pub fn is_refusal(&self) -> bool {
+        matches!(self.code(), Some(401 | 403))
     }
 
     /// 410 Gone / Expired: a continue token or resourceVersion too old to serve.

@@ -6,6 +6,7 @@ pub mod client;
 pub mod error;
 pub mod objects;
 pub mod resources;
+pub mod wire;
 
 pub use client::ClusterClient;
 pub use error::ClusterError;

@@ -64,7 +64,7 @@ pub struct MetadataPage {
 struct ListBody {
     #[serde(default)]
     metadata: ListMeta,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::cluster::wire::null_as_empty")]
     items: Vec<ItemBody>,
 }
 

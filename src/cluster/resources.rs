@@ -92,7 +92,7 @@ pub enum ResolveError {
 struct ApiGroup {
     #[serde(rename = "preferredVersion")]
     preferred_version: Option<GroupVersionForDiscovery>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::cluster::wire::null_as_empty")]
     versions: Vec<GroupVersionForDiscovery>,
 }
 
@@ -103,7 +103,7 @@ struct GroupVersionForDiscovery {
 
 #[derive(Deserialize)]
 struct ApiResourceList {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::cluster::wire::null_as_empty")]
     resources: Vec<ApiResource>,
 }
 
@@ -114,12 +114,15 @@ struct ApiResource {
     namespaced: bool,
     #[serde(default)]
     kind: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::cluster::wire::null_as_empty")]
     verbs: Vec<String>,
 }
 
-/// Resolve `group/resource` at `version` (empty: the group's preferred version; any served
-/// version will do — the apiserver re-encodes to its storage version on every write).
+/// Resolve `group/resource` at `version` — or, without one, at the first version that serves
+/// it: the group's preferred version, then the others in the group's order. Any served version
+/// will do (the apiserver re-encodes to its storage version on every write), and a resource
+/// need not be in the preferred one: a beta resource of a group whose preferred version is GA
+/// (VolumeAttributesClass in storage.k8s.io/v1beta1 on a 1.33 cluster) is served only there.
 pub async fn resolve(
     client: &ClusterClient,
     group: &str,
@@ -132,43 +135,89 @@ pub async fn resolve(
             "{name:?} is not a resource that can be migrated (subresources cannot be)"
         )));
     }
-    let version = if !version.is_empty() {
-        version.to_string()
-    } else if group.is_empty() {
-        "v1".to_string()
-    } else {
-        let found: Result<ApiGroup, _> = client.get_json(&format!("/apis/{group}")).await;
-        match found {
-            Ok(api_group) => api_group
-                .preferred_version
-                .or_else(|| api_group.versions.into_iter().next())
-                .map(|v| v.version)
-                .ok_or_else(|| {
-                    ResolveError::Unmigratable(format!("the group {group:?} serves no version"))
-                })?,
-            Err(err) if err.is_not_found() => {
-                return Err(ResolveError::Unmigratable(format!(
-                    "the cluster does not serve the group {group:?} (resource {name})"
-                )));
-            }
-            Err(err) => return Err(err.into()),
-        }
+    let versions = match version {
+        "" => served_versions(client, group, &name).await?,
+        given => vec![given.to_string()],
     };
-    let path = group_version_path(group, &version);
-    let list: ApiResourceList = match client.get_json(&path).await {
-        Ok(list) => list,
+    for version in &versions {
+        if let Some(found) = find_in_version(client, group, version, resource, &name).await? {
+            return migratable(found, group, version, resource, &name);
+        }
+    }
+    Err(ResolveError::Unmigratable(format!(
+        "the cluster does not serve the resource {name} in {}",
+        versions
+            .iter()
+            .map(|v| group_version_path(group, v))
+            .collect::<Vec<_>>()
+            .join(", ")
+    )))
+}
+
+/// The versions a group serves, preferred first.
+async fn served_versions(
+    client: &ClusterClient,
+    group: &str,
+    name: &str,
+) -> Result<Vec<String>, ResolveError> {
+    if group.is_empty() {
+        return Ok(vec!["v1".to_string()]);
+    }
+    let api_group: ApiGroup = match client.get_json(&format!("/apis/{group}")).await {
+        Ok(api_group) => api_group,
         Err(err) if err.is_not_found() => {
             return Err(ResolveError::Unmigratable(format!(
-                "the cluster does not serve {path} (resource {name})"
+                "the cluster does not serve the group {group:?} (resource {name})"
             )));
         }
         Err(err) => return Err(err.into()),
     };
-    let Some(found) = list.resources.into_iter().find(|r| r.name == resource) else {
+    let mut versions: Vec<String> = api_group
+        .preferred_version
+        .into_iter()
+        .map(|v| v.version)
+        .collect();
+    for v in api_group.versions {
+        if !versions.contains(&v.version) {
+            versions.push(v.version);
+        }
+    }
+    if versions.is_empty() {
         return Err(ResolveError::Unmigratable(format!(
-            "the cluster does not serve the resource {name} in {path}"
+            "the group {group:?} serves no version"
         )));
-    };
+    }
+    Ok(versions)
+}
+
+/// The resource's entry in one version's discovery document, if that version lists it.
+async fn find_in_version(
+    client: &ClusterClient,
+    group: &str,
+    version: &str,
+    resource: &str,
+    name: &str,
+) -> Result<Option<ApiResource>, ResolveError> {
+    let path = group_version_path(group, version);
+    match client.get_json::<ApiResourceList>(&path).await {
+        Ok(list) => Ok(list.resources.into_iter().find(|r| r.name == resource)),
+        // A version gone since the group was read: try the next.
+        Err(err) if err.is_not_found() => {
+            tracing::debug!(%path, resource = name, "discovery document not served");
+            Ok(None)
+        }
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// A found resource, if it can be listed and patched.
+fn migratable(
+    found: ApiResource,
+    group: &str,
+    version: &str,
+    resource: &str,
+    name: &str,
+) -> Result<ResolvedResource, ResolveError> {
     for verb in ["list", "patch"] {
         if !found.verbs.iter().any(|v| v == verb) {
             return Err(ResolveError::Unmigratable(format!(
@@ -179,7 +228,7 @@ pub async fn resolve(
     }
     Ok(ResolvedResource {
         group: group.to_string(),
-        version,
+        version: version.to_string(),
         resource: resource.to_string(),
         kind: found.kind,
         namespaced: found.namespaced,

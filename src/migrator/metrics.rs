@@ -32,6 +32,13 @@ pub struct RequestLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReadLabels {
+    pub resource: String,
+    /// `stream` (one watch-list) or `pages` (metadata-only LISTs, the fallback).
+    pub mode: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RetryLabels {
     pub resource: String,
     /// `429`, `503`, `transport`, …
@@ -54,6 +61,8 @@ pub struct MigratorMetrics {
     pub migrations: Family<MigrationLabels, Gauge>,
     pub request_duration: Family<RequestLabels, Histogram, fn() -> Histogram>,
     pub retries: Family<RetryLabels, Counter>,
+    /// How each migration read its resource: one watch-list stream, or pages.
+    pub reads: Family<ReadLabels, Counter>,
     /// Migrations being worked on now.
     pub running: Gauge,
 }
@@ -72,6 +81,7 @@ impl MigratorMetrics {
             migrations: Family::default(),
             request_duration: Family::new_with_constructor(latency_histogram),
             retries: Family::default(),
+            reads: Family::default(),
             running: Gauge::default(),
         }
     }
@@ -103,10 +113,25 @@ impl MigratorMetrics {
             self.retries.clone(),
         );
         registry.register(
+            "storage_migrator_core_migrator_reads",
+            "Resource reads by the migrations, by resource and mode: one watch-list stream, or \
+             metadata-only pages (the fallback where the cluster cannot stream, e.g. on etcd 3.4).",
+            self.reads.clone(),
+        );
+        registry.register(
             "storage_migrator_core_migrator_running_migrations",
             "Migrations being worked on now.",
             self.running.clone(),
         );
+    }
+
+    pub fn count_read(&self, resource: &str, mode: &str) {
+        self.reads
+            .get_or_create(&ReadLabels {
+                resource: resource.into(),
+                mode: mode.into(),
+            })
+            .inc();
     }
 
     pub fn observe_request(&self, verb: &str, code: Option<u16>, seconds: f64) {

@@ -156,6 +156,9 @@ impl Runner {
                     items,
                     resource_version,
                 } => {
+                    self.shared
+                        .metrics
+                        .count_read(&resource_label.resource, "stream");
                     self.migrate_streamed(
                         &resource,
                         &resource_label,
@@ -171,6 +174,9 @@ impl Runner {
                 }
             }
         }
+        self.shared
+            .metrics
+            .count_read(&resource_label.resource, "pages");
         self.migrate_paged(&resource, &resource_label, &mut progress, token)
             .await?;
         self.succeed(&resource, &progress).await

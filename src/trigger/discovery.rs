@@ -77,7 +77,7 @@ struct GroupVersions {
 
 #[derive(Deserialize)]
 struct AggregatedList {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::cluster::wire::null_as_empty")]
     items: Vec<AggregatedGroup>,
 }
 
@@ -91,14 +91,14 @@ struct NamedMeta {
 struct AggregatedGroup {
     #[serde(default)]
     metadata: NamedMeta,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::cluster::wire::null_as_empty")]
     versions: Vec<AggregatedVersion>,
 }
 
 #[derive(Deserialize)]
 struct AggregatedVersion {
     version: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::cluster::wire::null_as_empty")]
     resources: Vec<AggregatedResource>,
 }
 
@@ -109,7 +109,7 @@ struct AggregatedResource {
 
 #[derive(Deserialize)]
 struct LegacyGroupList {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::cluster::wire::null_as_empty")]
     groups: Vec<LegacyGroup>,
 }
 
@@ -118,7 +118,7 @@ struct LegacyGroup {
     name: String,
     #[serde(default, rename = "preferredVersion")]
     preferred_version: Option<LegacyVersion>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::cluster::wire::null_as_empty")]
     versions: Vec<LegacyVersion>,
 }
 
@@ -129,13 +129,13 @@ struct LegacyVersion {
 
 #[derive(Deserialize)]
 struct LegacyApiVersions {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::cluster::wire::null_as_empty")]
     versions: Vec<String>,
 }
 
 #[derive(Deserialize)]
 struct ResourceList {
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::cluster::wire::null_as_empty")]
     resources: Vec<ResourceEntry>,
 }
 
@@ -145,7 +145,7 @@ struct ResourceEntry {
     name: String,
     #[serde(default)]
     kind: String,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "crate::cluster::wire::null_as_empty")]
     verbs: Vec<String>,
     #[serde(default)]
     storage_version_hash: Option<String>,

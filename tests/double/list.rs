@@ -338,3 +338,17 @@ async fn metadata_only_lists_and_gets() {
     let meta = widgets.get_metadata("w2").await.unwrap();
     assert_eq!(meta.metadata.name.as_deref(), Some("w2"));
 }
+
+#[tokio::test]
+async fn an_empty_metadata_only_list_has_null_items_and_a_typed_one_an_empty_array() {
+    // Recording 19: Go encodes the metadata-only list's nil slice as null.
+    let double = start().await;
+    let http = Http::new(&double);
+    let path = "/apis/apps/v1/deployments?limit=500";
+    let metadata = http.get_accept(path, METADATA_LIST).await.json();
+    assert_eq!(metadata["kind"], "PartialObjectMetadataList");
+    assert!(metadata["items"].is_null(), "{metadata}");
+    let typed = http.get(path).await.json();
+    assert_eq!(typed["kind"], "DeploymentList");
+    assert_eq!(typed["items"], json!([]));
+}

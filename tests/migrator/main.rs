@@ -11,3 +11,4 @@ mod crash;
 mod failover;
 mod faults;
 mod migrate;
+mod refusals;

@@ -17,13 +17,15 @@ pub struct EtcdServer {
     child: Option<Child>,
     dir: tempfile::TempDir,
     client_port: u16,
+    peer_port: u16,
     /// Health is read here over plain HTTP (the client port may speak TLS only).
     metrics_port: u16,
-    tls: bool,
+    tls: Option<EtcdTls>,
 }
 
 /// Serve clients over TLS with `--client-cert-auth`: the serving certificate and key, and the
 /// CA whose client certificates are admitted.
+#[derive(Clone)]
 pub struct EtcdTls {
     pub ca: PathBuf,
     pub cert: PathBuf,
@@ -64,8 +66,9 @@ impl EtcdServer {
                 child: Some(spawn(&binary, &dir, ports, tls)),
                 dir,
                 client_port,
+                peer_port,
                 metrics_port,
-                tls: tls.is_some(),
+                tls: tls.cloned(),
             };
             if server.wait_ready() {
                 return server;
@@ -77,8 +80,25 @@ impl EtcdServer {
 
     /// The client URL, `http://127.0.0.1:<port>` (`https://` with TLS).
     pub fn endpoint(&self) -> String {
-        let scheme = if self.tls { "https" } else { "http" };
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
         format!("{scheme}://127.0.0.1:{}", self.client_port)
+    }
+
+    /// Start etcd again on the same ports and data (after `kill`), as a restarted member.
+    pub fn restart(&mut self) {
+        self.kill();
+        let binary = find_etcd().expect("etcd binary");
+        let ports = Ports {
+            client: self.client_port,
+            peer: self.peer_port,
+            metrics: self.metrics_port,
+        };
+        self.child = Some(spawn(&binary, &self.dir, ports, self.tls.as_ref()));
+        assert!(
+            self.wait_ready(),
+            "etcd did not come back; its log:\n{}",
+            self.log()
+        );
     }
 
     /// Stop etcd now (SIGKILL, as a crash), e.g. to test what clients do without it.
@@ -149,7 +169,12 @@ fn spawn(binary: &PathBuf, dir: &tempfile::TempDir, ports: Ports, tls: Option<&E
     let scheme = if tls.is_some() { "https" } else { "http" };
     let client = format!("{scheme}://127.0.0.1:{}", ports.client);
     let peer = format!("http://127.0.0.1:{}", ports.peer);
-    let log = std::fs::File::create(dir.path().join("etcd.log")).expect("etcd log file");
+    // Appended to, so a restarted member's log follows the first one's.
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.path().join("etcd.log"))
+        .expect("etcd log file");
     let mut command = Command::new(binary);
     if let Some(tls) = tls {
         command

@@ -1,7 +1,9 @@
 //! Shared helpers of the integration test binaries (each includes this module).
 #![allow(dead_code)]
 
+pub mod control_plane;
 pub mod doubles;
 pub mod etcd;
 pub mod kubectl;
+pub mod real_cluster;
 pub mod server;

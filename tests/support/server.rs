@@ -91,10 +91,39 @@ impl ServerProcess {
         }
     }
 
-    /// Start again with the same flags and the same store (after `kill`).
+    /// Start again with the same flags, the same store and the same port (after `kill`), as a
+    /// restarted pod behind its Service.
     pub fn restart(&mut self) {
         self.kill();
+        self.pin_port();
         self.spawn();
+    }
+
+    /// The port it serves on.
+    pub fn port(&self) -> u16 {
+        self.url
+            .rsplit(':')
+            .next()
+            .and_then(|p| p.parse().ok())
+            .expect("the server URL ends in its port")
+    }
+
+    /// `--secure-port=0` picked a free port at the first start: keep that one from now on.
+    fn pin_port(&mut self) {
+        let port = self.port();
+        for arg in &mut self.args {
+            if arg == "--secure-port=0" {
+                *arg = format!("--secure-port={port}");
+            }
+        }
+    }
+
+    /// The `--etcd-prefix` it runs with, when on etcd.
+    pub fn etcd_prefix(&self) -> Option<&str> {
+        self.args
+            .iter()
+            .rev()
+            .find_map(|arg| arg.strip_prefix("--etcd-prefix="))
     }
 
     /// The process id while it runs (benchmarks read its peak RSS from /proc).
@@ -201,7 +230,25 @@ impl ServerProcess {
 impl Drop for ServerProcess {
     fn drop(&mut self) {
         self.kill();
+        keep_log("svm-apiserver", &self.dir.path().join("server.log"));
     }
+}
+
+/// With `SVM_TEST_LOG_DIR` set, a stopped process's log is kept there (its temp dir is
+/// removed), for reading after a failed or slow run.
+pub fn keep_log(what: &str, log: &Path) {
+    let Some(dir) = std::env::var_os("SVM_TEST_LOG_DIR") else {
+        return;
+    };
+    let dir = PathBuf::from(dir);
+    let thread = std::thread::current();
+    let test = thread.name().unwrap_or("test").replace("::", ".");
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or_default();
+    let _ = std::fs::create_dir_all(&dir);
+    let _ = std::fs::copy(log, dir.join(format!("{test}.{what}.{stamp}.log")));
 }
 
 /// One GET of `/readyz`, trusting the dev CA. Test support runs outside any async runtime, so

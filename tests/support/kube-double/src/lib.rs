@@ -74,6 +74,7 @@ pub mod selector;
 pub mod server;
 pub mod status;
 pub mod store;
+pub mod table;
 pub mod watch;
 
 pub use auth::{AccessRule, TokenUser};

@@ -12,6 +12,8 @@ pub enum Output {
     PartialMetadataList { version: String },
     /// `as=APIGroupDiscoveryList;g=apidiscovery.k8s.io;v=v2` (recordings 02a, 02b).
     AggregatedDiscovery,
+    /// `as=Table;g=meta.k8s.io;v=v1` (recording 07): served by GET and LIST.
+    Table,
 }
 
 #[derive(Debug)]
@@ -96,7 +98,10 @@ pub fn negotiate(accept: Option<&str>, discovery: bool) -> Option<Output> {
                             version: version.to_string(),
                         });
                     }
-                    // Table and anything else is not served: try the next entry.
+                    ("Table", "meta.k8s.io", "v1" | "v1beta1") if !discovery => {
+                        return Some(Output::Table);
+                    }
+                    // Anything else is not served: try the next entry.
                     _ => continue,
                 }
             }
@@ -170,6 +175,13 @@ mod tests {
                 Some("application/json;as=Table;g=meta.k8s.io;v=v1,application/json"),
                 false
             ),
+            Some(Output::Table)
+        );
+        assert_eq!(
+            negotiate(
+                Some("application/json;as=Table;g=meta.k8s.io;v=v1,application/json"),
+                true
+            ),
             Some(Output::Json)
         );
         assert_eq!(
@@ -177,7 +189,7 @@ mod tests {
             None
         );
         assert_eq!(
-            negotiate(Some("application/json;as=Table;g=meta.k8s.io;v=v1"), false),
+            negotiate(Some("application/json;as=Table;g=meta.k8s.io;v=v2"), false),
             None
         );
     }

@@ -17,6 +17,7 @@ use crate::reviews;
 use crate::route::ResourceRoute;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::{ApiResult, Cause, StatusError, go_quote};
+use crate::table;
 use crate::watch;
 
 /// Everything a resource handler needs from the request.
@@ -177,6 +178,17 @@ fn get(call: &Call<'_>) -> Answer {
     let obj = call
         .engine
         .get(&route.def, route.namespace.as_deref(), name)?;
+    if output == Output::Table {
+        let include = table::include_object(call.query.get("includeObject"))?;
+        let obj = present(&route.def, obj, &route.version);
+        let rv = obj["metadata"]["resourceVersion"]
+            .as_str()
+            .map(str::to_string);
+        return Ok((
+            StatusCode::OK,
+            table::table(call.engine, &route.def, &route.version, &[obj], rv, include),
+        ));
+    }
     Ok((
         StatusCode::OK,
         single(&route.def, obj, &route.version, &output)?,
@@ -335,12 +347,37 @@ fn list_page(call: &Call<'_>, decoded: Option<Result<ContinueToken, String>>) ->
         metadata.insert("remainingItemCount".into(), json!(remaining));
     }
     let body = match &output {
+        Output::Table => {
+            let include = table::include_object(call.query.get("includeObject"))?;
+            let items: Vec<Value> = page
+                .items
+                .into_iter()
+                .map(|o| present(def, o, &route.version))
+                .collect();
+            let mut table = table::table(
+                call.engine,
+                def,
+                &route.version,
+                &items,
+                Some(page.revision.to_string()),
+                include,
+            );
+            table["metadata"] = Value::Object(metadata);
+            table
+        }
         Output::PartialMetadataList { version } => {
             let items: Vec<Value> = page
                 .items
                 .iter()
                 .map(|o| partial_metadata(o, version))
                 .collect();
+            // Go encodes the empty (nil) item slice of a metadata-only list as `null`; a typed
+            // list's is `[]` (recording 19).
+            let items = if items.is_empty() {
+                Value::Null
+            } else {
+                Value::Array(items)
+            };
             json!({
                 "kind": "PartialObjectMetadataList",
                 "apiVersion": format!("meta.k8s.io/{version}"),
@@ -349,6 +386,11 @@ fn list_page(call: &Call<'_>, decoded: Option<Result<ContinueToken, String>>) ->
             })
         }
         _ => {
+            // An unstructured (custom resource) list always says `continue`, empty on the
+            // last page; a built-in list only when there is a next page.
+            if def.is_custom() && page.next.is_none() {
+                metadata.insert("continue".into(), json!(""));
+            }
             // Items of built-in lists carry no kind/apiVersion; custom resources' do.
             let items: Vec<Value> = page
                 .items
@@ -392,21 +434,31 @@ fn decode_body(call: &Call<'_>) -> ApiResult<Value> {
                 .filter(Value::is_object)
                 .ok_or(json_err)
         })
-        .map_err(|e| e.to_string());
+        .map_err(|e| go_json_error(&e));
     match parsed {
         Ok(v) if v.is_object() => Ok(v),
         Ok(_) => Err(StatusError::bad_request(format!(
             "the object provided is unrecognized (must be of type {kind}): couldn't get version/kind; json parse error: json: cannot unmarshal into Go value of type struct"
         ))),
         Err(e) => {
-            let snippet: String = String::from_utf8_lossy(&call.body)
-                .chars()
-                .take(30)
-                .collect();
+            let body = String::from_utf8_lossy(&call.body);
+            // Go's decoder quotes the first 30 characters, marking a cut with " ...".
+            let snippet = match body.char_indices().nth(30) {
+                Some((cut, _)) => format!("{} ...", &body[..cut]),
+                None => body.to_string(),
+            };
             Err(StatusError::bad_request(format!(
-                "the object provided is unrecognized (must be of type {kind}): couldn't get version/kind; json parse error: {e} ({snippet} ...)"
+                "the object provided is unrecognized (must be of type {kind}): couldn't get version/kind; json parse error: {e} ({snippet})"
             )))
         }
+    }
+}
+
+/// encoding/json's words for the errors it shares with serde_json; the rest keep serde's.
+fn go_json_error(err: &serde_json::Error) -> String {
+    match err.classify() {
+        serde_json::error::Category::Eof => "unexpected end of JSON input".into(),
+        _ => err.to_string(),
     }
 }
 
@@ -473,7 +525,11 @@ fn patch(call: &Call<'_>) -> Answer {
     let route = &call.route;
     let output = call.output()?;
     let Some(patch_type) = patch_type(call.content_type()) else {
-        return Err(unsupported_patch());
+        return Err(if route.def.is_custom() {
+            unsupported_patch()
+        } else {
+            StatusError::unsupported_patch_content_type()
+        });
     };
     let writer = call.writer("PatchOptions")?;
     let name = route.name.as_deref().unwrap_or("");

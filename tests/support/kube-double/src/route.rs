@@ -64,6 +64,10 @@ pub enum Route {
     Admin(Vec<String>),
     /// Anything else: kube-apiserver's plain-text "404 page not found" (recording 09c).
     NotFound,
+    /// An unknown version, resource or subresource under a built-in group (the core group
+    /// included): a 404 Status, "the server could not find the requested resource". (Custom
+    /// resources' groups answer plain text, as anything nothing serves.)
+    UnknownBuiltIn,
 }
 
 /// Routes `path` (no query string).
@@ -78,7 +82,7 @@ pub fn route(catalog: &Catalog, path: &str) -> Route {
         ["apis"] => Route::Groups,
         ["healthz" | "livez" | "readyz" | "version", ..] => Route::Health(segments[0].to_string()),
         ["_double", rest @ ..] => Route::Admin(rest.iter().map(|s| s.to_string()).collect()),
-        ["api", version, rest @ ..] => within_group(catalog, "", version, rest),
+        ["api", version, rest @ ..] => in_built_in(within_group(catalog, "", version, rest)),
         ["apis", group] => {
             if catalog.all().iter().any(|d| d.group == *group) {
                 Route::Group(group.to_string())
@@ -86,8 +90,27 @@ pub fn route(catalog: &Catalog, path: &str) -> Route {
                 Route::NotFound
             }
         }
-        ["apis", group, version, rest @ ..] => within_group(catalog, group, version, rest),
+        ["apis", group, version, rest @ ..] => {
+            let routed = within_group(catalog, group, version, rest);
+            if catalog
+                .all()
+                .iter()
+                .any(|d| d.group == *group && !d.is_custom())
+            {
+                in_built_in(routed)
+            } else {
+                routed
+            }
+        }
         _ => Route::NotFound,
+    }
+}
+
+/// Under a built-in group, what nothing serves is a Status, not plain text.
+fn in_built_in(route: Route) -> Route {
+    match route {
+        Route::NotFound => Route::UnknownBuiltIn,
+        other => other,
     }
 }
 
@@ -231,16 +254,22 @@ mod tests {
     }
 
     #[test]
-    fn unknown_paths_are_plain_404s() {
+    fn unknown_paths_are_plain_404s_except_under_built_in_groups() {
+        // What kube-apiserver 1.36 answers (tests/real_cluster/fidelity.rs compares them).
+        for path in ["/apis/nosuch.group/v1/namespaces/demo/things/x", "/metrics"] {
+            assert!(matches!(route(&catalog(), path), Route::NotFound), "{path}");
+        }
         for path in [
-            "/apis/nosuch.group/v1/namespaces/demo/things/x",
             "/api/v1/namespaces/demo/gadgets/x",
             "/api/v1/configmaps/x",
             "/api/v2",
             "/apis/apps/v1/namespaces/x/deployments/d/scale2",
-            "/metrics",
+            "/apis/apps/v9/deployments",
         ] {
-            assert!(matches!(route(&catalog(), path), Route::NotFound), "{path}");
+            assert!(
+                matches!(route(&catalog(), path), Route::UnknownBuiltIn),
+                "{path}"
+            );
         }
     }
 

@@ -164,6 +164,7 @@ async fn handle(
         .map(str::to_string);
     let response = match route {
         Route::NotFound => plain_not_found(),
+        Route::UnknownBuiltIn => status_response(&StatusError::no_such_resource(), pretty),
         Route::Health(which) => match which.as_str() {
             "version" => crate::http::json_response(
                 StatusCode::OK,

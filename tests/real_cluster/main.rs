@@ -1,0 +1,17 @@
+//! The real-cluster suite: svm-apiserver on a real kube-apiserver (envtest's, from
+//! `KUBEBUILDER_ASSETS`) and a real etcd, installed as `deploy/` installs it and driven through
+//! the real aggregator. What the test double cannot vouch for — the wire format, RBAC, the
+//! aggregation layer, encryption at rest, storage versions — is checked here against the real
+//! thing.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod auth;
+mod builtin_storage_move;
+mod crashes;
+mod crd_storage_move;
+mod encryption;
+mod fidelity;
+mod first_start;
+mod world;

@@ -1,0 +1,193 @@
+//! Reading the cluster's state the way a user would: kubectl through the aggregator.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::support::real_cluster::RealCluster;
+
+/// `kubectl get <what> -o json`'s items.
+pub fn items(cluster: &RealCluster, what: &str) -> Vec<Value> {
+    let out = cluster.kubectl().ok(&["get", what, "-o", "json"]);
+    let list: Value = serde_json::from_str(&out).expect("kubectl printed JSON");
+    list["items"].as_array().cloned().unwrap_or_default()
+}
+
+/// The condition types whose status is "True".
+pub fn true_conditions(migration: &Value) -> Vec<String> {
+    migration["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| c["status"] == "True")
+        .filter_map(|c| c["type"].as_str().map(str::to_string))
+        .collect()
+}
+
+pub fn name(object: &Value) -> String {
+    object["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A StorageState is safe when its persisted hashes are exactly `[current]`.
+pub fn is_safe(state: &Value) -> bool {
+    let status = &state["status"];
+    let current = status["currentStorageVersionHash"].as_str().unwrap_or("");
+    !current.is_empty()
+        && current != "Unknown"
+        && status["persistedStorageVersionHashes"] == serde_json::json!([current])
+}
+
+/// Poll `check` until it gives `Some`, or fail with what `describe` says after `limit` (a hang
+/// guard, not a speed check).
+pub fn wait_for<T>(
+    limit: Duration,
+    what: &str,
+    mut check: impl FnMut() -> Option<T>,
+    describe: impl Fn() -> String,
+) -> T {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(value) = check() {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: not within {limit:?}\n{}",
+            describe()
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// Create `count` objects from `make(i)` through `api`, `parallel` at a time.
+pub async fn create_many(
+    api: &kube::Api<kube::api::DynamicObject>,
+    count: usize,
+    parallel: usize,
+    make: impl Fn(usize) -> Value,
+) {
+    use futures::StreamExt;
+    let params = kube::api::PostParams::default();
+    let results: Vec<_> = futures::stream::iter((0..count).map(|i| {
+        let object: kube::api::DynamicObject =
+            serde_json::from_value(make(i)).expect("a valid object");
+        let params = params.clone();
+        async move { api.create(&params, &object).await }
+    }))
+    .buffer_unordered(parallel)
+    .collect()
+    .await;
+    let failed: Vec<String> = results
+        .into_iter()
+        .filter_map(|r| r.err().map(|e| e.to_string()))
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "{} creates failed: {:?}",
+        failed.len(),
+        &failed[..failed.len().min(5)]
+    );
+}
+
+/// The StorageState of `name`, once it exists.
+pub fn storage_state(cluster: &RealCluster, name: &str) -> Option<Value> {
+    let out = cluster
+        .kubectl()
+        .run(&["get", "storagestate", name, "-o", "json"]);
+    if !out.ok {
+        assert!(out.stderr.contains("NotFound"), "{}", out.stderr);
+        return None;
+    }
+    Some(serde_json::from_str(&out.stdout).expect("kubectl printed JSON"))
+}
+
+/// The migrations of one resource (`resource.group`), by name.
+pub fn migrations_of(cluster: &RealCluster, state: &str) -> Vec<Value> {
+    items(cluster, "storageversionmigrations")
+        .into_iter()
+        .filter(|m| name(m).starts_with(&format!("{state}-")))
+        .collect()
+}
+
+pub fn succeeded(migration: &Value) -> bool {
+    true_conditions(migration).iter().any(|c| c == "Succeeded")
+}
+
+pub fn failed(migration: &Value) -> bool {
+    true_conditions(migration).iter().any(|c| c == "Failed")
+}
+
+/// The sum of a metric's samples whose labels include every `label="value"` given.
+pub fn metric_sum(metrics: &str, name: &str, labels: &[&str]) -> f64 {
+    metrics
+        .lines()
+        .filter(|line| !line.starts_with('#'))
+        .filter(|line| {
+            line.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .filter(|line| labels.iter().all(|label| line.contains(label)))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .fold(0.0, |sum, sample| sum + sample)
+}
+
+/// What a failed wait on a resource prints: its StorageState, the migrations, the server's log.
+pub fn describe_state(cluster: &RealCluster, state: &str) -> String {
+    let kubectl = cluster.kubectl();
+    format!(
+        "{}\n{}\nsvm-apiserver log:\n{}",
+        kubectl
+            .run(&["get", "storagestates", state, "-o", "yaml"])
+            .stdout,
+        kubectl.run(&["get", "svm"]).stdout,
+        cluster.svm.log()
+    )
+}
+
+/// How many objects under `prefix` etcd holds encoded as `api_version`: a custom resource is
+/// stored as JSON with the apiVersion of its storage version.
+pub async fn stored_json_objects(cluster: &RealCluster, prefix: &str, api_version: &str) -> usize {
+    cluster
+        .plane
+        .etcd_get_prefix(prefix)
+        .await
+        .iter()
+        .filter(|(_, value)| {
+            serde_json::from_slice::<Value>(value)
+                .is_ok_and(|object| object["apiVersion"] == api_version)
+        })
+        .count()
+}
+
+/// The widgets CRD (`example.test`, namespaced, stored in the first of `versions`) and `count`
+/// widgets in namespace `demo`, created in v1.
+pub async fn install_widgets(cluster: &RealCluster, versions: &[&str], count: usize) {
+    let kubectl = cluster.kubectl();
+    kubectl.ok(&["create", "namespace", "demo"]);
+    let crd = kube_double::crd::manifest("example.test", "widgets", "Widget", versions);
+    kubectl.ok_stdin(&["apply", "-f", "-"], &crd.to_string());
+    kubectl.ok(&[
+        "wait",
+        "crd/widgets.example.test",
+        "--for=condition=Established",
+        "--timeout=60s",
+    ]);
+    let gvk = kube::api::GroupVersionKind::gvk("example.test", "v1", "Widget");
+    let api: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
+        cluster.plane.client().await,
+        "demo",
+        &kube::api::ApiResource::from_gvk(&gvk),
+    );
+    create_many(&api, count, 32, |i| {
+        serde_json::json!({
+            "apiVersion": "example.test/v1",
+            "kind": "Widget",
+            "metadata": {"name": format!("w-{i:05}")},
+            "spec": {"size": i},
+        })
+    })
+    .await;
+}

@@ -1,0 +1,202 @@
+//! svm-apiserver installed on a real control plane, as `deploy/` installs it on a cluster:
+//! its namespace, ServiceAccount and RBAC from `deploy/base`, a kubeconfig holding that
+//! ServiceAccount's token, the real binary started with it, a Service and an EndpointSlice
+//! (`addressType: FQDN`, `127.0.0.1`: an IP slice may not hold a loopback address) that the
+//! aggregator routes to, and the APIServices of `apiservice/` with the serving CA as caBundle.
+//! Every request of a test goes through the aggregator, as a user's would.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+
+use crate::support::control_plane::{Assets, ControlPlane, assets};
+use crate::support::kubectl::Kubectl;
+use crate::support::server::{Backend, ServerProcess};
+
+pub const NAMESPACE: &str = "svm-system";
+pub const SERVICE_ACCOUNT: &str = "svm-apiserver";
+pub const VERSIONS: [&str; 3] = ["v1", "v1beta1", "v1alpha1"];
+
+/// How long the APIServices get to become Available (a hang guard).
+const AVAILABLE_TIMEOUT: Duration = Duration::from_secs(90);
+
+/// Fields drop in order: svm-apiserver stops before the control plane it talks to.
+pub struct RealCluster {
+    pub svm: ServerProcess,
+    pub plane: ControlPlane,
+    /// The ServiceAccount kubeconfig svm-apiserver runs with.
+    pub svm_kubeconfig: PathBuf,
+}
+
+impl RealCluster {
+    /// A control plane with `kas_flags`, and svm-apiserver on it with `svm_flags` (its store in
+    /// the control plane's etcd under a prefix of its own). `None` only when the run was
+    /// knowingly made without a kube-apiserver (see [`assets`]).
+    pub fn start(test: &str, kas_flags: &[&str], svm_flags: &[&str]) -> Option<RealCluster> {
+        let assets = assets(test)?;
+        Some(Self::start_with(&assets, kas_flags, svm_flags))
+    }
+
+    pub fn start_with(assets: &Assets, kas_flags: &[&str], svm_flags: &[&str]) -> RealCluster {
+        let plane = ControlPlane::start(assets, kas_flags);
+        install_rbac(&plane);
+        let svm_kubeconfig = plane.service_account_kubeconfig(NAMESPACE, SERVICE_ACCOUNT);
+        let mut flags = vec![format!("--kubeconfig={}", svm_kubeconfig.display())];
+        flags.extend(svm_flags.iter().map(|s| s.to_string()));
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let etcd = plane.etcd.endpoint();
+        let svm = ServerProcess::start_with(Backend::Etcd(&etcd), &flags);
+        let cluster = RealCluster {
+            plane,
+            svm,
+            svm_kubeconfig,
+        };
+        cluster.register();
+        cluster
+    }
+
+    /// kubectl as the cluster admin, through kube-apiserver (and so the aggregator).
+    pub fn kubectl(&self) -> Kubectl {
+        self.plane.kubectl()
+    }
+
+    /// Point the Service's endpoints at svm-apiserver's port and register its APIServices;
+    /// wait until the aggregator reports every one Available.
+    pub fn register(&self) {
+        let port = self.svm.port();
+        let kubectl = self.kubectl();
+        kubectl.ok_stdin(&["apply", "-f", "-"], &service_and_endpoints(port));
+        let ca = base64::engine::general_purpose::STANDARD.encode(self.svm.ca_pem());
+        for version in VERSIONS {
+            kubectl.ok(&[
+                "apply",
+                "-f",
+                &repo_file(&format!("apiservice/{version}.yaml")),
+            ]);
+            kubectl.ok(&[
+                "patch",
+                "apiservice",
+                &format!("{version}.storagemigration.k8s.io"),
+                "--type=merge",
+                "-p",
+                &format!(r#"{{"spec":{{"caBundle":"{ca}"}}}}"#),
+            ]);
+        }
+        self.wait_available();
+    }
+
+    /// Wait until the aggregator marks every APIService of the group Available.
+    pub fn wait_available(&self) {
+        let deadline = Instant::now() + AVAILABLE_TIMEOUT;
+        let kubectl = self.kubectl();
+        loop {
+            let out = kubectl.run(&[
+                "get",
+                "apiservices",
+                "-o",
+                r#"jsonpath={range .items[?(@.spec.group=="storagemigration.k8s.io")]}{.metadata.name}={.status.conditions[?(@.type=="Available")].status}{"\n"}{end}"#,
+            ]);
+            let available = out.stdout.lines().filter(|l| l.ends_with("=True")).count();
+            if out.ok && available == VERSIONS.len() {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "APIServices not Available within {AVAILABLE_TIMEOUT:?}: {}{}\n{}\nsvm-apiserver log:\n{}",
+                out.stdout,
+                out.stderr,
+                kubectl.run(&["get", "apiservices", "-o", "yaml"]).stdout,
+                self.svm.log()
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// svm-apiserver's `/metrics`, asked directly as the aggregator would ask for a cluster
+    /// admin (front-proxy certificate, user in headers).
+    pub async fn metrics(&self) -> String {
+        let answer = self
+            .front_proxy_client("front-proxy-client")
+            .get(format!("{}/metrics", self.svm.url))
+            .header("X-Remote-User", "metrics-reader")
+            .header("X-Remote-Group", "system:masters")
+            .send()
+            .await
+            .expect("GET /metrics");
+        assert_eq!(answer.status(), 200);
+        answer.text().await.expect("metrics text")
+    }
+
+    /// A client straight to svm-apiserver holding a front-proxy CA certificate with this CN,
+    /// as the aggregator holds one.
+    pub fn front_proxy_client(&self, common_name: &str) -> reqwest::Client {
+        let (cert, key) = self.plane.pki.front_proxy_identity(common_name);
+        self.svm_client_builder()
+            .identity(
+                reqwest::Identity::from_pem(format!("{key}{cert}").as_bytes()).expect("identity"),
+            )
+            .build()
+            .expect("client")
+    }
+
+    /// A client builder trusting svm-apiserver's serving CA.
+    pub fn svm_client_builder(&self) -> reqwest::ClientBuilder {
+        reqwest::Client::builder().add_root_certificate(
+            reqwest::Certificate::from_pem(&self.svm.ca_pem()).expect("svm CA"),
+        )
+    }
+
+    /// Restart svm-apiserver after a kill (same port, store and flags) and wait until the
+    /// aggregator reaches it again.
+    pub fn restart_svm(&mut self) {
+        self.svm.restart();
+        self.wait_available();
+    }
+}
+
+/// `deploy/base`'s namespace, ServiceAccount and RBAC, applied as they are shipped: the suite
+/// checks that they are enough on a real RBAC authorizer.
+fn install_rbac(plane: &ControlPlane) {
+    let kubectl = plane.kubectl();
+    for file in [
+        "namespace.yaml",
+        "serviceaccount.yaml",
+        "rbac-delegation.yaml",
+        "rbac-migrator.yaml",
+        "rbac-trigger.yaml",
+    ] {
+        kubectl.ok(&["apply", "-f", &repo_file(&format!("deploy/base/{file}"))]);
+    }
+}
+
+/// A Service without a selector (no controller runs here to fill endpoints) and its one
+/// EndpointSlice, pointing at svm-apiserver on 127.0.0.1.
+fn service_and_endpoints(port: u16) -> String {
+    format!(
+        r#"apiVersion: v1
+kind: Service
+metadata: {{name: svm-apiserver, namespace: {NAMESPACE}}}
+spec:
+  ports: [{{name: https, port: 443, targetPort: {port}, protocol: TCP}}]
+---
+apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: svm-apiserver-loopback
+  namespace: {NAMESPACE}
+  labels: {{kubernetes.io/service-name: svm-apiserver}}
+addressType: FQDN
+endpoints: [{{addresses: ["127.0.0.1"], conditions: {{ready: true}}}}]
+ports: [{{name: https, port: {port}, protocol: TCP}}]
+"#
+    )
+}
+
+fn repo_file(path: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join(path)
+        .display()
+        .to_string()
+}
