@@ -81,10 +81,25 @@ struct StorageOptions {
     /// Where the embedded store keeps its data (when no --etcd-servers is given).
     #[arg(long, default_value = ".dev/data")]
     data_dir: PathBuf,
-    /// How often storage history older than one interval is compacted, as kube-apiserver's
-    /// --etcd-compaction-interval (e.g. 5m, 30s; 0 disables). Watches and continue tokens older
-    /// than the compacted revision get 410 Expired.
-    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    /// SSL Certificate Authority file used to secure etcd communication (https:// endpoints).
+    #[arg(long)]
+    etcd_cafile: Option<PathBuf>,
+    /// SSL certification file used to secure etcd communication (its client certificate).
+    #[arg(long)]
+    etcd_certfile: Option<PathBuf>,
+    /// SSL key file used to secure etcd communication.
+    #[arg(long)]
+    etcd_keyfile: Option<PathBuf>,
+    /// How often storage history older than one interval is compacted, as kube-apiserver's flag
+    /// (Go duration: 5m, 30s; 0 disables). etcd compaction is keyspace-wide: on an etcd shared
+    /// with others, set 0 and leave compaction to its owner. Watches and continue tokens older
+    /// than the compacted revision get 410 Expired. (--compaction-interval: deprecated alias.)
+    #[arg(
+        long = "etcd-compaction-interval",
+        alias = "compaction-interval",
+        default_value = "5m",
+        value_parser = server::go_duration
+    )]
     compaction_interval: Duration,
     /// How often an idle watch that asked for bookmarks receives one.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
@@ -92,8 +107,15 @@ struct StorageOptions {
 }
 
 impl StorageOptions {
-    fn config(&self) -> StorageConfig {
-        if self.etcd_servers.is_empty() {
+    fn config(&self) -> anyhow::Result<StorageConfig> {
+        let tls = storage::etcd::tls::EtcdTlsFiles {
+            ca: self.etcd_cafile.clone(),
+            cert: self.etcd_certfile.clone(),
+            key: self.etcd_keyfile.clone(),
+        }
+        .load()?
+        .map(Arc::new);
+        Ok(if self.etcd_servers.is_empty() {
             StorageConfig::Embedded {
                 dir: self.data_dir.clone(),
                 options: storage::embedded::EmbeddedOptions {
@@ -106,14 +128,18 @@ impl StorageOptions {
                 endpoints: self.etcd_servers.clone(),
                 options: storage::etcd::EtcdOptions {
                     progress_interval: self.watch_bookmark_interval,
+                    tls,
                     ..Default::default()
                 },
             }
-        }
+        })
     }
 
     async fn open(&self) -> anyhow::Result<Arc<dyn Storage>> {
-        let storage = storage::connect(self.config()).await.with_context(|| {
+        if std::env::args().any(|arg| arg.starts_with("--compaction-interval")) {
+            tracing::warn!("--compaction-interval is deprecated: use --etcd-compaction-interval");
+        }
+        let storage = storage::connect(self.config()?).await.with_context(|| {
             if self.etcd_servers.is_empty() {
                 format!("opening the embedded store in {}", self.data_dir.display())
             } else {

@@ -357,7 +357,8 @@ impl ApiError {
         if !self.reason().is_empty() {
             status["reason"] = json!(self.reason());
         }
-        if !details.is_empty() {
+        // go-restful's 404 for an unknown path carries empty details; others omit them.
+        if !details.is_empty() || matches!(self, ApiError::UnknownPath) {
             status["details"] = Value::Object(details);
         }
         status["code"] = json!(self.code());

@@ -241,7 +241,11 @@ fn deploy_renders_only_valid_objects_that_fit_together() {
         2,
         "svm-apiserver and the etcd headless Service"
     );
-    assert_eq!(objects.secrets.len(), 1);
+    assert_eq!(
+        objects.secrets.len(),
+        3,
+        "serving certificate, etcd serving certificate, etcd client certificate"
+    );
     assert_eq!(objects.pdbs.len(), 1);
     assert_eq!(objects.api_services.len(), 3);
 
@@ -485,35 +489,19 @@ fn check_workloads(objects: &Objects) {
     );
 
     // The serving-cert volume is the generated Secret, mounted where the flags look.
-    let secret_name = objects.secrets[0]
-        .metadata
-        .name
-        .clone()
-        .expect("secret name");
-    let volume = pod
-        .volumes
-        .as_deref()
-        .unwrap_or_default()
-        .iter()
-        .find(|v| v.secret.is_some())
-        .expect("secret volume");
-    assert_eq!(
-        volume.secret.as_ref().and_then(|s| s.secret_name.clone()),
-        Some(secret_name)
-    );
-    let mount = container
-        .volume_mounts
-        .as_deref()
-        .unwrap_or_default()
-        .iter()
-        .find(|m| m.name == volume.name)
-        .expect("mounted");
+    let mount = secret_mount(pod, container, "svm-apiserver-serving-cert");
     let args = container.args.clone().unwrap_or_default();
-    assert!(args.contains(&format!("--tls-cert-file={}/tls.crt", mount.mount_path)));
-    assert!(args.contains(&format!(
-        "--tls-private-key-file={}/tls.key",
-        mount.mount_path
-    )));
+    assert!(args.contains(&format!("--tls-cert-file={mount}/tls.crt")));
+    assert!(args.contains(&format!("--tls-private-key-file={mount}/tls.key")));
+    // And etcd's client certificate, for the flags that reach etcd over TLS.
+    let etcd_client = secret_mount(pod, container, "svm-apiserver-etcd-client");
+    for flag in [
+        format!("--etcd-cafile={etcd_client}/ca.crt"),
+        format!("--etcd-certfile={etcd_client}/tls.crt"),
+        format!("--etcd-keyfile={etcd_client}/tls.key"),
+    ] {
+        assert!(args.contains(&flag), "{args:?} lacks {flag}");
+    }
 
     // The Service and the PDB select the Deployment's pods.
     let service = objects
@@ -541,16 +529,59 @@ fn check_workloads(objects: &Objects) {
     let etcd_spec = &etcd.spec;
     let etcd_service = etcd_spec.service_name.clone().unwrap_or_default();
     let expected = format!(
-        "--etcd-servers=http://{}-0.{etcd_service}.svm-system.svc:2379",
+        "--etcd-servers=https://{}-0.{etcd_service}.svm-system.svc:2379",
         name_of(&etcd.metadata)
     );
     assert!(args.contains(&expected), "{args:?} lacks {expected}");
+    // etcd serves TLS with its Secret and requires client certificates from its CA.
+    let etcd_pod = etcd_spec.template.spec.as_ref().expect("etcd pod");
+    let etcd_container = &etcd_pod.containers[0];
+    let etcd_tls = secret_mount(etcd_pod, etcd_container, "svm-etcd-server-tls");
+    let etcd_args = etcd_container.args.clone().unwrap_or_default();
+    for flag in [
+        "--client-cert-auth=true".to_string(),
+        format!("--trusted-ca-file={etcd_tls}/ca.crt"),
+        format!("--cert-file={etcd_tls}/tls.crt"),
+        format!("--key-file={etcd_tls}/tls.key"),
+        "--listen-client-urls=https://0.0.0.0:2379".to_string(),
+    ] {
+        assert!(etcd_args.contains(&flag), "{etcd_args:?} lacks {flag}");
+    }
     assert!(
         objects
             .services
             .iter()
             .any(|s| name_of(&s.metadata) == etcd_service)
     );
+}
+
+/// Where the volume of Secret `secret` is mounted into `container` of `pod`.
+fn secret_mount(
+    pod: &k8s_openapi::api::core::v1::PodSpec,
+    container: &k8s_openapi::api::core::v1::Container,
+    secret: &str,
+) -> String {
+    let volume = pod
+        .volumes
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .find(|v| {
+            v.secret
+                .as_ref()
+                .and_then(|s| s.secret_name.as_deref())
+                .is_some_and(|name| name == secret)
+        })
+        .unwrap_or_else(|| panic!("no volume of Secret {secret}"));
+    container
+        .volume_mounts
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .find(|m| m.name == volume.name)
+        .unwrap_or_else(|| panic!("Secret {secret} is not mounted"))
+        .mount_path
+        .clone()
 }
 
 fn check_api_services(objects: &Objects, certs: &devcerts::DevCertFiles) {
@@ -581,7 +612,11 @@ fn check_api_services(objects: &Objects, certs: &devcerts::DevCertFiles) {
     let order: Vec<&str> = versions.iter().rev().map(|(_, v)| v.as_str()).collect();
     assert_eq!(order, ["v1", "v1beta1", "v1alpha1"], "v1 is preferred");
 
-    let secret = &objects.secrets[0];
+    let secret = objects
+        .secrets
+        .iter()
+        .find(|s| name_of(&s.metadata) == "svm-apiserver-serving-cert")
+        .expect("serving certificate Secret");
     assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/tls"));
     let data = secret.data.clone().unwrap_or_default();
     let file = |path: &Path| std::fs::read(path).expect("read");
@@ -620,5 +655,17 @@ fn the_external_etcd_overlay_drops_the_bundled_etcd_and_repoints_the_server() {
         .iter()
         .filter(|a| a.starts_with("--etcd-servers="))
         .collect();
-    assert_eq!(etcd, ["--etcd-servers=http://etcd.example.invalid:2379"]);
+    assert_eq!(etcd, ["--etcd-servers=https://etcd.example.invalid:2379"]);
+    // A shared etcd is compacted by its owner, and the bundled etcd's certificate is gone.
+    assert!(args.contains(&"--etcd-compaction-interval=0".to_string()));
+    let secrets: Vec<&str> = objects
+        .secrets
+        .iter()
+        .map(|s| name_of(&s.metadata))
+        .collect();
+    assert!(!secrets.contains(&"svm-etcd-server-tls"), "{secrets:?}");
+    assert!(
+        secrets.contains(&"svm-apiserver-etcd-client"),
+        "{secrets:?}"
+    );
 }
