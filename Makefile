@@ -54,6 +54,7 @@ bench:
 	$(CARGO) bench --bench api
 	$(CARGO) bench --bench migrate
 	$(CARGO) bench --bench trigger
+	$(CARGO) bench --bench edge
 
 ## certs: a development PKI in certs/ (serving cert, CA, admin and front-proxy client certs).
 certs:
