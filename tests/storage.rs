@@ -1,6 +1,8 @@
 //! The storage backends against one conformance suite of etcd semantics (each scenario on the
 //! durable embedded store, the in-memory embedded store and a real etcd, each fresh), plus what
 //! only the embedded store has: durability across restarts, torn-tail recovery, concurrency.
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
 
 mod support;
 
