@@ -44,6 +44,10 @@ mod kinds;
 mod list;
 #[path = "double/objects.rs"]
 mod objects;
+#[path = "support/recordings.rs"]
+mod recordings;
+#[path = "double/recordings.rs"]
+mod replay;
 #[path = "double/scale.rs"]
 mod scale;
 #[path = "double/watch.rs"]
