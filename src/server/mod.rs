@@ -31,7 +31,7 @@ use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::trace::TraceLayer;
 
 pub use certs::{DevCerts, ensure_dev_certs, write_kubeconfig};
-pub use discovery::storage_version_hash;
+pub use discovery::{compare_kube_versions, storage_version_hash};
 pub use listener::{PeerCertificates, Serving, bind, serve};
 pub use metrics::Metrics;
 pub use options::ServeOptions;

@@ -12,9 +12,7 @@ use kube::Api;
 use kube::api::PostParams;
 use tokio::time::Instant;
 
-use crate::api::migration::{
-    GroupVersionResource, MigrationSpec, MigrationStrategy, StorageVersionMigration,
-};
+use crate::api::migration::{GroupVersionResource, MigrationSpec, StorageVersionMigration};
 use crate::api::storagestate::{
     GroupResource, StorageState, StorageStateSpec, StorageStateStatus, StorageStateStrategy,
     UNKNOWN_HASH,
@@ -29,12 +27,12 @@ use super::plan::{
     HASH_ANNOTATION, HISTORY_SEQ_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL, Observed,
     OwnedMigration, plan_migrations, plan_state,
 };
-use super::{CrdInfo, Settings, Trigger, World};
+use super::{CrdInfo, Migrations, Settings, Trigger, World};
 
 pub(super) struct Reconciler {
     cluster: ClusterClient,
     states: Arc<Store<StorageStateStrategy>>,
-    migrations: Arc<Store<MigrationStrategy>>,
+    migrations: Migrations,
     history: HashHistory,
     settings: Settings,
     metrics: TriggerMetrics,
@@ -107,7 +105,7 @@ impl Reconciler {
             self.states.list_all().await,
             self.migrations.list_all().await,
         ) {
-            (Ok((states, _)), Ok((migrations, _))) => (states, migrations),
+            (Ok((states, _)), Ok(migrations)) => (states, migrations),
             (Err(err), _) | (_, Err(err)) => {
                 tracing::warn!(error = %err, "reading StorageStates and migrations failed");
                 return false;

@@ -1,0 +1,124 @@
+//! What becomes of the migrations in this server's own store when it enters companion mode
+//! (the cluster now serves `storagemigration.k8s.io`, and nothing reaches our copy of it):
+//!
+//! - finished ones (Succeeded or Failed) stay, as a record; the hash history says the same;
+//! - unfinished ones of the trigger are deleted: the trigger creates the migration of each
+//!   resource's newest history entry on the cluster's API (same name), so nothing owed is lost;
+//! - unfinished ones of anyone else (made by hand, or by a tool) are carried over: created on
+//!   the cluster's API under the same name, labels, annotations and resource, then deleted
+//!   here. Their progress does not carry over (the built-in API has no field for it; the
+//!   migration starts from the beginning there, and objects already rewritten cost a no-op).
+//!
+//! Idempotent: a carried-over migration that already exists on the cluster is only deleted
+//! here.
+
+use crate::api::migration::{FAILED, MigrationStrategy, SUCCEEDED, StorageVersionMigration};
+use crate::cluster::BuiltinMigrations;
+use crate::registry::rest::Preconditions;
+use crate::registry::{ApiError, Store};
+use crate::trigger::plan::{MANAGED_BY, MANAGED_BY_LABEL};
+
+use super::guard::TRIGGER_FIELD_MANAGER;
+
+/// The annotation a carried-over migration gets on the cluster.
+pub const CARRIED_OVER_ANNOTATION: &str = "storage.svm-apiserver.io/carried-over-from";
+
+/// What [`carry_over`] did, by name.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Carried {
+    pub carried: Vec<String>,
+    pub dropped: Vec<String>,
+}
+
+fn finished(m: &StorageVersionMigration) -> bool {
+    m.condition_true(SUCCEEDED).is_some() || m.condition_true(FAILED).is_some()
+}
+
+fn the_triggers(m: &StorageVersionMigration) -> bool {
+    m.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(MANAGED_BY_LABEL))
+        .is_some_and(|v| v == MANAGED_BY)
+}
+
+/// The cluster's copy of one of ours: what a user gave (name, labels, annotations, resource),
+/// nothing a server set.
+fn for_the_cluster(m: &StorageVersionMigration) -> StorageVersionMigration {
+    let mut copy = StorageVersionMigration::default();
+    copy.metadata.name = m.metadata.name.clone();
+    copy.metadata.labels = m.metadata.labels.clone();
+    let mut annotations = m.metadata.annotations.clone().unwrap_or_default();
+    annotations.insert(CARRIED_OVER_ANNOTATION.into(), "svm-apiserver".into());
+    copy.metadata.annotations = Some(annotations);
+    copy.spec = m.spec.clone();
+    copy
+}
+
+/// Moves the unfinished migrations of our store as the module says.
+pub async fn carry_over(
+    ours: &Store<MigrationStrategy>,
+    cluster: &BuiltinMigrations,
+) -> Result<Carried, ApiError> {
+    let (all, _) = ours.list_all().await?;
+    let mut done = Carried::default();
+    for migration in all.iter().filter(|m| !finished(m)) {
+        let name = migration.metadata.name.clone().unwrap_or_default();
+        if the_triggers(migration) {
+            done.dropped.push(name.clone());
+        } else {
+            match cluster
+                .create(&for_the_cluster(migration), TRIGGER_FIELD_MANAGER)
+                .await
+            {
+                Ok(_) => {}
+                Err(err) if err.code() == Some(409) => {}
+                Err(err) => {
+                    return Err(ApiError::Internal(format!(
+                        "carrying migration {name} over to the cluster's API: {err}"
+                    )));
+                }
+            }
+            done.carried.push(name.clone());
+        }
+        match ours.delete(&name, &Preconditions::default()).await {
+            Ok(_) | Err(ApiError::NotFound { .. }) => {}
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::migrator::status::set_condition;
+
+    #[test]
+    fn the_clusters_copy_keeps_what_a_user_gave_and_says_where_it_came_from() {
+        let mut m = StorageVersionMigration::default();
+        m.metadata.name = Some("secrets-rotate".into());
+        m.metadata.uid = Some("u".into());
+        m.metadata.resource_version = Some("7".into());
+        m.metadata.labels = Some([("team".to_string(), "storage".to_string())].into());
+        m.spec.resource.resource = "secrets".into();
+        set_condition(&mut m.status, "Running", true, "Started", "", None);
+        let copy = for_the_cluster(&m);
+        assert_eq!(copy.metadata.name.as_deref(), Some("secrets-rotate"));
+        assert_eq!(copy.metadata.uid, None);
+        assert_eq!(copy.metadata.resource_version, None);
+        assert_eq!(copy.metadata.labels, m.metadata.labels);
+        assert_eq!(
+            copy.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(CARRIED_OVER_ANNOTATION))
+                .map(String::as_str),
+            Some("svm-apiserver")
+        );
+        assert_eq!(copy.spec, m.spec);
+        assert!(copy.status.conditions.is_empty());
+        assert!(!finished(&m));
+        assert!(!the_triggers(&m));
+    }
+}
