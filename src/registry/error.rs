@@ -118,6 +118,13 @@ pub enum ApiError {
         name: String,
         message: String,
     },
+    /// 409 Conflict of a server-side apply: fields another manager owns, one
+    /// `FieldManagerConflict` cause each (no name or kind in the details, as upstream).
+    #[error("{message}")]
+    ApplyConflict {
+        message: String,
+        causes: Vec<FieldError>,
+    },
     /// 410 Expired (compacted resourceVersion, expired continue token).
     #[error("{message}")]
     Expired {
@@ -153,6 +160,10 @@ pub enum ApiError {
     /// 500 InternalError.
     #[error("Internal error occurred: {0}")]
     Internal(String),
+    /// 500 with no reason: an error that is not an API status (upstream's
+    /// `StatusReasonUnknown`), e.g. an apply configuration the schema does not type.
+    #[error("{0}")]
+    Unknown(String),
     /// 503 ServiceUnavailable.
     #[error("{0}")]
     ServiceUnavailable(String),
@@ -171,13 +182,15 @@ impl ApiError {
             ApiError::NotFound { .. } | ApiError::UnknownPath => 404,
             ApiError::MethodNotAllowed(_) => 405,
             ApiError::NotAcceptable(_) => 406,
-            ApiError::AlreadyExists { .. } | ApiError::Conflict { .. } => 409,
+            ApiError::AlreadyExists { .. }
+            | ApiError::Conflict { .. }
+            | ApiError::ApplyConflict { .. } => 409,
             ApiError::Expired { .. } => 410,
             ApiError::TooLarge(_) => 413,
             ApiError::UnsupportedMediaType(_) => 415,
             ApiError::Invalid { .. } => 422,
             ApiError::TooManyRequests { .. } => 429,
-            ApiError::Internal(_) => 500,
+            ApiError::Internal(_) | ApiError::Unknown(_) => 500,
             ApiError::ServiceUnavailable(_) => 503,
             ApiError::Timeout(_) => 504,
         }
@@ -193,13 +206,14 @@ impl ApiError {
             ApiError::MethodNotAllowed(_) => "MethodNotAllowed",
             ApiError::NotAcceptable(_) => "NotAcceptable",
             ApiError::AlreadyExists { .. } => "AlreadyExists",
-            ApiError::Conflict { .. } => "Conflict",
+            ApiError::Conflict { .. } | ApiError::ApplyConflict { .. } => "Conflict",
             ApiError::Expired { .. } => "Expired",
             ApiError::TooLarge(_) => "RequestEntityTooLarge",
             ApiError::UnsupportedMediaType(_) => "UnsupportedMediaType",
             ApiError::Invalid { .. } => "Invalid",
             ApiError::TooManyRequests { .. } => "TooManyRequests",
             ApiError::Internal(_) => "InternalError",
+            ApiError::Unknown(_) => "",
             ApiError::ServiceUnavailable(_) => "ServiceUnavailable",
             ApiError::Timeout(_) => "Timeout",
         }
@@ -303,7 +317,7 @@ impl ApiError {
             }
             _ => {}
         }
-        if let ApiError::Invalid { causes, .. } = self {
+        if let ApiError::Invalid { causes, .. } | ApiError::ApplyConflict { causes, .. } = self {
             let causes: Vec<Value> = causes
                 .iter()
                 .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
@@ -331,8 +345,10 @@ impl ApiError {
             "metadata": metadata,
             "status": "Failure",
             "message": self.to_string(),
-            "reason": self.reason(),
         });
+        if !self.reason().is_empty() {
+            status["reason"] = json!(self.reason());
+        }
         if !details.is_empty() {
             status["details"] = Value::Object(details);
         }

@@ -28,6 +28,12 @@ impl Schemas {
         Self { definitions }
     }
 
+    /// The typed schema of definition `root` (what server-side apply and strategic merge
+    /// patch read), from the same definitions.
+    pub fn typed(&self, root: &str) -> super::managed_fields::schema::TypedSchema {
+        super::managed_fields::schema::TypedSchema::new(&self.definitions, root)
+    }
+
     /// Remove every field of `object` that the definition `root` does not declare and return
     /// their dotted paths in document order. `apiVersion` and `kind` are always known at the
     /// root. An unknown root definition makes everything known (nothing to judge by).

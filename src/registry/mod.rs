@@ -4,6 +4,7 @@
 pub mod continue_token;
 pub mod error;
 pub mod field_validation;
+pub mod managed_fields;
 pub mod metadata;
 pub mod openapi_meta;
 pub mod patch;

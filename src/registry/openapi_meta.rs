@@ -5,6 +5,8 @@
 
 use serde_json::{Value, json};
 
+use super::managed_fields::schema::{ListSemantics, list_type};
+
 pub const META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1";
 pub const RAW_EXTENSION: &str = "io.k8s.apimachinery.pkg.runtime.RawExtension";
 
@@ -159,7 +161,10 @@ pub fn definitions(groups: &[(String, String)]) -> Vec<(String, Value)> {
                     ("deletionTimestamp", meta_ref("Time")),
                     (
                         "finalizers",
-                        json!({"type": "array", "items": {"type": "string", "default": ""}, "description": "Must be empty before the object is deleted from the registry.", "x-kubernetes-list-type": "set", "x-kubernetes-patch-strategy": "merge"}),
+                        list_type(
+                            json!({"type": "array", "items": {"type": "string", "default": ""}, "description": "Must be empty before the object is deleted from the registry."}),
+                            ListSemantics::Set,
+                        ),
                     ),
                     (
                         "generateName",
@@ -179,7 +184,10 @@ pub fn definitions(groups: &[(String, String)]) -> Vec<(String, Value)> {
                     ),
                     (
                         "managedFields",
-                        json!({"type": "array", "items": meta_ref("ManagedFieldsEntry"), "description": "Which field managers manage which fields.", "x-kubernetes-list-type": "atomic"}),
+                        list_type(
+                            json!({"type": "array", "items": meta_ref("ManagedFieldsEntry"), "description": "Which field managers manage which fields."}),
+                            ListSemantics::Atomic,
+                        ),
                     ),
                     (
                         "name",
@@ -193,7 +201,10 @@ pub fn definitions(groups: &[(String, String)]) -> Vec<(String, Value)> {
                     ),
                     (
                         "ownerReferences",
-                        json!({"type": "array", "items": meta_ref("OwnerReference"), "description": "Objects this object depends on.", "x-kubernetes-list-map-keys": ["uid"], "x-kubernetes-list-type": "map", "x-kubernetes-patch-merge-key": "uid", "x-kubernetes-patch-strategy": "merge"}),
+                        list_type(
+                            json!({"type": "array", "items": meta_ref("OwnerReference"), "description": "Objects this object depends on."}),
+                            ListSemantics::MapByKey("uid"),
+                        ),
                     ),
                     (
                         "resourceVersion",

@@ -28,6 +28,8 @@ pub struct WriteOptions {
     pub field_manager: Option<String>,
     /// `force=true` on a server-side apply: take ownership of conflicting fields.
     pub force: bool,
+    /// The request's User-Agent: names the manager of a write without `fieldManager`.
+    pub user_agent: Option<String>,
 }
 
 #[derive(Debug, Clone, Default)]

@@ -41,11 +41,13 @@ pub struct TableColumn {
 }
 
 /// How strategic-merge-patch treats one list field (the Go struct tags `patchStrategy` and
-/// `patchMergeKey`). Lists not named are replaced whole, as upstream does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// `patchMergeKey`), read from the kind's OpenAPI schema (see
+/// `managed_fields::schema::list_type`, the one place list semantics are written). Lists
+/// without one are replaced whole, as upstream does.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ListMerge {
     /// `patchStrategy:"merge" patchMergeKey:"<key>"`: items matched by this key are merged.
-    ByKey(&'static str),
+    ByKey(String),
     /// `patchStrategy:"merge"` on a list of scalars: set union (e.g. finalizers).
     Set,
 }
@@ -54,6 +56,7 @@ pub enum ListMerge {
 pub trait Strategy: Send + Sync + 'static {
     /// The internal form, stored as JSON in the store.
     type Object: Clone
+        + Default
         + Serialize
         + DeserializeOwned
         + k8s_openapi::Metadata<Ty = ObjectMeta>
@@ -75,7 +78,10 @@ pub trait Strategy: Send + Sync + 'static {
     /// OpenAPI definitions for this kind in `version`, keyed by definition name (e.g.
     /// `io.k8s.api.storagemigration.v1.StorageVersionMigration`), with `$ref`s written as
     /// `#/components/schemas/<name>` (the server rewrites them to `#/definitions/` for v2).
-    /// The first entry's name is given by [`Strategy::definition_name`].
+    /// The first entry's name is given by [`Strategy::definition_name`]. They are also the
+    /// kind's typed schema: field validation, strategic merge patch's list rules and
+    /// server-side apply all read them (list semantics written with
+    /// `managed_fields::schema::list_type`).
     fn openapi_definitions(&self, version: &str) -> Vec<(String, Value)>;
 
     /// The definition name of the kind itself in `version`.
@@ -107,10 +113,6 @@ pub trait Strategy: Send + Sync + 'static {
 
     /// One table row, a cell per column.
     fn table_row(&self, obj: &Self::Object) -> Vec<Value>;
-
-    /// Strategic-merge-patch list rules beyond metadata's, as (dotted path, rule), e.g.
-    /// `("status.conditions", ListMerge::ByKey("type"))`.
-    fn list_merge_rules(&self) -> Vec<(&'static str, ListMerge)>;
 
     /// Fields that field selectors may name beyond `metadata.name` and `metadata.namespace`
     /// (which the store handles), e.g. `spec.resource.group`. A selector naming any other field

@@ -45,6 +45,20 @@ impl Call {
         self.resource.info().kind
     }
 
+    /// Options of a write, with the User-Agent that names its manager when the query does not.
+    fn write_options(
+        &self,
+        verb: WriteVerb,
+    ) -> Result<crate::registry::rest::WriteOptions, ApiError> {
+        let mut opts = params::write_options(&self.query, verb)?;
+        opts.user_agent = self
+            .headers
+            .get(header::USER_AGENT)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        Ok(opts)
+    }
+
     async fn read_body(&mut self) -> Result<bytes::Bytes, ApiError> {
         let body = std::mem::take(&mut self.body);
         read_limited(&self.headers, body, self.state.max_request_body_bytes).await
@@ -317,7 +331,7 @@ async fn create(mut call: Call) -> HandlerResult {
     let negotiated = call.negotiate(Endpoint::Plain)?;
     let format = negotiate::body_format(&call.headers)?;
     let bytes = call.read_body().await?;
-    let opts = params::write_options(&call.query, WriteVerb::Create)?;
+    let opts = call.write_options(WriteVerb::Create)?;
     let (object, warnings) = decode_write_body(&call, format, &bytes, opts.field_validation)?;
     let result = call.resource.create(&call.version, object, &opts).await?;
     Ok(written(StatusCode::OK, &negotiated, warnings, result))
@@ -327,7 +341,7 @@ async fn update(mut call: Call, name: &str, subresource: Subresource) -> Handler
     let negotiated = call.negotiate(Endpoint::Plain)?;
     let format = negotiate::body_format(&call.headers)?;
     let bytes = call.read_body().await?;
-    let opts = params::write_options(&call.query, WriteVerb::Update)?;
+    let opts = call.write_options(WriteVerb::Update)?;
     let (mut object, warnings) = decode_write_body(&call, format, &bytes, opts.field_validation)?;
     match object.pointer("/metadata/name").and_then(Value::as_str) {
         Some(body_name) if !body_name.is_empty() && body_name != name => {
@@ -355,7 +369,7 @@ async fn patch(mut call: Call, name: &str, subresource: Subresource) -> HandlerR
     let negotiated = call.negotiate(Endpoint::Plain)?;
     let patch_type = negotiate::patch_type(&call.headers)?;
     let bytes = call.read_body().await?;
-    let opts = params::write_options(&call.query, WriteVerb::Patch(patch_type))?;
+    let opts = call.write_options(WriteVerb::Patch(patch_type))?;
     let result = call
         .resource
         .patch(&call.version, name, subresource, patch_type, &bytes, &opts)

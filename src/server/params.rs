@@ -223,6 +223,8 @@ pub fn write_options(query: &Query, verb: WriteVerb) -> Result<WriteOptions, Api
         validate_field_manager(manager, &mut causes);
     }
     let field_validation = match query.get("fieldValidation").unwrap_or("") {
+        // Apply validates strictly unless told otherwise, as upstream.
+        "" if verb == WriteVerb::Patch(PatchType::Apply) => FieldValidation::Strict,
         "" | "Warn" => FieldValidation::Warn,
         "Ignore" => FieldValidation::Ignore,
         "Strict" => FieldValidation::Strict,
@@ -265,6 +267,7 @@ pub fn write_options(query: &Query, verb: WriteVerb) -> Result<WriteOptions, Api
         field_validation,
         field_manager,
         force: force.unwrap_or(false),
+        user_agent: None,
     })
 }
 

@@ -429,6 +429,10 @@ pub struct Trigger {
 /// forbidden or missing API must not stop the trigger).
 const FIRST_LIST_WAIT: Duration = Duration::from_secs(10);
 
+/// The trigger's name in `metadata.managedFields` (it owns what it creates and the status
+/// it writes, and takes nothing else from anyone).
+pub const FIELD_MANAGER: &str = "svm-apiserver-trigger";
+
 impl Trigger {
     pub fn new(
         cluster: ClusterClient,

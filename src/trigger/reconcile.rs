@@ -210,7 +210,11 @@ impl Reconciler {
                     .append(&observed.group, &observed.resource, last_seq, &plan.entries);
             let mut next = stored.clone();
             next.status = status.clone();
-            stored = self.states.update_status_with(next, ops).await?;
+            stored = self
+                .states
+                .managed_by(super::FIELD_MANAGER)
+                .update_status_with(next, ops)
+                .await?;
             if !entries.is_empty() {
                 for entry in &entries {
                     tracing::info!(resource = %name, hash = %entry.hash, source = ?entry.source, reason = %entry.reason, "storage-version hash recorded");
@@ -258,7 +262,11 @@ impl Reconciler {
             let mut next = stored.clone();
             next.status.persisted_storage_version_hashes = vec![current.clone()];
             next.status.last_heartbeat_time = Some(crate::registry::now_time());
-            stored = self.states.update_status(next).await?;
+            stored = self
+                .states
+                .managed_by(super::FIELD_MANAGER)
+                .update_status(next)
+                .await?;
             tracing::info!(resource = %name, hash = %current, "every stored object is in the current storage version");
         }
         if let Some(crd) = crd
@@ -291,7 +299,12 @@ impl Reconciler {
             },
             status: StorageStateStatus::default(),
         };
-        match self.states.create(state).await {
+        match self
+            .states
+            .managed_by(super::FIELD_MANAGER)
+            .create(state)
+            .await
+        {
             Ok(created) => Ok(created),
             Err(ApiError::AlreadyExists { .. }) => self
                 .states
@@ -332,7 +345,12 @@ impl Reconciler {
             },
             status: Default::default(),
         };
-        match self.migrations.create(migration).await {
+        match self
+            .migrations
+            .managed_by(super::FIELD_MANAGER)
+            .create(migration)
+            .await
+        {
             Ok(_) => {
                 tracing::info!(migration = %name, %hash, "migration created");
                 self.metrics.migrations_created.inc();

@@ -9,5 +9,8 @@ mod authn;
 mod bad_input;
 mod delegated;
 mod front_proxy;
+mod kubectl_apply;
 mod kubectl_conformance;
+mod python_client;
+mod server_side_apply;
 mod watch;

@@ -19,16 +19,10 @@ async fn requests_are_authenticated_and_authorized_by_the_cluster() {
         return;
     };
     let direct = format!("{}{SVMS}", cluster.svm.url);
-    let ca = reqwest::Certificate::from_pem(&cluster.svm.ca_pem()).expect("svm CA");
 
     // The aggregator's own identity: the front-proxy client certificate with the user in
     // headers. Accepted directly, as from the aggregator.
-    let (cert, key) = cluster.plane.pki.front_proxy_identity("front-proxy-client");
-    let front_proxy = reqwest::Client::builder()
-        .add_root_certificate(ca.clone())
-        .identity(reqwest::Identity::from_pem(format!("{key}{cert}").as_bytes()).expect("identity"))
-        .build()
-        .expect("client");
+    let front_proxy = cluster.front_proxy_client("front-proxy-client");
     let as_admin = front_proxy
         .get(&direct)
         .header("X-Remote-User", "front-proxied-admin")
@@ -39,12 +33,7 @@ async fn requests_are_authenticated_and_authorized_by_the_cluster() {
     assert_eq!(as_admin.status(), 200);
 
     // A front-proxy certificate whose CN is not an allowed name may not assert a user.
-    let (cert, key) = cluster.plane.pki.front_proxy_identity("someone-else");
-    let wrong_name = reqwest::Client::builder()
-        .add_root_certificate(ca.clone())
-        .identity(reqwest::Identity::from_pem(format!("{key}{cert}").as_bytes()).expect("identity"))
-        .build()
-        .expect("client");
+    let wrong_name = cluster.front_proxy_client("someone-else");
     let refused = wrong_name
         .get(&direct)
         .header("X-Remote-User", "front-proxied-admin")
@@ -55,10 +44,7 @@ async fn requests_are_authenticated_and_authorized_by_the_cluster() {
     assert_eq!(refused.status(), 401, "{:?}", refused.text().await);
 
     // The same headers without the certificate: anonymous, 401 Status.
-    let anonymous = reqwest::Client::builder()
-        .add_root_certificate(ca.clone())
-        .build()
-        .expect("client");
+    let anonymous = cluster.svm_client_builder().build().expect("client");
     let answer = anonymous
         .get(&direct)
         .header("X-Remote-User", "front-proxied-admin")

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 
 use crate::support::real_cluster::RealCluster;
 use crate::world::{
-    create_many, failed, is_safe, migrations_of, storage_state, succeeded, wait_for,
+    create_many, describe_state, failed, is_safe, migrations_of, storage_state, succeeded, wait_for,
 };
 
 const CLASSES: usize = 200;
@@ -85,16 +85,7 @@ async fn an_upgrade_that_moves_a_built_in_storage_version_is_seen_and_migrated()
                 .any(|m| succeeded(m) && m["metadata"]["name"] != json!(format!("{STATE}-1")));
             (moved && migrated && is_safe(&state)).then_some(state)
         },
-        || {
-            format!(
-                "{}\n{}\n{}",
-                kubectl
-                    .run(&["get", "storagestates", STATE, "-o", "yaml"])
-                    .stdout,
-                kubectl.run(&["get", "svm"]).stdout,
-                cluster.svm.log()
-            )
-        },
+        || describe_state(&cluster, STATE),
     );
     let took = upgraded.elapsed();
     assert!(!migrations_of(&cluster, STATE).iter().any(failed));

@@ -5,16 +5,17 @@
 
 use std::time::Duration;
 
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::{Value, json};
 
 use crate::support::real_cluster::RealCluster;
 use crate::world::{
-    create_many, failed, is_safe, migrations_of, name, storage_state, succeeded, wait_for,
+    failed, install_widgets, is_safe, migrations_of, name, storage_state, stored_json_objects,
+    succeeded, wait_for,
 };
 
 const WIDGETS: usize = 2_000;
 const STATE: &str = "widgets.example.test";
+const WIDGETS_PREFIX: &str = "/registry/example.test/widgets/demo/";
 
 #[derive(Clone, Copy, Debug)]
 enum Crash {
@@ -34,28 +35,7 @@ async fn migrations_survive_sigkill_of_either_server_and_an_etcd_restart() {
         return;
     };
     let kubectl = cluster.kubectl();
-    kubectl.ok(&["create", "namespace", "demo"]);
-    let crd = kube_double::crd::manifest("example.test", "widgets", "Widget", &["v1", "v2", "v3"]);
-    kubectl.ok_stdin(&["apply", "-f", "-"], &crd.to_string());
-    kubectl.ok(&[
-        "wait",
-        "crd/widgets.example.test",
-        "--for=condition=Established",
-        "--timeout=60s",
-    ]);
-    let client = cluster.plane.client().await;
-    let gvk = GroupVersionKind::gvk("example.test", "v1", "Widget");
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(client, "demo", &ApiResource::from_gvk(&gvk));
-    create_many(&api, WIDGETS, 32, |i| {
-        json!({
-            "apiVersion": "example.test/v1",
-            "kind": "Widget",
-            "metadata": {"name": format!("w-{i:05}")},
-            "spec": {"size": i},
-        })
-    })
-    .await;
+    install_widgets(&cluster, &["v1", "v2", "v3"], WIDGETS).await;
     wait_for(
         Duration::from_secs(120),
         "the widgets StorageState safe on v1",
@@ -133,7 +113,7 @@ async fn migrations_survive_sigkill_of_either_server_and_an_etcd_restart() {
             "one migration of move {index} succeeded: {done:?}"
         );
         assert_eq!(
-            stored_objects(&cluster, &format!("example.test/{version}")).await,
+            stored_json_objects(&cluster, WIDGETS_PREFIX, &format!("example.test/{version}")).await,
             WIDGETS,
             "every widget re-encoded in {version} after a crash of {crash:?}"
         );
@@ -175,17 +155,4 @@ fn progress(migration: &Value) -> i64 {
     migration["status"]["progress"]["migratedObjects"]
         .as_i64()
         .unwrap_or(0)
-}
-
-async fn stored_objects(cluster: &RealCluster, api_version: &str) -> usize {
-    cluster
-        .plane
-        .etcd_get_prefix("/registry/example.test/widgets/demo/")
-        .await
-        .iter()
-        .filter(|(_, value)| {
-            serde_json::from_slice::<Value>(value)
-                .is_ok_and(|object| object["apiVersion"] == api_version)
-        })
-        .count()
 }

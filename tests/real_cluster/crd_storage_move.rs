@@ -4,16 +4,17 @@
 
 use std::time::{Duration, Instant};
 
-use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use crate::support::real_cluster::RealCluster;
 use crate::world::{
-    create_many, failed, is_safe, migrations_of, storage_state, succeeded, wait_for,
+    describe_state, failed, install_widgets, is_safe, migrations_of, storage_state,
+    stored_json_objects, succeeded, wait_for,
 };
 
 const WIDGETS: usize = 5_000;
 const STATE: &str = "widgets.example.test";
+const WIDGETS_PREFIX: &str = "/registry/example.test/widgets/demo/";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crd_storage_move_rewrites_every_object_and_narrows_stored_versions() {
@@ -25,31 +26,8 @@ async fn a_crd_storage_move_rewrites_every_object_and_narrows_stored_versions() 
         return;
     };
     let kubectl = cluster.kubectl();
-    kubectl.ok(&["create", "namespace", "demo"]);
-    kubectl.ok_stdin(
-        &["apply", "-f", "-"],
-        &kube_double::crd::widgets().to_string(),
-    );
-    kubectl.ok(&[
-        "wait",
-        "crd/widgets.example.test",
-        "--for=condition=Established",
-        "--timeout=60s",
-    ]);
-    let client = cluster.plane.client().await;
-    let gvk = GroupVersionKind::gvk("example.test", "v1", "Widget");
-    let api: Api<DynamicObject> =
-        Api::namespaced_with(client, "demo", &ApiResource::from_gvk(&gvk));
     let created = Instant::now();
-    create_many(&api, WIDGETS, 32, |i| {
-        json!({
-            "apiVersion": "example.test/v1",
-            "kind": "Widget",
-            "metadata": {"name": format!("w-{i:05}")},
-            "spec": {"size": i},
-        })
-    })
-    .await;
+    install_widgets(&cluster, &["v1", "v2"], WIDGETS).await;
     eprintln!(
         "created {WIDGETS} widgets in {:.1} s",
         created.elapsed().as_secs_f64()
@@ -64,7 +42,10 @@ async fn a_crd_storage_move_rewrites_every_object_and_narrows_stored_versions() 
                 .stdout
         },
     );
-    assert_eq!(stored_objects(&cluster, "example.test/v1").await, WIDGETS);
+    assert_eq!(
+        stored_json_objects(&cluster, WIDGETS_PREFIX, "example.test/v1").await,
+        WIDGETS
+    );
 
     let moved = Instant::now();
     kubectl.ok(&[
@@ -88,16 +69,7 @@ async fn a_crd_storage_move_rewrites_every_object_and_narrows_stored_versions() 
                 && migrated)
                 .then_some(state)
         },
-        || {
-            format!(
-                "{}\n{}\n{}",
-                kubectl
-                    .run(&["get", "storagestates", STATE, "-o", "yaml"])
-                    .stdout,
-                kubectl.run(&["get", "svm"]).stdout,
-                cluster.svm.log()
-            )
-        },
+        || describe_state(&cluster, STATE),
     );
     let took = moved.elapsed();
     let migrations = migrations_of(&cluster, STATE);
@@ -112,8 +84,14 @@ async fn a_crd_storage_move_rewrites_every_object_and_narrows_stored_versions() 
         "{migration}"
     );
 
-    assert_eq!(stored_objects(&cluster, "example.test/v1").await, 0);
-    assert_eq!(stored_objects(&cluster, "example.test/v2").await, WIDGETS);
+    assert_eq!(
+        stored_json_objects(&cluster, WIDGETS_PREFIX, "example.test/v1").await,
+        0
+    );
+    assert_eq!(
+        stored_json_objects(&cluster, WIDGETS_PREFIX, "example.test/v2").await,
+        WIDGETS
+    );
     let stored_versions = kubectl.ok(&[
         "get",
         "crd",
@@ -129,19 +107,4 @@ async fn a_crd_storage_move_rewrites_every_object_and_narrows_stored_versions() 
         after["status"]["currentStorageVersionHash"],
         took.as_secs_f64()
     );
-}
-
-/// How many widgets etcd holds encoded as `api_version` (a custom resource is stored as JSON
-/// with the apiVersion of its storage version).
-async fn stored_objects(cluster: &RealCluster, api_version: &str) -> usize {
-    cluster
-        .plane
-        .etcd_get_prefix("/registry/example.test/widgets/demo/")
-        .await
-        .iter()
-        .filter(|(_, value)| {
-            serde_json::from_slice::<Value>(value)
-                .is_ok_and(|object| object["apiVersion"] == api_version)
-        })
-        .count()
 }

@@ -133,3 +133,61 @@ pub fn metric_sum(metrics: &str, name: &str, labels: &[&str]) -> f64 {
         .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
         .fold(0.0, |sum, sample| sum + sample)
 }
+
+/// What a failed wait on a resource prints: its StorageState, the migrations, the server's log.
+pub fn describe_state(cluster: &RealCluster, state: &str) -> String {
+    let kubectl = cluster.kubectl();
+    format!(
+        "{}\n{}\nsvm-apiserver log:\n{}",
+        kubectl
+            .run(&["get", "storagestates", state, "-o", "yaml"])
+            .stdout,
+        kubectl.run(&["get", "svm"]).stdout,
+        cluster.svm.log()
+    )
+}
+
+/// How many objects under `prefix` etcd holds encoded as `api_version`: a custom resource is
+/// stored as JSON with the apiVersion of its storage version.
+pub async fn stored_json_objects(cluster: &RealCluster, prefix: &str, api_version: &str) -> usize {
+    cluster
+        .plane
+        .etcd_get_prefix(prefix)
+        .await
+        .iter()
+        .filter(|(_, value)| {
+            serde_json::from_slice::<Value>(value)
+                .is_ok_and(|object| object["apiVersion"] == api_version)
+        })
+        .count()
+}
+
+/// The widgets CRD (`example.test`, namespaced, stored in the first of `versions`) and `count`
+/// widgets in namespace `demo`, created in v1.
+pub async fn install_widgets(cluster: &RealCluster, versions: &[&str], count: usize) {
+    let kubectl = cluster.kubectl();
+    kubectl.ok(&["create", "namespace", "demo"]);
+    let crd = kube_double::crd::manifest("example.test", "widgets", "Widget", versions);
+    kubectl.ok_stdin(&["apply", "-f", "-"], &crd.to_string());
+    kubectl.ok(&[
+        "wait",
+        "crd/widgets.example.test",
+        "--for=condition=Established",
+        "--timeout=60s",
+    ]);
+    let gvk = kube::api::GroupVersionKind::gvk("example.test", "v1", "Widget");
+    let api: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
+        cluster.plane.client().await,
+        "demo",
+        &kube::api::ApiResource::from_gvk(&gvk),
+    );
+    create_many(&api, count, 32, |i| {
+        serde_json::json!({
+            "apiVersion": "example.test/v1",
+            "kind": "Widget",
+            "metadata": {"name": format!("w-{i:05}")},
+            "spec": {"size": i},
+        })
+    })
+    .await;
+}

@@ -117,17 +117,8 @@ impl RealCluster {
     /// svm-apiserver's `/metrics`, asked directly as the aggregator would ask for a cluster
     /// admin (front-proxy certificate, user in headers).
     pub async fn metrics(&self) -> String {
-        let (cert, key) = self.plane.pki.front_proxy_identity("front-proxy-client");
-        let client = reqwest::Client::builder()
-            .add_root_certificate(
-                reqwest::Certificate::from_pem(&self.svm.ca_pem()).expect("svm CA"),
-            )
-            .identity(
-                reqwest::Identity::from_pem(format!("{key}{cert}").as_bytes()).expect("identity"),
-            )
-            .build()
-            .expect("client");
-        let answer = client
+        let answer = self
+            .front_proxy_client("front-proxy-client")
             .get(format!("{}/metrics", self.svm.url))
             .header("X-Remote-User", "metrics-reader")
             .header("X-Remote-Group", "system:masters")
@@ -136,6 +127,25 @@ impl RealCluster {
             .expect("GET /metrics");
         assert_eq!(answer.status(), 200);
         answer.text().await.expect("metrics text")
+    }
+
+    /// A client straight to svm-apiserver holding a front-proxy CA certificate with this CN,
+    /// as the aggregator holds one.
+    pub fn front_proxy_client(&self, common_name: &str) -> reqwest::Client {
+        let (cert, key) = self.plane.pki.front_proxy_identity(common_name);
+        self.svm_client_builder()
+            .identity(
+                reqwest::Identity::from_pem(format!("{key}{cert}").as_bytes()).expect("identity"),
+            )
+            .build()
+            .expect("client")
+    }
+
+    /// A client builder trusting svm-apiserver's serving CA.
+    pub fn svm_client_builder(&self) -> reqwest::ClientBuilder {
+        reqwest::Client::builder().add_root_certificate(
+            reqwest::Certificate::from_pem(&self.svm.ca_pem()).expect("svm CA"),
+        )
     }
 
     /// Restart svm-apiserver after a kill (same port, store and flags) and wait until the

@@ -7,6 +7,7 @@ use serde_json::{Value, json};
 
 use super::KIND;
 use crate::api::GROUP;
+use crate::registry::managed_fields::schema::{ListSemantics, list_type};
 
 const META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1";
 
@@ -65,15 +66,11 @@ pub fn definitions(version: &str) -> Vec<(String, Value)> {
     });
     let status_properties = |conditions_item: Value, extra: &str| {
         json!({
-            "conditions": {
+            "conditions": list_type(json!({
                 "description": format!("The latest available observations of the migration's current state.{extra}"),
                 "type": "array",
                 "items": conditions_item,
-                "x-kubernetes-list-map-keys": ["type"],
-                "x-kubernetes-list-type": "map",
-                "x-kubernetes-patch-merge-key": "type",
-                "x-kubernetes-patch-strategy": "merge",
-            },
+            }), ListSemantics::MapByKey("type")),
             "resourceVersion": string("ResourceVersion to compare with the GC cache for performing the migration. This is the current resource version of given group, version and resource when kube-controller-manager first observes this StorageVersionMigration resource."),
             "progress": described_ref(&progress, "Progress of the migration (svm-apiserver's addition)."),
         })

@@ -4,11 +4,11 @@
 
 use serde_json::{Value, json};
 
-use super::{FAILED, KIND, RUNNING, SUCCEEDED, StorageVersionMigration, schema, versions};
+use super::{FAILED, KIND, SUCCEEDED, StorageVersionMigration, schema, versions};
 use crate::api::common::{age, age_column, dns_label_errors, name_column};
 use crate::api::{CATEGORY, GROUP, STORAGE_VERSION, VERSIONS};
 use crate::registry::validation::dns1123_subdomain_errors;
-use crate::registry::{ApiResult, FieldError, ListMerge, ResourceInfo, Strategy, TableColumn};
+use crate::registry::{ApiResult, FieldError, ResourceInfo, Strategy, TableColumn};
 
 static INFO: ResourceInfo = ResourceInfo {
     group: GROUP,
@@ -96,11 +96,11 @@ impl Strategy for MigrationStrategy {
     ) -> Vec<FieldError> {
         let mut errs = validate_spec(new);
         if new.spec != old.spec {
-            errs.push(FieldError::invalid(
-                "spec",
-                &spec_text(new),
-                "field is immutable",
-            ));
+            errs.push(FieldError {
+                reason: "FieldValueInvalid",
+                field: "spec".into(),
+                message: format!("Invalid value: {}: field is immutable", spec_text(new)),
+            });
         }
         errs
     }
@@ -207,14 +207,22 @@ impl Strategy for MigrationStrategy {
             json!(age(obj.metadata.creation_timestamp.as_ref())),
         ]
     }
-
-    fn list_merge_rules(&self) -> Vec<(&'static str, ListMerge)> {
-        vec![("status.conditions", ListMerge::ByKey("type"))]
-    }
 }
 
+/// The spec as Go renders the internal struct in a field error: JSON of its fields, the
+/// untagged `Resource` capitalized (recording 18, step 13).
 fn spec_text(obj: &StorageVersionMigration) -> String {
-    serde_json::to_string(&obj.spec).unwrap_or_default()
+    let resource = &obj.spec.resource;
+    let mut rendered = serde_json::json!({
+        "Resource": {"group": resource.group, "resource": resource.resource},
+    });
+    if !resource.version.is_empty() {
+        rendered["Resource"]["version"] = serde_json::json!(resource.version);
+    }
+    if !obj.spec.continue_token.is_empty() {
+        rendered["ContinueToken"] = serde_json::json!(obj.spec.continue_token);
+    }
+    rendered.to_string()
 }
 
 fn validate_spec(obj: &StorageVersionMigration) -> Vec<FieldError> {
@@ -304,21 +312,15 @@ fn validate_conditions(obj: &StorageVersionMigration) -> Vec<FieldError> {
             ));
         }
     }
+    // Running may stay True beside Succeeded (kube-apiserver 1.36 takes it: recording 18,
+    // step 8); Succeeded and Failed exclude each other.
     let succeeded = obj.condition_true(SUCCEEDED).is_some();
     let failed = obj.condition_true(FAILED).is_some();
-    let running = obj.condition_true(RUNNING).is_some();
     if succeeded && failed {
         errs.push(FieldError::invalid(
             "status.conditions",
             "Succeeded, Failed",
             "Both success and failed conditions cannot be true at the same time",
-        ));
-    }
-    if running && (succeeded || failed) {
-        errs.push(FieldError::invalid(
-            "status.conditions",
-            RUNNING,
-            "Running condition cannot be true when Succeeded or Failed is true",
         ));
     }
     errs

@@ -6,6 +6,7 @@
 use serde_json::{Map, Value};
 
 use crate::registry::error::ApiError;
+use crate::registry::managed_fields::schema::{ListKind, TypedSchema};
 use crate::registry::strategy::ListMerge;
 
 const DIRECTIVE: &str = "$patch";
@@ -15,22 +16,25 @@ const SET_ELEMENT_ORDER: &str = "$setElementOrder/";
 
 /// Which lists merge, by dotted field path (list items are transparent: the conditions of
 /// `status.conditions[3]` are at `status.conditions`). Lists not named are replaced whole.
+/// Read from the kind's typed schema, where the OpenAPI list extensions put them.
 #[derive(Debug, Clone, Default)]
 pub struct MergeRules {
     rules: Vec<(String, ListMerge)>,
 }
 
 impl MergeRules {
-    /// metadata's rules (finalizers: set; ownerReferences: by uid) plus the kind's.
-    pub fn for_kind(kind_rules: Vec<(&'static str, ListMerge)>) -> Self {
-        let mut rules = vec![
-            ("metadata.finalizers".to_string(), ListMerge::Set),
-            (
-                "metadata.ownerReferences".to_string(),
-                ListMerge::ByKey("uid"),
-            ),
-        ];
-        rules.extend(kind_rules.into_iter().map(|(p, r)| (p.to_string(), r)));
+    /// The merging lists of a kind's typed schema: sets merge as sets, associative lists
+    /// by their (first) key, as `patchStrategy`/`patchMergeKey` say upstream.
+    pub fn from_schema(schema: &TypedSchema) -> Self {
+        let rules = schema
+            .merging_lists()
+            .into_iter()
+            .filter_map(|(path, kind)| match kind {
+                ListKind::Set => Some((path, ListMerge::Set)),
+                ListKind::Map(keys) => Some((path, ListMerge::ByKey(keys.first()?.clone()))),
+                ListKind::Atomic => None,
+            })
+            .collect();
         Self { rules }
     }
 
@@ -38,7 +42,7 @@ impl MergeRules {
         self.rules
             .iter()
             .find(|(p, _)| p == path)
-            .map(|(_, rule)| *rule)
+            .map(|(_, rule)| rule.clone())
     }
 }
 
@@ -203,8 +207,8 @@ fn set_element_orders(
         }
         let field_path = child(path, field);
         let rule = rules.get(&field_path);
-        let merge_key = match rule {
-            Some(ListMerge::ByKey(key)) => Some(key),
+        let merge_key = match &rule {
+            Some(ListMerge::ByKey(key)) => Some(key.as_str()),
             _ => None,
         };
         let original_list = match original.get(field) {
@@ -223,8 +227,8 @@ fn set_element_orders(
         let merged = match (original_list.clone(), patch_list) {
             (Some(current), None) => current,
             (None, Some(patch_list)) => strip_list(patch_list),
-            (Some(current), Some(patch_list)) => match rule {
-                Some(rule) => merge_list(current, patch_list, &field_path, rule, rules)?,
+            (Some(current), Some(patch_list)) => match &rule {
+                Some(rule) => merge_list(current, patch_list, &field_path, rule.clone(), rules)?,
                 None => strip_list(patch_list),
             },
             (None, None) => continue,
@@ -307,7 +311,7 @@ fn merge_list(
         });
     }
     let maps = original.iter().chain(&patch).any(Value::is_object);
-    let (merged, original, patch, merge_key) = match rule {
+    let (merged, original, patch, merge_key) = match &rule {
         ListMerge::Set if maps => {
             return Err(bad_request(format!(
                 "cannot merge lists without merge key for {path}"
@@ -323,6 +327,7 @@ fn merge_list(
             (merged, original, patch, None)
         }
         ListMerge::ByKey(key) => {
+            let key = key.as_str();
             let (original, patch) = special_elements(original, patch, key)?;
             let merged = merge_by_key(original.clone(), &patch, key, path, rules)?;
             (merged, original, patch, Some(key))
@@ -507,11 +512,26 @@ mod tests {
 
     use super::*;
 
+    /// finalizers (set), ownerReferences (by uid), status.conditions (by type) and
+    /// spec.tags (set), written as the schemas write them.
     fn rules() -> MergeRules {
-        MergeRules::for_kind(vec![
-            ("status.conditions", ListMerge::ByKey("type")),
-            ("spec.tags", ListMerge::Set),
-        ])
+        use crate::registry::managed_fields::schema::{ListSemantics, list_type};
+        let definitions = std::collections::BTreeMap::from([(
+            "Kind".to_string(),
+            json!({"type": "object", "properties": {
+                "metadata": {"type": "object", "properties": {
+                    "finalizers": list_type(json!({"type": "array", "items": {"type": "string"}}), ListSemantics::Set),
+                    "ownerReferences": list_type(json!({"type": "array", "items": {"type": "object", "properties": {"uid": {"type": "string"}}}}), ListSemantics::MapByKey("uid")),
+                }},
+                "spec": {"type": "object", "properties": {
+                    "tags": list_type(json!({"type": "array", "items": {"type": "string"}}), ListSemantics::Set),
+                }},
+                "status": {"type": "object", "properties": {
+                    "conditions": list_type(json!({"type": "array", "items": {"type": "object", "properties": {"type": {"type": "string"}}}}), ListSemantics::MapByKey("type")),
+                }},
+            }}),
+        )]);
+        MergeRules::from_schema(&TypedSchema::new(&definitions, "Kind"))
     }
 
     fn patched(original: Value, patch: Value) -> Value {

@@ -5,7 +5,9 @@ use k8s_openapi::Metadata;
 
 use super::super::error::{ApiError, ApiResult, FieldError};
 use super::super::metadata;
+use super::super::rest::Subresource;
 use super::super::strategy::Strategy;
+use super::managed::{DEFAULT_FIELD_MANAGER, Tracking};
 use super::{Store, now};
 use crate::storage::{Compare, Op, StorageError, Txn, TxnOutcome};
 
@@ -13,25 +15,31 @@ use crate::storage::{Compare, Op, StorageError, Txn, TxnOutcome};
 const GENERATE_NAME_ATTEMPTS: usize = 8;
 
 impl<S: Strategy> Store<S> {
-    /// Create `obj` (the controllers' entry point: same rules as a REST create).
+    /// Create `obj` (the controllers' entry point: same rules as a REST create), recorded
+    /// for [`DEFAULT_FIELD_MANAGER`]; see [`Store::managed_by`] to name the manager.
     pub async fn create(&self, obj: S::Object) -> ApiResult<S::Object> {
-        self.create_object(obj, false, &[]).await
+        self.managed_by(DEFAULT_FIELD_MANAGER).create(obj).await
     }
 
     /// [`create`](Self::create), with `extra` storage writes committed in the same
     /// transaction (the trigger's hash history, DESIGN.md §4): both land, or neither.
     pub async fn create_with(&self, obj: S::Object, extra: Vec<Op>) -> ApiResult<S::Object> {
-        self.create_object(obj, false, &extra).await
+        self.managed_by(DEFAULT_FIELD_MANAGER)
+            .create_with(obj, extra)
+            .await
     }
 
     /// Create; with `dry_run` everything but the write happens and the answer carries no
-    /// resourceVersion.
+    /// resourceVersion. The write is recorded in managedFields per `tracking`, against the
+    /// kind's empty object.
     pub(crate) async fn create_object(
         &self,
         mut obj: S::Object,
         dry_run: bool,
         extra: &[Op],
+        tracking: Tracking<'_>,
     ) -> ApiResult<S::Object> {
+        self.track_update(tracking, Subresource::Main, &S::Object::default(), &mut obj)?;
         let resource_version_given = obj
             .metadata()
             .resource_version

@@ -14,6 +14,7 @@
 
 mod create;
 mod delete;
+mod managed;
 mod read;
 mod rest;
 mod selection;
@@ -32,11 +33,13 @@ use serde::de::DeserializeOwned;
 
 use super::error::{ApiError, ApiResult};
 use super::field_validation::Schemas;
+use super::managed_fields::FieldManager;
 use super::patch::MergeRules;
 use super::strategy::Strategy;
 use crate::storage::{KeyValue, Revision, Storage, StorageError};
 
 pub use delete::Deletion;
+pub use managed::{DEFAULT_FIELD_MANAGER, ManagedBy};
 pub use read::ListPage;
 pub use watch::{StoreEvent, StoreEventStream};
 
@@ -48,9 +51,8 @@ pub struct Store<S: Strategy> {
     pub(crate) storage: Arc<dyn Storage>,
     /// Key prefix of this resource, e.g. `/svm-apiserver/storageversionmigrations/`.
     pub(crate) prefix: String,
-    merge_rules: MergeRules,
-    /// Field-validation schemas per served version, built on first use.
-    schemas: OnceLock<BTreeMap<&'static str, Schemas>>,
+    /// What the kind's OpenAPI definitions say, per served version, built on first use.
+    schemas: OnceLock<KindSchemas>,
     /// `generateName` + suffix (random; replaceable in tests to force collisions).
     name_generator: fn(&str) -> String,
 }
@@ -62,12 +64,10 @@ impl<S: Strategy> Store<S> {
             root_prefix.trim_end_matches('/'),
             strategy.info().plural
         );
-        let merge_rules = MergeRules::for_kind(strategy.list_merge_rules());
         Self {
             strategy: Arc::new(strategy),
             storage,
             prefix,
-            merge_rules,
             schemas: OnceLock::new(),
             name_generator: super::metadata::generate_name,
         }
@@ -175,17 +175,55 @@ impl<S: Strategy> Store<S> {
             .map_err(|e| ApiError::Internal(format!("encoding {} for storage: {e}", self.kind())))
     }
 
-    fn schemas(&self, version: &str) -> Option<&Schemas> {
+    fn kind_schemas(&self) -> &KindSchemas {
         self.schemas
-            .get_or_init(|| {
-                self.strategy
-                    .info()
-                    .versions
-                    .iter()
-                    .map(|v| (*v, Schemas::new(self.strategy.openapi_definitions(v))))
-                    .collect()
-            })
+            .get_or_init(|| KindSchemas::new(&*self.strategy))
+    }
+
+    fn schemas(&self, version: &str) -> Option<&Schemas> {
+        self.kind_schemas().validation.get(version)
+    }
+
+    /// Strategic merge patch's list rules in `version`.
+    fn merge_rules(&self, version: &str) -> MergeRules {
+        self.kind_schemas()
+            .merge_rules
             .get(version)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    pub(crate) fn field_manager(&self) -> &FieldManager {
+        &self.kind_schemas().fields
+    }
+}
+
+/// The kind's OpenAPI definitions per served version, read three ways: field validation,
+/// strategic merge patch's list rules, and server-side apply's typed schema.
+struct KindSchemas {
+    validation: BTreeMap<&'static str, Schemas>,
+    merge_rules: BTreeMap<&'static str, MergeRules>,
+    fields: FieldManager,
+}
+
+impl KindSchemas {
+    fn new<S: Strategy>(strategy: &S) -> Self {
+        let info = strategy.info();
+        let mut validation = BTreeMap::new();
+        let mut merge_rules = BTreeMap::new();
+        let mut typed = BTreeMap::new();
+        for version in info.versions {
+            let schemas = Schemas::new(strategy.openapi_definitions(version));
+            let schema = schemas.typed(&strategy.definition_name(version));
+            merge_rules.insert(*version, MergeRules::from_schema(&schema));
+            typed.insert(*version, schema);
+            validation.insert(*version, schemas);
+        }
+        KindSchemas {
+            validation,
+            merge_rules,
+            fields: FieldManager::new(info.group, info.kind, typed, info.has_status_subresource),
+        }
     }
 }
 

@@ -14,6 +14,7 @@ use super::super::rest::{
 };
 use super::super::strategy::{ResourceInfo, Strategy, TableColumn};
 use super::Store;
+use super::managed::{Tracking, request_manager};
 use super::read::{ListPage, ListQuery, ReadAt};
 use super::selection::Selection;
 
@@ -139,7 +140,7 @@ impl<S: Strategy> Store<S> {
         validation: FieldValidation,
     ) -> ApiResult<(S::Object, Vec<String>)> {
         let original = self.encode(version, current)?;
-        let mut patched = patch.apply(&original, &self.merge_rules)?;
+        let mut patched = patch.apply(&original, &self.merge_rules(version))?;
         if !patched.is_object() {
             return Err(patch_invalid(
                 &patched,
@@ -328,7 +329,12 @@ impl<S: Strategy> RestStorage for Store<S> {
     async fn create(&self, version: &str, body: Value, opts: &WriteOptions) -> ApiResult<Written> {
         self.check_version(version)?;
         let (obj, warnings) = self.decode_body(version, body, opts.field_validation)?;
-        let created = self.create_object(obj, opts.dry_run, &[]).await?;
+        let manager = request_manager(opts);
+        let tracking = Tracking::Update {
+            version,
+            manager: &manager,
+        };
+        let created = self.create_object(obj, opts.dry_run, &[], tracking).await?;
         Ok(Written {
             object: self.encode(version, &created)?,
             created: true,
@@ -362,7 +368,14 @@ impl<S: Strategy> RestStorage for Store<S> {
             }
         }
         let (obj, warnings) = self.decode_body(version, body, opts.field_validation)?;
-        let updated = self.replace(obj, subresource, opts.dry_run).await?;
+        let manager = request_manager(opts);
+        let tracking = Tracking::Update {
+            version,
+            manager: &manager,
+        };
+        let updated = self
+            .replace(obj, subresource, opts.dry_run, tracking)
+            .await?;
         Ok(Written {
             object: self.encode(version, &updated)?,
             created: false,
@@ -380,10 +393,18 @@ impl<S: Strategy> RestStorage for Store<S> {
         opts: &WriteOptions,
     ) -> ApiResult<Written> {
         self.check_version(version)?;
+        if patch_type == PatchType::Apply {
+            return self.apply(version, name, subresource, patch, opts).await;
+        }
         let patch = Patch::parse(patch_type, patch)?;
         let mut warnings = Vec::new();
+        let manager = request_manager(opts);
+        let tracking = Tracking::Update {
+            version,
+            manager: &manager,
+        };
         let updated = self
-            .guaranteed_update(name, subresource, opts.dry_run, |current| {
+            .guaranteed_update_with(name, subresource, opts.dry_run, &[], tracking, |current| {
                 let (obj, attempt_warnings) =
                     self.patched(version, name, &patch, current, opts.field_validation)?;
                 warnings = attempt_warnings;

@@ -13,19 +13,23 @@ use super::super::metadata;
 use super::super::rest::Subresource;
 use super::super::strategy::Strategy;
 use super::create::merge_causes;
+use super::managed::{DEFAULT_FIELD_MANAGER, Tracking};
 use super::{MAX_WRITE_ATTEMPTS, Store, parse_resource_version};
 use crate::storage::{Compare, Op, StorageError, Txn, TxnOutcome};
 
 impl<S: Strategy> Store<S> {
-    /// Replace an object (the controllers' entry point: same rules as a REST update). The
-    /// object's resourceVersion is the precondition; its uid, when set, must match.
+    /// Replace an object (the controllers' entry point: same rules as a REST update),
+    /// recorded for [`DEFAULT_FIELD_MANAGER`] (see [`Store::managed_by`]). The object's
+    /// resourceVersion is the precondition; its uid, when set, must match.
     pub async fn update(&self, obj: S::Object) -> ApiResult<S::Object> {
-        self.replace(obj, Subresource::Main, false).await
+        self.managed_by(DEFAULT_FIELD_MANAGER).update(obj).await
     }
 
     /// Replace an object's status (`/status`): spec and most metadata stay as stored.
     pub async fn update_status(&self, obj: S::Object) -> ApiResult<S::Object> {
-        self.replace(obj, Subresource::Status, false).await
+        self.managed_by(DEFAULT_FIELD_MANAGER)
+            .update_status(obj)
+            .await
     }
 
     /// [`update_status`](Self::update_status), with `extra` storage writes committed in the
@@ -34,11 +38,9 @@ impl<S: Strategy> Store<S> {
     /// and the answer is 409, so the caller recomputes `extra` from what it reads next. When
     /// the status does not change, `extra` is still written, guarded by the object's revision.
     pub async fn update_status_with(&self, obj: S::Object, extra: Vec<Op>) -> ApiResult<S::Object> {
-        let name = obj.metadata().name.clone().unwrap_or_default();
-        self.guaranteed_update_with(&name, Subresource::Status, false, &extra, |_| {
-            Ok(obj.clone())
-        })
-        .await
+        self.managed_by(DEFAULT_FIELD_MANAGER)
+            .update_status_with(obj, extra)
+            .await
     }
 
     /// A PUT: the body replaces the stored object, its uid a precondition (upstream's
@@ -48,11 +50,12 @@ impl<S: Strategy> Store<S> {
         obj: S::Object,
         subresource: Subresource,
         dry_run: bool,
+        tracking: Tracking<'_>,
     ) -> ApiResult<S::Object> {
         let name = obj.metadata().name.clone().unwrap_or_default();
         let key = self.key(&name)?;
         let uid = obj.metadata().uid.clone().filter(|u| !u.is_empty());
-        self.guaranteed_update(&name, subresource, dry_run, |current| {
+        self.guaranteed_update_with(&name, subresource, dry_run, &[], tracking, |current| {
                 if let Some(uid) = &uid {
                     let current_uid = current.metadata().uid.clone().unwrap_or_default();
                     if *uid != current_uid {
@@ -70,30 +73,17 @@ impl<S: Strategy> Store<S> {
     }
 
     /// The update loop. `updated` computes the new object from the current one; it runs once
-    /// per attempt. Returns the object as stored (or as it would be, for a dry run); for an
-    /// update that deleted the object (last finalizer removed), the object as the request made
-    /// it.
-    pub(crate) async fn guaranteed_update<F>(
-        &self,
-        name: &str,
-        subresource: Subresource,
-        dry_run: bool,
-        updated: F,
-    ) -> ApiResult<S::Object>
-    where
-        F: FnMut(&S::Object) -> ApiResult<S::Object> + Send,
-    {
-        self.guaranteed_update_with(name, subresource, dry_run, &[], updated)
-            .await
-    }
-
-    /// The update loop, with `extra` writes in the same transaction as the object's.
-    async fn guaranteed_update_with<F>(
+    /// per attempt, and the change is recorded in managedFields per `tracking`. `extra`
+    /// writes go in the same transaction as the object's. Returns the object as stored (or
+    /// as it would be, for a dry run); for an update that deleted the object (last finalizer
+    /// removed), the object as the request made it.
+    pub(crate) async fn guaranteed_update_with<F>(
         &self,
         name: &str,
         subresource: Subresource,
         dry_run: bool,
         extra: &[Op],
+        tracking: Tracking<'_>,
         mut updated: F,
     ) -> ApiResult<S::Object>
     where
@@ -103,6 +93,7 @@ impl<S: Strategy> Store<S> {
         for _ in 0..MAX_WRITE_ATTEMPTS {
             let (kv, current) = self.read_current(&key, name).await?;
             let mut new = updated(&current)?;
+            self.track_update(tracking, subresource, &current, &mut new)?;
             self.check_resource_version(&new, kv.mod_revision, name)?;
             self.before_update(&mut new, &current, subresource)?;
 

@@ -3,6 +3,7 @@
 
 mod create;
 mod delete;
+mod managed;
 mod on_etcd;
 mod over_http;
 mod patch;
@@ -18,9 +19,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+use crate::registry::managed_fields::schema::{ListSemantics, list_type};
 use crate::registry::rest::{WatchEvent, WatchEventStream};
 use crate::registry::{
-    ApiError, ApiResult, FieldError, ListMerge, ResourceInfo, Store, Strategy, TableColumn,
+    ApiError, ApiResult, FieldError, ResourceInfo, Store, Strategy, TableColumn,
 };
 use crate::storage::embedded::{EmbeddedOptions, EmbeddedStorage};
 
@@ -194,7 +196,7 @@ impl Strategy for WidgetStrategy {
                     "properties": {
                         size_field: {"type": "integer"},
                         "color": {"type": "string"},
-                        "tags": {"type": "array", "items": {"type": "string"}},
+                        "tags": list_type(json!({"type": "array", "items": {"type": "string"}}), ListSemantics::Set),
                     },
                 }),
             ),
@@ -204,14 +206,14 @@ impl Strategy for WidgetStrategy {
                     "type": "object",
                     "properties": {
                         "observedGeneration": {"type": "integer"},
-                        "conditions": {"type": "array", "items": {
+                        "conditions": list_type(json!({"type": "array", "items": {
                             "type": "object",
                             "properties": {
                                 "type": {"type": "string"},
                                 "status": {"type": "string"},
                                 "reason": {"type": "string"},
                             },
-                        }},
+                        }}), ListSemantics::MapByKey("type")),
                     },
                 }),
             ),
@@ -288,13 +290,6 @@ impl Strategy for WidgetStrategy {
 
     fn table_row(&self, obj: &Widget) -> Vec<Value> {
         vec![json!(obj.metadata.name)]
-    }
-
-    fn list_merge_rules(&self) -> Vec<(&'static str, ListMerge)> {
-        vec![
-            ("status.conditions", ListMerge::ByKey("type")),
-            ("spec.tags", ListMerge::Set),
-        ]
     }
 
     fn selectable_fields(&self) -> &'static [&'static str] {

@@ -206,13 +206,12 @@ async fn patch_errors() {
     .await
     .expect_err("missing");
     assert_eq!(missing.code(), 404);
-    assert_eq!(
-        patch(&store, Subresource::Main, PatchType::Apply, "{}")
-            .await
-            .expect_err("apply")
-            .code(),
-        415
-    );
+    // An apply configuration must name the kind in the URL's version.
+    let apply = patch(&store, Subresource::Main, PatchType::Apply, "{}")
+        .await
+        .expect_err("apply");
+    assert_eq!(apply.code(), 400);
+    assert_eq!(apply.to_string(), "invalid object type: /, Kind=");
     assert_eq!(
         patch(&store, Subresource::Main, PatchType::Merge, "{")
             .await
