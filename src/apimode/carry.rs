@@ -16,9 +16,8 @@ use crate::api::migration::{FAILED, MigrationStrategy, SUCCEEDED, StorageVersion
 use crate::cluster::BuiltinMigrations;
 use crate::registry::rest::Preconditions;
 use crate::registry::{ApiError, Store};
+use crate::trigger::FIELD_MANAGER;
 use crate::trigger::plan::{MANAGED_BY, MANAGED_BY_LABEL};
-
-use super::guard::TRIGGER_FIELD_MANAGER;
 
 /// The annotation a carried-over migration gets on the cluster.
 pub const CARRIED_OVER_ANNOTATION: &str = "storage.svm-apiserver.io/carried-over-from";
@@ -68,7 +67,7 @@ pub async fn carry_over(
             done.dropped.push(name.clone());
         } else {
             match cluster
-                .create(&for_the_cluster(migration), TRIGGER_FIELD_MANAGER)
+                .create(&for_the_cluster(migration), FIELD_MANAGER)
                 .await
             {
                 Ok(_) => {}

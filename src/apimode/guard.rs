@@ -17,15 +17,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 use crate::api::migration::MigrationStatus;
 
-/// Managers that are this server (`svm-apiserver`, `svm-apiserver-migrator`,
-/// `svm-apiserver-trigger`, ...).
+/// Managers that are this server: `svm-apiserver` (the store's default),
+/// `svm-apiserver-migrator` (the migrator's status writes, here and on the cluster's built-in
+/// objects), `svm-apiserver-trigger` (the trigger's creates).
 pub const OUR_MANAGER_PREFIX: &str = "svm-apiserver";
-
-/// The field manager our migrator writes the built-in objects' status as.
-pub const MIGRATOR_FIELD_MANAGER: &str = "svm-apiserver-migrator";
-
-/// The field manager our trigger creates built-in migrations as.
-pub const TRIGGER_FIELD_MANAGER: &str = "svm-apiserver-trigger";
 
 /// A status write by someone else.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -12,10 +12,10 @@ use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
+use super::FIELD_MANAGER;
 use super::plan::{MANAGED_BY, MANAGED_BY_LABEL};
 use crate::api::GROUP;
 use crate::api::migration::{MigrationStrategy, StorageVersionMigration};
-use crate::apimode::guard::TRIGGER_FIELD_MANAGER;
 use crate::cluster::{BuiltinMigrations, ClusterError};
 use crate::registry::rest::Preconditions;
 use crate::registry::{ApiError, Store};
@@ -69,16 +69,17 @@ impl Migrations {
         }
     }
 
+    /// Creates `migration` as the trigger's field manager.
     pub async fn create(
         &self,
         migration: StorageVersionMigration,
     ) -> Result<StorageVersionMigration, ApiError> {
         match self {
-            Migrations::Ours(store) => store.create(migration).await,
+            Migrations::Ours(store) => store.managed_by(FIELD_MANAGER).create(migration).await,
             Migrations::Cluster(builtin) => {
                 let name = migration.metadata.name.clone().unwrap_or_default();
                 builtin
-                    .create(&migration, TRIGGER_FIELD_MANAGER)
+                    .create(&migration, FIELD_MANAGER)
                     .await
                     .map_err(|e| api_error(e, &name))
             }

@@ -345,12 +345,7 @@ impl Reconciler {
             },
             status: Default::default(),
         };
-        match self
-            .migrations
-            .managed_by(super::FIELD_MANAGER)
-            .create(migration)
-            .await
-        {
+        match self.migrations.create(migration).await {
             Ok(_) => {
                 tracing::info!(migration = %name, %hash, "migration created");
                 self.metrics.migrations_created.inc();
