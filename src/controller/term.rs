@@ -17,7 +17,7 @@ use crate::api::{GROUP, PROJECT};
 use crate::apimode::metrics::ApiModeMetrics;
 use crate::apimode::{self, ApiMode, CompanionMigrator, Decision, GroupServing, carry};
 use crate::cluster::{BuiltinMigrations, ClusterClient};
-use crate::migrator::{self, Events, Migrator, MigratorMetrics};
+use crate::migrator::{self, Events, Migrator, MigratorMetrics, Source};
 use crate::registry::Store;
 use crate::storage::Storage;
 use crate::trigger::{self, Migrations, Trigger};
@@ -142,7 +142,7 @@ impl Term {
                     tasks.push(tokio::spawn(trigger.run(work.clone())));
                 }
                 if self.run_migrator {
-                    tasks.push(self.migrator(work));
+                    tasks.push(self.migrator(self.migrations.clone().into(), work));
                 }
             }
             Decision::Companion { version } => {
@@ -156,6 +156,23 @@ impl Term {
                     builtin.clone(),
                     work.clone(),
                 ));
+                if self.run_migrator {
+                    match self.companion_migrator {
+                        CompanionMigrator::KubeControllerManager => tracing::info!(
+                            "companion mode: kube-controller-manager runs the migrations \
+                             (--companion-migrator=kube-controller-manager); this server's \
+                             migrator stays idle"
+                        ),
+                        CompanionMigrator::SvmApiserver => {
+                            tracing::info!(
+                                "companion mode: this server's migrator runs the cluster's \
+                                 migrations (--companion-migrator=svm-apiserver); it leaves any \
+                                 that kube-controller-manager writes to it"
+                            );
+                            tasks.push(self.migrator(Source::Cluster(builtin.clone()), work));
+                        }
+                    }
+                }
                 if self.run_trigger {
                     let trigger = self.new_trigger(Migrations::Cluster(builtin), settings);
                     let leading = work.clone();
@@ -164,19 +181,6 @@ impl Term {
                         let _ = carry.await;
                         trigger.run(leading).await;
                     }));
-                }
-                if self.run_migrator {
-                    match self.companion_migrator {
-                        CompanionMigrator::KubeControllerManager => tracing::info!(
-                            "companion mode: kube-controller-manager runs the migrations \
-                             (--companion-migrator=kube-controller-manager); this server's \
-                             migrator stays idle"
-                        ),
-                        CompanionMigrator::SvmApiserver => tracing::warn!(
-                            "--companion-migrator=svm-apiserver is not available yet: \
-                             kube-controller-manager must run the migrations"
-                        ),
-                    }
                 }
             }
             Decision::Waiting { .. } | Decision::Refused { .. } => {}
@@ -200,12 +204,12 @@ impl Term {
         )
     }
 
-    fn migrator(&self, work: &CancellationToken) -> JoinHandle<()> {
+    fn migrator(&self, source: Source, work: &CancellationToken) -> JoinHandle<()> {
         let settings = &self.migrator_settings;
         let events = Events::new(self.cluster.kube().clone(), self.instance.clone());
         let migrator = Migrator::new(
             self.cluster.clone(),
-            self.migrations.clone(),
+            source,
             settings.clone(),
             self.migrator_metrics.clone(),
             Some(events),

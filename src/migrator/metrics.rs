@@ -39,6 +39,12 @@ pub struct ReadLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ManagerLabel {
+    /// The other migrator's field manager (`kube-controller-manager`), or `unknown`.
+    pub manager: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RetryLabels {
     pub resource: String,
     /// `429`, `503`, `transport`, …
@@ -65,6 +71,8 @@ pub struct MigratorMetrics {
     pub reads: Family<ReadLabels, Counter>,
     /// Migrations being worked on now.
     pub running: Gauge,
+    /// Migrations left to another migrator that wrote their status.
+    pub yielded: Family<ManagerLabel, Counter>,
 }
 
 impl Default for MigratorMetrics {
@@ -83,6 +91,7 @@ impl MigratorMetrics {
             retries: Family::default(),
             reads: Family::default(),
             running: Gauge::default(),
+            yielded: Family::default(),
         }
     }
 
@@ -111,6 +120,12 @@ impl MigratorMetrics {
             "storage_migrator_core_migrator_retries",
             "Requests retried after a retriable error, by resource and reason.",
             self.retries.clone(),
+        );
+        registry.register(
+            "svm_migrations_yielded",
+            "Migrations this server's migrator stopped working on because another migrator \
+             (kube-controller-manager's) wrote their status, by that writer's field manager.",
+            self.yielded.clone(),
         );
         registry.register(
             "storage_migrator_core_migrator_reads",

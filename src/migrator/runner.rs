@@ -3,7 +3,7 @@
 //! token after each page — so a restarted server resumes at the last page, not at the start.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{TryStreamExt, stream};
@@ -13,10 +13,11 @@ use tokio_util::sync::CancellationToken;
 use super::Shared;
 use super::events::Reason;
 use super::metrics::{MigrationLabels, ResourceLabel, RetryLabels};
-use super::status::{StatusWriteError, bounded_message, set_condition, write_status};
+use super::status::{StatusWriteError, bounded_message, check, set_condition, write_status};
 use crate::api::migration::{
     FAILED, MigrationProgress, RUNNING, SUCCEEDED, StorageVersionMigration,
 };
+use crate::apimode::guard::{ForeignWrite, StatusGuard};
 use crate::cluster::objects::{StreamedList, list_metadata, stream_metadata, touch};
 use crate::cluster::resources::{group_resource, resolve};
 use crate::cluster::{
@@ -40,6 +41,8 @@ pub enum Outcome {
     Stopped,
     /// The apiserver kept failing past the retry cap: try again later, from the checkpoint.
     RetryLater(String),
+    /// Another migrator wrote the migration's status: left to it, never run here again.
+    Yielded(ForeignWrite),
 }
 
 enum RunError {
@@ -50,12 +53,14 @@ enum RunError {
     },
     Retry(String),
     Stopped,
+    Yielded(ForeignWrite),
 }
 
 impl From<StatusWriteError> for RunError {
     fn from(err: StatusWriteError) -> Self {
         match err {
             StatusWriteError::Gone => RunError::Stopped,
+            StatusWriteError::Yielded(foreign) => RunError::Yielded(foreign),
             other => RunError::Retry(other.to_string()),
         }
     }
@@ -66,10 +71,12 @@ pub(crate) async fn run(shared: Arc<Shared>, name: String, cancel: CancellationT
         shared,
         name,
         cancel,
+        guard: Mutex::new(StatusGuard::default()),
     };
     match runner.run().await {
         Ok(()) => Outcome::Finished,
         Err(RunError::Stopped) => Outcome::Stopped,
+        Err(RunError::Yielded(foreign)) => Outcome::Yielded(foreign),
         Err(RunError::Retry(message)) => Outcome::RetryLater(message),
         Err(RunError::Fatal { reason, message }) => runner.fail(reason, message).await,
     }
@@ -79,6 +86,8 @@ struct Runner {
     shared: Arc<Shared>,
     name: String,
     cancel: CancellationToken,
+    /// What this run wrote of the status, to notice another migrator's writes.
+    guard: Mutex<StatusGuard>,
 }
 
 impl Runner {
@@ -94,6 +103,10 @@ impl Runner {
             || migration.condition_true(FAILED).is_some()
         {
             return Ok(());
+        }
+        // Another migrator already wrote its status (managedFields say who): never start.
+        if let Some(foreign) = check(&self.guard, &migration) {
+            return Err(RunError::Yielded(foreign));
         }
         let spec = &migration.spec.resource;
         let label = group_resource(&spec.group, &spec.resource);
@@ -122,16 +135,21 @@ impl Runner {
                 resource.group_resource(),
                 self.shared.settings.chunk_size
             );
-            write_status(&self.shared.migrations, &self.name, |status, generation| {
-                set_condition(
-                    status,
-                    RUNNING,
-                    true,
-                    "MigrationStarted",
-                    &message,
-                    generation,
-                );
-            })
+            write_status(
+                &self.shared.migrations,
+                &self.name,
+                &self.guard,
+                |status, generation| {
+                    set_condition(
+                        status,
+                        RUNNING,
+                        true,
+                        "MigrationStarted",
+                        &message,
+                        generation,
+                    );
+                },
+            )
             .await?;
             self.shared
                 .event(&migration, Reason::Started, message)
@@ -328,24 +346,29 @@ impl Runner {
             progress.migrated_objects,
             resource.group_resource()
         );
-        let stored = write_status(&self.shared.migrations, &self.name, |status, generation| {
-            set_condition(
-                status,
-                RUNNING,
-                false,
-                "MigrationSucceeded",
-                &message,
-                generation,
-            );
-            set_condition(
-                status,
-                SUCCEEDED,
-                true,
-                "MigrationSucceeded",
-                &message,
-                generation,
-            );
-        })
+        let stored = write_status(
+            &self.shared.migrations,
+            &self.name,
+            &self.guard,
+            |status, generation| {
+                set_condition(
+                    status,
+                    RUNNING,
+                    false,
+                    "MigrationSucceeded",
+                    &message,
+                    generation,
+                );
+                set_condition(
+                    status,
+                    SUCCEEDED,
+                    true,
+                    "MigrationSucceeded",
+                    &message,
+                    generation,
+                );
+            },
+        )
         .await?;
         self.shared
             .metrics
@@ -417,12 +440,17 @@ impl Runner {
         progress: &MigrationProgress,
         resource_version: &str,
     ) -> Result<(), RunError> {
-        write_status(&self.shared.migrations, &self.name, |status, _| {
-            status.progress = Some(progress.clone());
-            if status.resource_version.is_empty() && !resource_version.is_empty() {
-                status.resource_version = resource_version.to_string();
-            }
-        })
+        write_status(
+            &self.shared.migrations,
+            &self.name,
+            &self.guard,
+            |status, _| {
+                status.progress = Some(progress.clone());
+                if status.resource_version.is_empty() && !resource_version.is_empty() {
+                    status.resource_version = resource_version.to_string();
+                }
+            },
+        )
         .await?;
         Ok(())
     }
@@ -498,10 +526,15 @@ impl Runner {
     /// Records the failure (Failed=True, Running=False) and says so in an event.
     async fn fail(&self, reason: &'static str, message: String) -> Outcome {
         tracing::warn!(migration = %self.name, reason, %message, "migration failed");
-        let written = write_status(&self.shared.migrations, &self.name, |status, generation| {
-            set_condition(status, RUNNING, false, reason, &message, generation);
-            set_condition(status, FAILED, true, reason, &message, generation);
-        })
+        let written = write_status(
+            &self.shared.migrations,
+            &self.name,
+            &self.guard,
+            |status, generation| {
+                set_condition(status, RUNNING, false, reason, &message, generation);
+                set_condition(status, FAILED, true, reason, &message, generation);
+            },
+        )
         .await;
         match written {
             Ok(stored) => {
@@ -518,6 +551,7 @@ impl Runner {
                 Outcome::Finished
             }
             Err(StatusWriteError::Gone) => Outcome::Stopped,
+            Err(StatusWriteError::Yielded(foreign)) => Outcome::Yielded(foreign),
             Err(err) => Outcome::RetryLater(err.to_string()),
         }
     }
