@@ -79,7 +79,7 @@ async fn killed_three_times(mode: Mode) -> (Harness, usize) {
             })
             .await;
         h.server.kill();
-        let before = h.double.list_log();
+        let before = h.double.list_log_of("configmaps");
         h.server.restart();
         let m = h
             .wait_for("crashy", Duration::from_secs(60), |m| migrated(m) >= 0)
@@ -164,7 +164,7 @@ fn migrated_through(m: &serde_json::Value) -> String {
 /// Waits for the double to log a LIST after the first `seen` ones.
 async fn wait_for_list_after(h: &Harness, seen: usize) -> kube_double::ListRecord {
     for _ in 0..600 {
-        if let Some(record) = h.double.list_log().get(seen) {
+        if let Some(record) = h.double.list_log_of("configmaps").get(seen) {
             return record.clone();
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
