@@ -68,15 +68,23 @@ fn condition(type_: &str, status: &str, reason: &str) -> Value {
     })
 }
 
-/// The status kube-controller-manager leaves on a migration it finished.
-fn finished_by_kcm(resource_version: &str) -> Value {
-    json!({
-        "resourceVersion": resource_version,
+/// The status kube-controller-manager leaves on a migration it finished: the list snapshot
+/// its resourceVersion controller records first (immutable once set), then the conditions.
+fn finished_by_kcm(migration: &Value) -> Value {
+    let mut status = json!({
         "conditions": [
             condition("Running", "False", "MigrationCompleted"),
             condition("Succeeded", "True", "StorageVersionMigrationSucceeded"),
         ],
-    })
+    });
+    if migration["status"]["resourceVersion"]
+        .as_str()
+        .unwrap_or("")
+        .is_empty()
+    {
+        status["resourceVersion"] = migration["metadata"]["resourceVersion"].clone();
+    }
+    status
 }
 
 /// Plays kube-controller-manager's migrator on the built-in API: every migration of the
@@ -103,8 +111,7 @@ impl Kcm {
                             continue;
                         }
                         let path = format!("{BUILTIN}/{}", name(item));
-                        let rv = item["metadata"]["resourceVersion"].as_str().unwrap_or("1");
-                        let _ = kcm_writes(&client, &path, finished_by_kcm(rv)).await;
+                        let _ = kcm_writes(&client, &path, finished_by_kcm(item)).await;
                     }
                 }
                 tokio::time::sleep(Duration::from_millis(500)).await;
@@ -319,7 +326,6 @@ async fn companion_mode_migrates_through_the_clusters_own_api() {
         .iter()
         .find(|m| name(m).starts_with(&format!("{WIDGETS}-")))
         .expect("a built-in migration of the widgets");
-    assert_eq!(widgets["apiVersion"], "storagemigration.k8s.io/v1beta1");
     assert_eq!(
         widgets["spec"]["resource"],
         json!({"group": "example.test", "resource": "widgets"})
@@ -573,11 +579,7 @@ async fn the_upgrade_to_a_cluster_that_serves_the_group_hands_over_without_two_m
     );
     assert!(later["status"]["progress"].is_null(), "{later}");
     // kube-controller-manager finishes it; the trigger follows that success.
-    let rv = later["metadata"]["resourceVersion"]
-        .as_str()
-        .unwrap_or("1")
-        .to_string();
-    kcm_writes(&client, &path, finished_by_kcm(&rv))
+    kcm_writes(&client, &path, finished_by_kcm(&later))
         .await
         .expect("KCM's success");
     wait_for(
