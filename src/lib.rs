@@ -6,6 +6,7 @@ pub mod apimode;
 pub mod auth;
 pub mod cluster;
 pub mod controller;
+pub mod ksvm;
 pub mod migrator;
 pub mod registry;
 pub mod server;

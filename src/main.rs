@@ -33,6 +33,28 @@ enum Command {
         #[arg(long, default_value = "certs")]
         dir: PathBuf,
     },
+    /// Carry kube-storage-version-migrator's StorageStates and StorageVersionMigrations
+    /// (migration.k8s.io/v1alpha1) over to this server, through its API; idempotent.
+    ImportKsvm(svm_apiserver::ksvm::ImportOptions),
+    /// Check or repair the embedded store's data directory (stop the server first).
+    #[command(subcommand)]
+    Store(StoreCommand),
+}
+
+#[derive(Subcommand)]
+enum StoreCommand {
+    /// Read the write-ahead log and report any damage, changing nothing. Exits 1 when the
+    /// store would refuse to open (damage that is not a torn final record).
+    Verify {
+        #[arg(long, default_value = ".dev/data")]
+        data_dir: PathBuf,
+    },
+    /// Make a damaged store openable: keep every record before the damage, say how many
+    /// intact records after it are lost, and keep the damaged log beside it.
+    Recover {
+        #[arg(long, default_value = ".dev/data")]
+        data_dir: PathBuf,
+    },
 }
 
 #[derive(clap::Args)]
@@ -59,10 +81,25 @@ struct StorageOptions {
     /// Where the embedded store keeps its data (when no --etcd-servers is given).
     #[arg(long, default_value = ".dev/data")]
     data_dir: PathBuf,
-    /// How often storage history older than one interval is compacted, as kube-apiserver's
-    /// --etcd-compaction-interval (e.g. 5m, 30s; 0 disables). Watches and continue tokens older
-    /// than the compacted revision get 410 Expired.
-    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    /// SSL Certificate Authority file used to secure etcd communication (https:// endpoints).
+    #[arg(long)]
+    etcd_cafile: Option<PathBuf>,
+    /// SSL certification file used to secure etcd communication (its client certificate).
+    #[arg(long)]
+    etcd_certfile: Option<PathBuf>,
+    /// SSL key file used to secure etcd communication.
+    #[arg(long)]
+    etcd_keyfile: Option<PathBuf>,
+    /// How often storage history older than one interval is compacted, as kube-apiserver's flag
+    /// (Go duration: 5m, 30s; 0 disables). etcd compaction is keyspace-wide: on an etcd shared
+    /// with others, set 0 and leave compaction to its owner. Watches and continue tokens older
+    /// than the compacted revision get 410 Expired. (--compaction-interval: deprecated alias.)
+    #[arg(
+        long = "etcd-compaction-interval",
+        alias = "compaction-interval",
+        default_value = "5m",
+        value_parser = server::go_duration
+    )]
     compaction_interval: Duration,
     /// How often an idle watch that asked for bookmarks receives one.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
@@ -70,8 +107,15 @@ struct StorageOptions {
 }
 
 impl StorageOptions {
-    fn config(&self) -> StorageConfig {
-        if self.etcd_servers.is_empty() {
+    fn config(&self) -> anyhow::Result<StorageConfig> {
+        let tls = storage::etcd::tls::EtcdTlsFiles {
+            ca: self.etcd_cafile.clone(),
+            cert: self.etcd_certfile.clone(),
+            key: self.etcd_keyfile.clone(),
+        }
+        .load()?
+        .map(Arc::new);
+        Ok(if self.etcd_servers.is_empty() {
             StorageConfig::Embedded {
                 dir: self.data_dir.clone(),
                 options: storage::embedded::EmbeddedOptions {
@@ -84,14 +128,18 @@ impl StorageOptions {
                 endpoints: self.etcd_servers.clone(),
                 options: storage::etcd::EtcdOptions {
                     progress_interval: self.watch_bookmark_interval,
+                    tls,
                     ..Default::default()
                 },
             }
-        }
+        })
     }
 
     async fn open(&self) -> anyhow::Result<Arc<dyn Storage>> {
-        let storage = storage::connect(self.config()).await.with_context(|| {
+        if std::env::args().any(|arg| arg.starts_with("--compaction-interval")) {
+            tracing::warn!("--compaction-interval is deprecated: use --etcd-compaction-interval");
+        }
+        let storage = storage::connect(self.config()?).await.with_context(|| {
             if self.etcd_servers.is_empty() {
                 format!("opening the embedded store in {}", self.data_dir.display())
             } else {
@@ -147,6 +195,22 @@ async fn main() -> anyhow::Result<()> {
                 dir.display(),
                 files.ca_cert.display()
             );
+            Ok(())
+        }
+        Command::ImportKsvm(options) => svm_apiserver::ksvm::run(&options).await,
+        Command::Store(StoreCommand::Verify { data_dir }) => {
+            let verification = storage::embedded::verify(&data_dir)
+                .with_context(|| format!("reading the store in {}", data_dir.display()))?;
+            println!("{verification}");
+            if verification.damage.as_ref().is_some_and(|d| !d.torn) {
+                std::process::exit(1);
+            }
+            Ok(())
+        }
+        Command::Store(StoreCommand::Recover { data_dir }) => {
+            let recovery = storage::embedded::recover(&data_dir)
+                .with_context(|| format!("recovering the store in {}", data_dir.display()))?;
+            println!("{recovery}");
             Ok(())
         }
     }

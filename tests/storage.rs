@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use support::etcd::EtcdServer;
-use svm_apiserver::storage::embedded::{EmbeddedOptions, EmbeddedStorage};
+use svm_apiserver::storage::embedded::{self, EmbeddedOptions, EmbeddedStorage};
 use svm_apiserver::storage::etcd::{EtcdOptions, EtcdStorage};
 use svm_apiserver::storage::{
     Compare, Event, EventKind, KeyValue, ListOptions, Op, Revision, Storage, StorageError, Txn,
@@ -787,28 +787,202 @@ mod embedded_only {
         assert_eq!(keys(&all.items), vec!["/t/a", "/t/c"]);
     }
 
-    #[tokio::test]
-    async fn damage_before_the_last_record_fails_the_open() {
-        let tmp = tempfile::tempdir().unwrap();
-        let dir = tmp.path().join("data");
+    /// A store holding `/t/k0`..`/t/k9` (`/t/k<i>` at revision i + 2), closed; its log's bytes and the
+    /// byte offset where each frame starts (the header's first).
+    async fn ten_records(dir: &std::path::Path) -> (Vec<u8>, Vec<usize>) {
         {
-            let s = open(&dir).await;
-            s.create("/t/a", b"aaaaaaaa".to_vec()).await.unwrap();
-            s.create("/t/b", b"bbbbbbbb".to_vec()).await.unwrap();
+            let s = open(dir).await;
+            for i in 0..10 {
+                s.create(&format!("/t/k{i}"), format!("value-{i}").into_bytes())
+                    .await
+                    .unwrap();
+            }
         }
-        let path = log_file(&dir);
-        let mut bytes = std::fs::read(&path).unwrap();
-        let at = bytes
-            .windows(8)
-            .position(|w| w == b"aaaaaaaa")
-            .expect("value in log");
-        bytes[at] = b'X';
-        std::fs::write(&path, bytes).unwrap();
-        match EmbeddedStorage::open(&dir).await {
-            Err(StorageError::Corrupt(message)) => assert!(message.contains("damaged")),
+        let bytes = std::fs::read(log_file(dir)).unwrap();
+        let mut starts = Vec::new();
+        let mut at = 0;
+        while at < bytes.len() {
+            starts.push(at);
+            let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap()) as usize;
+            at += 8 + len;
+        }
+        assert_eq!(starts.len(), 11, "a header and ten transactions");
+        (bytes, starts)
+    }
+
+    /// Opening fails with Corrupt naming the log file and the byte offset; nothing is changed.
+    async fn assert_refused_at(dir: &std::path::Path, offset: usize) {
+        let before = std::fs::read(log_file(dir)).unwrap();
+        match EmbeddedStorage::open(dir).await {
+            Err(StorageError::Corrupt(message)) => {
+                assert!(
+                    message.contains(&format!(
+                        "{} is damaged at byte {offset} ",
+                        log_file(dir).display()
+                    )),
+                    "{message}"
+                );
+                assert!(message.contains("store recover --data-dir"), "{message}");
+            }
             Err(other) => panic!("expected Corrupt, got {other:?}"),
             Ok(_) => panic!("a damaged log opened"),
         }
+        assert_eq!(
+            std::fs::read(log_file(dir)).unwrap(),
+            before,
+            "the open changed the log"
+        );
+    }
+
+    /// Keys under `/t/` and the store revision.
+    async fn contents(dir: &std::path::Path) -> (Vec<String>, Revision) {
+        let s = open(dir).await;
+        let all = s.list("/t/", ListOptions::default()).await.unwrap();
+        (
+            all.items.iter().map(|kv| kv.key.clone()).collect(),
+            s.current_revision().await.unwrap(),
+        )
+    }
+
+    fn names(range: std::ops::Range<usize>) -> Vec<String> {
+        range.map(|i| format!("/t/k{i}")).collect()
+    }
+
+    #[tokio::test]
+    async fn a_bad_length_field_mid_log_refuses_with_its_offset_and_recover_keeps_the_prefix() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("data");
+        let (mut bytes, starts) = ten_records(&dir).await;
+        // The 5th transaction's length points past the end of the file: once taken for a
+        // torn tail, which silently dropped it and the five committed records after it.
+        bytes[starts[5]..starts[5] + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        std::fs::write(log_file(&dir), &bytes).unwrap();
+        assert_refused_at(&dir, starts[5]).await;
+
+        let verification = embedded::verify(&dir).unwrap();
+        let damage = verification.damage.clone().expect("damage");
+        assert_eq!((damage.offset, damage.torn), (starts[5] as u64, false));
+        assert_eq!(damage.intact_after, 5);
+        assert_eq!(damage.revisions_after, Some((7, 11)));
+        assert_eq!(verification.revision, Some(5));
+
+        let recovery = embedded::recover(&dir).unwrap();
+        assert_eq!(recovery.revision, 5);
+        assert_eq!(recovery.kept_records, 5);
+        let copy = recovery
+            .damaged_copy
+            .clone()
+            .expect("the damaged log is kept");
+        assert_eq!(std::fs::read(&copy).unwrap(), bytes);
+        let text = recovery.to_string();
+        assert!(
+            text.contains("LOST: the damaged record and the 5 intact records after it"),
+            "{text}"
+        );
+        assert_eq!(contents(&dir).await, (names(0..4), 5));
+    }
+
+    #[tokio::test]
+    async fn a_damaged_header_refuses_at_byte_zero_and_recover_rebuilds_it() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("data");
+        let (mut bytes, starts) = ten_records(&dir).await;
+        // Inside the header's payload (its revisions).
+        bytes[starts[0] + 8 + 14] ^= 0x55;
+        std::fs::write(log_file(&dir), &bytes).unwrap();
+        assert_refused_at(&dir, 0).await;
+        let recovery = embedded::recover(&dir).unwrap();
+        assert!(recovery.header_rebuilt);
+        assert_eq!(recovery.revision, 11);
+        assert_eq!(contents(&dir).await, (names(0..10), 11));
+        // The rebuilt header says revision 1 (the one before the first transaction), so the
+        // history of every transaction is still there.
+        let s = open(&dir).await;
+        let at5 = s.list("/t/", at(5)).await.unwrap();
+        assert_eq!(keys(&at5.items), names(0..4));
+    }
+
+    #[tokio::test]
+    async fn a_bad_checksum_mid_log_refuses_and_a_damaged_last_record_is_cut() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("data");
+        let (bytes, starts) = ten_records(&dir).await;
+        let mut middle = bytes.clone();
+        middle[starts[3] + 4] ^= 0x01;
+        std::fs::write(log_file(&dir), &middle).unwrap();
+        assert_refused_at(&dir, starts[3]).await;
+        let recovery = embedded::recover(&dir).unwrap();
+        assert_eq!(recovery.damage.as_ref().map(|d| d.intact_after), Some(7));
+        assert_eq!(contents(&dir).await, (names(0..2), 3));
+
+        // The same damage on the last record: a torn final record, cut on open.
+        let mut last = bytes.clone();
+        last[starts[10] + 4] ^= 0x01;
+        std::fs::write(log_file(&dir), &last).unwrap();
+        let verification = embedded::verify(&dir).unwrap();
+        assert!(verification.damage.as_ref().is_some_and(|d| d.torn));
+        assert_eq!(contents(&dir).await, (names(0..9), 10));
+        assert_eq!(
+            std::fs::metadata(log_file(&dir)).unwrap().len(),
+            starts[10] as u64
+        );
+    }
+
+    #[tokio::test]
+    async fn an_empty_log_is_refused_never_taken_for_a_new_store() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("data");
+        ten_records(&dir).await;
+        std::fs::write(log_file(&dir), b"").unwrap();
+        assert_refused_at(&dir, 0).await;
+        assert!(matches!(
+            embedded::recover(&dir),
+            Err(StorageError::Corrupt(message)) if message.contains("nothing to keep")
+        ));
+        assert_eq!(std::fs::metadata(log_file(&dir)).unwrap().len(), 0);
+    }
+
+    #[tokio::test]
+    async fn store_verify_and_recover_on_the_command_line() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("data");
+        let (mut bytes, starts) = ten_records(&dir).await;
+        let run = |command: &str| {
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_svm-apiserver"))
+                .args(["store", command, "--data-dir"])
+                .arg(&dir)
+                .output()
+                .expect("run svm-apiserver store");
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).to_string(),
+            )
+        };
+        let (code, text) = run("verify");
+        assert_eq!(code, Some(0), "{text}");
+        assert!(
+            text.contains("11 readable records") && text.contains("intact"),
+            "{text}"
+        );
+        bytes[starts[8] + 10] ^= 0xff;
+        std::fs::write(log_file(&dir), &bytes).unwrap();
+        let (code, text) = run("verify");
+        assert_eq!(code, Some(1), "{text}");
+        assert!(
+            text.contains(&format!("DAMAGED at byte {}", starts[8]))
+                && text.contains("the damaged record and the 2 intact records after it"),
+            "{text}"
+        );
+        let (code, text) = run("recover");
+        assert_eq!(code, Some(0), "{text}");
+        assert!(
+            text.contains("kept 8 records")
+                && text.contains("LOST: the damaged record and the 2 intact"),
+            "{text}"
+        );
+        let (code, text) = run("verify");
+        assert_eq!(code, Some(0), "{text}");
+        assert_eq!(contents(&dir).await, (names(0..7), 8));
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -15,7 +15,7 @@
 use crate::api::migration::{FAILED, MigrationStrategy, SUCCEEDED, StorageVersionMigration};
 use crate::cluster::BuiltinMigrations;
 use crate::registry::rest::Preconditions;
-use crate::registry::{ApiError, Store};
+use crate::registry::{ApiError, Fence, Guarded};
 use crate::trigger::FIELD_MANAGER;
 use crate::trigger::plan::{MANAGED_BY, MANAGED_BY_LABEL};
 
@@ -54,10 +54,12 @@ fn for_the_cluster(m: &StorageVersionMigration) -> StorageVersionMigration {
     copy
 }
 
-/// Moves the unfinished migrations of our store as the module says.
+/// Moves the unfinished migrations of our store as the module says: our store's writes carry
+/// the term's fence, and the term is re-checked before each create on the cluster.
 pub async fn carry_over(
-    ours: &Store<MigrationStrategy>,
+    ours: &Guarded<MigrationStrategy>,
     cluster: &BuiltinMigrations,
+    fence: &Fence,
 ) -> Result<Carried, ApiError> {
     let (all, _) = ours.list_all().await?;
     let mut done = Carried::default();
@@ -66,6 +68,7 @@ pub async fn carry_over(
         if the_triggers(migration) {
             done.dropped.push(name.clone());
         } else {
+            fence.check().await?;
             match cluster
                 .create(&for_the_cluster(migration), FIELD_MANAGER)
                 .await

@@ -13,9 +13,9 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, header};
 use rustls_pki_types::CertificateDer;
-use sha2::{Digest, Sha256};
+use tokio::sync::Semaphore;
 
-use super::cache::{Clock, TtlCache};
+use super::cache::{Clock, ReviewCache, Source, key_of};
 use super::metrics::AuthMetrics;
 use super::user::UserInfo;
 use super::webhook::{TokenVerdict, review_token};
@@ -41,10 +41,44 @@ pub enum Authentication {
     NoCredentials,
     /// A presented credential was rejected (or could not be checked): 401.
     Failed(String),
+    /// A bearer token not in the cache, while TokenReviews are at their bound: 429, try later.
+    Busy,
 }
 
 /// How many TokenReview answers are remembered at most.
-const TOKEN_CACHE_CAPACITY: usize = 4096;
+const TOKEN_CACHE_CAPACITY: u64 = 16_384;
+/// How long a new token waits for a TokenReview slot before it is answered 429.
+const REVIEW_SLOT_WAIT: Duration = Duration::from_secs(2);
+
+/// How bearer tokens are reviewed: the cluster to ask, how long answers are kept, and how many
+/// reviews a flood of unknown tokens may cost.
+#[derive(Clone)]
+pub(crate) struct TokenReviewConfig {
+    pub client: kube::Client,
+    pub success_ttl: Duration,
+    pub failure_ttl: Duration,
+    pub limits: TokenReviewLimits,
+}
+
+/// The cost bound of tokens not in the cache: at most `max_in_flight` TokenReviews at once,
+/// and at most `burst` at a time refilled at `qps` per second. A token that finds neither is
+/// answered 429 (with Retry-After); tokens already cached never wait.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TokenReviewLimits {
+    pub max_in_flight: usize,
+    pub qps: f64,
+    pub burst: u32,
+}
+
+impl Default for TokenReviewLimits {
+    fn default() -> Self {
+        TokenReviewLimits {
+            max_in_flight: 16,
+            qps: 50.0,
+            burst: 100,
+        }
+    }
+}
 
 pub(crate) struct Authenticator {
     request_header: Option<RequestHeader>,
@@ -65,24 +99,39 @@ struct RequestHeader {
 struct TokenReviewer {
     client: kube::Client,
     /// Keyed by sha256 of the token: tokens themselves are not kept.
-    cache: TtlCache<[u8; 32], TokenVerdict>,
-    ttl: Duration,
+    cache: ReviewCache<TokenVerdict>,
+    success_ttl: Duration,
+    failure_ttl: Duration,
+    in_flight: Semaphore,
+    budget: TokenBucket,
+}
+
+/// Why a token got no verdict.
+#[derive(Debug)]
+enum ReviewError {
+    /// The review was not made: no capacity.
+    Busy,
+    /// The review call failed (not cached).
+    Failed(String),
 }
 
 impl Authenticator {
     pub(crate) fn new(
         request_header: Option<&RequestHeaderConfig>,
         client_ca: Option<&CaBundle>,
-        token_review: Option<(kube::Client, Duration)>,
+        token_review: Option<TokenReviewConfig>,
         clock: Arc<dyn Clock>,
         metrics: AuthMetrics,
     ) -> anyhow::Result<Self> {
         let request_header = request_header.map(RequestHeader::new).transpose()?;
         let client_ca = client_ca.map(CaVerifier::new).transpose()?;
-        let tokens = token_review.map(|(client, ttl)| TokenReviewer {
-            client,
-            cache: TtlCache::new(TOKEN_CACHE_CAPACITY, clock.clone()),
-            ttl,
+        let tokens = token_review.map(|config| TokenReviewer {
+            client: config.client,
+            cache: ReviewCache::new(TOKEN_CACHE_CAPACITY, clock.clone()),
+            success_ttl: config.success_ttl,
+            failure_ttl: config.failure_ttl,
+            in_flight: Semaphore::new(config.limits.max_in_flight.max(1)),
+            budget: TokenBucket::new(config.limits.qps, config.limits.burst, clock.clone()),
         });
         Ok(Authenticator {
             request_header,
@@ -102,6 +151,7 @@ impl Authenticator {
             Authentication::User(_) => "success",
             Authentication::NoCredentials => "anonymous",
             Authentication::Failed(_) => "failure",
+            Authentication::Busy => "throttled",
         });
         outcome
     }
@@ -135,7 +185,11 @@ impl Authenticator {
                     Ok(TokenVerdict::Authenticated(user)) => {
                         return Authentication::User(user.with_authenticated_group());
                     }
-                    Ok(TokenVerdict::Rejected(err)) | Err(err) => failures.push(err),
+                    Ok(TokenVerdict::Rejected(err)) | Err(ReviewError::Failed(err)) => {
+                        failures.push(err)
+                    }
+                    // Nothing else presented succeeded either (those come first): try later.
+                    Err(ReviewError::Busy) => return Authentication::Busy,
                 },
                 None => failures.push(
                     "bearer tokens cannot be checked: no cluster to send a TokenReview to".into(),
@@ -263,17 +317,91 @@ impl RequestHeader {
 }
 
 impl TokenReviewer {
-    async fn review(&self, token: &str, metrics: &AuthMetrics) -> Result<TokenVerdict, String> {
-        let key: [u8; 32] = Sha256::digest(token.as_bytes()).into();
-        let cached = self.cache.get(&key);
-        metrics.token_cache.record(cached.is_some());
-        if let Some(verdict) = cached {
-            return Ok(verdict);
+    /// The cached verdict, or one TokenReview for every concurrent request with this token,
+    /// when the budget allows one.
+    async fn review(
+        &self,
+        token: &str,
+        metrics: &AuthMetrics,
+    ) -> Result<TokenVerdict, ReviewError> {
+        let review = async {
+            if !self.budget.take() {
+                return Err(ReviewError::Busy);
+            }
+            let Ok(Ok(_slot)) =
+                tokio::time::timeout(REVIEW_SLOT_WAIT, self.in_flight.acquire()).await
+            else {
+                return Err(ReviewError::Busy);
+            };
+            metrics.token_reviews.inc();
+            review_token(&self.client, token)
+                .await
+                .map_err(ReviewError::Failed)
+        };
+        let ttl = |verdict: &TokenVerdict| match verdict {
+            TokenVerdict::Authenticated(_) => self.success_ttl,
+            TokenVerdict::Rejected(_) => self.failure_ttl,
+        };
+        match self
+            .cache
+            .get_or_review(key_of(token.as_bytes()), review, ttl)
+            .await
+        {
+            Ok((verdict, source)) => {
+                metrics.token_cache.record(source == Source::Cache);
+                Ok(verdict)
+            }
+            Err(err) => {
+                metrics.token_cache.record(false);
+                Err(match err.as_ref() {
+                    ReviewError::Busy => {
+                        metrics.token_reviews_throttled.inc();
+                        ReviewError::Busy
+                    }
+                    ReviewError::Failed(message) => ReviewError::Failed(message.clone()),
+                })
+            }
         }
-        // A failed call is not cached: the next request asks again.
-        let verdict = review_token(&self.client, token).await?;
-        self.cache.insert(key, verdict.clone(), self.ttl);
-        Ok(verdict)
+    }
+}
+
+/// A token bucket on the [`Clock`]: `burst` tokens, refilled at `qps` per second.
+struct TokenBucket {
+    qps: f64,
+    burst: f64,
+    state: std::sync::Mutex<(f64, std::time::Instant)>,
+    clock: Arc<dyn Clock>,
+}
+
+impl TokenBucket {
+    fn new(qps: f64, burst: u32, clock: Arc<dyn Clock>) -> Self {
+        let burst = f64::from(burst.max(1));
+        let now = clock.now();
+        TokenBucket {
+            qps: qps.max(0.0),
+            burst,
+            state: std::sync::Mutex::new((burst, now)),
+            clock,
+        }
+    }
+
+    /// Take a token if there is one.
+    fn take(&self) -> bool {
+        let now = self.clock.now();
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let (tokens, last) = &mut *state;
+        let elapsed = now.saturating_duration_since(*last).as_secs_f64();
+        *tokens = (*tokens + elapsed * self.qps).min(self.burst);
+        *last = now;
+        if *tokens >= 1.0 {
+            *tokens -= 1.0;
+            true
+        } else {
+            false
+        }
     }
 }
 

@@ -15,13 +15,13 @@ use k8s_openapi::api::authorization::v1::{
 };
 
 use super::attributes::RequestAttributes;
-use super::cache::{Clock, TtlCache};
+use super::cache::{Clock, ReviewCache, Source, key_of};
 use super::metrics::AuthMetrics;
 use super::user::{MASTERS_GROUP, UserInfo};
 use super::webhook::{AccessVerdict, review_access};
 
-/// How many decisions of each kind are remembered at most.
-const DECISION_CACHE_CAPACITY: usize = 8192;
+/// How many decisions are remembered at most.
+const DECISION_CACHE_CAPACITY: u64 = 16_384;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
@@ -33,8 +33,8 @@ pub enum Decision {
 pub(crate) struct Authorizer {
     always_allow: AlwaysAllowPaths,
     reviewer: Option<kube::Client>,
-    allowed: TtlCache<String, ()>,
-    denied: TtlCache<String, String>,
+    /// Allowed (`Decision::Allow`) and denied answers, each kept for its own TTL.
+    decisions: ReviewCache<Decision>,
     authorized_ttl: Duration,
     unauthorized_ttl: Duration,
     metrics: AuthMetrics,
@@ -52,8 +52,7 @@ impl Authorizer {
         Authorizer {
             always_allow: AlwaysAllowPaths::new(always_allow_paths),
             reviewer,
-            allowed: TtlCache::new(DECISION_CACHE_CAPACITY, clock.clone()),
-            denied: TtlCache::new(DECISION_CACHE_CAPACITY, clock),
+            decisions: ReviewCache::new(DECISION_CACHE_CAPACITY, clock),
             authorized_ttl,
             unauthorized_ttl,
             metrics,
@@ -93,24 +92,34 @@ impl Authorizer {
         };
         let spec = review_spec(user, attributes);
         // The serialized spec is the key: every field of it can change the answer.
-        let key = serde_json::to_string(&spec).map_err(|err| err.to_string())?;
-        let cached = if self.allowed.get(&key).is_some() {
-            Some(Decision::Allow)
-        } else {
-            self.denied.get(&key).map(Decision::Deny)
+        let key = serde_json::to_vec(&spec).map_err(|err| err.to_string())?;
+        let review = async {
+            let AccessVerdict { allowed, reason } = review_access(client, &spec).await?;
+            Ok::<_, String>(if allowed {
+                Decision::Allow
+            } else {
+                Decision::Deny(reason)
+            })
         };
-        self.metrics.authorization_cache.record(cached.is_some());
-        if let Some(decision) = cached {
-            return Ok(decision);
-        }
-        let AccessVerdict { allowed, reason } = review_access(client, &spec).await?;
-        if allowed {
-            self.allowed.insert(key, (), self.authorized_ttl);
-            Ok(Decision::Allow)
-        } else {
-            self.denied
-                .insert(key, reason.clone(), self.unauthorized_ttl);
-            Ok(Decision::Deny(reason))
+        let ttl = |decision: &Decision| match decision {
+            Decision::Allow => self.authorized_ttl,
+            Decision::Deny(_) => self.unauthorized_ttl,
+        };
+        match self
+            .decisions
+            .get_or_review(key_of(&key), review, ttl)
+            .await
+        {
+            Ok((decision, source)) => {
+                self.metrics
+                    .authorization_cache
+                    .record(source == Source::Cache);
+                Ok(decision)
+            }
+            Err(err) => {
+                self.metrics.authorization_cache.record(false);
+                Err(err.as_ref().clone())
+            }
         }
     }
 }

@@ -7,7 +7,12 @@
 //! | `admin.crt`, `admin.key` | a client certificate CN=svm-apiserver-admin, O=system:masters |
 //! | `front-proxy-ca.crt`, `front-proxy-ca.key` | the front-proxy CA (`--requestheader-client-ca-file`) |
 //! | `front-proxy-client.crt`, `front-proxy-client.key` | the aggregator's client certificate, CN=front-proxy-client |
+//! | `etcd-ca.crt`, `etcd-ca.key` | the bundled etcd's own CA (`--trusted-ca-file` of etcd, `--etcd-cafile` here) |
+//! | `etcd-server.crt`, `etcd-server.key` | etcd's serving certificate for the in-cluster etcd Service names |
+//! | `etcd-client.crt`, `etcd-client.key` | svm-apiserver's client certificate for etcd (`--etcd-certfile`, `--etcd-keyfile`) |
 //!
+//! The etcd set has a CA of its own: etcd's `--client-cert-auth` admits any certificate its CA
+//! signed, so the admin and front-proxy certificates must not come from it.
 //! Private keys are written readable by the owner only.
 
 use std::fs;
@@ -112,6 +117,27 @@ impl Ca {
     }
 }
 
+/// The bundled etcd's Service (deploy/base/etcd.yaml): `svm-etcd` in `svm-system`.
+pub const ETCD_SERVICE_NAME: &str = "svm-etcd";
+/// The CN of svm-apiserver's etcd client certificate.
+pub const ETCD_CLIENT_NAME: &str = "svm-apiserver";
+
+/// The names the bundled etcd's serving certificate is valid for: its headless Service, each
+/// member's stable name under it, and loopback (etcd's own health checks).
+pub fn etcd_serving_names() -> Vec<String> {
+    let svc = format!("{ETCD_SERVICE_NAME}.{SERVICE_NAMESPACE}");
+    vec![
+        "localhost".into(),
+        "127.0.0.1".into(),
+        ETCD_SERVICE_NAME.into(),
+        svc.clone(),
+        format!("{svc}.svc"),
+        format!("{svc}.svc.cluster.local"),
+        format!("*.{svc}.svc"),
+        format!("*.{svc}.svc.cluster.local"),
+    ]
+}
+
 /// The names the development serving certificate is valid for.
 pub fn serving_names() -> Vec<String> {
     let svc = format!("{SERVICE_NAME}.{SERVICE_NAMESPACE}");
@@ -173,11 +199,67 @@ impl DevCertFiles {
     }
 }
 
-/// Write the development PKI into `dir` (created if needed). A complete set already there is
-/// kept as it is (so a cluster that trusts it keeps working); an incomplete one is replaced
-/// entirely. Delete the files to start over.
+/// The etcd files [`generate`] writes.
+#[derive(Debug, Clone)]
+pub struct EtcdCertFiles {
+    pub ca_cert: PathBuf,
+    pub ca_key: PathBuf,
+    pub server_cert: PathBuf,
+    pub server_key: PathBuf,
+    pub client_cert: PathBuf,
+    pub client_key: PathBuf,
+}
+
+impl EtcdCertFiles {
+    pub fn in_dir(dir: &Path) -> Self {
+        EtcdCertFiles {
+            ca_cert: dir.join("etcd-ca.crt"),
+            ca_key: dir.join("etcd-ca.key"),
+            server_cert: dir.join("etcd-server.crt"),
+            server_key: dir.join("etcd-server.key"),
+            client_cert: dir.join("etcd-client.crt"),
+            client_key: dir.join("etcd-client.key"),
+        }
+    }
+
+    fn all(&self) -> [&PathBuf; 6] {
+        [
+            &self.ca_cert,
+            &self.ca_key,
+            &self.server_cert,
+            &self.server_key,
+            &self.client_cert,
+            &self.client_key,
+        ]
+    }
+}
+
+/// Write the etcd set into `dir`, keeping a complete one (as [`generate`] does).
+pub fn generate_etcd(dir: &Path) -> Result<EtcdCertFiles> {
+    let files = EtcdCertFiles::in_dir(dir);
+    if files.all().iter().all(|p| p.is_file()) {
+        return Ok(files);
+    }
+    fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let ca = Ca::new("svm-etcd-ca")?;
+    let server = ca.issue_serving(ETCD_SERVICE_NAME, &etcd_serving_names())?;
+    let client = ca.issue_client(ETCD_CLIENT_NAME, &[])?;
+    write(&files.ca_cert, &ca.cert_pem(), false)?;
+    write(&files.ca_key, &ca.key_pem(), true)?;
+    write(&files.server_cert, &server.cert_pem, false)?;
+    write(&files.server_key, &server.key_pem, true)?;
+    write(&files.client_cert, &client.cert_pem, false)?;
+    write(&files.client_key, &client.key_pem, true)?;
+    Ok(files)
+}
+
+/// Write the development PKI into `dir` (created if needed), and the etcd set
+/// ([`generate_etcd`]). A complete set already there is kept as it is (so a cluster that
+/// trusts it keeps working); an incomplete one is replaced entirely (each set on its own).
+/// Delete the files to start over.
 pub fn generate(dir: &Path) -> Result<DevCertFiles> {
     let files = DevCertFiles::in_dir(dir);
+    generate_etcd(dir)?;
     if files.all().iter().all(|p| p.is_file()) {
         return Ok(files);
     }
@@ -339,9 +421,24 @@ mod tests {
         generate(dir.path()).expect("again");
         assert_eq!(fs::read(&files.ca_cert).expect("read"), before, "kept");
 
+        // The etcd set: its own CA, which does not sign the admin certificate.
+        let etcd = EtcdCertFiles::in_dir(dir.path());
+        let etcd_ca = CaBundle::from_file(&etcd.ca_cert).expect("etcd ca");
+        let etcd_verifier = CaVerifier::new(&etcd_ca).expect("v");
+        assert!(etcd_verifier.verify(&load(&etcd.client_cert)).is_ok());
+        assert!(etcd_verifier.verify(&admin).is_err());
+        crate::auth::tls::load_certified_key(&etcd.server_cert, &etcd.server_key)
+            .expect("etcd serving pair");
+        let etcd_before = fs::read(&etcd.ca_cert).expect("read");
+
         fs::remove_file(&files.admin_key).expect("remove");
         generate(dir.path()).expect("regenerate");
         assert_ne!(fs::read(&files.ca_cert).expect("read"), before, "replaced");
         assert!(files.admin_key.is_file());
+        assert_eq!(
+            fs::read(&etcd.ca_cert).expect("read"),
+            etcd_before,
+            "a complete etcd set is kept"
+        );
     }
 }

@@ -38,6 +38,10 @@ pub struct DecisionLabels {
 pub struct AuthMetrics {
     pub token_cache: CacheCounters,
     pub authorization_cache: CacheCounters,
+    /// TokenReviews sent to the cluster.
+    pub token_reviews: Counter,
+    /// Requests with a new token answered 429 because TokenReviews were at their bound.
+    pub token_reviews_throttled: Counter,
     /// `result`: success, anonymous (no credentials presented), failure (a presented credential
     /// was rejected or could not be checked: 401).
     pub authentications: Family<ResultLabels, Counter>,
@@ -62,6 +66,16 @@ impl AuthMetrics {
             "authentication_token_cache_misses",
             "Bearer tokens not in the cache (sent to TokenReview)",
             self.token_cache.misses.clone(),
+        );
+        registry.register(
+            "authentication_token_reviews",
+            "TokenReviews sent to the cluster",
+            self.token_reviews.clone(),
+        );
+        registry.register(
+            "authentication_token_reviews_throttled",
+            "Requests with a token not in the cache turned away (429) because TokenReviews were at their bound",
+            self.token_reviews_throttled.clone(),
         );
         registry.register(
             "authorization_cache_hits",

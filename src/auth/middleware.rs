@@ -22,12 +22,40 @@ use crate::registry::ApiError;
 /// `router.layer(auth::layer(auth))`. Requests must carry [`super::PeerCertificates`] in their
 /// extensions for client certificates to count (the accept loop puts them there).
 pub fn layer(auth: Arc<Auth>) -> AuthLayer {
-    AuthLayer { auth }
+    AuthLayer {
+        auth,
+        step: Step::Both,
+    }
+}
+
+/// Authentication alone: the caller's [`UserInfo`] into the extensions, or a 401.
+pub fn authentication_layer(auth: Arc<Auth>) -> AuthLayer {
+    AuthLayer {
+        auth,
+        step: Step::Authenticate,
+    }
+}
+
+/// Authorization alone, of the [`UserInfo`] an [`authentication_layer`] in front put into the
+/// extensions (a request without one is refused with 401).
+pub fn authorization_layer(auth: Arc<Auth>) -> AuthLayer {
+    AuthLayer {
+        auth,
+        step: Step::Authorize,
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Step {
+    Both,
+    Authenticate,
+    Authorize,
 }
 
 #[derive(Clone)]
 pub struct AuthLayer {
     auth: Arc<Auth>,
+    step: Step,
 }
 
 impl<S> Layer<S> for AuthLayer {
@@ -36,6 +64,7 @@ impl<S> Layer<S> for AuthLayer {
     fn layer(&self, inner: S) -> Self::Service {
         AuthService {
             auth: self.auth.clone(),
+            step: self.step,
             inner,
         }
     }
@@ -44,6 +73,7 @@ impl<S> Layer<S> for AuthLayer {
 #[derive(Clone)]
 pub struct AuthService<S> {
     auth: Arc<Auth>,
+    step: Step,
     inner: S,
 }
 
@@ -65,10 +95,21 @@ where
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
         let auth = self.auth.clone();
+        let step = self.step;
         Box::pin(async move {
-            match auth.admit(&mut request).await {
+            let admitted = match step {
+                Step::Both => auth.admit(&mut request).await.map(Some),
+                Step::Authenticate => auth.authenticate(&mut request).await.map(Some),
+                Step::Authorize => match request.extensions().get::<UserInfo>().cloned() {
+                    Some(user) => auth.authorize(&user, &request).await.map(|()| None),
+                    None => Err(Rejection::Unauthenticated),
+                },
+            };
+            match admitted {
                 Ok(user) => {
-                    request.extensions_mut().insert(user);
+                    if let Some(user) = user {
+                        request.extensions_mut().insert(user);
+                    }
                     inner.call(request).await
                 }
                 Err(rejection) => Ok(rejection.into_response()),
@@ -76,6 +117,9 @@ where
         })
     }
 }
+
+/// How long a client turned away for lack of TokenReview capacity is asked to wait.
+const TOKEN_REVIEW_RETRY_AFTER_SECONDS: u64 = 1;
 
 /// Why a request was turned away.
 #[derive(Debug)]
@@ -89,6 +133,9 @@ pub enum Rejection {
     },
     /// 500: the cluster could not be asked.
     AuthorizationError(String),
+    /// 429: a new bearer token, while too many TokenReviews are already in flight or the
+    /// TokenReview budget is spent (cached tokens are not affected).
+    TooManyTokenReviews,
 }
 
 impl Rejection {
@@ -103,6 +150,11 @@ impl Rejection {
         match self {
             Rejection::Unauthenticated => ApiError::Unauthorized("Unauthorized".into()).to_status(),
             Rejection::AuthorizationError(err) => ApiError::Internal(err.clone()).to_status(),
+            Rejection::TooManyTokenReviews => ApiError::TooManyRequests {
+                message: "Too many requests, please try again later.".into(),
+                retry_after_seconds: TOKEN_REVIEW_RETRY_AFTER_SECONDS,
+            }
+            .to_status(),
             Rejection::Forbidden { message, details } => {
                 let mut status = ApiError::Forbidden(message.clone()).to_status();
                 // ApiError::Forbidden carries only the message; kube-apiserver also names the
@@ -120,6 +172,7 @@ impl Rejection {
             Rejection::Unauthenticated => StatusCode::UNAUTHORIZED,
             Rejection::Forbidden { .. } => StatusCode::FORBIDDEN,
             Rejection::AuthorizationError(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Rejection::TooManyTokenReviews => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 }
@@ -128,7 +181,7 @@ impl IntoResponse for Rejection {
     fn into_response(self) -> Response {
         let mut body = serde_json::to_vec(&self.to_status()).unwrap_or_default();
         body.push(b'\n');
-        (
+        let mut response = (
             self.code(),
             [
                 (header::CONTENT_TYPE, "application/json"),
@@ -136,7 +189,14 @@ impl IntoResponse for Rejection {
             ],
             body,
         )
-            .into_response()
+            .into_response();
+        if let Rejection::TooManyTokenReviews = self {
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                http::HeaderValue::from(TOKEN_REVIEW_RETRY_AFTER_SECONDS),
+            );
+        }
+        response
     }
 }
 

@@ -12,6 +12,8 @@
 //! let tls = auth::tls::server_config(certificate, auth.client_cert_verifier()?)?;
 //! // accept loop: request.extensions_mut().insert(auth::PeerCertificates::of(tls_connection));
 //! let app = router.layer(auth::layer(auth.clone()));                      // UserInfo in extensions
+//! // or, with a step between them (the server's inflight limit, as kube-apiserver's chain):
+//! // router.layer(auth::authorization_layer(a.clone())).layer(limit).layer(auth::authentication_layer(a))
 //! ```
 
 mod attributes;
@@ -28,6 +30,7 @@ mod user;
 mod webhook;
 mod x509;
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,11 +38,13 @@ use anyhow::{Context, Result};
 use rustls::server::danger::ClientCertVerifier;
 
 pub use attributes::{RequestAttributes, ResourceAttributes};
-pub use authenticator::{Authentication, RequestHeaderConfig};
+pub use authenticator::{Authentication, RequestHeaderConfig, TokenReviewLimits};
 pub use authorizer::Decision;
 pub use cache::{Clock, ManualClock, SystemClock};
 pub use metrics::{AuthMetrics, CacheCounters};
-pub use middleware::{AuthLayer, AuthService, Rejection, layer};
+pub use middleware::{
+    AuthLayer, AuthService, Rejection, authentication_layer, authorization_layer, layer,
+};
 pub use options::{AuthOptions, parse_duration};
 pub use tls::PeerCertificates;
 pub use user::{
@@ -150,6 +155,15 @@ impl Auth {
             .anonymous(opts.anonymous_auth)
             .always_allow_paths(opts.authorization_always_allow_paths.clone())
             .token_cache_ttl(opts.authentication_token_webhook_cache_ttl)
+            .token_failure_ttl(
+                opts.authentication_token_webhook_cache_unauthorized_ttl
+                    .unwrap_or(opts.authentication_token_webhook_cache_ttl),
+            )
+            .token_review_limits(TokenReviewLimits {
+                max_in_flight: opts.authentication_token_webhook_max_inflight,
+                qps: opts.authentication_token_webhook_qps,
+                burst: opts.authentication_token_webhook_burst,
+            })
             .authorization_cache_ttls(
                 opts.authorization_webhook_cache_authorized_ttl,
                 opts.authorization_webhook_cache_unauthorized_ttl,
@@ -188,11 +202,17 @@ impl Auth {
     /// Authenticate and authorize one request: the caller, or why it is turned away. Strips the
     /// credential headers of an admitted request.
     pub async fn admit<B>(&self, request: &mut http::Request<B>) -> Result<UserInfo, Rejection> {
-        let attributes = RequestAttributes::from_request(
-            request.method(),
-            request.uri().path(),
-            request.uri().query(),
-        );
+        let user = self.authenticate(request).await?;
+        self.authorize(&user, request).await?;
+        Ok(user)
+    }
+
+    /// Who is calling (anonymous where allowed), or a 401. Strips the credential headers, so
+    /// nothing behind this step can act on them again.
+    pub async fn authenticate<B>(
+        &self,
+        request: &mut http::Request<B>,
+    ) -> Result<UserInfo, Rejection> {
         let peer = request
             .extensions()
             .get::<PeerCertificates>()
@@ -205,26 +225,49 @@ impl Auth {
         {
             Authentication::User(user) => user,
             Authentication::NoCredentials
-                if self.anonymous || self.authorizer.always_allowed(&attributes) =>
+                if self.anonymous || self.authorizer.always_allowed(&attributes_of(request)) =>
             {
                 UserInfo::anonymous()
             }
             Authentication::NoCredentials => return Err(Rejection::Unauthenticated),
+            Authentication::Busy => return Err(Rejection::TooManyTokenReviews),
             Authentication::Failed(reason) => {
-                tracing::debug!(%reason, path = %attributes.path, "unable to authenticate the request");
+                tracing::debug!(%reason, path = %request.uri().path(), "unable to authenticate the request");
                 return Err(Rejection::Unauthenticated);
             }
         };
         self.authenticator.strip_credentials(request.headers_mut());
-        match self.authorizer.authorize(&user, &attributes).await {
-            Ok(Decision::Allow) => Ok(user),
-            Ok(Decision::Deny(reason)) => Err(Rejection::forbidden(&user, &attributes, &reason)),
-            Err(err) => {
-                tracing::warn!(error = %err, "authorization failed");
-                Err(Rejection::AuthorizationError(err))
+        Ok(user)
+    }
+
+    /// Whether `user` may make this request: Ok, or a 403 (500 when the cluster could not be
+    /// asked).
+    pub fn authorize<'a, B>(
+        &'a self,
+        user: &'a UserInfo,
+        request: &http::Request<B>,
+    ) -> impl Future<Output = Result<(), Rejection>> + Send + 'a {
+        // Read from the request now: the future does not hold it.
+        let attributes = attributes_of(request);
+        async move {
+            match self.authorizer.authorize(user, &attributes).await {
+                Ok(Decision::Allow) => Ok(()),
+                Ok(Decision::Deny(reason)) => Err(Rejection::forbidden(user, &attributes, &reason)),
+                Err(err) => {
+                    tracing::warn!(error = %err, "authorization failed");
+                    Err(Rejection::AuthorizationError(err))
+                }
             }
         }
     }
+}
+
+fn attributes_of<B>(request: &http::Request<B>) -> RequestAttributes {
+    RequestAttributes::from_request(
+        request.method(),
+        request.uri().path(),
+        request.uri().query(),
+    )
 }
 
 /// Builds an [`Auth`]; defaults are the flags' defaults.
@@ -234,6 +277,8 @@ pub struct AuthBuilder {
     token_review: Option<kube::Client>,
     access_review: Option<kube::Client>,
     token_ttl: Duration,
+    token_failure_ttl: Duration,
+    token_review_limits: TokenReviewLimits,
     authorized_ttl: Duration,
     unauthorized_ttl: Duration,
     always_allow_paths: Vec<String>,
@@ -251,6 +296,8 @@ impl Default for AuthBuilder {
             token_review: None,
             access_review: None,
             token_ttl: defaults.authentication_token_webhook_cache_ttl,
+            token_failure_ttl: defaults.authentication_token_webhook_cache_ttl,
+            token_review_limits: TokenReviewLimits::default(),
             authorized_ttl: defaults.authorization_webhook_cache_authorized_ttl,
             unauthorized_ttl: defaults.authorization_webhook_cache_unauthorized_ttl,
             always_allow_paths: defaults.authorization_always_allow_paths,
@@ -286,6 +333,19 @@ impl AuthBuilder {
 
     pub fn token_cache_ttl(mut self, ttl: Duration) -> Self {
         self.token_ttl = ttl;
+        self.token_failure_ttl = ttl;
+        self
+    }
+
+    /// Keep rejected tokens for `failure` instead of the TTL of accepted ones.
+    pub fn token_failure_ttl(mut self, failure: Duration) -> Self {
+        self.token_failure_ttl = failure;
+        self
+    }
+
+    /// What tokens not in the cache may cost in TokenReviews.
+    pub fn token_review_limits(mut self, limits: TokenReviewLimits) -> Self {
+        self.token_review_limits = limits;
         self
     }
 
@@ -325,7 +385,13 @@ impl AuthBuilder {
         let authenticator = Authenticator::new(
             self.request_header.as_ref(),
             self.client_ca.as_ref(),
-            self.token_review.map(|client| (client, self.token_ttl)),
+            self.token_review
+                .map(|client| authenticator::TokenReviewConfig {
+                    client,
+                    success_ttl: self.token_ttl,
+                    failure_ttl: self.token_failure_ttl,
+                    limits: self.token_review_limits,
+                }),
             self.clock.clone(),
             self.metrics.clone(),
         )?;

@@ -52,6 +52,26 @@ pub struct AuthOptions {
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub authentication_token_webhook_cache_ttl: Duration,
 
+    /// How long rejected tokens are cached; the same as
+    /// --authentication-token-webhook-cache-ttl when not given (kube-apiserver's behaviour).
+    #[arg(long, value_parser = parse_duration)]
+    pub authentication_token_webhook_cache_unauthorized_ttl: Option<Duration>,
+
+    /// The most TokenReviews in flight at once; a token not in the cache that finds none free
+    /// within 2s gets 429 with Retry-After.
+    #[arg(long, default_value_t = 16)]
+    pub authentication_token_webhook_max_inflight: usize,
+
+    /// TokenReviews per second for tokens not in the cache (a token bucket with
+    /// --authentication-token-webhook-burst): a flood of unknown tokens costs the cluster at
+    /// most this many reviews; the rest get 429 with Retry-After.
+    #[arg(long, default_value_t = 50.0)]
+    pub authentication_token_webhook_qps: f64,
+
+    /// TokenReviews that may be sent at once above --authentication-token-webhook-qps.
+    #[arg(long, default_value_t = 100)]
+    pub authentication_token_webhook_burst: u32,
+
     /// How long "allowed" SubjectAccessReview answers are cached.
     #[arg(long, default_value = "10s", value_parser = parse_duration)]
     pub authorization_webhook_cache_authorized_ttl: Duration,
@@ -91,6 +111,10 @@ impl Default for AuthOptions {
             authentication_kubeconfig: None,
             authorization_kubeconfig: None,
             authentication_token_webhook_cache_ttl: Duration::from_secs(10),
+            authentication_token_webhook_cache_unauthorized_ttl: None,
+            authentication_token_webhook_max_inflight: 16,
+            authentication_token_webhook_qps: 50.0,
+            authentication_token_webhook_burst: 100,
             authorization_webhook_cache_authorized_ttl: Duration::from_secs(10),
             authorization_webhook_cache_unauthorized_ttl: Duration::from_secs(10),
             authorization_always_allow_paths: vec![

@@ -198,7 +198,8 @@ impl ClusterClient {
             &body,
             retry_after,
             parts.status.canonical_reason().unwrap_or("error"),
-        ))
+        )
+        .with_flow_control(&parts.headers))
     }
 
     /// GET a JSON document and decode it.

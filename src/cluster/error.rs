@@ -35,6 +35,10 @@ pub enum ClusterError {
         retry_after: Option<Duration>,
         /// The inconsistent continue token of a 410 Expired list.
         continue_token: Option<String>,
+        /// A 429 from API Priority and Fairness: the UID of the priority level that rejected
+        /// it (`X-Kubernetes-PF-PriorityLevel-UID`). The apiserver is saturated for the
+        /// flows of that level, not only for this request.
+        flow_control: Option<String>,
     },
     /// No answer: connection refused or reset, TLS failure, timeout.
     #[error("request to the cluster failed: {0}")]
@@ -69,6 +73,7 @@ impl ClusterError {
                 message: status.message,
                 retry_after: None,
                 continue_token: None,
+                flow_control: None,
             };
         }
         if let kube::Error::Service(inner) = &err
@@ -103,6 +108,33 @@ impl ClusterError {
             message,
             retry_after,
             continue_token: status.metadata.continue_token.filter(|t| !t.is_empty()),
+            flow_control: None,
+        }
+    }
+
+    /// Marks a 429 as API Priority and Fairness's when its answer carries APF's headers
+    /// (kube-apiserver sets `X-Kubernetes-PF-FlowSchema-UID` and
+    /// `X-Kubernetes-PF-PriorityLevel-UID` on every response it classified).
+    pub fn with_flow_control(mut self, headers: &http::HeaderMap) -> Self {
+        if let ClusterError::Api {
+            code: 429,
+            flow_control,
+            ..
+        } = &mut self
+        {
+            *flow_control = headers
+                .get(PRIORITY_LEVEL_UID_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+        }
+        self
+    }
+
+    /// The priority level of an APF rejection (see [`ClusterError::with_flow_control`]).
+    pub fn flow_control(&self) -> Option<&str> {
+        match self {
+            ClusterError::Api { flow_control, .. } => flow_control.as_deref(),
+            _ => None,
         }
     }
 
@@ -150,6 +182,9 @@ impl ClusterError {
     }
 }
 
+/// The header naming the APF priority level a request was classified into.
+pub const PRIORITY_LEVEL_UID_HEADER: &str = "x-kubernetes-pf-prioritylevel-uid";
+
 /// `Retry-After` in seconds (the form kube-apiserver sends); HTTP dates are not used by it.
 pub fn parse_retry_after(value: Option<&http::HeaderValue>) -> Option<Duration> {
     let seconds: u64 = value?.to_str().ok()?.trim().parse().ok()?;
@@ -182,6 +217,29 @@ mod tests {
             assert!(!err(code).is_retriable(), "{code}");
         }
         assert!(ClusterError::Transport("reset".into()).is_retriable());
+    }
+
+    #[test]
+    fn a_429_with_apf_headers_is_flow_control() {
+        let mut headers = http::HeaderMap::new();
+        headers.insert(
+            "X-Kubernetes-PF-PriorityLevel-UID",
+            "uid-1".parse().expect("value"),
+        );
+        headers.insert(
+            "X-Kubernetes-PF-FlowSchema-UID",
+            "uid-2".parse().expect("value"),
+        );
+        let apf = ClusterError::from_status(429, b"", Some(Duration::from_secs(1)), "x")
+            .with_flow_control(&headers);
+        assert_eq!(apf.flow_control(), Some("uid-1"));
+        // Another 429 (max-inflight, a proxy) and another code are not APF's.
+        let plain = ClusterError::from_status(429, b"", None, "x")
+            .with_flow_control(&http::HeaderMap::new());
+        assert_eq!(plain.flow_control(), None);
+        let unavailable =
+            ClusterError::from_status(503, b"", None, "x").with_flow_control(&headers);
+        assert_eq!(unavailable.flow_control(), None);
     }
 
     #[test]

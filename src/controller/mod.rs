@@ -4,6 +4,7 @@
 //! only through the registry.
 
 pub mod leader;
+pub mod metrics;
 mod term;
 
 use std::path::PathBuf;
@@ -20,10 +21,12 @@ use crate::apimode::metrics::ApiModeMetrics;
 use crate::apimode::{self, ApiMode, CompanionMigrator, Decision};
 use crate::cluster::ClusterClient;
 use crate::migrator::{self, Backoff, MigratorMetrics};
+use crate::registry::Fence;
 use crate::server::Metrics;
 use crate::storage::Storage;
 use crate::trigger;
 use leader::{ElectionConfig, LeaderElector};
+use metrics::LeaderMetrics;
 
 /// Controller flags of `serve`.
 #[derive(Args, Clone, Debug)]
@@ -202,7 +205,9 @@ pub async fn start(
     let migrator_metrics = MigratorMetrics::new();
     let trigger_metrics = trigger::Metrics::default();
     let mode_metrics = ApiModeMetrics::default();
+    let leader_metrics = LeaderMetrics::default();
     if let Ok(mut registry) = metrics.registry.lock() {
+        leader_metrics.register(&mut registry);
         if run_migrator {
             migrator_metrics.register(&mut registry);
         }
@@ -213,7 +218,14 @@ pub async fn start(
     }
     // One trigger and one migrator per leadership term, as the API mode decides; the trigger's
     // history and the migrations' checkpoints are in our store, so the next term (here or on
-    // another replica) goes on where this one stopped.
+    // another replica) goes on where this one stopped. Everything they write to our store
+    // carries the term's fence, and they stop when its token is cancelled.
+    // What only the leader knows goes with its term, so a former leader's stale series never
+    // add to (or outvote) the new leader's.
+    let term_series = (
+        migrator_metrics.migrations_by_status.clone(),
+        trigger_metrics.unsafe_since.clone(),
+    );
     let term = Arc::new(term::Term {
         cluster,
         states: api.states.clone(),
@@ -231,9 +243,20 @@ pub async fn start(
         mode_metrics,
         instance: std::env::var("POD_NAME").ok().or_else(hostname),
     });
-    let lead = move |leading: CancellationToken| term.clone().run(leading);
+    let lead = move |fence: Fence| {
+        let held = leader_metrics.term();
+        let term = term.clone();
+        let term_series = term_series.clone();
+        async move {
+            let _held = held;
+            term.run(fence).await;
+            term_series.0.clear();
+            term_series.1.clear();
+        }
+    };
     if !options.leader_elect {
-        tasks.push(tokio::spawn(lead(shutdown)));
+        let unfenced = Fence::unfenced(storage, shutdown);
+        tasks.push(tokio::spawn(lead(unfenced)));
         return Ok(Controllers { tasks });
     }
     let identity = format!(

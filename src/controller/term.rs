@@ -18,7 +18,7 @@ use crate::apimode::metrics::ApiModeMetrics;
 use crate::apimode::{self, ApiMode, CompanionMigrator, Decision, GroupServing, carry};
 use crate::cluster::{BuiltinMigrations, ClusterClient};
 use crate::migrator::{self, Events, Migrator, MigratorMetrics, Source};
-use crate::registry::Store;
+use crate::registry::{Fence, Guarded, Store};
 use crate::storage::Storage;
 use crate::trigger::{self, Migrations, Trigger};
 
@@ -58,8 +58,10 @@ async fn stop(work: &CancellationToken, tasks: Vec<JoinHandle<()>>) {
 }
 
 impl Term {
-    /// Runs until `leading` is cancelled (leadership lost, or shutdown).
-    pub async fn run(self: Arc<Self>, leading: CancellationToken) {
+    /// Runs until the term's token is cancelled (leadership lost, or shutdown). Everything the
+    /// controllers write to our store carries `fence`.
+    pub async fn run(self: Arc<Self>, fence: Fence) {
+        let leading = fence.token().clone();
         let (tx, mut serving) = watch::channel::<Option<GroupServing>>(None);
         let watcher = apimode::watch(self.cluster.clone(), tx);
         let mut last: Option<Decision> = None;
@@ -77,7 +79,7 @@ impl Term {
             self.announce(&decision, &current, last.as_ref());
             last = Some(decision.clone());
             let work = leading.child_token();
-            let mut tasks = self.start(&decision, &work);
+            let mut tasks = self.start(&decision, &fence, &work);
             loop {
                 tokio::select! {
                     _ = leading.cancelled() => {
@@ -130,19 +132,25 @@ impl Term {
         }
     }
 
-    fn start(&self, decision: &Decision, work: &CancellationToken) -> Vec<JoinHandle<()>> {
+    fn start(
+        &self,
+        decision: &Decision,
+        fence: &Fence,
+        work: &CancellationToken,
+    ) -> Vec<JoinHandle<()>> {
         let mut tasks = Vec::new();
+        let migrations = Guarded::new(self.migrations.clone(), fence.clone());
         match decision {
             Decision::Owner => {
                 let mut settings = self.trigger_settings.clone();
                 settings.own_groups = vec![GROUP.into(), PROJECT.name.into()];
                 if self.run_trigger {
                     let trigger =
-                        self.new_trigger(Migrations::Ours(self.migrations.clone()), settings);
+                        self.new_trigger(Migrations::Ours(migrations.clone()), settings, fence);
                     tasks.push(tokio::spawn(trigger.run(work.clone())));
                 }
                 if self.run_migrator {
-                    tasks.push(self.migrator(self.migrations.clone().into(), work));
+                    tasks.push(self.migrator(migrations.into(), work));
                 }
             }
             Decision::Companion { version } => {
@@ -152,8 +160,9 @@ impl Term {
                 let mut settings = self.trigger_settings.clone();
                 settings.own_groups = vec![PROJECT.name.into()];
                 let carry = tokio::spawn(carry_over(
-                    self.migrations.clone(),
+                    migrations,
                     builtin.clone(),
+                    fence.clone(),
                     work.clone(),
                 ));
                 if self.run_migrator {
@@ -169,12 +178,23 @@ impl Term {
                                  migrations (--companion-migrator=svm-apiserver); it leaves any \
                                  that kube-controller-manager writes to it"
                             );
-                            tasks.push(self.migrator(Source::Cluster(builtin.clone()), work));
+                            let source = Source::Cluster {
+                                builtin: builtin.clone(),
+                                fence: fence.clone(),
+                            };
+                            tasks.push(self.migrator(source, work));
                         }
                     }
                 }
                 if self.run_trigger {
-                    let trigger = self.new_trigger(Migrations::Cluster(builtin), settings);
+                    let trigger = self.new_trigger(
+                        Migrations::Cluster {
+                            builtin,
+                            fence: fence.clone(),
+                        },
+                        settings,
+                        fence,
+                    );
                     let leading = work.clone();
                     tasks.push(tokio::spawn(async move {
                         // The trigger starts once what it may own in our store is settled.
@@ -188,14 +208,19 @@ impl Term {
         tasks
     }
 
-    fn new_trigger(&self, migrations: Migrations, settings: trigger::Settings) -> Trigger {
+    fn new_trigger(
+        &self,
+        migrations: Migrations,
+        settings: trigger::Settings,
+        fence: &Fence,
+    ) -> Trigger {
         tracing::info!(
             discovery_interval = ?settings.discovery_interval,
             "trigger starting"
         );
         Trigger::new(
             self.cluster.clone(),
-            self.states.clone(),
+            Guarded::new(self.states.clone(), fence.clone()),
             migrations,
             self.storage.clone(),
             &self.prefix,
@@ -228,12 +253,13 @@ impl Term {
 /// [`carry::carry_over`], retried until it succeeds or the term ends (the trigger waits for
 /// it).
 async fn carry_over(
-    ours: Arc<Store<MigrationStrategy>>,
+    ours: Guarded<MigrationStrategy>,
     builtin: BuiltinMigrations,
+    fence: Fence,
     work: CancellationToken,
 ) {
     while !work.is_cancelled() {
-        match carry::carry_over(&ours, &builtin).await {
+        match carry::carry_over(&ours, &builtin, &fence).await {
             Ok(done) => {
                 if !done.carried.is_empty() || !done.dropped.is_empty() {
                     tracing::warn!(

@@ -1,7 +1,9 @@
 //! The load the migrator puts on the apiserver: one token bucket shared by every worker (so
 //! `--qps`/`--burst` bound the whole pool, not each migration), a pool-wide pause when the
 //! apiserver says Retry-After (a 429 from priority-and-fairness is about the apiserver, not
-//! about one object), and exponential backoff with full jitter for retriable failures.
+//! about one object), a lower rate while API Priority and Fairness keeps rejecting (halved at
+//! most once a second, doubled back for every quiet interval), and exponential backoff with
+//! full jitter for retriable failures.
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -18,8 +20,17 @@ use tokio::time::Instant;
 /// counted within the bound.
 const DISPATCH_SLACK_SECONDS: f64 = 0.1;
 
+/// How long the rate stays lowered after an APF rejection before it is doubled back.
+const RECOVERY_INTERVAL: Duration = Duration::from_secs(5);
+/// Rejections closer together than this are one congestion event: the requests in flight when
+/// the level filled up are rejected together, and must not halve the rate once each.
+const DECREASE_GAP: Duration = Duration::from_secs(1);
+/// The lowest rate APF backpressure drives the pool to, as a fraction of `--qps`.
+const MIN_RATE_FRACTION: f64 = 1.0 / 32.0;
+
 #[derive(Debug)]
 pub struct RateLimiter {
+    /// The configured rate (`--qps`); the bucket refills at `BucketState::rate` ≤ this.
     qps: f64,
     burst: f64,
     state: Mutex<BucketState>,
@@ -30,6 +41,12 @@ struct BucketState {
     tokens: f64,
     refilled: Instant,
     paused_until: Option<Instant>,
+    /// The rate in force: `qps`, or lower after APF rejections.
+    rate: f64,
+    /// The last APF rejection or rate step up: the next step is a quiet interval later.
+    stepped: Instant,
+    /// The last halving.
+    decreased: Option<Instant>,
 }
 
 impl RateLimiter {
@@ -42,6 +59,9 @@ impl RateLimiter {
                 tokens: burst,
                 refilled: Instant::now(),
                 paused_until: None,
+                rate: qps,
+                stepped: Instant::now(),
+                decreased: None,
             }),
         }
     }
@@ -74,14 +94,52 @@ impl RateLimiter {
             return None;
         }
         let elapsed = now.saturating_duration_since(state.refilled).as_secs_f64();
-        state.tokens = (state.tokens + elapsed * self.qps).min(self.burst);
+        state.tokens = (state.tokens + elapsed * state.rate).min(self.burst);
         state.refilled = now;
+        // Doubled back for every quiet interval: from the floor to --qps in five of them.
+        while state.rate < self.qps
+            && now.saturating_duration_since(state.stepped) >= RECOVERY_INTERVAL
+        {
+            state.rate = (state.rate * 2.0).min(self.qps);
+            state.stepped += RECOVERY_INTERVAL;
+        }
         if state.tokens >= 1.0 {
             state.tokens -= 1.0;
             None
         } else {
-            Some(Duration::from_secs_f64((1.0 - state.tokens) / self.qps))
+            Some(Duration::from_secs_f64((1.0 - state.tokens) / state.rate))
         }
+    }
+
+    /// API Priority and Fairness rejected a request: the migrator's priority level is full,
+    /// so the pool halves its rate (at most once per [`DECREASE_GAP`], down to 1/32 of
+    /// `--qps`) and doubles it back for every [`RECOVERY_INTERVAL`] without a rejection.
+    /// Unlimited pools (`--qps 0`) only pause. Returns the rate now in force.
+    pub fn backpressure(&self) -> f64 {
+        let now = Instant::now();
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if self.unlimited() {
+            return 0.0;
+        }
+        state.stepped = now;
+        if state
+            .decreased
+            .is_some_and(|at| now.saturating_duration_since(at) < DECREASE_GAP)
+        {
+            return state.rate;
+        }
+        state.decreased = Some(now);
+        state.rate = (state.rate / 2.0).max(self.qps * MIN_RATE_FRACTION);
+        state.tokens = state.tokens.min(1.0);
+        state.rate
+    }
+
+    /// The rate in force (requests per second; 0 when unlimited).
+    pub fn rate(&self) -> f64 {
+        if self.unlimited() {
+            return 0.0;
+        }
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).rate
     }
 
     /// Hold every request of the pool for `delay` (Retry-After): the apiserver asked for it.
@@ -209,6 +267,39 @@ mod tests {
             "{:?}",
             start.elapsed()
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn apf_rejections_halve_the_rate_once_a_second_and_quiet_intervals_double_it_back() {
+        let limiter = RateLimiter::new(64.0, 1);
+        assert_eq!(limiter.backpressure(), 32.0);
+        // The other requests rejected in the same moment are the same congestion event.
+        assert_eq!(limiter.backpressure(), 32.0);
+        for _ in 0..10 {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            limiter.backpressure();
+        }
+        assert_eq!(limiter.rate(), 2.0, "never below 1/32 of --qps");
+        // At 2/s, ten requests take about 4.5 seconds.
+        let start = Instant::now();
+        for _ in 0..10 {
+            limiter.acquire().await;
+        }
+        assert!(
+            start.elapsed() >= Duration::from_secs(4),
+            "{:?}",
+            start.elapsed()
+        );
+        // Doubled for each quiet 5 s since the last rejection: 2 → 4 → 8 (≥ 10 s quiet).
+        tokio::time::sleep(Duration::from_millis(5600)).await;
+        limiter.acquire().await;
+        assert_eq!(limiter.rate(), 8.0);
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        limiter.acquire().await;
+        assert_eq!(limiter.rate(), 64.0);
+        let unlimited = RateLimiter::new(0.0, 1);
+        assert_eq!(unlimited.backpressure(), 0.0);
+        assert_eq!(unlimited.rate(), 0.0);
     }
 
     #[tokio::test(start_paused = true)]

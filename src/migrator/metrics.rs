@@ -9,6 +9,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResourceLabel {
@@ -51,6 +52,15 @@ pub struct RetryLabels {
     pub reason: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatusLabel {
+    /// `Pending`, `Running`, `Succeeded` or `Failed`.
+    pub status: String,
+}
+
+/// The statuses [`MigratorMetrics::migrations_by_status`] always reports (zero included).
+pub const STATUSES: [&str; 4] = ["Pending", "Running", "Succeeded", "Failed"];
+
 fn latency_histogram() -> Histogram {
     Histogram::new([
         0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0,
@@ -73,6 +83,12 @@ pub struct MigratorMetrics {
     pub running: Gauge,
     /// Migrations left to another migrator that wrote their status.
     pub yielded: Family<ManagerLabel, Counter>,
+    /// StorageVersionMigrations in the store, by status (what `kubectl get svm` shows).
+    pub migrations_by_status: Family<StatusLabel, Gauge>,
+    /// 429s from API Priority and Fairness (each one halves the pool's rate).
+    pub apf_rejections: Counter,
+    /// The pool's request rate in force (`--qps`, or lower under APF backpressure).
+    pub rate_limit: Gauge<f64, AtomicU64>,
 }
 
 impl Default for MigratorMetrics {
@@ -92,6 +108,9 @@ impl MigratorMetrics {
             reads: Family::default(),
             running: Gauge::default(),
             yielded: Family::default(),
+            migrations_by_status: Family::default(),
+            apf_rejections: Counter::default(),
+            rate_limit: Gauge::default(),
         }
     }
 
@@ -138,6 +157,36 @@ impl MigratorMetrics {
             "Migrations being worked on now.",
             self.running.clone(),
         );
+        registry.register(
+            "svm_migrator_migrations",
+            "StorageVersionMigrations in the store, by status (Pending, Running, Succeeded, Failed)",
+            self.migrations_by_status.clone(),
+        );
+        registry.register(
+            "svm_migrator_apf_rejections",
+            "Requests rejected by API Priority and Fairness (429 with the X-Kubernetes-PF-* headers)",
+            self.apf_rejections.clone(),
+        );
+        registry.register(
+            "svm_migrator_rate_limit_qps",
+            "The migrator's request rate in force: --qps, or lower while APF rejects (0: unlimited)",
+            self.rate_limit.clone(),
+        );
+    }
+
+    /// Publishes the count of migrations in each status.
+    pub fn set_statuses(&self, counts: &[(&str, i64)]) {
+        for status in STATUSES {
+            let n = counts
+                .iter()
+                .find(|(s, _)| *s == status)
+                .map_or(0, |(_, n)| *n);
+            self.migrations_by_status
+                .get_or_create(&StatusLabel {
+                    status: status.into(),
+                })
+                .set(n);
+        }
     }
 
     pub fn count_read(&self, resource: &str, mode: &str) {

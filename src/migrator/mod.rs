@@ -76,7 +76,11 @@ impl Shared {
         reason: events::Reason,
         note: String,
     ) {
-        if let Some(events) = &self.events {
+        // Events go to the target cluster, where our fence cannot reach: a term that is over
+        // publishes none.
+        if let Some(events) = &self.events
+            && !self.migrations.fence().is_over()
+        {
             // Events are requests to the same apiserver: they count against the same budget.
             self.limiter.acquire().await;
             events.publish(migration, reason, note).await;

@@ -46,7 +46,9 @@ fn resource_key(m: &StorageVersionMigration) -> String {
 }
 
 fn finished(m: &StorageVersionMigration) -> bool {
-    m.condition_true(SUCCEEDED).is_some() || m.condition_true(FAILED).is_some()
+    m.condition_true(SUCCEEDED).is_some()
+        || m.condition_true(FAILED).is_some()
+        || crate::ksvm::is_imported_history(m)
 }
 
 impl Scheduler {
@@ -142,7 +144,8 @@ impl Migrator {
         Self {
             shared: Arc::new(Shared {
                 cluster,
-                migrations: migrations.into(),
+                // Its status writes are recorded for the migrator in managedFields.
+                migrations: migrations.into().managed_by(super::status::FIELD_MANAGER),
                 limiter,
                 metrics,
                 events,
@@ -161,6 +164,7 @@ impl Migrator {
         let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
         loop {
             self.start_next(&mut scheduler, &mut workers);
+            self.publish_statuses(&scheduler);
             tokio::select! {
                 _ = shutdown.cancelled() => break,
                 update = updates.recv() => match update {
@@ -186,6 +190,18 @@ impl Migrator {
         }
         while workers.join_next().await.is_some() {}
         self.shared.metrics.running.set(0);
+    }
+
+    fn publish_statuses(&self, scheduler: &Scheduler) {
+        let mut counts: Vec<(&str, i64)> = Vec::new();
+        for m in scheduler.known.values() {
+            let status = m.phase();
+            match counts.iter_mut().find(|(s, _)| *s == status) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((status, 1)),
+            }
+        }
+        self.shared.metrics.set_statuses(&counts);
     }
 
     fn start_next(&self, scheduler: &mut Scheduler, workers: &mut JoinSet<(String, Outcome)>) {

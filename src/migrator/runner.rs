@@ -13,7 +13,9 @@ use tokio_util::sync::CancellationToken;
 use super::Shared;
 use super::events::Reason;
 use super::metrics::{MigrationLabels, ResourceLabel, RetryLabels};
-use super::status::{StatusWriteError, bounded_message, check, set_condition, write_status};
+use super::status::{
+    StatusWriteError, bounded_message, check, set_condition, write_progress, write_status,
+};
 use crate::api::migration::{
     FAILED, MigrationProgress, RUNNING, SUCCEEDED, StorageVersionMigration,
 };
@@ -59,8 +61,12 @@ enum RunError {
 impl From<StatusWriteError> for RunError {
     fn from(err: StatusWriteError) -> Self {
         match err {
-            StatusWriteError::Gone => RunError::Stopped,
+            StatusWriteError::Gone | StatusWriteError::Deposed(_) => RunError::Stopped,
             StatusWriteError::Yielded(foreign) => RunError::Yielded(foreign),
+            StatusWriteError::Behind { .. } => {
+                tracing::warn!(error = %err, "another run of this migration got further; this one stops");
+                RunError::Stopped
+            }
             other => RunError::Retry(other.to_string()),
         }
     }
@@ -414,6 +420,10 @@ impl Runner {
             .try_for_each_concurrent(concurrency, |object| {
                 let label = &label;
                 async move {
+                    // A stopped run (deleted, or its leadership term over) sends no more.
+                    if self.stopped() {
+                        return Err(RunError::Stopped);
+                    }
                     let touched = self
                         .with_retries(label, "patch", || {
                             touch(&self.shared.cluster, resource, object)
@@ -440,16 +450,12 @@ impl Runner {
         progress: &MigrationProgress,
         resource_version: &str,
     ) -> Result<(), RunError> {
-        write_status(
+        write_progress(
             &self.shared.migrations,
             &self.name,
             &self.guard,
-            |status, _| {
-                status.progress = Some(progress.clone());
-                if status.resource_version.is_empty() && !resource_version.is_empty() {
-                    status.resource_version = resource_version.to_string();
-                }
-            },
+            progress,
+            resource_version,
         )
         .await?;
         Ok(())
@@ -484,6 +490,10 @@ impl Runner {
         let mut attempt = 0;
         loop {
             self.shared.limiter.acquire().await;
+            self.shared
+                .metrics
+                .rate_limit
+                .set(self.shared.limiter.rate());
             let started = Instant::now();
             let result = call().await;
             let code = match &result {
@@ -499,6 +509,12 @@ impl Runner {
                 {
                     if let Some(after) = err.retry_after() {
                         self.shared.limiter.pause(after);
+                    }
+                    if let Some(level) = err.flow_control() {
+                        let rate = self.shared.limiter.backpressure();
+                        self.shared.metrics.apf_rejections.inc();
+                        self.shared.metrics.rate_limit.set(rate);
+                        tracing::info!(%resource, verb, priority_level = level, rate, "API Priority and Fairness rejected a request; lowering the pool's rate");
                     }
                     self.shared
                         .metrics
@@ -550,7 +566,7 @@ impl Runner {
                 self.shared.event(&stored, Reason::Failed, message).await;
                 Outcome::Finished
             }
-            Err(StatusWriteError::Gone) => Outcome::Stopped,
+            Err(StatusWriteError::Gone | StatusWriteError::Deposed(_)) => Outcome::Stopped,
             Err(StatusWriteError::Yielded(foreign)) => Outcome::Yielded(foreign),
             Err(err) => Outcome::RetryLater(err.to_string()),
         }

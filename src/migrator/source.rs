@@ -5,7 +5,6 @@
 //! (a full list, then changes), a read of one, and a status write as the migrator's field
 //! manager.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -18,19 +17,23 @@ use crate::api::GROUP;
 use crate::api::migration::{MigrationStrategy, StorageVersionMigration};
 use crate::cluster::{BuiltinMigrations, ClusterError};
 use crate::registry::store::StoreEvent;
-use crate::registry::{ApiError, Store};
+use crate::registry::{ApiError, Fence, Guarded};
 use crate::trigger::watches::Update;
 
 #[derive(Clone)]
 pub enum Source {
-    /// This server's store.
-    Ours(Arc<Store<MigrationStrategy>>),
-    /// The cluster's built-in API.
-    Cluster(BuiltinMigrations),
+    /// This server's store, written under the leadership term's fence.
+    Ours(Guarded<MigrationStrategy>),
+    /// The cluster's built-in API. Our fence cannot ride a write to the cluster: each status
+    /// write re-checks the term first (as the trigger does before narrowing storedVersions).
+    Cluster {
+        builtin: BuiltinMigrations,
+        fence: Fence,
+    },
 }
 
-impl From<Arc<Store<MigrationStrategy>>> for Source {
-    fn from(store: Arc<Store<MigrationStrategy>>) -> Self {
+impl From<Guarded<MigrationStrategy>> for Source {
+    fn from(store: Guarded<MigrationStrategy>) -> Self {
         Source::Ours(store)
     }
 }
@@ -60,18 +63,37 @@ fn api_error(err: ClusterError, name: &str) -> ApiError {
 }
 
 impl Source {
+    /// Writes recorded in managedFields for `manager` (our store's; the cluster's writes name
+    /// the migrator's field manager themselves).
+    pub fn managed_by(self, manager: &'static str) -> Self {
+        match self {
+            Source::Ours(store) => Source::Ours(store.managed_by(manager)),
+            cluster => cluster,
+        }
+    }
+
+    /// The leadership term these writes belong to.
+    pub fn fence(&self) -> &Fence {
+        match self {
+            Source::Ours(store) => store.fence(),
+            Source::Cluster { fence, .. } => fence,
+        }
+    }
+
     /// Which API, for messages.
     pub fn describe(&self) -> String {
         match self {
             Source::Ours(_) => "svm-apiserver's own store".into(),
-            Source::Cluster(builtin) => format!("the cluster's {}", builtin.api_version()),
+            Source::Cluster { builtin, .. } => format!("the cluster's {}", builtin.api_version()),
         }
     }
 
     pub async fn get(&self, name: &str) -> Result<Option<StorageVersionMigration>, ApiError> {
         match self {
             Source::Ours(store) => store.get(name).await,
-            Source::Cluster(builtin) => builtin.get(name).await.map_err(|e| api_error(e, name)),
+            Source::Cluster { builtin, .. } => {
+                builtin.get(name).await.map_err(|e| api_error(e, name))
+            }
         }
     }
 
@@ -81,13 +103,9 @@ impl Source {
         migration: StorageVersionMigration,
     ) -> Result<StorageVersionMigration, ApiError> {
         match self {
-            Source::Ours(store) => {
-                store
-                    .managed_by(FIELD_MANAGER)
-                    .update_status(migration)
-                    .await
-            }
-            Source::Cluster(builtin) => {
+            Source::Ours(store) => store.update_status(migration).await,
+            Source::Cluster { builtin, fence } => {
+                fence.check().await?;
                 let name = migration.metadata.name.clone().unwrap_or_default();
                 // The built-in API has no field for our checkpoint: it would be dropped with
                 // a warning, so it is not sent (a built-in migration interrupted here starts
@@ -111,13 +129,13 @@ impl Source {
     ) -> JoinHandle<()> {
         match self {
             Source::Ours(store) => tokio::spawn(feed_ours(store.clone(), out, resync)),
-            Source::Cluster(builtin) => feed_cluster(builtin.clone(), out),
+            Source::Cluster { builtin, .. } => feed_cluster(builtin.clone(), out),
         }
     }
 }
 
 async fn feed_ours(
-    store: Arc<Store<MigrationStrategy>>,
+    store: Guarded<MigrationStrategy>,
     out: mpsc::Sender<Update<StorageVersionMigration>>,
     resync: Duration,
 ) {

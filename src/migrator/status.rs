@@ -1,12 +1,15 @@
 //! Writing a migration's status through its source (the registry, so validation,
-//! resourceVersion and watch events stay one code path; or the cluster's built-in API): a
-//! read-modify-write that survives concurrent edits, and stops — writing nothing — the moment
-//! another migrator has written the status (see [`crate::apimode::guard`]).
+//! resourceVersion and watch events stay one code path, under the leadership term's fence; or
+//! the cluster's built-in API): a read-modify-write that survives concurrent edits, never moves
+//! progress backwards, and stops — writing nothing — the moment another migrator has written
+//! the status (see [`crate::apimode::guard`]).
 
 use std::sync::Mutex;
 
 use super::source::Source;
-use crate::api::migration::{MigrationCondition, MigrationStatus, StorageVersionMigration};
+use crate::api::migration::{
+    MigrationCondition, MigrationProgress, MigrationStatus, StorageVersionMigration,
+};
 use crate::apimode::guard::{ForeignWrite, StatusGuard};
 use crate::registry::ApiError;
 
@@ -23,19 +26,69 @@ pub enum StatusWriteError {
     /// Another migrator wrote the status: nothing was written; ours leaves the migration to it.
     #[error("another migrator works on this migration: {0}")]
     Yielded(ForeignWrite),
+    /// This replica's leadership term is over: nothing was written; the controllers stop.
+    #[error("{0}")]
+    Deposed(String),
+    /// The stored progress is ahead of this run's (another run of the migration got further):
+    /// nothing was written; this run stops rather than move the checkpoint back.
+    #[error("the stored progress ({stored} objects) is ahead of this run's ({ours})")]
+    Behind { stored: i64, ours: i64 },
     #[error("writing the migration's status: {0}")]
     Registry(#[from] ApiError),
 }
 
 /// Applies `change` to the stored status of `name` and writes it with `/status` semantics,
-/// retrying on conflicts (someone labelled the object meanwhile). Returns the stored object.
-/// `guard` holds what this run last wrote: a status someone else wrote since is
+/// retrying on conflicts (someone labelled the object meanwhile): every attempt re-reads the
+/// object and applies `change` to what is stored then. Returns the stored object. `guard`
+/// holds what this run last wrote: a status someone else wrote since is
 /// [`StatusWriteError::Yielded`], and nothing is written.
 pub async fn write_status(
     source: &Source,
     name: &str,
     guard: &Mutex<StatusGuard>,
     change: impl Fn(&mut MigrationStatus, Option<i64>),
+) -> Result<StorageVersionMigration, StatusWriteError> {
+    write_status_checked(source, name, guard, |status, generation| {
+        change(status, generation);
+        Ok(())
+    })
+    .await
+}
+
+/// Writes `progress` as the checkpoint (and the list snapshot the migration started from, the
+/// first time) — never moving it backwards: when the stored progress counts more objects than
+/// `progress` (another run got further), nothing is written and the answer is
+/// [`StatusWriteError::Behind`]. A conflict retry checks again against what it re-reads.
+pub async fn write_progress(
+    source: &Source,
+    name: &str,
+    guard: &Mutex<StatusGuard>,
+    progress: &MigrationProgress,
+    resource_version: &str,
+) -> Result<StorageVersionMigration, StatusWriteError> {
+    write_status_checked(source, name, guard, |status, _| {
+        let stored = status.progress.as_ref().map_or(0, |p| p.migrated_objects);
+        if stored > progress.migrated_objects {
+            return Err(StatusWriteError::Behind {
+                stored,
+                ours: progress.migrated_objects,
+            });
+        }
+        status.progress = Some(progress.clone());
+        if status.resource_version.is_empty() && !resource_version.is_empty() {
+            status.resource_version = resource_version.to_string();
+        }
+        Ok(())
+    })
+    .await
+}
+
+/// [`write_status`] with a `change` that may refuse (nothing is written then).
+async fn write_status_checked(
+    source: &Source,
+    name: &str,
+    guard: &Mutex<StatusGuard>,
+    change: impl Fn(&mut MigrationStatus, Option<i64>) -> Result<(), StatusWriteError>,
 ) -> Result<StorageVersionMigration, StatusWriteError> {
     let mut attempts = 0;
     loop {
@@ -47,7 +100,7 @@ pub async fn write_status(
             return Err(StatusWriteError::Yielded(foreign));
         }
         let mut updated = current.clone();
-        change(&mut updated.status, current.metadata.generation);
+        change(&mut updated.status, current.metadata.generation)?;
         if updated == current {
             return Ok(current);
         }
@@ -60,6 +113,7 @@ pub async fn write_status(
             }
             Err(ApiError::Conflict { .. }) if attempts < 10 => continue,
             Err(ApiError::NotFound { .. }) => return Err(StatusWriteError::Gone),
+            Err(ApiError::Fenced(message)) => return Err(StatusWriteError::Deposed(message)),
             Err(err) => return Err(err.into()),
         }
     }
@@ -144,6 +198,76 @@ mod tests {
         assert_eq!(status.conditions[0].observed_generation, Some(2));
     }
 
+    #[tokio::test]
+    async fn progress_never_moves_backwards_and_a_stale_write_changes_nothing() {
+        use std::sync::Arc;
+
+        use crate::api::migration::{GroupVersionResource, MigrationSpec, MigrationStrategy};
+        use crate::registry::{Fence, Guarded, Store};
+        use crate::storage::Storage;
+        use crate::storage::embedded::EmbeddedStorage;
+
+        let storage: Arc<dyn Storage> = Arc::new(EmbeddedStorage::in_memory());
+        let store = Arc::new(Store::new(MigrationStrategy, storage.clone(), "/p"));
+        let guarded = Guarded::new(
+            store.clone(),
+            Fence::unfenced(storage, tokio_util::sync::CancellationToken::new()),
+        );
+        let mut migration = StorageVersionMigration {
+            spec: MigrationSpec {
+                resource: GroupVersionResource {
+                    group: "".into(),
+                    version: "".into(),
+                    resource: "secrets".into(),
+                },
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        migration.metadata.name = Some("m".into());
+        guarded.create(migration).await.expect("create");
+        let at = |n: i64, through: &str| MigrationProgress {
+            migrated_objects: n,
+            migrated_through: through.into(),
+            ..Default::default()
+        };
+        let source = Source::Ours(guarded.clone());
+        let run = || Mutex::new(StatusGuard::default());
+        let written = write_progress(&source, "m", &run(), &at(500, "ns/b"), "42")
+            .await
+            .expect("forward");
+        assert_eq!(written.status.resource_version, "42");
+        // Another run (a deposed leader's, or a stale one) is behind: refused, nothing written.
+        let stale = write_progress(&source, "m", &run(), &at(200, "ns/a"), "42").await;
+        assert!(
+            matches!(
+                stale,
+                Err(StatusWriteError::Behind {
+                    stored: 500,
+                    ours: 200
+                })
+            ),
+            "{stale:?}"
+        );
+        let stored = store.get("m").await.expect("get").expect("m");
+        assert_eq!(
+            stored.metadata.resource_version,
+            written.metadata.resource_version
+        );
+        assert_eq!(
+            stored
+                .status
+                .progress
+                .as_ref()
+                .map(|p| p.migrated_through.as_str()),
+            Some("ns/b")
+        );
+        // Equal or ahead is written.
+        write_progress(&source, "m", &run(), &at(700, "ns/c"), "42")
+            .await
+            .expect("forward again");
+    }
+
     #[test]
     fn long_messages_are_cut_on_a_char_boundary() {
         let message = "é".repeat(5000);
@@ -162,12 +286,16 @@ mod tests {
         use crate::storage::embedded::EmbeddedStorage;
 
         let storage: Arc<dyn Storage> = Arc::new(EmbeddedStorage::in_memory());
-        let store = Arc::new(Store::new(MigrationStrategy, storage, "/p"));
+        let store = Arc::new(Store::new(MigrationStrategy, storage.clone(), "/p"));
         let mut migration = StorageVersionMigration::default();
         migration.metadata.name = Some("m".into());
         migration.spec.resource.resource = "secrets".into();
         store.create(migration).await.expect("create");
-        let source = Source::Ours(store.clone());
+        let fence =
+            crate::registry::Fence::unfenced(storage, tokio_util::sync::CancellationToken::new());
+        let source = Source::Ours(
+            crate::registry::Guarded::new(store.clone(), fence).managed_by(FIELD_MANAGER),
+        );
         let guard = Mutex::new(StatusGuard::default());
         write_status(&source, "m", &guard, |status, generation| {
             set_condition(status, RUNNING, true, "MigrationStarted", "", generation);

@@ -170,6 +170,11 @@ pub enum ApiError {
     /// 504 Timeout (e.g. a resourceVersion the store has not reached in time).
     #[error("{0}")]
     Timeout(String),
+    /// A controller's write refused because its replica's leadership term is over
+    /// (`registry::fence`): nothing was written and the controllers are stopping. Only
+    /// controllers write under a fence, so no client sees it (it would be a 409 Conflict).
+    #[error("{0}")]
+    Fenced(String),
 }
 
 impl ApiError {
@@ -184,7 +189,8 @@ impl ApiError {
             ApiError::NotAcceptable(_) => 406,
             ApiError::AlreadyExists { .. }
             | ApiError::Conflict { .. }
-            | ApiError::ApplyConflict { .. } => 409,
+            | ApiError::ApplyConflict { .. }
+            | ApiError::Fenced(_) => 409,
             ApiError::Expired { .. } => 410,
             ApiError::TooLarge(_) => 413,
             ApiError::UnsupportedMediaType(_) => 415,
@@ -206,7 +212,9 @@ impl ApiError {
             ApiError::MethodNotAllowed(_) => "MethodNotAllowed",
             ApiError::NotAcceptable(_) => "NotAcceptable",
             ApiError::AlreadyExists { .. } => "AlreadyExists",
-            ApiError::Conflict { .. } | ApiError::ApplyConflict { .. } => "Conflict",
+            ApiError::Conflict { .. } | ApiError::ApplyConflict { .. } | ApiError::Fenced(_) => {
+                "Conflict"
+            }
             ApiError::Expired { .. } => "Expired",
             ApiError::TooLarge(_) => "RequestEntityTooLarge",
             ApiError::UnsupportedMediaType(_) => "UnsupportedMediaType",
@@ -349,7 +357,8 @@ impl ApiError {
         if !self.reason().is_empty() {
             status["reason"] = json!(self.reason());
         }
-        if !details.is_empty() {
+        // go-restful's 404 for an unknown path carries empty details; others omit them.
+        if !details.is_empty() || matches!(self, ApiError::UnknownPath) {
             status["details"] = Value::Object(details);
         }
         status["code"] = json!(self.code());

@@ -3,6 +3,7 @@
 
 pub mod continue_token;
 pub mod error;
+pub mod fence;
 pub mod field_validation;
 pub mod managed_fields;
 pub mod metadata;
@@ -18,8 +19,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 pub use error::{ApiError, ApiResult, FieldError};
+pub use fence::{Fence, Record};
 pub use rest::RestStorage;
-pub use store::{Store, now as now_time};
+pub use store::{Guarded, Store, now as now_time};
 pub use strategy::{ListMerge, ResourceInfo, Strategy, TableColumn};
 
 /// Every served resource, by (group, plural).

@@ -4,13 +4,14 @@
 use std::sync::Arc;
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::{Extension, Path, State};
 use axum::response::{IntoResponse, Response};
 use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use serde_json::Value;
 
 use super::AppState;
 use super::body::{decode_object, decode_options, read_limited};
+use super::connection::ConnectionControl;
 use super::negotiate::{self, BodyFormat, Endpoint, Negotiated, Target};
 use super::params::{self, Query, WriteVerb};
 use super::status::{self, HttpError, NO_CACHE_PRIVATE};
@@ -30,6 +31,8 @@ struct Call {
     headers: HeaderMap,
     query: Query,
     body: Body,
+    /// The request's connection (absent in unit tests that call the router directly).
+    connection: Option<ConnectionControl>,
 }
 
 impl Call {
@@ -65,7 +68,7 @@ impl Call {
     }
 }
 
-/// Resolve `/apis/<g>/<v>/<resource>` to a served resource, or `None` for a plain 404.
+/// Resolve `/apis/<g>/<v>/<resource>` to a served resource, or `None` (a 404).
 fn resolve(
     state: &AppState,
     group: &str,
@@ -87,9 +90,14 @@ fn call(
     uri: &Uri,
     headers: HeaderMap,
     body: Body,
-) -> Option<Call> {
-    let resource = resolve(&state, group, version, plural)?;
-    Some(Call {
+) -> Result<Call, Box<Response>> {
+    let Some(resource) = resolve(&state, group, version, plural) else {
+        return Err(Box::new(status::not_found(
+            |g| state.discovery.group(g).is_some(),
+            uri.path(),
+        )));
+    };
+    Ok(Call {
         state,
         resource,
         version: version.to_string(),
@@ -97,27 +105,31 @@ fn call(
         headers,
         query: Query::parse(uri.query()),
         body,
+        connection: None,
     })
 }
 
 pub async fn collection(
     State(state): State<AppState>,
     Path((group, version, plural)): Path<(String, String, String)>,
+    connection: Option<Extension<ConnectionControl>>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let Some(call) = call(
+    let mut call = match call(
         state,
         (&group, &version, &plural),
         method,
         &uri,
         headers,
         body,
-    ) else {
-        return status::page_not_found();
+    ) {
+        Ok(call) => call,
+        Err(not_found) => return *not_found,
     };
+    call.connection = connection.map(|Extension(c)| c);
     let result = match call.method.clone() {
         Method::GET if call.query.is_watch() => watch(call).await,
         Method::GET => list(call).await,
@@ -136,15 +148,16 @@ pub async fn item(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let Some(call) = call(
+    let call = match call(
         state,
         (&group, &version, &plural),
         method,
         &uri,
         headers,
         body,
-    ) else {
-        return status::page_not_found();
+    ) {
+        Ok(call) => call,
+        Err(not_found) => return *not_found,
     };
     let result = match call.method.clone() {
         Method::GET => get(call, &name).await,
@@ -164,18 +177,19 @@ pub async fn subresource(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let Some(call) = call(
+    let call = match call(
         state,
         (&group, &version, &plural),
         method,
         &uri,
         headers,
         body,
-    ) else {
-        return status::page_not_found();
+    ) {
+        Ok(call) => call,
+        Err(not_found) => return *not_found,
     };
     if sub != "status" || !call.resource.info().has_status_subresource {
-        return status::page_not_found();
+        return status::unknown_path();
     }
     let result = match call.method.clone() {
         Method::GET => get(call, &name).await,
@@ -281,9 +295,26 @@ async fn watch(call: Call) -> HandlerResult {
     let events = call.resource.watch(&call.version, &watch_params).await?;
     let lines = watch::frame_events(events, EventForm::for_target(negotiated.target, table));
     let shutdown = call.state.shutdown.clone();
-    Ok(watch::response(lines, timeout, async move {
-        shutdown.wait().await
-    }))
+    let resource = call.resource.info().plural;
+    let dropped = call.state.metrics.edge.terminated_watchers.clone();
+    let connection = call.connection.clone();
+    let on_unresponsive: watch::OnUnresponsive = Box::new(move || {
+        tracing::warn!(resource, "closing a watcher that does not read its events");
+        dropped
+            .get_or_create(&super::metrics::ResourceLabels {
+                resource: resource.to_string(),
+            })
+            .inc();
+        if let Some(connection) = connection {
+            connection.close_if_http1();
+        }
+    });
+    Ok(watch::response(
+        lines,
+        timeout,
+        async move { shutdown.wait().await },
+        on_unresponsive,
+    ))
 }
 
 /// Decode a create/update body, applying `fieldValidation` to duplicate keys (the registry

@@ -1,8 +1,9 @@
 //! The HTTPS server: a hand-written accept loop (hyper-util over tokio-rustls, HTTP/1.1 and
 //! HTTP/2 by ALPN) so each connection's TLS session is at hand: the peer's certificates are put
 //! into every request's extensions as [`PeerCertificates`] for client-certificate
-//! authentication. Shutdown stops accepting, fails `/readyz`, ends watches and waits for
-//! in-flight requests up to the grace period.
+//! authentication. At most `--max-open-connections` are open at once (past that, new ones wait
+//! in the listen backlog); each is served by [`super::connection`]. Shutdown stops accepting,
+//! fails `/readyz`, ends watches and waits for in-flight requests up to the grace period.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -11,19 +12,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use axum::body::Body;
-use axum::extract::ConnectInfo;
-use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
-use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::{GracefulShutdown, Watcher};
-use hyper_util::service::TowerToHyperService;
 use rustls::ServerConfig;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
-use tower::ServiceExt;
 
 use super::certs::{ensure_dev_certs, server_config, write_kubeconfig};
+use super::connection::{self, ConnectionLimits, Shared};
 use super::{AppState, ServeOptions, router};
 
 pub use crate::auth::PeerCertificates;
@@ -38,6 +33,7 @@ pub struct Serving {
     tls: TlsAcceptor,
     state: AppState,
     grace: Duration,
+    limits: ConnectionLimits,
 }
 
 /// Bind the listening socket, set up TLS (generating development certificates when none are
@@ -62,10 +58,21 @@ pub async fn bind(opts: &ServeOptions, state: AppState) -> Result<Serving> {
         None => server_config(&cert, &key)?,
     };
     let addr = SocketAddr::new(opts.bind_address, opts.secure_port);
-    let state = state.with_max_request_body_bytes(opts.max_request_body_bytes);
+    let state = state
+        .with_max_request_body_bytes(opts.max_request_body_bytes)
+        .with_inflight_limits(
+            opts.max_requests_inflight,
+            opts.max_mutating_requests_inflight,
+        );
     let mut serving = bind_with_tls_config(addr, tls, state).await?;
     serving.grace = Duration::from_secs(opts.shutdown_grace_seconds);
     serving.ca_file = ca_file.clone();
+    serving.limits = ConnectionLimits {
+        tls_handshake_timeout: opts.tls_handshake_timeout,
+        read_header_timeout: opts.read_header_timeout,
+        idle_connection_timeout: opts.idle_connection_timeout,
+        max_open_connections: fit_open_files(opts.max_open_connections),
+    };
     if !opts.write_kubeconfig.as_os_str().is_empty() {
         let url = server_url(serving.local_addr);
         let client = client.as_ref().map(|(c, k)| (c.as_path(), k.as_path()));
@@ -73,6 +80,32 @@ pub async fn bind(opts: &ServeOptions, state: AppState) -> Result<Serving> {
         tracing::info!(path = %opts.write_kubeconfig.display(), "wrote kubeconfig");
     }
     Ok(serving)
+}
+
+/// File descriptors kept for everything but client connections (etcd, the cluster client,
+/// files).
+const RESERVED_FILES: u64 = 256;
+
+/// Raise the open-files limit to its hard limit (as Go programs do at start) and fit the
+/// connection limit under it, so accepting never fails for lack of descriptors.
+fn fit_open_files(wanted: usize) -> usize {
+    let limit = match rlimit::increase_nofile_limit(u64::MAX) {
+        Ok(limit) => limit,
+        Err(err) => {
+            tracing::warn!(error = %err, "could not read or raise the open-files limit");
+            return wanted.max(1);
+        }
+    };
+    let fits = usize::try_from(limit.saturating_sub(RESERVED_FILES).max(1)).unwrap_or(usize::MAX);
+    if wanted > fits {
+        tracing::warn!(
+            wanted,
+            open_files_limit = limit,
+            using = fits,
+            "--max-open-connections lowered to fit the open-files limit"
+        );
+    }
+    wanted.min(fits).max(1)
 }
 
 /// Bind with a ready TLS configuration (e.g. one that verifies client certificates).
@@ -92,6 +125,7 @@ pub async fn bind_with_tls_config(
         tls: TlsAcceptor::from(tls),
         state,
         grace: Duration::from_secs(30),
+        limits: ConnectionLimits::default(),
     })
 }
 
@@ -122,22 +156,33 @@ impl Serving {
 
     /// Accept connections until `shutdown` completes, then drain in-flight requests.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<()> {
-        tracing::info!(address = %self.local_addr, "serving HTTPS");
-        let app = router(self.state.clone());
-        let graceful = GracefulShutdown::new();
+        tracing::info!(
+            address = %self.local_addr,
+            max_open_connections = self.limits.max_open_connections,
+            "serving HTTPS"
+        );
+        let slots = u32::try_from(self.limits.max_open_connections).unwrap_or(u32::MAX);
+        let connections = Arc::new(Semaphore::new(slots as usize));
+        let shared = Arc::new(Shared::new(
+            self.tls.clone(),
+            router(self.state.clone()),
+            self.limits.clone(),
+            self.state.metrics.edge.clone(),
+        ));
         tokio::pin!(shutdown);
         loop {
+            // A free slot first: at the limit, connections wait in the kernel's backlog.
+            let permit = tokio::select! {
+                permit = connections.clone().acquire_owned() => match permit {
+                    Ok(permit) => permit,
+                    Err(_) => break,
+                },
+                () = &mut shutdown => break,
+            };
             tokio::select! {
                 accepted = self.listener.accept() => match accepted {
                     Ok((tcp, peer)) => {
-                        let connection = serve_connection(
-                            tcp,
-                            peer,
-                            self.tls.clone(),
-                            app.clone(),
-                            graceful.watcher(),
-                        );
-                        tokio::spawn(connection);
+                        tokio::spawn(connection::serve(tcp, peer, shared.clone(), permit));
                     }
                     Err(err) => {
                         // Out of file descriptors and the like: back off instead of spinning.
@@ -151,50 +196,15 @@ impl Serving {
         tracing::info!("shutting down: draining in-flight requests");
         self.state.begin_shutdown();
         drop(self.listener);
+        shared.closing.cancel();
         tokio::select! {
-            () = graceful.shutdown() => tracing::info!("all connections closed"),
+            // Every slot back: every connection closed.
+            _ = connections.acquire_many(slots) => tracing::info!("all connections closed"),
             () = tokio::time::sleep(self.grace) => {
                 tracing::warn!(grace = ?self.grace, "grace period over, closing remaining connections");
             }
         }
         Ok(())
-    }
-}
-
-/// TLS handshake, then HTTP/1.1 or HTTP/2 on the connection until it closes or the server
-/// shuts down.
-async fn serve_connection(
-    tcp: TcpStream,
-    peer: SocketAddr,
-    tls: TlsAcceptor,
-    app: axum::Router,
-    watcher: Watcher,
-) {
-    // Without TCP_NODELAY a response's last small segment (a watch event, a page's tail)
-    // waits for the client's delayed ACK: ~40 ms per request, measured by `make bench`.
-    if let Err(err) = tcp.set_nodelay(true) {
-        tracing::debug!(%peer, error = %err, "could not set TCP_NODELAY");
-    }
-    let stream = match tls.accept(tcp).await {
-        Ok(stream) => stream,
-        Err(err) => {
-            tracing::debug!(%peer, error = %err, "TLS handshake failed");
-            return;
-        }
-    };
-    let certificates = PeerCertificates::of(stream.get_ref().1);
-    let service = tower::service_fn(move |mut request: http::Request<Incoming>| {
-        let extensions = request.extensions_mut();
-        extensions.insert(certificates.clone());
-        extensions.insert(ConnectInfo(peer));
-        app.clone().oneshot(request.map(Body::new))
-    });
-    let builder = auto::Builder::new(TokioExecutor::new());
-    let connection = builder
-        .serve_connection_with_upgrades(TokioIo::new(stream), TowerToHyperService::new(service))
-        .into_owned();
-    if let Err(err) = watcher.watch(connection).await {
-        tracing::debug!(%peer, error = %err, "connection ended with an error");
     }
 }
 

@@ -13,6 +13,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
@@ -38,6 +39,37 @@ pub struct DurationLabels {
     pub subresource: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestKindLabels {
+    /// `readOnly` or `mutating`, as kube-apiserver's inflight gauges.
+    pub request_kind: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResourceLabels {
+    pub resource: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: &'static str,
+}
+
+/// What the network edge counts: connections, requests in flight, watchers dropped.
+#[derive(Clone, Default)]
+pub struct EdgeMetrics {
+    /// `apiserver_current_inflight_requests{request_kind}` (kube-apiserver's name).
+    pub inflight: Family<RequestKindLabels, Gauge>,
+    /// `apiserver_terminated_watchers_total{resource}`: watchers closed because they did not
+    /// read (kube-apiserver's name).
+    pub terminated_watchers: Family<ResourceLabels, Counter>,
+    /// `svm_apiserver_open_connections`: client connections open now.
+    pub open_connections: Gauge,
+    /// `svm_apiserver_closed_connections_total{reason}`: connections the server closed on its
+    /// own (TLS handshake timeout or failure, a watcher that stopped reading, idle).
+    pub closed_connections: Family<ReasonLabels, Counter>,
+}
+
 /// kube-apiserver's request latency buckets.
 const DURATION_BUCKETS: [f64; 23] = [
     0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 6.0, 8.0,
@@ -54,6 +86,7 @@ pub struct Metrics {
     pub registry: Mutex<Registry>,
     requests: Family<RequestLabels, Counter>,
     durations: Family<DurationLabels, Histogram, fn() -> Histogram>,
+    pub edge: EdgeMetrics,
 }
 
 impl std::fmt::Debug for Metrics {
@@ -86,10 +119,32 @@ impl Metrics {
             "Response latency distribution in seconds for each verb, group, version, resource and subresource.",
             durations.clone(),
         );
+        let edge = EdgeMetrics::default();
+        registry.register(
+            "apiserver_current_inflight_requests",
+            "Maximal number of currently used inflight request limit of this apiserver per request kind in last second.",
+            edge.inflight.clone(),
+        );
+        registry.register(
+            "apiserver_terminated_watchers",
+            "Counter of watchers closed due to unresponsiveness broken by resource type.",
+            edge.terminated_watchers.clone(),
+        );
+        registry.register(
+            "svm_apiserver_open_connections",
+            "Client connections open now.",
+            edge.open_connections.clone(),
+        );
+        registry.register(
+            "svm_apiserver_closed_connections",
+            "Connections the server closed on its own, by reason.",
+            edge.closed_connections.clone(),
+        );
         Self {
             registry: Mutex::new(registry),
             requests,
             durations,
+            edge,
         }
     }
 

@@ -4,9 +4,12 @@
 
 mod body;
 mod certs;
+mod connection;
+mod delivery;
 mod discovery;
 mod handlers;
 mod health;
+mod inflight;
 mod listener;
 mod metrics;
 mod negotiate;
@@ -31,10 +34,12 @@ use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::trace::TraceLayer;
 
 pub use certs::{DevCerts, ensure_dev_certs, write_kubeconfig};
+pub use connection::{ConnectionControl, ConnectionLimits};
 pub use discovery::{compare_kube_versions, storage_version_hash};
+pub use inflight::InflightLimits;
 pub use listener::{PeerCertificates, Serving, bind, serve};
 pub use metrics::Metrics;
-pub use options::ServeOptions;
+pub use options::{ServeOptions, go_duration};
 pub use status::HttpError;
 
 use crate::registry::{ApiError, Registry};
@@ -53,6 +58,7 @@ pub struct AppState {
     discovery: Arc<discovery::Discovery>,
     openapi: Arc<openapi::OpenApi>,
     max_request_body_bytes: usize,
+    inflight: InflightLimits,
     shutdown: Shutdown,
     /// Delegated authentication and authorization; `None` serves everyone (unit tests only:
     /// `svm-apiserver serve` always installs it).
@@ -70,6 +76,10 @@ impl AppState {
             discovery: Arc::new(discovery),
             openapi: Arc::new(openapi),
             max_request_body_bytes: DEFAULT_MAX_REQUEST_BODY_BYTES,
+            inflight: InflightLimits::new(
+                options::DEFAULT_MAX_REQUESTS_INFLIGHT,
+                options::DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT,
+            ),
             shutdown: Shutdown::new(),
             auth: None,
         }
@@ -90,6 +100,12 @@ impl AppState {
 
     pub fn with_max_request_body_bytes(mut self, limit: usize) -> Self {
         self.max_request_body_bytes = limit;
+        self
+    }
+
+    /// `--max-requests-inflight`, `--max-mutating-requests-inflight` (0: no limit).
+    pub fn with_inflight_limits(mut self, read_only: usize, mutating: usize) -> Self {
+        self.inflight = InflightLimits::new(read_only, mutating);
         self
     }
 
@@ -162,12 +178,24 @@ pub fn router(state: AppState) -> Router {
         .route("/{endpoint}", get(health::endpoint))
         .route("/{endpoint}/{check}", get(health::single_check))
         .fallback(nonresource::not_found);
-    // Inside the metrics layer, so 401s and 403s are counted.
+    // Outermost first, as kube-apiserver's handler chain: metrics and tracing see every answer;
+    // the body of every request is accounted for (delivery); authentication, then the
+    // in-flight limit, then authorization (the limit spares the SubjectAccessReview of a
+    // request it refuses). Panics are caught around all of it as the last line of defence:
+    // nothing in these layers is meant to panic.
+    let limit = axum::middleware::from_fn_with_state(state.clone(), inflight::limit);
     let routes = match state.auth() {
-        Some(auth) => routes.layer(crate::auth::layer(auth.clone())),
-        None => routes,
+        Some(auth) => routes
+            .layer(crate::auth::authorization_layer(auth.clone()))
+            .layer(limit)
+            .layer(crate::auth::authentication_layer(auth.clone())),
+        None => routes.layer(limit),
     };
     routes
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            delivery::deliver,
+        ))
         .layer(CatchPanicLayer::custom(panic_response))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),

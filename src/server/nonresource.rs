@@ -39,8 +39,9 @@ fn finish(result: Result<Response, HttpError>) -> Response {
     result.unwrap_or_else(IntoResponse::into_response)
 }
 
-pub async fn not_found() -> Response {
-    status::page_not_found()
+/// Every path no route serves: a NotFound Status under our group, plain text elsewhere.
+pub async fn not_found(State(state): State<AppState>, uri: Uri) -> Response {
+    status::not_found(|g| state.discovery.group(g).is_some(), uri.path())
 }
 
 /// `/api`: the core group is not ours. kube-apiserver's generic servers (sample-apiserver,
@@ -124,7 +125,7 @@ pub async fn api_resources(
 ) -> Response {
     match state.discovery.resource_list(&group, &version) {
         Some(doc) => finish(only_get(&method).and_then(|()| json_response(&headers, &uri, doc))),
-        None => status::page_not_found(),
+        None => status::not_found(|g| state.discovery.group(g).is_some(), uri.path()),
     }
 }
 

@@ -2,8 +2,14 @@
 
 use std::net::IpAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use super::DEFAULT_MAX_REQUEST_BODY_BYTES;
+
+/// kube-apiserver's `--max-requests-inflight` default.
+pub const DEFAULT_MAX_REQUESTS_INFLIGHT: usize = 400;
+/// kube-apiserver's `--max-mutating-requests-inflight` default.
+pub const DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT: usize = 200;
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct ServeOptions {
@@ -30,7 +36,7 @@ pub struct ServeOptions {
 
     /// Write a kubeconfig pointing at this server (trusting the development CA) here at start;
     /// an empty value writes none.
-    #[arg(long, default_value = ".dev/kubeconfig")]
+    #[arg(long, default_value = ".dev/kubeconfig", value_parser = path_or_empty)]
     pub write_kubeconfig: PathBuf,
 
     /// The largest accepted request body; larger ones get 413.
@@ -40,6 +46,49 @@ pub struct ServeOptions {
     /// How long a shutdown waits for in-flight requests before closing connections.
     #[arg(long, default_value_t = 30)]
     pub shutdown_grace_seconds: u64,
+
+    /// The most non-mutating requests served at once (long-running watches excluded); more get
+    /// 429 with Retry-After. 0: no limit. As kube-apiserver's flag.
+    #[arg(long, default_value_t = DEFAULT_MAX_REQUESTS_INFLIGHT)]
+    pub max_requests_inflight: usize,
+
+    /// The most mutating requests (create, update, patch, delete) served at once; more get 429
+    /// with Retry-After. 0: no limit. As kube-apiserver's flag.
+    #[arg(long, default_value_t = DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT)]
+    pub max_mutating_requests_inflight: usize,
+
+    /// The most client connections open at once; past it the server stops accepting until one
+    /// closes (they wait in the listen backlog). Lowered to fit the open-files limit.
+    #[arg(long, default_value_t = 8192)]
+    pub max_open_connections: usize,
+
+    /// How long a client may take to complete the TLS handshake (Go duration: 10s, 1m).
+    #[arg(long, default_value = "10s", value_parser = go_duration)]
+    pub tls_handshake_timeout: Duration,
+
+    /// How long a client may take to send a request's headers, counted from when the
+    /// connection waits for them — so also how long an idle HTTP/1.1 keep-alive connection is
+    /// kept (kube-apiserver: 32s).
+    #[arg(long, default_value = "32s", value_parser = go_duration)]
+    pub read_header_timeout: Duration,
+
+    /// How long an HTTP/2 connection with no request in flight is kept before it is closed
+    /// with GOAWAY (kube-apiserver: 90s).
+    #[arg(long, default_value = "90s", value_parser = go_duration)]
+    pub idle_connection_timeout: Duration,
+}
+
+/// A flag duration in Go's syntax (`90s`, `1m30s`, `250ms`, `0`), as Kubernetes flags are
+/// written; negative durations are refused.
+pub fn go_duration(text: &str) -> Result<Duration, String> {
+    let parsed: kube::core::Duration = text
+        .trim()
+        .parse()
+        .map_err(|err| format!("invalid duration {text:?} ({err}); examples: 30s, 1m30s, 250ms"))?;
+    if parsed.is_negative() {
+        return Err(format!("invalid duration {text:?}: must not be negative"));
+    }
+    Ok(parsed.into())
 }
 
 impl ServeOptions {
@@ -54,8 +103,20 @@ impl ServeOptions {
             write_kubeconfig: dir.join("kubeconfig"),
             max_request_body_bytes: DEFAULT_MAX_REQUEST_BODY_BYTES,
             shutdown_grace_seconds: 5,
+            max_requests_inflight: DEFAULT_MAX_REQUESTS_INFLIGHT,
+            max_mutating_requests_inflight: DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT,
+            max_open_connections: 8192,
+            tls_handshake_timeout: Duration::from_secs(10),
+            read_header_timeout: Duration::from_secs(32),
+            idle_connection_timeout: Duration::from_secs(90),
         }
     }
+}
+
+/// A path, where the empty value means "none" (clap's own path parser refuses it, which made
+/// deploy/'s `--write-kubeconfig=` fail at start).
+fn path_or_empty(value: &str) -> Result<PathBuf, std::convert::Infallible> {
+    Ok(PathBuf::from(value))
 }
 
 #[cfg(test)]
@@ -77,6 +138,27 @@ mod tests {
         assert_eq!(cli.serve.max_request_body_bytes, 3_145_728);
         assert_eq!(cli.serve.cert_dir, PathBuf::from(".dev/certs"));
         assert_eq!(cli.serve.write_kubeconfig, PathBuf::from(".dev/kubeconfig"));
+        assert_eq!(cli.serve.max_requests_inflight, 400);
+        assert_eq!(cli.serve.max_mutating_requests_inflight, 200);
+        assert_eq!(cli.serve.tls_handshake_timeout, Duration::from_secs(10));
+        assert_eq!(cli.serve.read_header_timeout, Duration::from_secs(32));
+        assert_eq!(cli.serve.idle_connection_timeout, Duration::from_secs(90));
+    }
+
+    #[test]
+    fn durations_are_go_durations() {
+        assert_eq!(go_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(go_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(go_duration("0"), Ok(Duration::ZERO));
+        assert!(go_duration("-5s").is_err());
+        assert!(go_duration("5").is_err(), "Go needs a unit");
+        assert!(go_duration("5 minutes").is_err());
+    }
+
+    #[test]
+    fn an_empty_write_kubeconfig_writes_none() {
+        let cli = Cli::try_parse_from(["x", "--write-kubeconfig="]).expect("parse");
+        assert_eq!(cli.serve.write_kubeconfig, PathBuf::new());
     }
 
     #[test]

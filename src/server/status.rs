@@ -58,8 +58,8 @@ pub fn status_response(code: u16, status: &Value) -> Response {
         .into_response()
 }
 
-/// kube-apiserver's answer for a path no handler serves (an unknown group, version, resource or
-/// subresource): Go's `http.NotFound`, plain text, not a Status (recording 09c).
+/// kube-apiserver's answer for a path outside every served API group (an unknown group, or no
+/// API path at all): Go's `http.NotFound`, plain text, not a Status (recording 09c, step 5).
 pub fn page_not_found() -> Response {
     (
         StatusCode::NOT_FOUND,
@@ -71,6 +71,26 @@ pub fn page_not_found() -> Response {
         "404 page not found\n",
     )
         .into_response()
+}
+
+/// kube-apiserver's answer for an unknown path under a group it serves (an unknown version,
+/// resource or subresource, or anything deeper): go-restful's 404 as a NotFound Status, "the
+/// server could not find the requested resource", with empty details (checked against
+/// kube-apiserver v1.36.2 for each kind of path).
+pub fn unknown_path() -> Response {
+    HttpError(ApiError::UnknownPath).into_response()
+}
+
+/// The 404 for `path`: a Status under a served API group, plain text elsewhere.
+pub fn not_found(served_group: impl Fn(&str) -> bool, path: &str) -> Response {
+    let group = path
+        .strip_prefix("/apis/")
+        .and_then(|rest| rest.split('/').next())
+        .filter(|group| !group.is_empty());
+    match group {
+        Some(group) if served_group(group) => unknown_path(),
+        _ => page_not_found(),
+    }
 }
 
 /// 405 for a method the path does not support.
@@ -167,6 +187,42 @@ mod tests {
             "text/plain; charset=utf-8"
         );
         assert_eq!(body_of(response).await, b"404 page not found\n");
+    }
+
+    #[tokio::test]
+    async fn unknown_paths_under_a_served_group_are_a_not_found_status() {
+        let served = |group: &str| group == "g.io";
+        for path in [
+            "/apis/g.io/v9",
+            "/apis/g.io/v1/unknown",
+            "/apis/g.io/v1/things/a/unknown",
+            "/apis/g.io/v1/things/a/status/x",
+            "/apis/g.io/v1/things/a/status/x/y/z",
+        ] {
+            let response = not_found(served, path);
+            assert_eq!(response.status(), StatusCode::NOT_FOUND, "{path}");
+            assert_eq!(response.headers()[header::CONTENT_TYPE], "application/json");
+            // Byte for byte what kube-apiserver v1.36.2 sends (compact, newline-terminated).
+            assert_eq!(
+                body_of(response).await,
+                b"{\"kind\":\"Status\",\"apiVersion\":\"v1\",\"metadata\":{},\"status\":\"Failure\",\"message\":\"the server could not find the requested resource\",\"reason\":\"NotFound\",\"details\":{},\"code\":404}\n",
+                "{path}"
+            );
+        }
+        for path in [
+            "/apis/other.io/v1/things",
+            "/apis/",
+            "/apis//x",
+            "/nope",
+            "/api/v1/x",
+        ] {
+            let response = not_found(served, path);
+            assert_eq!(
+                response.headers()[header::CONTENT_TYPE],
+                "text/plain; charset=utf-8",
+                "{path}"
+            );
+        }
     }
 
     #[tokio::test]

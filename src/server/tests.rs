@@ -214,20 +214,47 @@ async fn group_and_version_documents() {
 }
 
 #[tokio::test]
-async fn unknown_paths_get_the_plain_404() {
+async fn unknown_paths_outside_our_group_get_the_plain_404() {
     let app = app();
     for uri in [
         "/apis/nosuch.group",
         "/apis/nosuch.group/v1/things/x",
-        "/apis/test.example.io/v9",
-        "/apis/test.example.io/v9/things",
-        "/apis/test.example.io/v1/gadgets/x",
-        "/apis/test.example.io/v1/things/a/scale",
         "/api",
         "/api/v1",
         "/nothing/here/at/all",
     ] {
         assert_plain_404(&get(&app, uri).await);
+    }
+}
+
+/// As kube-apiserver's go-restful container: under a served group every unknown path is a
+/// NotFound Status, whatever the method.
+#[tokio::test]
+async fn unknown_paths_under_our_group_get_a_not_found_status() {
+    let app = app_with_things(&["a"]).await;
+    for uri in [
+        "/apis/test.example.io/v9",
+        "/apis/test.example.io/v9/things",
+        "/apis/test.example.io/v1/gadgets/x",
+        "/apis/test.example.io/v1/things/a/scale",
+        "/apis/test.example.io/v1/things/missing/unknown",
+        "/apis/test.example.io/v1/things/a/status/x",
+        "/apis/test.example.io/v1/things/a/status/x/y/z",
+    ] {
+        for method in ["GET", "PUT", "POST", "DELETE"] {
+            let reply = send(&app, req(method, uri).body(Body::empty()).expect("request")).await;
+            assert_status(&reply, 404, Some("NotFound"));
+            assert_eq!(
+                reply.json()["message"],
+                "the server could not find the requested resource",
+                "{method} {uri}"
+            );
+            assert_eq!(
+                reply.json()["details"],
+                serde_json::json!({}),
+                "{method} {uri}"
+            );
+        }
     }
 }
 

@@ -1,7 +1,17 @@
 //! Watch responses: HTTP 200, one compact `{"type":…,"object":…}` line per event, each written
 //! as its own chunk, ending when the registry's stream ends, the timeout passes, the server shuts
 //! down, or the client goes away (the body is dropped).
+//!
+//! Between the storage watch and the response sits a bounded buffer ([`WATCH_BUFFER_BYTES`]),
+//! filled by a task of its own: a client that stops reading fills it (once its HTTP/2 stream
+//! window, or over HTTP/1.1 the kernel's socket buffers, are full), and if no line can be added
+//! for [`UNRESPONSIVE_GRACE`] the watcher is dropped (as kube-apiserver's cacheWatcher is): its
+//! storage watch ends, the buffer is freed, an HTTP/1.1 connection is closed, and an HTTP/2
+//! stream is reset when the client next reads. A client that reads, however slowly, frees room
+//! and is never dropped. Writers and other watchers never wait for it.
 
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::body::Body;
@@ -119,22 +129,70 @@ fn line(event: &WatchEvent) -> Bytes {
     Bytes::from(bytes)
 }
 
-/// The streaming response.
+/// How much framed output one watcher may have waiting for its client.
+pub const WATCH_BUFFER_BYTES: usize = 64 << 10;
+/// How long a full buffer may stay full before the watcher is dropped as unresponsive.
+pub const UNRESPONSIVE_GRACE: Duration = Duration::from_secs(5);
+
+/// Called once when a watcher is dropped for not reading (to count it, to close its
+/// connection).
+pub type OnUnresponsive = Box<dyn FnOnce() + Send>;
+
+/// The streaming response: `lines` are pumped into the bounded buffer by a task of their own
+/// until they end, `timeout` passes, `shutdown` completes, or the client goes away.
 pub fn response(
     lines: impl Stream<Item = Bytes> + Send + 'static,
     timeout: Duration,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    on_unresponsive: OnUnresponsive,
 ) -> Response {
-    let deadline = tokio::time::sleep(timeout);
-    let until = async move {
-        tokio::select! {
-            () = deadline => {},
-            () = shutdown => {},
-        }
+    response_with(
+        lines,
+        timeout,
+        shutdown,
+        Bounds {
+            bytes: WATCH_BUFFER_BYTES,
+            grace: UNRESPONSIVE_GRACE,
+        },
+        on_unresponsive,
+    )
+}
+
+/// The buffer's bounds.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    pub bytes: usize,
+    pub grace: Duration,
+}
+
+pub fn response_with(
+    lines: impl Stream<Item = Bytes> + Send + 'static,
+    timeout: Duration,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    bounds: Bounds,
+    on_unresponsive: OnUnresponsive,
+) -> Response {
+    let buffer = Arc::new(Buffer::default());
+    let gone = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(pump(
+        lines,
+        buffer.clone(),
+        Ends {
+            deadline: tokio::time::sleep(timeout),
+            shutdown,
+            gone: gone.clone(),
+        },
+        bounds,
+        on_unresponsive,
+    ));
+    let reader = Reader {
+        buffer,
+        _gone: gone.drop_guard(),
     };
-    let body = lines
-        .take_until(until)
-        .map(Ok::<Bytes, std::convert::Infallible>);
+    let body = futures::stream::unfold(reader, |reader| async move {
+        let next = reader.buffer.next().await?;
+        Some((next, reader))
+    });
     (
         StatusCode::OK,
         [
@@ -144,6 +202,151 @@ pub fn response(
         Body::from_stream(body),
     )
         .into_response()
+}
+
+/// What ends a watch besides its lines.
+struct Ends<S> {
+    deadline: tokio::time::Sleep,
+    shutdown: S,
+    /// Cancelled when the response body is dropped (the client went away).
+    gone: tokio_util::sync::CancellationToken,
+}
+
+/// The response body's side: dropping it tells the pump the client is gone.
+struct Reader {
+    buffer: Arc<Buffer>,
+    _gone: tokio_util::sync::DropGuard,
+}
+
+async fn pump<S: std::future::Future<Output = ()>>(
+    lines: impl Stream<Item = Bytes>,
+    buffer: Arc<Buffer>,
+    ends: Ends<S>,
+    bounds: Bounds,
+    on_unresponsive: OnUnresponsive,
+) {
+    let Ends {
+        deadline,
+        shutdown,
+        gone,
+    } = ends;
+    tokio::pin!(lines, deadline, shutdown);
+    loop {
+        let line = tokio::select! {
+            line = lines.next() => line,
+            () = &mut deadline => None,
+            () = &mut shutdown => None,
+            () = gone.cancelled() => return,
+        };
+        let Some(line) = line else {
+            buffer.end(Ending::Finished);
+            return;
+        };
+        tokio::select! {
+            pushed = buffer.push(line, bounds) => if !pushed {
+                buffer.end(Ending::Unresponsive);
+                on_unresponsive();
+                return;
+            },
+            () = gone.cancelled() => return,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ending {
+    Finished,
+    Unresponsive,
+}
+
+/// The framed lines waiting for the client, at most [`Bounds::bytes`] of them (one line is
+/// always taken, however long).
+#[derive(Default)]
+struct Buffer {
+    state: Mutex<Queue>,
+    /// The reader waits here for a line or the end.
+    readable: tokio::sync::Notify,
+    /// The pump waits here for room.
+    writable: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct Queue {
+    lines: VecDeque<Bytes>,
+    bytes: usize,
+    ended: Option<Ending>,
+}
+
+impl Buffer {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        // Every update is a single push or pop: a panic cannot leave it half done.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Queue `line`, waiting up to the grace period for room; false when there was none.
+    async fn push(&self, line: Bytes, bounds: Bounds) -> bool {
+        let room = async {
+            loop {
+                let wait = self.writable.notified();
+                {
+                    let mut queue = self.lock();
+                    if queue.lines.is_empty() || queue.bytes + line.len() <= bounds.bytes {
+                        queue.bytes += line.len();
+                        queue.lines.push_back(line.clone());
+                        break;
+                    }
+                }
+                wait.await;
+            }
+        };
+        let pushed = tokio::time::timeout(bounds.grace, room).await.is_ok();
+        if pushed {
+            self.readable.notify_one();
+        }
+        pushed
+    }
+
+    /// No more lines: the reader ends after the queued ones (or at once, dropping them, for an
+    /// unresponsive watcher).
+    fn end(&self, ending: Ending) {
+        {
+            let mut queue = self.lock();
+            if ending == Ending::Unresponsive {
+                queue.lines.clear();
+                queue.bytes = 0;
+            }
+            queue.ended = Some(ending);
+        }
+        self.readable.notify_one();
+    }
+
+    /// The next line for the client; `None` at a clean end.
+    async fn next(&self) -> Option<Result<Bytes, std::io::Error>> {
+        loop {
+            let wait = self.readable.notified();
+            {
+                let mut queue = self.lock();
+                if let Some(line) = queue.lines.pop_front() {
+                    queue.bytes -= line.len();
+                    drop(queue);
+                    self.writable.notify_one();
+                    return Some(Ok(line));
+                }
+                match queue.ended {
+                    Some(Ending::Finished) => return None,
+                    Some(Ending::Unresponsive) => {
+                        return Some(Err(std::io::Error::other(
+                            "watcher dropped: it did not read its events",
+                        )));
+                    }
+                    None => {}
+                }
+            }
+            wait.await;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -203,6 +406,80 @@ mod tests {
         assert_eq!(lines[1]["object"]["rows"][0]["cells"], json!(["a", 1]));
         assert_eq!(lines[2]["object"]["rows"], json!([]));
         assert_eq!(lines[2]["object"]["metadata"]["resourceVersion"], "3");
+    }
+
+    fn line(n: usize) -> Bytes {
+        Bytes::from(format!("{{\"n\":{n:05}}}\n"))
+    }
+
+    /// A reader that keeps up gets every line, in order, and a clean end.
+    #[tokio::test]
+    async fn a_reading_client_gets_every_line_through_a_small_buffer() {
+        let lines = futures::stream::iter((0..500).map(line));
+        let bounds = Bounds {
+            bytes: 64,
+            grace: Duration::from_secs(30),
+        };
+        let response = response_with(
+            lines,
+            Duration::from_secs(60),
+            std::future::pending(),
+            bounds,
+            Box::new(|| panic!("a reading client is never dropped")),
+        );
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .expect("clean end");
+        let expected: Vec<u8> = (0..500).flat_map(|n| line(n).to_vec()).collect();
+        assert_eq!(body.to_vec(), expected);
+    }
+
+    /// A client that never reads is dropped once its buffer stays full for the grace period:
+    /// its source stops being read, and the body ends in an error.
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_stops_reading_is_dropped() {
+        let pulled = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counted = pulled.clone();
+        let lines = futures::stream::iter(0..).map(move |n| {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            line(n)
+        });
+        let (dropped, was_dropped) = tokio::sync::oneshot::channel();
+        let response = response_with(
+            lines,
+            Duration::from_secs(3600),
+            std::future::pending(),
+            Bounds {
+                bytes: 100,
+                grace: Duration::from_secs(5),
+            },
+            Box::new(move || {
+                let _ = dropped.send(());
+            }),
+        );
+        tokio::time::timeout(Duration::from_secs(6), was_dropped)
+            .await
+            .expect("dropped within the grace period")
+            .expect("callback");
+        // 100 bytes hold 8 lines of 12; one more was taken from the source and waited.
+        let taken = pulled.load(std::sync::atomic::Ordering::SeqCst);
+        assert!(taken <= 10, "{taken} lines pulled from the source");
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX).await;
+        assert!(body.is_err(), "the body ends in an error, not cleanly");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_watch_ends_cleanly_at_its_timeout() {
+        let response = response(
+            futures::stream::pending(),
+            Duration::from_secs(10),
+            std::future::pending(),
+            Box::new(|| panic!("not unresponsive")),
+        );
+        let body = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .expect("clean end");
+        assert!(body.is_empty());
     }
 
     #[tokio::test]

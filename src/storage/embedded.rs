@@ -24,6 +24,7 @@ use tokio::sync::broadcast;
 
 use self::mvcc::{Mvcc, Prepared};
 use self::wal::Wal;
+pub use self::wal::{DamageReport, Recovery, Verification, recover, verify};
 use self::watch::Committed;
 use super::{
     KeyValue, ListOptions, ListResult, Result, Revision, Storage, StorageError, Txn, TxnOutcome,
@@ -80,7 +81,7 @@ impl EmbeddedStorage {
         if opened.truncated > 0 {
             tracing::warn!(
                 bytes = opened.truncated,
-                "write-ahead log ended in a torn record (a crash mid-write); it was cut off"
+                "write-ahead log ended in a torn record (a write that never completed); it was cut off"
             );
         }
         Ok(Self::build(opened.mvcc, Some(opened.wal), options))

@@ -11,6 +11,7 @@
 //!   invalid requests an `InvalidInput` I/O error, everything else (connection refused, no
 //!   leader, timeouts) `Unavailable`.
 
+pub mod tls;
 mod watch;
 
 use std::time::Duration;
@@ -37,6 +38,8 @@ pub struct EtcdOptions {
     pub request_timeout: Duration,
     /// HTTP/2 keep-alive ping interval and timeout: finds dead connections under idle watches.
     pub keep_alive: (Duration, Duration),
+    /// TLS to etcd (`https://` endpoints); `None` for plain `http://`.
+    pub tls: Option<std::sync::Arc<tls::EtcdTls>>,
 }
 
 impl Default for EtcdOptions {
@@ -46,6 +49,7 @@ impl Default for EtcdOptions {
             dial_timeout: Duration::from_secs(5),
             request_timeout: Duration::from_secs(30),
             keep_alive: (Duration::from_secs(30), Duration::from_secs(10)),
+            tls: None,
         }
     }
 }
@@ -66,19 +70,37 @@ const MAX_RESPONSE_BYTES: usize = i32::MAX as usize;
 const PROBE_KEY: &str = "\0svm-apiserver-probe";
 
 impl EtcdStorage {
-    /// Connect to `endpoints` (`http://host:port`) and check that etcd answers; fails with
-    /// `Unavailable` when it does not.
+    /// Connect to `endpoints` (`http://host:port`, or `https://host:port` with TLS) and check
+    /// that etcd answers; fails with `Unavailable` when it does not, saying why for TLS.
     pub async fn connect(endpoints: &[String], opts: EtcdOptions) -> Result<EtcdStorage> {
         if endpoints.is_empty() {
             return Err(StorageError::Unavailable("no etcd endpoints given".into()));
         }
         let (interval, timeout) = opts.keep_alive;
-        let connect = ConnectOptions::new()
+        let mut connect = ConnectOptions::new()
             .with_connect_timeout(opts.dial_timeout)
             .with_keep_alive(interval, timeout)
             .with_keep_alive_while_idle(true)
             // Watches on a member cut off from its cluster fail instead of going silent.
             .with_require_leader(true);
+        match &opts.tls {
+            Some(tls) => {
+                check_tls(tls, endpoints, opts.dial_timeout).await?;
+                let mut config = etcd_client::TlsOptions::new()
+                    .ca_certificate(etcd_client::Certificate::from_pem(&tls.ca_pem));
+                if let Some((cert, key)) = &tls.identity {
+                    config = config.identity(etcd_client::Identity::from_pem(cert, key));
+                }
+                connect = connect.with_tls(config);
+            }
+            None => {
+                if let Some(https) = endpoints.iter().find(|e| e.starts_with("https://")) {
+                    return Err(StorageError::Unavailable(format!(
+                        "{https} is reached over TLS: give --etcd-cafile (and --etcd-certfile,                          --etcd-keyfile for an etcd with --client-cert-auth)"
+                    )));
+                }
+            }
+        }
         let client = within(
             opts.request_timeout,
             "connecting",
@@ -382,6 +404,29 @@ impl From<etcd_client::Error> for Failure {
             _ => Failure::Other(StorageError::Unavailable(format!("etcd: {error}"))),
         }
     }
+}
+
+/// Every endpoint must be `https://`, and at least one must complete a TLS handshake with our
+/// certificates; otherwise the error says what each one answered.
+async fn check_tls(tls: &tls::EtcdTls, endpoints: &[String], timeout: Duration) -> Result<()> {
+    let mut failures = Vec::new();
+    for endpoint in endpoints {
+        match tls.probe(endpoint, timeout).await {
+            Ok(()) => {}
+            Err(failure) => failures.push(failure),
+        }
+    }
+    let plain = endpoints.iter().any(|e| !e.starts_with("https://"));
+    if plain || failures.len() == endpoints.len() {
+        return Err(StorageError::Unavailable(format!(
+            "etcd over TLS: {}",
+            failures.join("; ")
+        )));
+    }
+    for failure in failures {
+        tracing::warn!(%failure, "an etcd endpoint failed its TLS check");
+    }
+    Ok(())
 }
 
 /// Bound a request's time; a request that runs out is `Unavailable`.

@@ -9,13 +9,17 @@
 //!   it may have missed while it was away.
 //!
 //! Operators read both with `etcdctl get --prefix <prefix>/hashhistory/` (values are JSON).
+//!
+//! Both are written under the leadership term's fence (`registry::fence`): entries as records
+//! in the StorageState's own transaction, the observer record through the fence.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::storage::{ListOptions, Op, Storage, StorageError};
+use crate::registry::{ApiResult, Fence, Record};
+use crate::storage::{ListOptions, Storage, StorageError};
 
 /// Where an observation came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -184,7 +188,7 @@ impl HashHistory {
         Ok(entries)
     }
 
-    /// The puts that append `entries` after sequence number `last_seq`, and the entries as
+    /// The records that append `entries` after sequence number `last_seq`, and the entries as
     /// they will be stored. The caller commits them with the StorageState write they belong
     /// to; that write's revision precondition is what keeps two writers from taking one
     /// sequence number.
@@ -194,7 +198,7 @@ impl HashHistory {
         resource: &str,
         last_seq: u64,
         entries: &[NewEntry],
-    ) -> (Vec<Op>, Vec<HistoryEntry>) {
+    ) -> (Vec<Record>, Vec<HistoryEntry>) {
         let prefix = self.resource_prefix(group, resource);
         let time = now_text();
         let mut ops = Vec::with_capacity(entries.len());
@@ -213,7 +217,10 @@ impl HashHistory {
             // Serializing plain strings and enums cannot fail; an empty value would only
             // make the entry unreadable, never the write wrong.
             let bytes = serde_json::to_vec(&record).unwrap_or_default();
-            ops.push(Op::Put(format!("{prefix}{seq:020}"), bytes));
+            ops.push(Record {
+                key: format!("{prefix}{seq:020}"),
+                value: bytes,
+            });
             stored.push(record);
         }
         (ops, stored)
@@ -228,13 +235,15 @@ impl HashHistory {
             .map_err(|err| StorageError::Corrupt(format!("the trigger's observer record: {err}")))
     }
 
-    pub async fn write_observer(&self, record: &ObserverRecord) -> Result<(), StorageError> {
+    /// Writes the observer record under `fence` (nothing is written once the term is over).
+    pub async fn write_observer(&self, fence: &Fence, record: &ObserverRecord) -> ApiResult<()> {
         let bytes = serde_json::to_vec(record).unwrap_or_default();
-        let txn = crate::storage::Txn {
-            compares: Vec::new(),
-            ops: vec![Op::Put(self.observer_key(), bytes)],
-        };
-        self.storage.txn(txn).await.map(|_| ())
+        fence
+            .put_records(vec![Record {
+                key: self.observer_key(),
+                value: bytes,
+            }])
+            .await
     }
 }
 
@@ -242,7 +251,14 @@ impl HashHistory {
 mod tests {
     use super::*;
     use crate::storage::embedded::EmbeddedStorage;
-    use crate::storage::{Txn, TxnOutcome};
+    use crate::storage::{Op, Txn, TxnOutcome};
+
+    fn puts(records: Vec<Record>) -> Vec<Op> {
+        records
+            .into_iter()
+            .map(|r| Op::Put(r.key, r.value))
+            .collect()
+    }
 
     fn entry(hash: &str) -> NewEntry {
         NewEntry {
@@ -263,7 +279,8 @@ mod tests {
             ("apps", "deployments", vec!["x"]),
         ] {
             let entries: Vec<NewEntry> = hashes.iter().map(|h| entry(h)).collect();
-            let (ops, stored) = history.append(group, resource, 0, &entries);
+            let (records, stored) = history.append(group, resource, 0, &entries);
+            let ops = puts(records);
             assert_eq!(
                 stored.iter().map(|e| e.seq).collect::<Vec<_>>(),
                 (1..=hashes.len() as u64).collect::<Vec<_>>()
@@ -278,13 +295,12 @@ mod tests {
             assert!(matches!(outcome, TxnOutcome::Committed { .. }));
         }
         // A tenth entry sorts after the ninth (zero-padded keys).
-        let (ops, _) = history.append("", "configmaps", 9, &[entry("c")]);
-        match &ops[0] {
-            Op::Put(key, _) => {
-                assert_eq!(key, "/svm/hashhistory/core/configmaps/00000000000000000010")
-            }
-            other => panic!("{other:?}"),
-        }
+        let (records, _) = history.append("", "configmaps", 9, &[entry("c")]);
+        assert_eq!(
+            records[0].key,
+            "/svm/hashhistory/core/configmaps/00000000000000000010"
+        );
+        let ops = puts(records);
         storage
             .txn(Txn {
                 compares: vec![],
@@ -317,7 +333,7 @@ mod tests {
     #[tokio::test]
     async fn the_observer_record_round_trips() {
         let storage: Arc<dyn Storage> = Arc::new(EmbeddedStorage::in_memory());
-        let history = HashHistory::new(storage, "/svm");
+        let history = HashHistory::new(storage.clone(), "/svm");
         assert_eq!(history.read_observer().await.expect("read"), None);
         let mut record = ObserverRecord {
             last_vouched: "2026-11-23T10:00:00Z".into(),
@@ -330,7 +346,11 @@ mod tests {
                 first_seen: "2026-11-23T09:00:00Z".into(),
             },
         );
-        history.write_observer(&record).await.expect("write");
+        let fence = Fence::unfenced(storage, tokio_util::sync::CancellationToken::new());
+        history
+            .write_observer(&fence, &record)
+            .await
+            .expect("write");
         assert_eq!(history.read_observer().await.expect("read"), Some(record));
     }
 }

@@ -4,6 +4,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -19,7 +20,21 @@ pub struct SourceLabel {
     pub source: String,
 }
 
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StorageStateLabel {
+    /// The StorageState's name (`deployments.apps`, `configmaps`).
+    pub storagestate: String,
+}
+
+/// Detection lag buckets: a watch sees a change within seconds, a poll within
+/// `--discovery-interval`, a missed change not before the next look.
+fn detection_lag_histogram() -> Histogram {
+    Histogram::new([
+        0.5, 1.0, 2.5, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 900.0,
+    ])
+}
+
+#[derive(Debug, Clone)]
 pub struct TriggerMetrics {
     pub discovery_requests: Family<ResultLabel, Counter>,
     pub looks: Counter,
@@ -29,6 +44,30 @@ pub struct TriggerMetrics {
     pub safe_resources: Gauge,
     /// Resources tracked.
     pub resources: Gauge,
+    /// For each StorageState that is not safe: since when (Unix seconds), that is the time of
+    /// the history entry that made it unsafe (the series goes when it is safe again).
+    pub unsafe_since: Family<StorageStateLabel, Gauge>,
+    /// The oldest `lastHeartbeatTime` of the StorageStates (Unix seconds): a trigger that has
+    /// stopped refreshing them shows here.
+    pub oldest_heartbeat: Gauge,
+    /// From a storage-version change in the cluster to its history entry, by source.
+    pub detection_lag: Family<SourceLabel, Histogram, fn() -> Histogram>,
+}
+
+impl Default for TriggerMetrics {
+    fn default() -> Self {
+        Self {
+            discovery_requests: Family::default(),
+            looks: Counter::default(),
+            history_entries: Family::default(),
+            migrations_created: Counter::default(),
+            safe_resources: Gauge::default(),
+            resources: Gauge::default(),
+            unsafe_since: Family::default(),
+            oldest_heartbeat: Gauge::default(),
+            detection_lag: Family::new_with_constructor(detection_lag_histogram),
+        }
+    }
 }
 
 impl TriggerMetrics {
@@ -62,6 +101,21 @@ impl TriggerMetrics {
             "svm_trigger_resources",
             "Resources the trigger keeps a StorageState for",
             self.resources.clone(),
+        );
+        registry.register(
+            "svm_trigger_storagestate_unsafe_since_timestamp_seconds",
+            "Since when (Unix time) a StorageState has not been safe, per StorageState; absent when safe",
+            self.unsafe_since.clone(),
+        );
+        registry.register(
+            "svm_trigger_oldest_heartbeat_timestamp_seconds",
+            "The oldest lastHeartbeatTime of the StorageStates (Unix time)",
+            self.oldest_heartbeat.clone(),
+        );
+        registry.register(
+            "svm_trigger_detection_lag_seconds",
+            "Seconds from a storage-version change in the cluster to its history entry, by source",
+            self.detection_lag.clone(),
         );
     }
 }

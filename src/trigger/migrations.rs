@@ -5,7 +5,6 @@
 //! `app.kubernetes.io/managed-by=svm-apiserver-trigger`) in the internal form, creates the one
 //! for the newest history entry, deletes stale ones, and is woken by any change to them.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
@@ -18,17 +17,21 @@ use crate::api::GROUP;
 use crate::api::migration::{MigrationStrategy, StorageVersionMigration};
 use crate::cluster::{BuiltinMigrations, ClusterError};
 use crate::registry::rest::Preconditions;
-use crate::registry::{ApiError, Store};
+use crate::registry::{ApiError, Fence, Guarded};
 
 const PLURAL: &str = "storageversionmigrations";
 
 /// The trigger's migrations, wherever they are.
 #[derive(Clone)]
 pub enum Migrations {
-    /// This server's store (owner mode).
-    Ours(Arc<Store<MigrationStrategy>>),
-    /// The cluster's built-in API (companion mode).
-    Cluster(BuiltinMigrations),
+    /// This server's store (owner mode), written under the leadership term's fence.
+    Ours(Guarded<MigrationStrategy>),
+    /// The cluster's built-in API (companion mode). Our fence cannot ride a write to the
+    /// cluster: each create or delete re-checks the term first.
+    Cluster {
+        builtin: BuiltinMigrations,
+        fence: Fence,
+    },
 }
 
 fn selector() -> String {
@@ -58,11 +61,19 @@ fn api_error(err: ClusterError, name: &str) -> ApiError {
 }
 
 impl Migrations {
+    /// Writes to our store recorded in managedFields for `manager`.
+    pub fn managed_by(self, manager: &'static str) -> Self {
+        match self {
+            Migrations::Ours(store) => Migrations::Ours(store.managed_by(manager)),
+            cluster => cluster,
+        }
+    }
+
     /// Every migration the trigger may own (the cluster's: only those with its label).
     pub async fn list_all(&self) -> Result<Vec<StorageVersionMigration>, ApiError> {
         match self {
             Migrations::Ours(store) => Ok(store.list_all().await?.0),
-            Migrations::Cluster(builtin) => builtin
+            Migrations::Cluster { builtin, .. } => builtin
                 .list(Some(&selector()))
                 .await
                 .map_err(|e| api_error(e, "")),
@@ -75,8 +86,9 @@ impl Migrations {
         migration: StorageVersionMigration,
     ) -> Result<StorageVersionMigration, ApiError> {
         match self {
-            Migrations::Ours(store) => store.managed_by(FIELD_MANAGER).create(migration).await,
-            Migrations::Cluster(builtin) => {
+            Migrations::Ours(store) => store.create(migration).await,
+            Migrations::Cluster { builtin, fence } => {
+                fence.check().await?;
                 let name = migration.metadata.name.clone().unwrap_or_default();
                 builtin
                     .create(&migration, FIELD_MANAGER)
@@ -89,13 +101,16 @@ impl Migrations {
     pub async fn delete(&self, name: &str, preconditions: &Preconditions) -> Result<(), ApiError> {
         match self {
             Migrations::Ours(store) => store.delete(name, preconditions).await.map(|_| ()),
-            Migrations::Cluster(builtin) => match builtin.delete(name).await {
-                Ok(true) => Ok(()),
-                Ok(false) => Err(api_error(
-                    ClusterError::from_status(404, b"", None, "NotFound"),
-                    name,
-                )),
-                Err(err) => Err(api_error(err, name)),
+            Migrations::Cluster { builtin, fence } => match fence.check().await {
+                Err(err) => Err(err),
+                Ok(()) => match builtin.delete(name).await {
+                    Ok(true) => Ok(()),
+                    Ok(false) => Err(api_error(
+                        ClusterError::from_status(404, b"", None, "NotFound"),
+                        name,
+                    )),
+                    Err(err) => Err(api_error(err, name)),
+                },
             },
         }
     }
@@ -105,14 +120,14 @@ impl Migrations {
     pub fn wake_on_changes(&self, wake: mpsc::Sender<()>) -> JoinHandle<()> {
         match self {
             Migrations::Ours(store) => tokio::spawn(watch_ours(store.clone(), wake)),
-            Migrations::Cluster(builtin) => builtin.watch(Some(&selector()), wake, |_| ()),
+            Migrations::Cluster { builtin, .. } => builtin.watch(Some(&selector()), wake, |_| ()),
         }
     }
 }
 
 /// Wakes the trigger on every change of a migration in our store (a success narrows
 /// persisted hashes at once), relisting after a gap.
-async fn watch_ours(migrations: Arc<Store<MigrationStrategy>>, wake: mpsc::Sender<()>) {
+async fn watch_ours(migrations: Guarded<MigrationStrategy>, wake: mpsc::Sender<()>) {
     loop {
         let Ok((_, revision)) = migrations.list_all().await else {
             tokio::time::sleep(Duration::from_secs(1)).await;

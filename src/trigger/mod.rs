@@ -44,7 +44,7 @@ use tokio_util::sync::CancellationToken;
 use crate::api::storage_version_hash;
 use crate::api::storagestate::StorageStateStrategy;
 use crate::cluster::ClusterClient;
-use crate::registry::Store;
+use crate::registry::Guarded;
 use crate::storage::Storage;
 
 use apiservers::Instances;
@@ -157,6 +157,9 @@ struct World {
     storage_versions_synced: bool,
     look: Option<Look>,
     need_look: bool,
+    /// When the earliest change not yet reconciled happened in the cluster, as the cluster
+    /// stamped it (for the detection-lag metric).
+    changed_at: Option<chrono::DateTime<chrono::Utc>>,
 }
 
 /// `<group>.<resource>` (`core.<resource>`) → `(group, resource)`.
@@ -166,6 +169,18 @@ fn storage_version_resource(name: &str) -> Option<(String, String)> {
     Some((group.to_string(), resource.to_string()))
 }
 
+/// The time of an object's newest write, as kube-apiserver stamps it in `managedFields`.
+fn last_written(
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> Option<chrono::DateTime<chrono::Utc>> {
+    meta.managed_fields
+        .as_deref()?
+        .iter()
+        .filter_map(|f| f.time.as_ref())
+        .filter_map(|t| chrono::DateTime::from_timestamp(t.0.as_second(), 0))
+        .max()
+}
+
 fn version_of(encoding_version: &str) -> &str {
     encoding_version
         .rsplit_once('/')
@@ -173,6 +188,13 @@ fn version_of(encoding_version: &str) -> &str {
 }
 
 impl World {
+    /// Remembers that something changed at `at` (the earliest wins until reconciled).
+    fn changed(&mut self, at: Option<chrono::DateTime<chrono::Utc>>) {
+        if let Some(at) = at {
+            self.changed_at = Some(self.changed_at.map_or(at, |t| t.min(at)));
+        }
+    }
+
     fn crd_backed(&self, group: &str, resource: &str) -> Option<&CrdInfo> {
         self.crds
             .values()
@@ -294,6 +316,7 @@ impl World {
         match update {
             Update::Applied(crd) => {
                 let name = crd.metadata.name.clone().unwrap_or_default();
+                self.changed(last_written(&crd.metadata));
                 self.crds.insert(name, CrdInfo::of(crd));
             }
             Update::Deleted(crd) => {
@@ -336,6 +359,14 @@ impl World {
             Update::Applied(lease) => {
                 let (name, holder) = identity(&lease);
                 if self.instances.applied(&name, &holder) {
+                    // The new instance's first renewal is when it started serving.
+                    self.changed(
+                        lease
+                            .spec
+                            .as_ref()
+                            .and_then(|s| s.renew_time.as_ref())
+                            .and_then(|t| chrono::DateTime::from_timestamp(t.0.as_second(), 0)),
+                    );
                     tracing::info!(apiserver = %name, instance = %holder, "a kube-apiserver instance started; looking again");
                     self.need_look = true;
                 }
@@ -379,6 +410,7 @@ impl World {
         };
         match update {
             Update::Applied(sv) => {
+                self.changed(last_written(&sv.metadata));
                 if let Some(key) = key(&sv) {
                     self.storage_versions.insert(key, entries(&sv));
                 }
@@ -418,7 +450,7 @@ impl World {
 /// The trigger of one leadership term.
 pub struct Trigger {
     cluster: ClusterClient,
-    states: Arc<Store<StorageStateStrategy>>,
+    states: Guarded<StorageStateStrategy>,
     migrations: Migrations,
     history: HashHistory,
     settings: Settings,
@@ -434,9 +466,11 @@ const FIRST_LIST_WAIT: Duration = Duration::from_secs(10);
 pub const FIELD_MANAGER: &str = "svm-apiserver-trigger";
 
 impl Trigger {
+    /// A trigger writing through `states` and `migrations` (under the term's fence, recorded
+    /// for [`FIELD_MANAGER`]); `storage` is where it reads its hash history from.
     pub fn new(
         cluster: ClusterClient,
-        states: Arc<Store<StorageStateStrategy>>,
+        states: Guarded<StorageStateStrategy>,
         migrations: Migrations,
         storage: Arc<dyn Storage>,
         prefix: &str,
@@ -445,8 +479,8 @@ impl Trigger {
     ) -> Self {
         Self {
             cluster,
-            states,
-            migrations,
+            states: states.managed_by(FIELD_MANAGER),
+            migrations: migrations.managed_by(FIELD_MANAGER),
             history: HashHistory::new(storage, prefix),
             settings,
             metrics,
@@ -472,7 +506,7 @@ impl Trigger {
             return;
         };
         let ran_before = !recorded.0.is_empty();
-        reconciler.set_last_seqs(recorded.0);
+        reconciler.set_last_entries(recorded.0);
         let mut answered = (false, false);
         let deadline = Instant::now() + FIRST_LIST_WAIT;
         while !(answered.0 && answered.1) {
@@ -555,6 +589,8 @@ impl Trigger {
         let mut retry = tokio::time::interval(Duration::from_secs(1));
         retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut dirty = true;
+        // The last poll that found discovery unchanged: a change a poll sees happened after it.
+        let mut last_poll = chrono::Utc::now();
         loop {
             if world.need_look {
                 self.look(&mut world, &mut discovery, false).await;
@@ -588,9 +624,13 @@ impl Trigger {
                 _ = poll.tick() => {
                     match discovery.poll().await {
                         Ok(changed) => {
+                            if changed {
+                                world.changed(Some(last_poll));
+                            }
                             if changed || !world.leases_synced {
                                 world.need_look = true;
                             }
+                            last_poll = chrono::Utc::now();
                         }
                         Err(err) => tracing::warn!(error = %err, "discovery poll failed"),
                     }
@@ -612,7 +652,7 @@ impl Trigger {
         &self,
         shutdown: &CancellationToken,
     ) -> Option<(
-        BTreeMap<(String, String), u64>,
+        BTreeMap<(String, String), reconcile::LastEntry>,
         Option<history::ObserverRecord>,
     )> {
         loop {
@@ -625,7 +665,7 @@ impl Trigger {
                 Ok((all, record)) => {
                     let seqs = all
                         .into_iter()
-                        .map(|(key, entries)| (key, entries.last().map_or(0, |e| e.seq)))
+                        .map(|(key, entries)| (key, reconcile::LastEntry::of(entries.last())))
                         .collect();
                     return Some((seqs, record));
                 }

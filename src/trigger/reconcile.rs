@@ -3,7 +3,6 @@
 //! transaction, the trigger's migrations, and a CRD's `status.storedVersions`.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -19,25 +18,50 @@ use crate::api::storagestate::{
 };
 use crate::cluster::ClusterClient;
 use crate::registry::rest::Preconditions;
-use crate::registry::{ApiError, Store};
+use crate::registry::{ApiError, Guarded};
 
-use super::history::{HashHistory, ObserverRecord, Source};
-use super::metrics::{SourceLabel, TriggerMetrics};
+use super::history::{HashHistory, HistoryEntry, ObserverRecord, Source};
+use super::metrics::{SourceLabel, StorageStateLabel, TriggerMetrics};
 use super::plan::{
     HASH_ANNOTATION, HISTORY_SEQ_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL, Observed,
     OwnedMigration, plan_migrations, plan_state,
 };
 use super::{CrdInfo, Migrations, Settings, Trigger, World};
 
+/// The newest history entry of a resource, as the reconciler needs it.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct LastEntry {
+    pub seq: u64,
+    /// When it was recorded (Unix seconds).
+    pub time: Option<i64>,
+}
+
+impl LastEntry {
+    pub(super) fn of(entry: Option<&HistoryEntry>) -> Self {
+        entry.map_or_else(Self::default, |e| Self {
+            seq: e.seq,
+            time: chrono::DateTime::parse_from_rfc3339(&e.time)
+                .ok()
+                .map(|t| t.timestamp()),
+        })
+    }
+}
+
 pub(super) struct Reconciler {
     cluster: ClusterClient,
-    states: Arc<Store<StorageStateStrategy>>,
+    states: Guarded<StorageStateStrategy>,
     migrations: Migrations,
     history: HashHistory,
     settings: Settings,
     metrics: TriggerMetrics,
     /// The last history sequence number of each resource.
     last_seq: BTreeMap<(String, String), u64>,
+    /// When the last history entry of each resource was recorded (Unix seconds).
+    last_change: BTreeMap<(String, String), i64>,
+    /// StorageStates not safe, and since when (Unix seconds), as published.
+    unsafe_since: BTreeMap<String, i64>,
+    /// The earliest unreconciled change in the cluster, during a pass.
+    pending_change: Option<chrono::DateTime<chrono::Utc>>,
     /// `Unknown` entries owed to built-in resources (reasons), until written.
     owed_unknown: BTreeMap<(String, String), Vec<String>>,
     /// When the observer record was last written, and what it said of the instances.
@@ -74,19 +98,63 @@ impl Reconciler {
             settings: trigger.settings.clone(),
             metrics: trigger.metrics.clone(),
             last_seq: BTreeMap::new(),
+            last_change: BTreeMap::new(),
+            unsafe_since: BTreeMap::new(),
+            pending_change: None,
             owed_unknown: BTreeMap::new(),
             last_record: None,
         }
     }
 
-    pub(super) fn set_last_seqs(&mut self, seqs: BTreeMap<(String, String), u64>) {
-        self.last_seq = seqs;
+    pub(super) fn set_last_entries(&mut self, last: BTreeMap<(String, String), LastEntry>) {
+        self.last_change = last
+            .iter()
+            .filter_map(|(key, e)| Some((key.clone(), e.time?)))
+            .collect();
+        self.last_seq = last.into_iter().map(|(key, e)| (key, e.seq)).collect();
+    }
+
+    /// Publishes which StorageStates are unsafe and since when: from the history entry that
+    /// made it unsafe when this term saw it happen, else (a StorageState already unsafe when
+    /// the term began) from the resource's newest entry, a lower bound.
+    fn publish_safety(&mut self, key: &(String, String), name: &str, status: &StorageStateStatus) {
+        let label = StorageStateLabel {
+            storagestate: name.to_string(),
+        };
+        if safe(status) {
+            if self.unsafe_since.remove(name).is_some() {
+                self.metrics.unsafe_since.remove(&label);
+            }
+            return;
+        }
+        let since = *self
+            .unsafe_since
+            .entry(name.to_string())
+            .or_insert_with(|| {
+                self.last_change
+                    .get(key)
+                    .copied()
+                    .unwrap_or_else(|| chrono::Utc::now().timestamp())
+            });
+        self.metrics.unsafe_since.get_or_create(&label).set(since);
+    }
+
+    /// The oldest heartbeat among the StorageStates (now when there are none).
+    fn publish_oldest_heartbeat(&self, states: &[StorageState]) {
+        let oldest = states
+            .iter()
+            .filter_map(|s| s.status.last_heartbeat_time.as_ref())
+            .map(|t| t.0.as_second())
+            .min()
+            .unwrap_or_else(|| chrono::Utc::now().timestamp());
+        self.metrics.oldest_heartbeat.set(oldest);
     }
 
     /// One pass over every resource. Returns whether everything was done (otherwise the
     /// caller comes back soon: a conflict, a storage hiccup).
     pub(super) async fn reconcile(&mut self, world: &mut World) -> bool {
         let observed = world.observe(&self.settings);
+        self.pending_change = world.changed_at;
         if world.look.is_some() {
             let reasons = world.instances.take_unvouched();
             if !reasons.is_empty() {
@@ -115,9 +183,10 @@ impl Reconciler {
             .iter()
             .map(|s| (s.metadata.name.clone().unwrap_or_default(), s))
             .collect();
+        self.publish_oldest_heartbeat(&states);
         let mut done = true;
         let mut safe_count = 0;
-        for observed in observed.values() {
+        for (key, observed) in &observed {
             let crd = world
                 .crd_backed(&observed.group, &observed.resource)
                 .cloned();
@@ -133,7 +202,11 @@ impl Reconciler {
                 )
                 .await
             {
-                Ok(status) => safe_count += i64::from(safe(&status)),
+                Ok(status) => {
+                    safe_count += i64::from(safe(&status));
+                    let name = StorageState::name_for(&observed.group, &observed.resource);
+                    self.publish_safety(key, &name, &status);
+                }
                 Err(err) => {
                     tracing::info!(resource = %StorageState::name_for(&observed.group, &observed.resource), error = %err, "reconcile deferred");
                     done = false;
@@ -151,8 +224,25 @@ impl Reconciler {
                 done = false;
             }
         }
+        let tracked: Vec<String> = observed
+            .values()
+            .map(|o| StorageState::name_for(&o.group, &o.resource))
+            .collect();
+        let untracked: Vec<String> = self
+            .unsafe_since
+            .keys()
+            .filter(|name| !tracked.contains(name))
+            .cloned()
+            .collect();
+        for name in untracked {
+            self.unsafe_since.remove(&name);
+            self.metrics
+                .unsafe_since
+                .remove(&StorageStateLabel { storagestate: name });
+        }
         if done {
             world.resync_crds = false;
+            world.changed_at = None;
         }
         self.metrics.resources.set(observed.len() as i64);
         self.metrics.safe_resources.set(safe_count);
@@ -205,26 +295,33 @@ impl Reconciler {
             if due || plan.changes(state) {
                 status.last_heartbeat_time = Some(crate::registry::now_time());
             }
-            let (ops, entries) =
+            let (records, entries) =
                 self.history
                     .append(&observed.group, &observed.resource, last_seq, &plan.entries);
             let mut next = stored.clone();
             next.status = status.clone();
-            stored = self
-                .states
-                .managed_by(super::FIELD_MANAGER)
-                .update_status_with(next, ops)
-                .await?;
+            stored = self.states.update_status_with(next, &records).await?;
             if !entries.is_empty() {
+                let now = chrono::Utc::now();
                 for entry in &entries {
                     tracing::info!(resource = %name, hash = %entry.hash, source = ?entry.source, reason = %entry.reason, "storage-version hash recorded");
-                    self.metrics
-                        .history_entries
-                        .get_or_create(&SourceLabel {
-                            source: format!("{:?}", entry.source),
-                        })
-                        .inc();
+                    let source = SourceLabel {
+                        source: format!("{:?}", entry.source),
+                    };
+                    self.metrics.history_entries.get_or_create(&source).inc();
+                    // Only what the cluster did and the trigger saw has a lag; an Unvouched
+                    // entry marks what it could not see.
+                    if let Some(changed) = self.pending_change
+                        && entry.source != Source::Unvouched
+                    {
+                        let lag = (now - changed).num_milliseconds().max(0) as f64 / 1000.0;
+                        self.metrics
+                            .detection_lag
+                            .get_or_create(&source)
+                            .observe(lag);
+                    }
                 }
+                self.last_change.insert(key.clone(), now.timestamp());
                 self.last_seq
                     .insert(key.clone(), last_seq + entries.len() as u64);
             }
@@ -262,11 +359,7 @@ impl Reconciler {
             let mut next = stored.clone();
             next.status.persisted_storage_version_hashes = vec![current.clone()];
             next.status.last_heartbeat_time = Some(crate::registry::now_time());
-            stored = self
-                .states
-                .managed_by(super::FIELD_MANAGER)
-                .update_status(next)
-                .await?;
+            stored = self.states.update_status(next).await?;
             tracing::info!(resource = %name, hash = %current, "every stored object is in the current storage version");
         }
         if let Some(crd) = crd
@@ -299,12 +392,7 @@ impl Reconciler {
             },
             status: StorageStateStatus::default(),
         };
-        match self
-            .states
-            .managed_by(super::FIELD_MANAGER)
-            .create(state)
-            .await
-        {
+        match self.states.create(state).await {
             Ok(created) => Ok(created),
             Err(ApiError::AlreadyExists { .. }) => self
                 .states
@@ -410,6 +498,12 @@ impl Reconciler {
         status.stored_versions = Some(vec![version.clone()]);
         object.status = Some(status);
         let name = object.metadata.name.clone().unwrap_or_default();
+        // Narrowing says "nothing older is stored": only the leader may say it, so leadership
+        // is checked right before (the CRD's resourceVersion is the precondition of the write).
+        if let Err(err) = self.states.fence().check().await {
+            tracing::info!(crd = %name, error = %err, "not narrowing status.storedVersions");
+            return false;
+        }
         let api: Api<CustomResourceDefinition> = Api::all(self.cluster.kube().clone());
         match api
             .replace_status(&name, &PostParams::default(), &object)
@@ -447,7 +541,11 @@ impl Reconciler {
         if !due {
             return;
         }
-        match self.history.write_observer(&record).await {
+        match self
+            .history
+            .write_observer(self.states.fence(), &record)
+            .await
+        {
             Ok(()) => self.last_record = Some((Instant::now(), record)),
             Err(err) => tracing::warn!(error = %err, "writing the observer record failed"),
         }

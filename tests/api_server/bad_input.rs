@@ -16,7 +16,8 @@ struct Case {
     content_type: &'static str,
     body: Vec<u8>,
     code: u16,
-    /// Expected metav1.Status reason; `None` where kube-apiserver answers a plain-text 404.
+    /// Expected metav1.Status reason; `None` where kube-apiserver answers a plain-text 404 (a
+    /// path outside every group it serves).
     reason: Option<&'static str>,
     /// A fragment the Status message must contain.
     message: &'static str,
@@ -367,12 +368,16 @@ async fn bad_input_gets_a_status_and_changes_nothing() {
             (422, Some("Invalid"), "metadata.name"),
         ),
         case(
-            "an unknown resource in our group (plain text, as kube-apiserver)",
+            "an unknown resource in our group (a Status, as kube-apiserver's generic servers)",
             Method::GET,
             "/apis/storagemigration.k8s.io/v1/widgets",
             "",
             Vec::new(),
-            (404, None, ""),
+            (
+                404,
+                Some("NotFound"),
+                "the server could not find the requested resource",
+            ),
         ),
         case(
             "an unknown version",
@@ -380,7 +385,35 @@ async fn bad_input_gets_a_status_and_changes_nothing() {
             "/apis/storagemigration.k8s.io/v9/storageversionmigrations",
             "",
             Vec::new(),
-            (404, None, ""),
+            (
+                404,
+                Some("NotFound"),
+                "the server could not find the requested resource",
+            ),
+        ),
+        case(
+            "an unknown subresource of an object, with a body",
+            Method::POST,
+            format!("{SVMS}/existing/unknown"),
+            "application/json",
+            j(&svm("existing")),
+            (
+                404,
+                Some("NotFound"),
+                "the server could not find the requested resource",
+            ),
+        ),
+        case(
+            "a path below /status",
+            Method::PUT,
+            format!("{SVMS}/existing/status/x"),
+            "application/json",
+            j(&svm("existing")),
+            (
+                404,
+                Some("NotFound"),
+                "the server could not find the requested resource",
+            ),
         ),
         case(
             "an unknown group",

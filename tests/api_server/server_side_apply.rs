@@ -111,8 +111,33 @@ impl Bindings {
     }
 }
 
-/// Timestamps the server chooses become `<time>` (their form is checked first).
+/// Timestamps the server chooses become `<time>` (their form is checked first). Entries are
+/// sorted by operation, then time, then manager: the recording's fell in one second, ours
+/// may straddle two, so the order is checked here and then compared without the times.
 fn normalize_times(value: &mut Value, step: &str) {
+    if let Some(entries) = value
+        .pointer_mut("/metadata/managedFields")
+        .and_then(Value::as_array_mut)
+    {
+        let key = |e: &Value| {
+            (
+                e["operation"].as_str().unwrap_or_default().to_string(),
+                e["time"].as_str().unwrap_or_default().to_string(),
+            )
+        };
+        let keys: Vec<(String, String)> = entries.iter().map(key).collect();
+        assert!(
+            keys.windows(2).all(|w| w[0] <= w[1]),
+            "{step}: managedFields not sorted by operation and time: {keys:?}"
+        );
+        entries.sort_by_key(|e| {
+            (
+                e["operation"].as_str().unwrap_or_default().to_string(),
+                e["manager"].as_str().unwrap_or_default().to_string(),
+                e["subresource"].as_str().unwrap_or_default().to_string(),
+            )
+        });
+    }
     let is_time = |v: &Value| {
         v.as_str().is_some_and(|s| {
             s.len() == 20 && s.ends_with('Z') && s.parse::<k8s_openapi::jiff::Timestamp>().is_ok()

@@ -9,6 +9,7 @@ use std::process::Command;
 use base64::Engine;
 use k8s_openapi::api::apps::v1::{Deployment, StatefulSet};
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service, ServiceAccount};
+use k8s_openapi::api::flowcontrol::v1::{FlowSchema, PriorityLevelConfiguration};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding};
@@ -165,6 +166,8 @@ pub(crate) struct Objects {
     pdbs: Vec<PodDisruptionBudget>,
     network_policies: Vec<NetworkPolicy>,
     api_services: Vec<APIService>,
+    pub(crate) flow_schemas: Vec<FlowSchema>,
+    pub(crate) priority_levels: Vec<PriorityLevelConfiguration>,
 }
 
 pub(crate) fn decode_all(rendered: &Rendered) -> Objects {
@@ -203,6 +206,12 @@ pub(crate) fn decode_all(rendered: &Rendered) -> Objects {
             ("apiregistration.k8s.io/v1", "APIService") => {
                 objects.api_services.push(strict(&object))
             }
+            ("flowcontrol.apiserver.k8s.io/v1", "FlowSchema") => {
+                objects.flow_schemas.push(strict(&object))
+            }
+            ("flowcontrol.apiserver.k8s.io/v1", "PriorityLevelConfiguration") => {
+                objects.priority_levels.push(strict(&object))
+            }
             other => panic!("unexpected object {other:?} in deploy/"),
         }
     }
@@ -235,7 +244,11 @@ fn deploy_renders_only_valid_objects_that_fit_together() {
         2,
         "svm-apiserver and the etcd headless Service"
     );
-    assert_eq!(objects.secrets.len(), 1);
+    assert_eq!(
+        objects.secrets.len(),
+        3,
+        "serving certificate, etcd serving certificate, etcd client certificate"
+    );
     assert_eq!(objects.pdbs.len(), 1);
     assert_eq!(objects.api_services.len(), 4);
 
@@ -304,6 +317,44 @@ fn deploy_renders_only_valid_objects_that_fit_together() {
     check_rbac(&objects);
     check_workloads(&objects);
     check_api_services(&objects, &rendered.certs);
+    check_flow_control(&objects);
+}
+
+/// The migrator's priority level: its ServiceAccount's reads and PATCHes only (never the
+/// creates that authenticate users' requests), ahead of the default service-accounts schema.
+fn check_flow_control(objects: &Objects) {
+    assert_eq!(objects.flow_schemas.len(), 1);
+    assert_eq!(objects.priority_levels.len(), 1);
+    let schema = &objects.flow_schemas[0].spec;
+    assert_eq!(
+        schema.priority_level_configuration.name,
+        name_of(&objects.priority_levels[0].metadata)
+    );
+    assert!(schema.matching_precedence.is_some_and(|p| p < 9000));
+    let rules = schema.rules.as_deref().unwrap_or_default();
+    assert_eq!(rules.len(), 1);
+    let subject = &rules[0].subjects[0];
+    let account = subject
+        .service_account
+        .as_ref()
+        .expect("a ServiceAccount subject");
+    assert_eq!(
+        (
+            subject.kind.as_str(),
+            account.name.as_str(),
+            account.namespace.as_str()
+        ),
+        ("ServiceAccount", "svm-apiserver", "svm-system")
+    );
+    for rule in rules[0].resource_rules.as_deref().unwrap_or_default() {
+        assert!(
+            !rule.verbs.iter().any(|v| v == "create" || v == "*"),
+            "{:?}",
+            rule.verbs
+        );
+    }
+    let level = &objects.priority_levels[0].spec;
+    assert_eq!(level.type_, "Limited");
 }
 
 pub(crate) fn subject_is_our_service_account(
@@ -441,35 +492,19 @@ fn check_workloads(objects: &Objects) {
     );
 
     // The serving-cert volume is the generated Secret, mounted where the flags look.
-    let secret_name = objects.secrets[0]
-        .metadata
-        .name
-        .clone()
-        .expect("secret name");
-    let volume = pod
-        .volumes
-        .as_deref()
-        .unwrap_or_default()
-        .iter()
-        .find(|v| v.secret.is_some())
-        .expect("secret volume");
-    assert_eq!(
-        volume.secret.as_ref().and_then(|s| s.secret_name.clone()),
-        Some(secret_name)
-    );
-    let mount = container
-        .volume_mounts
-        .as_deref()
-        .unwrap_or_default()
-        .iter()
-        .find(|m| m.name == volume.name)
-        .expect("mounted");
+    let mount = secret_mount(pod, container, "svm-apiserver-serving-cert");
     let args = container.args.clone().unwrap_or_default();
-    assert!(args.contains(&format!("--tls-cert-file={}/tls.crt", mount.mount_path)));
-    assert!(args.contains(&format!(
-        "--tls-private-key-file={}/tls.key",
-        mount.mount_path
-    )));
+    assert!(args.contains(&format!("--tls-cert-file={mount}/tls.crt")));
+    assert!(args.contains(&format!("--tls-private-key-file={mount}/tls.key")));
+    // And etcd's client certificate, for the flags that reach etcd over TLS.
+    let etcd_client = secret_mount(pod, container, "svm-apiserver-etcd-client");
+    for flag in [
+        format!("--etcd-cafile={etcd_client}/ca.crt"),
+        format!("--etcd-certfile={etcd_client}/tls.crt"),
+        format!("--etcd-keyfile={etcd_client}/tls.key"),
+    ] {
+        assert!(args.contains(&flag), "{args:?} lacks {flag}");
+    }
 
     // The Service and the PDB select the Deployment's pods.
     let service = objects
@@ -497,16 +532,59 @@ fn check_workloads(objects: &Objects) {
     let etcd_spec = &etcd.spec;
     let etcd_service = etcd_spec.service_name.clone().unwrap_or_default();
     let expected = format!(
-        "--etcd-servers=http://{}-0.{etcd_service}.svm-system.svc:2379",
+        "--etcd-servers=https://{}-0.{etcd_service}.svm-system.svc:2379",
         name_of(&etcd.metadata)
     );
     assert!(args.contains(&expected), "{args:?} lacks {expected}");
+    // etcd serves TLS with its Secret and requires client certificates from its CA.
+    let etcd_pod = etcd_spec.template.spec.as_ref().expect("etcd pod");
+    let etcd_container = &etcd_pod.containers[0];
+    let etcd_tls = secret_mount(etcd_pod, etcd_container, "svm-etcd-server-tls");
+    let etcd_args = etcd_container.args.clone().unwrap_or_default();
+    for flag in [
+        "--client-cert-auth=true".to_string(),
+        format!("--trusted-ca-file={etcd_tls}/ca.crt"),
+        format!("--cert-file={etcd_tls}/tls.crt"),
+        format!("--key-file={etcd_tls}/tls.key"),
+        "--listen-client-urls=https://0.0.0.0:2379".to_string(),
+    ] {
+        assert!(etcd_args.contains(&flag), "{etcd_args:?} lacks {flag}");
+    }
     assert!(
         objects
             .services
             .iter()
             .any(|s| name_of(&s.metadata) == etcd_service)
     );
+}
+
+/// Where the volume of Secret `secret` is mounted into `container` of `pod`.
+fn secret_mount(
+    pod: &k8s_openapi::api::core::v1::PodSpec,
+    container: &k8s_openapi::api::core::v1::Container,
+    secret: &str,
+) -> String {
+    let volume = pod
+        .volumes
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .find(|v| {
+            v.secret
+                .as_ref()
+                .and_then(|s| s.secret_name.as_deref())
+                .is_some_and(|name| name == secret)
+        })
+        .unwrap_or_else(|| panic!("no volume of Secret {secret}"));
+    container
+        .volume_mounts
+        .as_deref()
+        .unwrap_or_default()
+        .iter()
+        .find(|m| m.name == volume.name)
+        .unwrap_or_else(|| panic!("Secret {secret} is not mounted"))
+        .mount_path
+        .clone()
 }
 
 /// Every APIService points at our Service with the serving CA; upstream's group (when there)
@@ -547,7 +625,11 @@ fn check_api_services(objects: &Objects, certs: &devcerts::DevCertFiles) {
         assert_eq!(order, ["v1", "v1beta1", "v1alpha1"], "v1 is preferred");
     }
 
-    let secret = &objects.secrets[0];
+    let secret = objects
+        .secrets
+        .iter()
+        .find(|s| name_of(&s.metadata) == "svm-apiserver-serving-cert")
+        .expect("serving certificate Secret");
     assert_eq!(secret.type_.as_deref(), Some("kubernetes.io/tls"));
     let data = secret.data.clone().unwrap_or_default();
     let file = |path: &Path| std::fs::read(path).expect("read");
@@ -586,7 +668,19 @@ fn the_external_etcd_overlay_drops_the_bundled_etcd_and_repoints_the_server() {
         .iter()
         .filter(|a| a.starts_with("--etcd-servers="))
         .collect();
-    assert_eq!(etcd, ["--etcd-servers=http://etcd.example.invalid:2379"]);
+    assert_eq!(etcd, ["--etcd-servers=https://etcd.example.invalid:2379"]);
+    // A shared etcd is compacted by its owner, and the bundled etcd's certificate is gone.
+    assert!(args.contains(&"--etcd-compaction-interval=0".to_string()));
+    let secrets: Vec<&str> = objects
+        .secrets
+        .iter()
+        .map(|s| name_of(&s.metadata))
+        .collect();
+    assert!(!secrets.contains(&"svm-etcd-server-tls"), "{secrets:?}");
+    assert!(
+        secrets.contains(&"svm-apiserver-etcd-client"),
+        "{secrets:?}"
+    );
 }
 
 fn deployment_args(objects: &Objects) -> Vec<String> {

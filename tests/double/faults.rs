@@ -201,3 +201,28 @@ async fn forbidden_answers_with_rbacs_text() {
         .unwrap();
     assert_eq!(parsed.fault, Some(Fault::Forbidden));
 }
+
+#[tokio::test]
+async fn a_cut_stream_ends_a_watch_list_before_its_bookmark() {
+    let double = start_with_widgets().await;
+    double
+        .preload("configmaps", Some("demo"), "cm", 10, 16)
+        .unwrap();
+    let cut = double.add_fault(
+        "verb=watch,resource=configmaps,fault=cut:4,times=1"
+            .parse()
+            .unwrap(),
+    );
+    let base = "/api/v1/namespaces/demo/configmaps";
+    let query =
+        "watch=1&allowWatchBookmarks=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan";
+    // The stream ends (the server closes it) after four events: no initial-events-end.
+    let resp = watch_request(&double, &format!("{base}?{query}")).await;
+    let events = read_events(resp, |_| false).await;
+    assert_eq!(types(&events), ["ADDED"; 4]);
+    assert_eq!(double.fault_injections(cut), 1);
+    // Once: the next watch-list is whole.
+    let resp = watch_request(&double, &format!("{base}?{query}")).await;
+    let events = read_events(resp, |e| e.len() == 11).await;
+    assert_eq!(types(&events).last().map(String::as_str), Some("BOOKMARK"));
+}

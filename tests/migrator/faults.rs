@@ -56,11 +56,13 @@ async fn it_completes_through_5xx_429_storms_and_expired_tokens_within_the_rate_
 
     // Compact the double's store once a few pages are done: the next page's token is then
     // too old, and kube-apiserver answers 410 with an inconsistent token to continue from.
-    h.wait_for("flaky", Duration::from_secs(60), |m| migrated(m) >= 500)
+    // Hang guards: the storm is 40 s of pauses, and its 429s carry APF's headers, so the pool
+    // also runs at a lowered rate for a while after it (doubling back every 5 s).
+    h.wait_for("flaky", Duration::from_secs(180), |m| migrated(m) >= 500)
         .await;
     h.double.compact();
 
-    let m = h.wait_succeeded("flaky", Duration::from_secs(180)).await;
+    let m = h.wait_succeeded("flaky", Duration::from_secs(300)).await;
     assert_eq!(migrated(&m), OBJECTS as i64);
     assert_eq!(
         h.double
@@ -138,9 +140,29 @@ async fn a_webhook_denial_fails_the_migration_naming_the_object() {
     assert_eq!(condition(&m, "Succeeded"), None);
     // A denial is not retried.
     assert_eq!(h.double.fault_injections(deny), 1);
-    // It stays failed: the pool does not pick it up again.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // It stays failed: the pool does not pick it up again — neither at once (a Failed
+    // migration taken for a pending one) nor after the pause of a migration that hit its
+    // retry cap (a failure recorded as "retry later"), which lasts 5 s: watched for longer
+    // than that pause plus the pool's 1 s tick plus the few hundred PATCHes a re-run would
+    // take to reach the denied object again.
+    const RETRY_PAUSE: Duration = Duration::from_secs(5);
+    tokio::time::sleep(RETRY_PAUSE + Duration::from_secs(4)).await;
     assert_eq!(h.double.fault_injections(deny), 1);
+    let log = h.server.log();
+    assert!(
+        !log.contains("migration paused after repeated errors"),
+        "the denial was taken for a retriable error:\n{}",
+        crate::harness::tail(&log, 30)
+    );
+    let metrics = h.metrics().await;
+    assert_eq!(
+        sample(
+            &metrics,
+            "storage_migrator_core_migrator_running_migrations "
+        ),
+        0.0,
+        "{metrics}"
+    );
     // The chunk it failed on was the fifth (cm-00400..cm-00499): later chunks never started
     // (the stream is sorted by key; the namespaces default and kube-system come first, each
     // with its kube-root-ca.crt).

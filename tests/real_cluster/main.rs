@@ -15,4 +15,6 @@ mod crd_storage_move;
 mod encryption;
 mod fidelity;
 mod first_start;
+mod flow_control;
+mod ksvm_import;
 mod world;

@@ -18,12 +18,33 @@ pub struct EtcdServer {
     dir: tempfile::TempDir,
     client_port: u16,
     peer_port: u16,
+    /// Health is read here over plain HTTP (the client port may speak TLS only).
+    metrics_port: u16,
+    tls: Option<EtcdTls>,
+}
+
+/// Serve clients over TLS with `--client-cert-auth`: the serving certificate and key, and the
+/// CA whose client certificates are admitted.
+#[derive(Clone)]
+pub struct EtcdTls {
+    pub ca: PathBuf,
+    pub cert: PathBuf,
+    pub key: PathBuf,
 }
 
 impl EtcdServer {
     /// Start etcd and wait until it answers. Panics (failing the test) when there is no etcd
     /// binary or it does not come up.
     pub fn start() -> EtcdServer {
+        Self::start_with(None)
+    }
+
+    /// etcd serving its clients over TLS and admitting only client certificates of `tls.ca`.
+    pub fn start_tls(tls: &EtcdTls) -> EtcdServer {
+        Self::start_with(Some(tls))
+    }
+
+    fn start_with(tls: Option<&EtcdTls>) -> EtcdServer {
         let binary = find_etcd().unwrap_or_else(|| {
             panic!(
                 "no etcd binary found (looked for /usr/bin/etcd and `etcd` on PATH); \
@@ -35,11 +56,19 @@ impl EtcdServer {
             let dir = tempfile::tempdir().expect("temp dir for etcd");
             let client_port = free_port();
             let peer_port = free_port();
+            let metrics_port = free_port();
+            let ports = Ports {
+                client: client_port,
+                peer: peer_port,
+                metrics: metrics_port,
+            };
             let mut server = EtcdServer {
-                child: Some(spawn(&binary, &dir, client_port, peer_port)),
+                child: Some(spawn(&binary, &dir, ports, tls)),
                 dir,
                 client_port,
                 peer_port,
+                metrics_port,
+                tls: tls.cloned(),
             };
             if server.wait_ready() {
                 return server;
@@ -49,16 +78,22 @@ impl EtcdServer {
         panic!("etcd did not start after {START_ATTEMPTS} attempts; its last log:\n{last_log}");
     }
 
-    /// The client URL, `http://127.0.0.1:<port>`.
+    /// The client URL, `http://127.0.0.1:<port>` (`https://` with TLS).
     pub fn endpoint(&self) -> String {
-        format!("http://127.0.0.1:{}", self.client_port)
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.client_port)
     }
 
     /// Start etcd again on the same ports and data (after `kill`), as a restarted member.
     pub fn restart(&mut self) {
         self.kill();
         let binary = find_etcd().expect("etcd binary");
-        self.child = Some(spawn(&binary, &self.dir, self.client_port, self.peer_port));
+        let ports = Ports {
+            client: self.client_port,
+            peer: self.peer_port,
+            metrics: self.metrics_port,
+        };
+        self.child = Some(spawn(&binary, &self.dir, ports, self.tls.as_ref()));
         assert!(
             self.wait_ready(),
             "etcd did not come back; its log:\n{}",
@@ -89,7 +124,7 @@ impl EtcdServer {
                 self.kill();
                 return false;
             }
-            if healthy(self.client_port) {
+            if healthy(self.metrics_port) {
                 return true;
             }
             std::thread::sleep(Duration::from_millis(50));
@@ -124,16 +159,35 @@ fn free_port() -> u16 {
         .expect("a free loopback port")
 }
 
-fn spawn(binary: &PathBuf, dir: &tempfile::TempDir, client_port: u16, peer_port: u16) -> Child {
-    let client = format!("http://127.0.0.1:{client_port}");
-    let peer = format!("http://127.0.0.1:{peer_port}");
+struct Ports {
+    client: u16,
+    peer: u16,
+    metrics: u16,
+}
+
+fn spawn(binary: &PathBuf, dir: &tempfile::TempDir, ports: Ports, tls: Option<&EtcdTls>) -> Child {
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let client = format!("{scheme}://127.0.0.1:{}", ports.client);
+    let peer = format!("http://127.0.0.1:{}", ports.peer);
     // Appended to, so a restarted member's log follows the first one's.
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(dir.path().join("etcd.log"))
         .expect("etcd log file");
-    Command::new(binary)
+    let mut command = Command::new(binary);
+    if let Some(tls) = tls {
+        command
+            .arg("--client-cert-auth=true")
+            .arg(format!("--trusted-ca-file={}", tls.ca.display()))
+            .arg(format!("--cert-file={}", tls.cert.display()))
+            .arg(format!("--key-file={}", tls.key.display()));
+    }
+    command
+        .arg(format!(
+            "--listen-metrics-urls=http://127.0.0.1:{}",
+            ports.metrics
+        ))
         .arg("--name=test")
         .arg(format!("--data-dir={}", dir.path().join("data").display()))
         .arg(format!("--listen-client-urls={client}"))
@@ -149,7 +203,7 @@ fn spawn(binary: &PathBuf, dir: &tempfile::TempDir, client_port: u16, peer_port:
         .unwrap_or_else(|e| panic!("starting {}: {e}", binary.display()))
 }
 
-/// `GET /health` on the client port answers `{"health":"true"}` once etcd serves requests.
+/// `GET /health` on the metrics port answers `{"health":"true"}` once etcd serves requests.
 fn healthy(port: u16) -> bool {
     let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
         return false;

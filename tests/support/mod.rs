@@ -5,5 +5,7 @@ pub mod control_plane;
 pub mod doubles;
 pub mod etcd;
 pub mod kubectl;
+pub mod monitoring;
 pub mod real_cluster;
+pub mod seed;
 pub mod server;

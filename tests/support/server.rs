@@ -220,7 +220,14 @@ impl ServerProcess {
         self.http_client_builder().build().expect("http client")
     }
 
-    fn http_client_builder(&self) -> reqwest::ClientBuilder {
+    /// A reqwest client builder as the dev admin, to configure further (protocol, pool).
+    pub fn admin_http_client_builder(&self) -> reqwest::ClientBuilder {
+        self.http_client_builder()
+            .identity(reqwest::Identity::from_pem(&self.admin_identity_pem()).expect("identity"))
+    }
+
+    /// A reqwest client builder trusting the dev CA, without a client certificate.
+    pub fn http_client_builder(&self) -> reqwest::ClientBuilder {
         let ca = reqwest::Certificate::from_pem(&self.ca_pem()).expect("CA pem");
         reqwest::Client::builder().add_root_certificate(ca)
     }

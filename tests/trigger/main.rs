@@ -15,4 +15,5 @@ mod world;
 
 mod changes;
 mod detection;
+mod monitoring;
 mod restarts;

@@ -12,6 +12,7 @@ use svm_apiserver::storage::etcd::{EtcdOptions, EtcdStorage};
 use svm_apiserver::trigger::history::{HashHistory, HistoryEntry};
 
 use crate::harness::{Harness, tail};
+use crate::support::doubles::{Verdict, verdict};
 use crate::support::etcd::EtcdServer;
 use crate::support::server::Backend;
 
@@ -26,8 +27,11 @@ pub struct World {
     pub h: Harness,
     history: HashHistory,
     storage: Arc<EtcdStorage>,
-    /// Set by the safety checker when it saw a safe verdict with old objects stored.
+    /// Set by the safety checker when it saw a safe verdict with old objects stored, or could
+    /// not read the StorageStates for longer than [`CHECKER_BLIND`].
     violation: Arc<std::sync::Mutex<Option<String>>>,
+    /// What the checker did: polls, failed polls, safe verdicts judged against the double.
+    checked: Arc<CheckerCounts>,
     /// `(name, resourceVersion)` of every StorageState version already judged: a verdict is
     /// judged once, when first seen — by the test's own wait (before it changes the cluster
     /// again) or by the background poll, whichever comes first. Judging an old verdict after
@@ -80,6 +84,7 @@ impl World {
             history,
             storage,
             violation: Arc::default(),
+            checked: Arc::default(),
             judged: Arc::default(),
             stop_checker: Arc::default(),
         };
@@ -88,19 +93,35 @@ impl World {
     }
 
     /// Polls every StorageState; whenever one says safe, the double's read-back must show
-    /// every object of the resource in the current storage version.
+    /// every object of the resource in the current storage version. A poll that fails (the
+    /// server restarting) is counted; failing for longer than [`CHECKER_BLIND`] in a row is a
+    /// violation, since verdicts may have gone unjudged.
     fn spawn_safety_checker(&self) {
         let http = self.h.http.clone();
         let url = self.h.url(STATES);
         let judge = self.judge();
         let stop = self.stop_checker.clone();
+        let checked = self.checked.clone();
+        let violation = self.violation.clone();
         tokio::spawn(async move {
+            let mut failing_since: Option<Instant> = None;
             while !stop.load(Ordering::Relaxed) {
-                if let Ok(resp) = http.get(&url).send().await
-                    && let Ok(list) = resp.json::<Value>().await
-                {
-                    for state in list["items"].as_array().cloned().unwrap_or_default() {
-                        judge(&state);
+                checked.polls.fetch_add(1, Ordering::Relaxed);
+                match list_items(&http, &url).await {
+                    Ok(items) => {
+                        failing_since = None;
+                        for state in &items {
+                            judge(state);
+                        }
+                    }
+                    Err(err) => {
+                        checked.failed_polls.fetch_add(1, Ordering::Relaxed);
+                        let since = *failing_since.get_or_insert_with(Instant::now);
+                        if since.elapsed() > CHECKER_BLIND {
+                            violation.lock().unwrap().get_or_insert(format!(
+                                "the safety checker could not list StorageStates for {CHECKER_BLIND:?}: {err}"
+                            ));
+                        }
                     }
                 }
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -113,6 +134,7 @@ impl World {
         let engine = self.h.double.engine().clone();
         let violation = self.violation.clone();
         let judged = self.judged.clone();
+        let checked = self.checked.clone();
         move |state: &Value| {
             let key = (
                 state["metadata"]["name"].as_str().unwrap_or("").to_string(),
@@ -124,8 +146,15 @@ impl World {
             if !judged.lock().unwrap().insert(key) {
                 return;
             }
-            if let Some(problem) = unsafe_verdict(&engine, state) {
-                *violation.lock().unwrap() = Some(problem);
+            match verdict(&engine, state) {
+                Verdict::NotSafe | Verdict::ClusterMovedOn => {}
+                Verdict::Safe => {
+                    checked.safe_judged.fetch_add(1, Ordering::Relaxed);
+                }
+                Verdict::Unsafe(problem) => {
+                    checked.safe_judged.fetch_add(1, Ordering::Relaxed);
+                    violation.lock().unwrap().get_or_insert(problem);
+                }
             }
         }
     }
@@ -139,14 +168,21 @@ impl World {
         );
     }
 
-    /// Fails the test if the checker ever saw a safe verdict over old objects.
+    /// Fails the test if the checker ever saw a safe verdict over old objects, went blind,
+    /// or never judged a safe verdict at all (then it proved nothing).
     pub fn assert_never_unsafe(&self) {
+        let counts = self.checked.summary();
+        eprintln!("safety checker: {counts}");
         if let Some(problem) = self.violation.lock().unwrap().clone() {
             panic!(
-                "{problem}\n--- server log ---\n{}",
+                "{problem}\n({counts})\n--- server log ---\n{}",
                 tail(&self.h.server.log(), 80)
             );
         }
+        assert!(
+            self.checked.safe_judged.load(Ordering::Relaxed) > 0,
+            "the safety checker judged no safe verdict against the double ({counts})"
+        );
     }
 
     /// The items of the list at `path` on our server.
@@ -301,6 +337,43 @@ impl World {
     }
 }
 
+/// How long the checker may fail to list StorageStates in a row (a restart takes seconds).
+const CHECKER_BLIND: Duration = Duration::from_secs(60);
+
+#[derive(Default)]
+struct CheckerCounts {
+    polls: std::sync::atomic::AtomicU64,
+    failed_polls: std::sync::atomic::AtomicU64,
+    /// Safe verdicts compared with the double's read-back.
+    safe_judged: std::sync::atomic::AtomicU64,
+}
+
+impl CheckerCounts {
+    fn summary(&self) -> String {
+        format!(
+            "{} polls, {} failed, {} safe verdicts judged against the double",
+            self.polls.load(Ordering::Relaxed),
+            self.failed_polls.load(Ordering::Relaxed),
+            self.safe_judged.load(Ordering::Relaxed)
+        )
+    }
+}
+
+/// The items of a list, or why there are none (a transport error, a non-200, a body that is
+/// not a list).
+async fn list_items(http: &reqwest::Client, url: &str) -> Result<Vec<Value>, String> {
+    let resp = http.get(url).send().await.map_err(|e| e.to_string())?;
+    let status = resp.status();
+    let body: Value = resp.json().await.map_err(|e| e.to_string())?;
+    if !status.is_success() {
+        return Err(format!("{status}: {body}"));
+    }
+    body["items"]
+        .as_array()
+        .cloned()
+        .ok_or_else(|| format!("not a list: {body}"))
+}
+
 impl Drop for World {
     fn drop(&mut self) {
         self.stop_checker.store(true, Ordering::Relaxed);
@@ -353,44 +426,4 @@ pub fn persisted(state: &Value) -> Vec<&str> {
 
 pub fn hashes(entries: &[HistoryEntry]) -> Vec<&str> {
     entries.iter().map(|e| e.hash.as_str()).collect()
-}
-
-/// `configmaps` → `("", "configmaps")`, `deployments.apps` → `("apps", "deployments")`.
-fn group_resource(name: &str) -> (String, String) {
-    match name.split_once('.') {
-        Some((resource, group)) => (group.to_string(), resource.to_string()),
-        None => (String::new(), name.to_string()),
-    }
-}
-
-/// A description of the problem when `state` says safe but the double stores an object of its
-/// resource in another encoding than the current storage version.
-fn unsafe_verdict(engine: &Arc<kube_double::engine::Engine>, state: &Value) -> Option<String> {
-    let name = state["metadata"]["name"].as_str()?;
-    let hash = current(state);
-    if hash.is_empty() || hash == "Unknown" || persisted(state) != [hash] {
-        return None;
-    }
-    let (group, resource) = group_resource(name);
-    let gr = kube_double::resources::GroupResource::new(group.clone(), resource.clone());
-    let def = engine.catalog.get(&gr)?;
-    let hash_now =
-        kube_double::resources::storage_version_hash(&def.group, &def.storage_version, &def.kind);
-    if hash_now != hash {
-        // The cluster moved on; the trigger has not seen it yet. Not a verdict about now.
-        return None;
-    }
-    let expected = def.group_version(&def.storage_version);
-    let summary = engine.stored_summary(&gr);
-    let stale: Vec<String> = summary
-        .iter()
-        .filter(|((encoding, _), _)| *encoding != expected)
-        .map(|((encoding, key), n)| format!("{n} in {encoding} (key {key:?})"))
-        .collect();
-    (!stale.is_empty()).then(|| {
-        format!(
-            "StorageState {name} says safe at {hash} ({expected}) but the double stores {}",
-            stale.join(", ")
-        )
-    })
 }

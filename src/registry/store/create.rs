@@ -8,8 +8,8 @@ use super::super::metadata;
 use super::super::rest::Subresource;
 use super::super::strategy::Strategy;
 use super::managed::{DEFAULT_FIELD_MANAGER, Tracking};
-use super::{Store, now};
-use crate::storage::{Compare, Op, StorageError, Txn, TxnOutcome};
+use super::{Also, Committed, Store, now};
+use crate::storage::{Compare, Op, StorageError};
 
 /// How many fresh names a `generateName` create tries before giving up on collisions.
 const GENERATE_NAME_ATTEMPTS: usize = 8;
@@ -21,14 +21,6 @@ impl<S: Strategy> Store<S> {
         self.managed_by(DEFAULT_FIELD_MANAGER).create(obj).await
     }
 
-    /// [`create`](Self::create), with `extra` storage writes committed in the same
-    /// transaction (the trigger's hash history, DESIGN.md §4): both land, or neither.
-    pub async fn create_with(&self, obj: S::Object, extra: Vec<Op>) -> ApiResult<S::Object> {
-        self.managed_by(DEFAULT_FIELD_MANAGER)
-            .create_with(obj, extra)
-            .await
-    }
-
     /// Create; with `dry_run` everything but the write happens and the answer carries no
     /// resourceVersion. The write is recorded in managedFields per `tracking`, against the
     /// kind's empty object.
@@ -36,7 +28,7 @@ impl<S: Strategy> Store<S> {
         &self,
         mut obj: S::Object,
         dry_run: bool,
-        extra: &[Op],
+        also: Also<'_>,
         tracking: Tracking<'_>,
     ) -> ApiResult<S::Object> {
         self.track_update(tracking, Subresource::Main, &S::Object::default(), &mut obj)?;
@@ -64,7 +56,7 @@ impl<S: Strategy> Store<S> {
         loop {
             attempts += 1;
             let name = obj.metadata().name.clone().unwrap_or_default();
-            match self.insert(&mut obj, &name, dry_run, extra).await {
+            match self.insert(&mut obj, &name, dry_run, also).await {
                 Err(ApiError::AlreadyExists { .. })
                     if generated && attempts < GENERATE_NAME_ATTEMPTS =>
                 {
@@ -100,14 +92,14 @@ impl<S: Strategy> Store<S> {
         generated
     }
 
-    /// Write `obj` under `name` if absent (with `extra` in the same transaction), setting its
-    /// resourceVersion.
+    /// Write `obj` under `name` if absent (with what `also` carries in the same transaction),
+    /// setting its resourceVersion.
     async fn insert(
         &self,
         obj: &mut S::Object,
         name: &str,
         dry_run: bool,
-        extra: &[Op],
+        also: Also<'_>,
     ) -> ApiResult<()> {
         let key = self.key(name)?;
         if dry_run {
@@ -119,21 +111,18 @@ impl<S: Strategy> Store<S> {
             };
         }
         let bytes = self.encode_for_storage(obj)?;
-        let mut ops = vec![Op::Put(key.clone(), bytes)];
-        ops.extend_from_slice(extra);
-        let txn = Txn {
-            compares: vec![Compare::Absent(key.clone())],
-            ops,
-        };
-        match self.storage.txn(txn).await {
-            Ok(TxnOutcome::Committed { revision }) => {
+        let ops = vec![Op::Put(key.clone(), bytes)];
+        match self
+            .commit(name, Compare::Absent(key.clone()), ops, also)
+            .await?
+        {
+            Committed::At(revision) => {
                 obj.metadata_mut().resource_version = Some(revision.to_string());
                 Ok(())
             }
-            Ok(TxnOutcome::Failed { .. }) => {
+            Committed::ObjectChanged { .. } => {
                 Err(self.storage_error(StorageError::AlreadyExists { key }, name))
             }
-            Err(err) => Err(self.storage_error(err, name)),
         }
     }
 }

@@ -8,8 +8,8 @@ use k8s_openapi::Metadata;
 use super::super::error::{ApiError, ApiResult};
 use super::super::rest::Preconditions;
 use super::super::strategy::Strategy;
-use super::{MAX_WRITE_ATTEMPTS, Store, now};
-use crate::storage::StorageError;
+use super::{Also, Committed, MAX_WRITE_ATTEMPTS, Store, now};
+use crate::storage::{Compare, Op};
 
 /// The outcome of a delete.
 #[derive(Debug, Clone)]
@@ -28,7 +28,8 @@ impl<S: Strategy> Store<S> {
         name: &str,
         preconditions: &Preconditions,
     ) -> ApiResult<Deletion<S::Object>> {
-        self.delete_object(name, preconditions, None, false).await
+        self.delete_object(name, preconditions, None, false, Also::default())
+            .await
     }
 
     /// A delete with a `propagationPolicy` (`Orphan`, `Background`, `Foreground`).
@@ -38,6 +39,7 @@ impl<S: Strategy> Store<S> {
         preconditions: &Preconditions,
         propagation_policy: Option<&str>,
         dry_run: bool,
+        also: Also<'_>,
     ) -> ApiResult<Deletion<S::Object>> {
         let key = self.key(name)?;
         for _ in 0..MAX_WRITE_ATTEMPTS {
@@ -54,7 +56,8 @@ impl<S: Strategy> Store<S> {
                 .finalizers
                 .as_ref()
                 .is_some_and(|f| !f.is_empty());
-            let outcome = if held {
+            let compare = Compare::ModRevision(key.clone(), kv.mod_revision);
+            let deletion = if held {
                 mark_as_deleting(deleting.metadata_mut());
                 let bytes = self.encode_for_storage(&deleting)?;
                 if bytes == kv.value {
@@ -70,16 +73,18 @@ impl<S: Strategy> Store<S> {
                         gone: false,
                     });
                 }
-                self.storage
-                    .update(&key, bytes, kv.mod_revision)
-                    .await
-                    .map(|revision| {
+                let ops = vec![Op::Put(key.clone(), bytes)];
+                match self.commit(name, compare, ops, also).await? {
+                    Committed::At(revision) => {
                         deleting.metadata_mut().resource_version = Some(revision.to_string());
-                        Deletion {
+                        Some(Deletion {
                             object: deleting,
                             gone: false,
-                        }
-                    })
+                        })
+                    }
+                    Committed::ObjectChanged { current: None } => None,
+                    Committed::ObjectChanged { .. } => continue,
+                }
             } else {
                 if dry_run {
                     return Ok(Deletion {
@@ -87,20 +92,17 @@ impl<S: Strategy> Store<S> {
                         gone: true,
                     });
                 }
-                self.storage
-                    .delete(&key, kv.mod_revision)
-                    .await
-                    .map(|_| Deletion {
+                let ops = vec![Op::Delete(key.clone())];
+                match self.commit(name, compare, ops, also).await? {
+                    Committed::At(_) => Some(Deletion {
                         object: current,
                         gone: true,
-                    })
+                    }),
+                    Committed::ObjectChanged { current: None } => None,
+                    Committed::ObjectChanged { .. } => continue,
+                }
             };
-            match outcome {
-                Ok(deletion) => return Ok(deletion),
-                Err(StorageError::Conflict { .. }) => continue,
-                Err(StorageError::NotFound { .. }) => return Err(self.not_found(name)),
-                Err(err) => return Err(self.storage_error(err, name)),
-            }
+            return deletion.ok_or_else(|| self.not_found(name));
         }
         Err(self.stale(name))
     }

@@ -14,8 +14,7 @@ use super::super::managed_fields::updater::Versioned;
 use super::super::managed_fields::{Write, manager_name};
 use super::super::rest::{FieldValidation, Subresource, WriteOptions, Written};
 use super::super::strategy::Strategy;
-use super::Store;
-use crate::storage::Op;
+use super::{Also, Store};
 
 /// The field manager of the typed (controller) writes when none is named.
 pub const DEFAULT_FIELD_MANAGER: &str = "svm-apiserver";
@@ -40,6 +39,14 @@ pub struct ManagedBy<'s, S: Strategy> {
 }
 
 impl<S: Strategy> Store<S> {
+    /// The tracking of a typed write by `manager` (an Update entry in the storage version).
+    pub(crate) fn tracking_for<'m>(&self, manager: &'m str) -> Tracking<'m> {
+        Tracking::Update {
+            version: self.strategy.info().storage_version,
+            manager,
+        }
+    }
+
     /// Typed writes recorded for `manager` (e.g. `svm-apiserver-migrator`): nothing they do
     /// takes fields they do not change from the managers that set them.
     pub fn managed_by<'s>(&'s self, manager: &'s str) -> ManagedBy<'s, S> {
@@ -52,24 +59,13 @@ impl<S: Strategy> Store<S> {
 
 impl<S: Strategy> ManagedBy<'_, S> {
     fn tracking(&self) -> Tracking<'_> {
-        Tracking::Update {
-            version: self.store.strategy.info().storage_version,
-            manager: self.manager,
-        }
+        self.store.tracking_for(self.manager)
     }
 
     /// Create `obj` (same rules as a REST create).
     pub async fn create(&self, obj: S::Object) -> ApiResult<S::Object> {
         self.store
-            .create_object(obj, false, &[], self.tracking())
-            .await
-    }
-
-    /// [`create`](Self::create), with `extra` storage writes committed in the same
-    /// transaction (the trigger's hash history, DESIGN.md §4): both land, or neither.
-    pub async fn create_with(&self, obj: S::Object, extra: Vec<Op>) -> ApiResult<S::Object> {
-        self.store
-            .create_object(obj, false, &extra, self.tracking())
+            .create_object(obj, false, Also::default(), self.tracking())
             .await
     }
 
@@ -85,24 +81,6 @@ impl<S: Strategy> ManagedBy<'_, S> {
     pub async fn update_status(&self, obj: S::Object) -> ApiResult<S::Object> {
         self.store
             .replace(obj, Subresource::Status, false, self.tracking())
-            .await
-    }
-
-    /// [`update_status`](Self::update_status), with `extra` storage writes committed in
-    /// the same transaction. The object's resourceVersion is the precondition for all of
-    /// it: when stale, nothing is written and the answer is 409. When the status does not
-    /// change, `extra` is still written, guarded by the object's revision.
-    pub async fn update_status_with(&self, obj: S::Object, extra: Vec<Op>) -> ApiResult<S::Object> {
-        let name = obj.metadata().name.clone().unwrap_or_default();
-        self.store
-            .guaranteed_update_with(
-                &name,
-                Subresource::Status,
-                false,
-                &extra,
-                self.tracking(),
-                |_| Ok(obj.clone()),
-            )
             .await
     }
 }
@@ -290,7 +268,7 @@ impl<S: Strategy> Store<S> {
                     name,
                     subresource,
                     opts.dry_run,
-                    &[],
+                    Also::default(),
                     Tracking::Applied,
                     |current| {
                         self.applied(version, name, subresource, &config, Some(current), opts)
@@ -320,7 +298,7 @@ impl<S: Strategy> Store<S> {
             // A create by apply ignores the configuration's resourceVersion.
             obj.metadata_mut().resource_version = None;
             match self
-                .create_object(obj, opts.dry_run, &[], Tracking::Applied)
+                .create_object(obj, opts.dry_run, Also::default(), Tracking::Applied)
                 .await
             {
                 Ok(created) => {

@@ -14,6 +14,7 @@
 
 mod create;
 mod delete;
+mod guarded;
 mod managed;
 mod read;
 mod rest;
@@ -32,19 +33,39 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use serde::de::DeserializeOwned;
 
 use super::error::{ApiError, ApiResult};
+use super::fence::{Fence, Record};
 use super::field_validation::Schemas;
 use super::managed_fields::FieldManager;
 use super::patch::MergeRules;
 use super::strategy::Strategy;
-use crate::storage::{KeyValue, Revision, Storage, StorageError};
+use crate::storage::{Compare, KeyValue, Op, Revision, Storage, StorageError, Txn, TxnOutcome};
 
 pub use delete::Deletion;
+pub use guarded::Guarded;
 pub use managed::{DEFAULT_FIELD_MANAGER, ManagedBy};
 pub use read::ListPage;
 pub use watch::{StoreEvent, StoreEventStream};
 
 /// How often a write retries after losing a compare-and-swap race before answering 409.
 const MAX_WRITE_ATTEMPTS: usize = 16;
+
+/// What a write commits besides the object, in the same transaction: the controllers' fence
+/// (its compare and stamp) and extra records (the trigger's hash history).
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Also<'a> {
+    pub fence: Option<&'a Fence>,
+    pub records: &'a [Record],
+}
+
+/// How committing an object's write ended, when the fence held.
+enum Committed {
+    At(Revision),
+    /// The object's own compare failed (changed, created or deleted meanwhile): nothing was
+    /// written; `current` is its mod revision now, if it exists.
+    ObjectChanged {
+        current: Option<Revision>,
+    },
+}
 
 pub struct Store<S: Strategy> {
     pub(crate) strategy: Arc<S>,
@@ -165,6 +186,45 @@ impl<S: Strategy> Store<S> {
             .ok_or_else(|| self.not_found(name))?;
         let current = decode_stored(&kv, kv.mod_revision)?;
         Ok((kv, current))
+    }
+
+    /// One transaction: the object's compare and ops, plus what `also` carries. A failed
+    /// fence is an error (and stops the controllers); a failed object compare is
+    /// [`Committed::ObjectChanged`], for the caller's retry loop.
+    async fn commit(
+        &self,
+        name: &str,
+        compare: Compare,
+        ops: Vec<Op>,
+        also: Also<'_>,
+    ) -> ApiResult<Committed> {
+        let mut txn = Txn {
+            compares: vec![compare],
+            ops,
+        };
+        txn.ops.extend(
+            also.records
+                .iter()
+                .map(|r| Op::Put(r.key.clone(), r.value.clone())),
+        );
+        if let Some(fence) = also.fence {
+            txn.compares.extend(fence.compare());
+            txn.ops.extend(fence.stamp());
+        }
+        match self.storage.txn(txn).await {
+            Ok(TxnOutcome::Committed { revision }) => Ok(Committed::At(revision)),
+            Ok(TxnOutcome::Failed { index: 0, current }) => {
+                Ok(Committed::ObjectChanged { current })
+            }
+            Ok(TxnOutcome::Failed { .. }) => Err(match also.fence {
+                Some(fence) => fence.refused(&format!("writing {} {name}", self.plural())),
+                None => ApiError::Internal(format!(
+                    "writing {} {name}: a compare failed",
+                    self.plural()
+                )),
+            }),
+            Err(err) => Err(self.storage_error(err, name)),
+        }
     }
 
     /// The bytes stored for `obj`: its JSON without a resourceVersion.

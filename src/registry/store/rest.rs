@@ -334,7 +334,9 @@ impl<S: Strategy> RestStorage for Store<S> {
             version,
             manager: &manager,
         };
-        let created = self.create_object(obj, opts.dry_run, &[], tracking).await?;
+        let created = self
+            .create_object(obj, opts.dry_run, super::Also::default(), tracking)
+            .await?;
         Ok(Written {
             object: self.encode(version, &created)?,
             created: true,
@@ -404,12 +406,19 @@ impl<S: Strategy> RestStorage for Store<S> {
             manager: &manager,
         };
         let updated = self
-            .guaranteed_update_with(name, subresource, opts.dry_run, &[], tracking, |current| {
-                let (obj, attempt_warnings) =
-                    self.patched(version, name, &patch, current, opts.field_validation)?;
-                warnings = attempt_warnings;
-                Ok(obj)
-            })
+            .guaranteed_update_with(
+                name,
+                subresource,
+                opts.dry_run,
+                super::Also::default(),
+                tracking,
+                |current| {
+                    let (obj, attempt_warnings) =
+                        self.patched(version, name, &patch, current, opts.field_validation)?;
+                    warnings = attempt_warnings;
+                    Ok(obj)
+                },
+            )
             .await?;
         Ok(Written {
             object: self.encode(version, &updated)?,
@@ -426,6 +435,7 @@ impl<S: Strategy> RestStorage for Store<S> {
                 &opts.preconditions,
                 opts.propagation_policy.as_deref(),
                 opts.dry_run,
+                super::Also::default(),
             )
             .await?;
         Ok(Deleted {
@@ -452,6 +462,7 @@ impl<S: Strategy> RestStorage for Store<S> {
                     &opts.preconditions,
                     opts.propagation_policy.as_deref(),
                     opts.dry_run,
+                    super::Also::default(),
                 )
                 .await
             {

@@ -14,8 +14,8 @@ use super::super::rest::Subresource;
 use super::super::strategy::Strategy;
 use super::create::merge_causes;
 use super::managed::{DEFAULT_FIELD_MANAGER, Tracking};
-use super::{MAX_WRITE_ATTEMPTS, Store, parse_resource_version};
-use crate::storage::{Compare, Op, StorageError, Txn, TxnOutcome};
+use super::{Also, Committed, MAX_WRITE_ATTEMPTS, Store, parse_resource_version};
+use crate::storage::{Compare, Op};
 
 impl<S: Strategy> Store<S> {
     /// Replace an object (the controllers' entry point: same rules as a REST update),
@@ -32,17 +32,6 @@ impl<S: Strategy> Store<S> {
             .await
     }
 
-    /// [`update_status`](Self::update_status), with `extra` storage writes committed in the
-    /// same transaction (the trigger's hash history, DESIGN.md §4). The object's
-    /// resourceVersion is the precondition for all of it: when it is stale, nothing is written
-    /// and the answer is 409, so the caller recomputes `extra` from what it reads next. When
-    /// the status does not change, `extra` is still written, guarded by the object's revision.
-    pub async fn update_status_with(&self, obj: S::Object, extra: Vec<Op>) -> ApiResult<S::Object> {
-        self.managed_by(DEFAULT_FIELD_MANAGER)
-            .update_status_with(obj, extra)
-            .await
-    }
-
     /// A PUT: the body replaces the stored object, its uid a precondition (upstream's
     /// `DefaultUpdatedObjectInfo`; a mismatch is the storage layer's invalid-object error).
     pub(crate) async fn replace(
@@ -52,10 +41,27 @@ impl<S: Strategy> Store<S> {
         dry_run: bool,
         tracking: Tracking<'_>,
     ) -> ApiResult<S::Object> {
+        self.replace_with(obj, subresource, dry_run, tracking, Also::default())
+            .await
+    }
+
+    /// [`replace`](Self::replace), with what `also` carries in the same transaction. The
+    /// object's resourceVersion is the precondition for all of it: when it is stale, nothing
+    /// is written and the answer is 409, so the caller recomputes the records from what it
+    /// reads next. When the object does not change, the records are still written, guarded by
+    /// the object's revision.
+    pub(crate) async fn replace_with(
+        &self,
+        obj: S::Object,
+        subresource: Subresource,
+        dry_run: bool,
+        tracking: Tracking<'_>,
+        also: Also<'_>,
+    ) -> ApiResult<S::Object> {
         let name = obj.metadata().name.clone().unwrap_or_default();
         let key = self.key(&name)?;
         let uid = obj.metadata().uid.clone().filter(|u| !u.is_empty());
-        self.guaranteed_update_with(&name, subresource, dry_run, &[], tracking, |current| {
+        self.guaranteed_update_with(&name, subresource, dry_run, also, tracking, |current| {
                 if let Some(uid) = &uid {
                     let current_uid = current.metadata().uid.clone().unwrap_or_default();
                     if *uid != current_uid {
@@ -73,8 +79,9 @@ impl<S: Strategy> Store<S> {
     }
 
     /// The update loop. `updated` computes the new object from the current one; it runs once
-    /// per attempt, and the change is recorded in managedFields per `tracking`. `extra`
-    /// writes go in the same transaction as the object's. Returns the object as stored (or
+    /// per attempt, and the change is recorded in managedFields per `tracking`. What `also`
+    /// carries (the controllers' fence, extra records) goes in the same transaction as the
+    /// object. Returns the object as stored (or
     /// as it would be, for a dry run); for an update that deleted the object (last finalizer
     /// removed), the object as the request made it.
     pub(crate) async fn guaranteed_update_with<F>(
@@ -82,7 +89,7 @@ impl<S: Strategy> Store<S> {
         name: &str,
         subresource: Subresource,
         dry_run: bool,
-        extra: &[Op],
+        also: Also<'_>,
         tracking: Tracking<'_>,
         mut updated: F,
     ) -> ApiResult<S::Object>
@@ -101,44 +108,43 @@ impl<S: Strategy> Store<S> {
                 if dry_run {
                     return Ok(new);
                 }
-                match self.storage.delete(&key, kv.mod_revision).await {
+                let compare = Compare::ModRevision(key.clone(), kv.mod_revision);
+                match self
+                    .commit(name, compare, vec![Op::Delete(key.clone())], also)
+                    .await?
+                {
                     // Another request may have finished the delete: the same outcome.
-                    Ok(_) | Err(StorageError::NotFound { .. }) => {
+                    Committed::At(_) | Committed::ObjectChanged { current: None } => {
                         return Ok(new);
                     }
-                    Err(StorageError::Conflict { .. }) => continue,
-                    Err(err) => return Err(self.storage_error(err, name)),
+                    Committed::ObjectChanged { .. } => continue,
                 }
             }
 
             let bytes = self.encode_for_storage(&new)?;
             let unchanged = bytes == kv.value;
-            if unchanged && extra.is_empty() {
+            if unchanged && also.records.is_empty() {
                 // Nothing changes: no write, the same resourceVersion (recording 08).
                 return Ok(current);
             }
             if dry_run {
                 return Ok(if unchanged { current } else { new });
             }
-            let mut ops = Vec::with_capacity(extra.len() + 1);
-            if !unchanged {
-                ops.push(Op::Put(key.clone(), bytes));
-            }
-            ops.extend_from_slice(extra);
-            let txn = Txn {
-                compares: vec![Compare::ModRevision(key.clone(), kv.mod_revision)],
-                ops,
+            let ops = if unchanged {
+                Vec::new()
+            } else {
+                vec![Op::Put(key.clone(), bytes)]
             };
-            match self.storage.txn(txn).await {
-                Ok(TxnOutcome::Committed { revision }) => {
+            let compare = Compare::ModRevision(key.clone(), kv.mod_revision);
+            match self.commit(name, compare, ops, also).await? {
+                Committed::At(revision) => {
                     if unchanged {
                         return Ok(current);
                     }
                     new.metadata_mut().resource_version = Some(revision.to_string());
                     return Ok(new);
                 }
-                Ok(TxnOutcome::Failed { .. }) => continue,
-                Err(err) => return Err(self.storage_error(err, name)),
+                Committed::ObjectChanged { .. } => continue,
             }
         }
         Err(self.stale(name))

@@ -5,10 +5,19 @@
 //! (temp file, fsync, atomic rename, directory fsync), so the log does not grow forever and the
 //! compacted revision survives a restart.
 //!
-//! Frame: `len: u32 LE | crc32(payload): u32 LE | payload`. A crash can only tear the last
-//! frame; on open a bad last frame (or a bad frame followed only by zero bytes, as a file
-//! extended before its data reached the disk looks) is truncated away, while a bad frame with
-//! data after it is corruption and fails the open.
+//! Frame: `len: u32 LE | crc32(payload): u32 LE | payload`. The header records how many key
+//! records its snapshot holds (format 2), so where the snapshot ends is known.
+//!
+//! What a crash can leave, and what opening does about it:
+//! - a snapshot is written whole or not at all (temp file + rename), so any damage to the
+//!   header or to a snapshot record is corruption;
+//! - only the transaction being appended can be torn: a prefix of its frame, possibly followed
+//!   by zeros or stale bytes of a file extended before its data reached the disk. A damaged
+//!   frame after which no intact frame follows is such a torn final record and is cut off;
+//! - a damaged frame followed by any intact frame (a flipped bit or a bad length field in the
+//!   middle, a bad checksum) is corruption: the open fails with the file and byte offset, and
+//!   nothing is cut. [`verify`] reports it; [`recover`] keeps every record before the damage
+//!   (moving the damaged file aside) and counts the intact records after it that are lost.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -25,7 +34,10 @@ const LOCK_FILE: &str = "LOCK";
 const TEMP_FILE: &str = "wal.log.tmp";
 const FRAME_HEADER: usize = 8;
 const MAGIC: &[u8; 8] = b"svm-wal\0";
-const FORMAT_VERSION: u32 = 1;
+/// Format 2 adds the snapshot's key-record count to the header; format 1 logs still open
+/// (their snapshot end is not known, so their key records are judged like transactions).
+const FORMAT_VERSION: u32 = 2;
+const FORMAT_VERSION_1: u32 = 1;
 
 const TAG_HEADER: u8 = 1;
 const TAG_KEY: u8 = 2;
@@ -56,39 +68,46 @@ pub(super) struct Opened {
 }
 
 impl Wal {
-    /// Open (or create) the log in `dir` and replay it.
+    /// Open (or create) the log in `dir` and replay it. A torn final record is cut off; any
+    /// other damage fails the open with [`StorageError::Corrupt`] naming the file and offset.
     pub fn open(dir: &Path) -> Result<Opened, StorageError> {
         fs::create_dir_all(dir)?;
         let lock = lock_dir(dir)?;
-        // A leftover temp file is a compaction that crashed before its rename: the log itself
-        // is still the complete one.
-        match fs::remove_file(dir.join(TEMP_FILE)) {
-            Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e.into()),
-            _ => {}
-        }
+        remove_leftover_temp(dir)?;
         let path = dir.join(LOG_FILE);
         let bytes = match fs::read(&path) {
             Ok(bytes) => bytes,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Vec::new(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                // A new store. (A log is only ever created whole, by `rewrite`.)
+                let mvcc = Mvcc::new();
+                let mut wal = Wal {
+                    file: OpenOptions::new().append(true).create(true).open(&path)?,
+                    _lock: lock,
+                    dir: dir.to_path_buf(),
+                    len: 0,
+                    broken: None,
+                };
+                wal.rewrite(&encode_snapshot(&mvcc)?)?;
+                return Ok(Opened {
+                    wal,
+                    mvcc,
+                    truncated: 0,
+                });
+            }
             Err(e) => return Err(e.into()),
         };
-        let replayed = replay(&bytes)?;
-        let Some(mvcc) = replayed.mvcc else {
-            // Nothing whole in the file (new, or torn while writing its first record).
-            let mvcc = Mvcc::new();
-            let mut wal = Wal {
-                file: OpenOptions::new().append(true).create(true).open(&path)?,
-                _lock: lock,
-                dir: dir.to_path_buf(),
-                len: 0,
-                broken: None,
-            };
-            wal.rewrite(&encode_snapshot(&mvcc)?)?;
-            return Ok(Opened {
-                wal,
-                mvcc,
-                truncated: bytes.len() as u64,
-            });
+        let replayed = replay(&bytes);
+        let mvcc = match (replayed.mvcc, &replayed.damage) {
+            (Some(mvcc), None) => mvcc,
+            (Some(mvcc), Some(damage)) if damage.torn => mvcc,
+            (_, damage) => {
+                let damage = damage.clone().unwrap_or(Damage {
+                    offset: 0,
+                    problem: "the file is empty".into(),
+                    torn: false,
+                });
+                return Err(StorageError::Corrupt(refusal(dir, &path, &damage)));
+            }
         };
         let file = OpenOptions::new().append(true).open(&path)?;
         let truncated = (bytes.len() - replayed.valid_len) as u64;
@@ -180,6 +199,351 @@ impl Wal {
     }
 }
 
+/// What [`verify`] found in a data directory's log.
+#[derive(Clone, Debug)]
+pub struct Verification {
+    pub path: PathBuf,
+    pub bytes: u64,
+    /// Records readable before any damage, the header included.
+    pub records: usize,
+    /// The revision and compacted revision of the readable part (`None`: no intact header).
+    pub revision: Option<Revision>,
+    pub compacted: Option<Revision>,
+    pub damage: Option<DamageReport>,
+}
+
+/// Where a log is damaged, and what recovering it would lose.
+#[derive(Clone, Debug)]
+pub struct DamageReport {
+    pub offset: u64,
+    pub problem: String,
+    /// A torn final record (a write that never completed): opening cuts it off.
+    pub torn: bool,
+    /// Intact records after the damage: lost if the log is recovered.
+    pub intact_after: usize,
+    /// The revisions of the transactions among them.
+    pub revisions_after: Option<(Revision, Revision)>,
+}
+
+/// Reads the log in `dir` without changing anything (or taking its lock: a running server's
+/// last record may be mid-append, and then reads as torn).
+pub fn verify(dir: &Path) -> Result<Verification, StorageError> {
+    let path = dir.join(LOG_FILE);
+    let bytes = fs::read(&path)?;
+    let replayed = replay(&bytes);
+    let damage = replayed.damage.map(|d| {
+        let (intact_after, revisions_after) = intact_after(&bytes, d.offset);
+        DamageReport {
+            offset: d.offset as u64,
+            problem: d.problem,
+            torn: d.torn,
+            intact_after,
+            revisions_after,
+        }
+    });
+    Ok(Verification {
+        path,
+        bytes: bytes.len() as u64,
+        records: replayed.records,
+        revision: replayed.mvcc.as_ref().map(Mvcc::current),
+        compacted: replayed.mvcc.as_ref().map(Mvcc::compacted),
+        damage,
+    })
+}
+
+/// What [`recover`] did.
+#[derive(Clone, Debug)]
+pub struct Recovery {
+    /// The damage found (`None`: the log was intact and nothing changed).
+    pub damage: Option<DamageReport>,
+    /// Records kept, and the revision the recovered store is at.
+    pub kept_records: usize,
+    pub revision: Revision,
+    /// Where the damaged log was kept (`None` when only a torn final record was cut).
+    pub damaged_copy: Option<PathBuf>,
+    /// The header was damaged and was rebuilt from the records after it.
+    pub header_rebuilt: bool,
+}
+
+/// Makes the log in `dir` openable again, keeping every record before its first damage: a
+/// torn final record is cut (as opening does); otherwise the damaged log is kept beside as
+/// `wal.log.damaged-<unix seconds>` and replaced, atomically, by a snapshot of the readable
+/// prefix. A damaged header is rebuilt from the intact records after it (current revision:
+/// the one before their first transaction; older history counts as compacted). Never makes an
+/// empty store out of a damaged one: with nothing readable it fails.
+pub fn recover(dir: &Path) -> Result<Recovery, StorageError> {
+    let _lock = lock_dir(dir)?;
+    remove_leftover_temp(dir)?;
+    let path = dir.join(LOG_FILE);
+    let bytes = fs::read(&path)?;
+    let verification = verify(dir)?;
+    let replayed = replay(&bytes);
+    let Some(damage) = replayed.damage.clone() else {
+        return Ok(Recovery {
+            damage: None,
+            kept_records: replayed.records,
+            revision: replayed.mvcc.as_ref().map_or(1, Mvcc::current),
+            damaged_copy: None,
+            header_rebuilt: false,
+        });
+    };
+    let report = verification.damage;
+    if damage.torn {
+        let file = OpenOptions::new().write(true).open(&path)?;
+        file.set_len(replayed.valid_len as u64)?;
+        file.sync_all()?;
+        return Ok(Recovery {
+            damage: report,
+            kept_records: replayed.records,
+            revision: replayed.mvcc.as_ref().map_or(1, Mvcc::current),
+            damaged_copy: None,
+            header_rebuilt: false,
+        });
+    }
+    let (mvcc, kept_records, report, header_rebuilt) = match replayed.mvcc {
+        Some(mvcc) => (mvcc, replayed.records, report, false),
+        None => {
+            let rebuilt = rebuild_without_header(&bytes).map_err(|problem| {
+                StorageError::Corrupt(format!(
+                    "write-ahead log {} cannot be recovered: its header is damaged and {problem}",
+                    path.display()
+                ))
+            })?;
+            // What is lost now is what follows the first damage after the rebuilt part.
+            let report = match rebuilt.damage {
+                Some(d) => {
+                    let (intact_after, revisions_after) = intact_after(&bytes, d.offset);
+                    Some(DamageReport {
+                        offset: 0,
+                        problem: format!(
+                            "{}; then at byte {}: {}",
+                            damage.problem, d.offset, d.problem
+                        ),
+                        torn: false,
+                        intact_after,
+                        revisions_after,
+                    })
+                }
+                None => Some(DamageReport {
+                    offset: 0,
+                    problem: damage.problem.clone(),
+                    torn: false,
+                    intact_after: 0,
+                    revisions_after: None,
+                }),
+            };
+            (rebuilt.mvcc, rebuilt.records, report, true)
+        }
+    };
+    let snapshot = encode_snapshot(&mvcc)?;
+    let seconds = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let copy = dir.join(format!("{LOG_FILE}.damaged-{seconds}"));
+    // The damaged log gets a second name first, so that at every instant `wal.log` is either
+    // the damaged log or the recovered one — never missing (which would open as a new store).
+    fs::hard_link(&path, &copy)?;
+    sync_dir(dir)?;
+    let temp = dir.join(TEMP_FILE);
+    let mut file = File::create(&temp)?;
+    file.write_all(&snapshot)?;
+    file.sync_all()?;
+    fs::rename(&temp, &path)?;
+    sync_dir(dir)?;
+    Ok(Recovery {
+        damage: report,
+        kept_records,
+        revision: mvcc.current(),
+        damaged_copy: Some(copy),
+        header_rebuilt,
+    })
+}
+
+/// A log whose header is damaged, read from the records after it.
+struct Rebuilt {
+    mvcc: Mvcc,
+    records: usize,
+    /// The next damage after the rebuilt part, if any.
+    damage: Option<Damage>,
+}
+
+fn rebuild_without_header(bytes: &[u8]) -> Result<Rebuilt, String> {
+    let mut offset = next_intact(bytes, 1).ok_or("no intact record follows it: nothing to keep")?;
+    let mut keys = Vec::new();
+    let mut txns = Vec::new();
+    let mut damage = None;
+    while offset < bytes.len() {
+        let payload = match read_frame(&bytes[offset..]) {
+            Ok(payload) => payload,
+            Err(problem) => {
+                damage = Some(Damage {
+                    offset,
+                    problem: problem.into(),
+                    torn: false,
+                });
+                break;
+            }
+        };
+        let mut decoder = Decoder::new(payload);
+        let decoded = match decoder.u8() {
+            Ok(TAG_KEY) if txns.is_empty() => {
+                decode_key_history(&mut decoder).map(|key| keys.push(key))
+            }
+            Ok(TAG_TXN) => decoder.i64().and_then(|revision| {
+                decode_changes(&mut decoder).map(|changes| txns.push((offset, revision, changes)))
+            }),
+            Ok(tag) => Err(format!("unexpected record type {tag}")),
+            Err(e) => Err(e),
+        };
+        if let Err(problem) = decoded {
+            damage = Some(Damage {
+                offset,
+                problem,
+                torn: false,
+            });
+            break;
+        }
+        offset += FRAME_HEADER + payload.len();
+    }
+    let newest_key = keys
+        .iter()
+        .flat_map(|(_, versions)| versions.iter().map(|v| v.revision))
+        .max()
+        .unwrap_or(1);
+    let current = txns
+        .first()
+        .map_or(newest_key, |(_, revision, _)| revision - 1);
+    let mut mvcc = Mvcc::restored(current, current).map_err(reason)?;
+    let mut records = 1;
+    for (key, versions) in keys {
+        mvcc.restore_key(key, versions).map_err(reason)?;
+        records += 1;
+    }
+    for (at, revision, changes) in txns {
+        if let Err(err) = mvcc.apply(revision, changes) {
+            // Kept so far; what follows cannot be applied.
+            damage = Some(Damage {
+                offset: at,
+                problem: reason(err),
+                torn: false,
+            });
+            break;
+        }
+        records += 1;
+    }
+    Ok(Rebuilt {
+        mvcc,
+        records,
+        damage,
+    })
+}
+
+impl std::fmt::Display for DamageReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.torn {
+            return write!(
+                f,
+                "a torn final record at byte {} ({}): a write that never completed; opening \
+                 the store cuts it off",
+                self.offset, self.problem
+            );
+        }
+        write!(
+            f,
+            "DAMAGED at byte {} ({}); `store recover` would lose the damaged record and the {} \
+             intact records after it",
+            self.offset, self.problem, self.intact_after
+        )?;
+        if let Some((low, high)) = self.revisions_after {
+            write!(f, " (transactions of revisions {low}..={high})")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Display for Verification {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: {} bytes, {} readable records",
+            self.path.display(),
+            self.bytes,
+            self.records
+        )?;
+        if let (Some(revision), Some(compacted)) = (self.revision, self.compacted) {
+            write!(f, " (revision {revision}, compacted {compacted})")?;
+        }
+        match &self.damage {
+            None => write!(f, "; intact"),
+            Some(damage) => write!(f, "; {damage}"),
+        }
+    }
+}
+
+impl std::fmt::Display for Recovery {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Some(damage) = &self.damage else {
+            return write!(
+                f,
+                "the log is intact ({} records, revision {}); nothing changed",
+                self.kept_records, self.revision
+            );
+        };
+        if damage.torn {
+            return write!(
+                f,
+                "cut off a torn final record at byte {}; kept {} records (revision {})",
+                damage.offset, self.kept_records, self.revision
+            );
+        }
+        write!(
+            f,
+            "kept {} records before the damage at byte {} ({}); the store is at revision {}. \
+             LOST: the damaged record and the {} intact records after it",
+            self.kept_records, damage.offset, damage.problem, self.revision, damage.intact_after
+        )?;
+        if let Some((low, high)) = damage.revisions_after {
+            write!(f, " (transactions of revisions {low}..={high})")?;
+        }
+        if self.header_rebuilt {
+            write!(
+                f,
+                ". The header was rebuilt from the records after it: history before revision \
+                 {} counts as compacted",
+                self.revision
+            )?;
+        }
+        if let Some(copy) = &self.damaged_copy {
+            write!(f, ". The damaged log is kept as {}", copy.display())?;
+        }
+        Ok(())
+    }
+}
+
+/// A leftover temp file is a compaction (or recovery) that crashed before its rename: the log
+/// itself is still the complete one.
+fn remove_leftover_temp(dir: &Path) -> io::Result<()> {
+    match fs::remove_file(dir.join(TEMP_FILE)) {
+        Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
+        _ => Ok(()),
+    }
+}
+
+/// Why a damaged log is not opened, and what the operator can do.
+fn refusal(dir: &Path, path: &Path, damage: &Damage) -> String {
+    format!(
+        "write-ahead log {} is damaged at byte {} ({}), and that is not a torn final record: \
+         refusing to start rather than drop the records after it. `svm-apiserver store verify \
+         --data-dir {}` reports the damage; `svm-apiserver store recover --data-dir {}` keeps \
+         every record before it (the damaged log is kept beside it)",
+        path.display(),
+        damage.offset,
+        damage.problem,
+        dir.display(),
+        dir.display()
+    )
+}
+
 fn lock_dir(dir: &Path) -> Result<File, StorageError> {
     let file = OpenOptions::new()
         .create(true)
@@ -208,6 +572,7 @@ pub(super) fn encode_snapshot(mvcc: &Mvcc) -> io::Result<Vec<u8>> {
     header.u32(FORMAT_VERSION);
     header.i64(mvcc.current());
     header.i64(mvcc.compacted());
+    header.len(mvcc.histories().count())?;
     out.extend(frame(&header.0)?);
     for (key, versions) in mvcc.histories() {
         let mut record = Encoder::new(TAG_KEY);
@@ -260,68 +625,141 @@ fn frame(payload: &[u8]) -> io::Result<Vec<u8>> {
     Ok(out)
 }
 
+/// The first problem found reading a log.
+#[derive(Clone, Debug)]
+struct Damage {
+    offset: usize,
+    problem: String,
+    /// A torn final record (what a crash mid-append leaves), cut off on open; anything else is
+    /// corruption.
+    torn: bool,
+}
+
 struct Replayed {
-    /// `None` when the file holds no whole record.
+    /// The state of the valid prefix; `None` when not even its header is intact.
     mvcc: Option<Mvcc>,
     /// Length of the prefix made of whole, valid records.
     valid_len: usize,
+    /// Records in that prefix, the header included.
+    records: usize,
+    damage: Option<Damage>,
 }
 
-fn replay(bytes: &[u8]) -> Result<Replayed, StorageError> {
-    let mut mvcc: Option<Mvcc> = None;
-    let mut saw_txn = false;
+/// Reads records in order into the state they describe.
+#[derive(Default)]
+struct Reader {
+    mvcc: Option<Mvcc>,
+    /// Key records the snapshot still owes (`None`: a format 1 log, which does not say).
+    keys_left: Option<u32>,
+    saw_txn: bool,
+}
+
+impl Reader {
+    /// Whether the next record belongs to the snapshot, which is never torn (it is written to
+    /// a temp file and renamed into place whole).
+    fn in_snapshot(&self) -> bool {
+        self.mvcc.is_none() || self.keys_left.is_some_and(|n| n > 0)
+    }
+
+    /// Why the file cannot end here, if it cannot.
+    fn incomplete(&self) -> Option<String> {
+        match (&self.mvcc, self.keys_left) {
+            (None, _) => Some("the log has no header record".into()),
+            (Some(_), Some(n)) if n > 0 => Some(format!("the snapshot ends {n} key records early")),
+            _ => None,
+        }
+    }
+
+    /// Applies one intact record. Fails, changing nothing, on a record that cannot follow
+    /// what came before.
+    fn record(&mut self, payload: &[u8]) -> Result<(), String> {
+        let mut decoder = Decoder::new(payload);
+        match (decoder.u8()?, self.mvcc.as_mut()) {
+            (TAG_HEADER, None) => {
+                let magic = decoder.bytes_raw(MAGIC.len())?;
+                let version = decoder.u32()?;
+                if magic != MAGIC || !(version == FORMAT_VERSION || version == FORMAT_VERSION_1) {
+                    return Err(format!(
+                        "not a svm-apiserver log of format {FORMAT_VERSION_1} or {FORMAT_VERSION}"
+                    ));
+                }
+                let current = decoder.i64()?;
+                let compacted = decoder.i64()?;
+                let keys = (version == FORMAT_VERSION)
+                    .then(|| decoder.u32())
+                    .transpose()?;
+                decoder.finish()?;
+                self.mvcc = Some(Mvcc::restored(current, compacted).map_err(reason)?);
+                self.keys_left = keys;
+            }
+            (TAG_KEY, Some(state)) if !self.saw_txn && self.keys_left != Some(0) => {
+                let (key, versions) = decode_key_history(&mut decoder)?;
+                state.restore_key(key, versions).map_err(reason)?;
+                if let Some(left) = self.keys_left.as_mut() {
+                    *left -= 1;
+                }
+            }
+            (TAG_TXN, Some(state)) if self.keys_left.is_none_or(|n| n == 0) => {
+                let revision = decoder.i64()?;
+                let changes = decode_changes(&mut decoder)?;
+                state.apply(revision, changes).map_err(reason)?;
+                self.saw_txn = true;
+            }
+            (tag, _) => return Err(format!("unexpected record type {tag}")),
+        }
+        Ok(())
+    }
+}
+
+/// A storage error's message without the "storage data corrupt" prefix.
+fn reason(err: StorageError) -> String {
+    match err {
+        StorageError::Corrupt(message) => message,
+        other => other.to_string(),
+    }
+}
+
+/// Reads the log up to its end or its first damage. Never fails: what is wrong is in
+/// `damage`.
+fn replay(bytes: &[u8]) -> Replayed {
+    let mut reader = Reader::default();
     let mut offset = 0;
-    while offset < bytes.len() {
+    let mut records = 0;
+    let damage = loop {
+        if offset >= bytes.len() {
+            break reader.incomplete().map(|problem| Damage {
+                offset,
+                problem,
+                torn: false,
+            });
+        }
         let payload = match read_frame(&bytes[offset..]) {
             Ok(payload) => payload,
             Err(problem) => {
-                if is_torn_tail(&bytes[offset..]) {
-                    break;
-                }
-                return Err(StorageError::Corrupt(format!(
-                    "write-ahead log record at byte {offset} is damaged ({problem}) and is not \
-                     the last one"
-                )));
+                let torn = !reader.in_snapshot() && is_torn_tail(bytes, offset);
+                break Some(Damage {
+                    offset,
+                    problem: problem.into(),
+                    torn,
+                });
             }
         };
-        let corrupt = |what: String| {
-            StorageError::Corrupt(format!("write-ahead log record at byte {offset}: {what}"))
-        };
-        let mut decoder = Decoder::new(payload);
-        match (decoder.u8().map_err(corrupt)?, mvcc.as_mut()) {
-            (TAG_HEADER, None) => {
-                let magic = decoder.bytes_raw(MAGIC.len()).map_err(corrupt)?;
-                let version = decoder.u32().map_err(corrupt)?;
-                if magic != MAGIC || version != FORMAT_VERSION {
-                    return Err(corrupt(format!(
-                        "not a svm-apiserver log of format {FORMAT_VERSION}"
-                    )));
-                }
-                let current = decoder.i64().map_err(corrupt)?;
-                let compacted = decoder.i64().map_err(corrupt)?;
-                decoder.finish().map_err(corrupt)?;
-                mvcc = Some(Mvcc::restored(current, compacted)?);
-            }
-            (TAG_KEY, Some(state)) if !saw_txn => {
-                let (key, versions) = decode_key_history(&mut decoder).map_err(corrupt)?;
-                state.restore_key(key, versions)?;
-            }
-            (TAG_TXN, Some(state)) => {
-                let revision = decoder.i64().map_err(corrupt)?;
-                let changes = decode_changes(&mut decoder).map_err(corrupt)?;
-                state.apply(revision, changes)?;
-                saw_txn = true;
-            }
-            (tag, _) => {
-                return Err(corrupt(format!("unexpected record type {tag}")));
-            }
+        if let Err(problem) = reader.record(payload) {
+            break Some(Damage {
+                offset,
+                problem,
+                torn: false,
+            });
         }
         offset += FRAME_HEADER + payload.len();
-    }
-    Ok(Replayed {
-        mvcc,
+        records += 1;
+    };
+    Replayed {
+        mvcc: reader.mvcc,
         valid_len: offset,
-    })
+        records,
+        damage,
+    }
 }
 
 /// The payload of the frame at the start of `bytes`, if it is whole and intact.
@@ -336,22 +774,61 @@ fn read_frame(bytes: &[u8]) -> Result<&[u8], &'static str> {
     let payload = FRAME_HEADER
         .checked_add(len)
         .and_then(|end| bytes.get(FRAME_HEADER..end))
-        .ok_or("truncated record")?;
+        .ok_or("the length field points past the end of the file")?;
     if crc32fast::hash(payload) != crc {
         return Err("checksum mismatch");
     }
     Ok(payload)
 }
 
-/// Whether a bad frame at the start of `rest` is what a crash during the last append leaves:
-/// the frame reaches (or claims to reach past) the end of the file, or nothing but zeros follows.
-fn is_torn_tail(rest: &[u8]) -> bool {
-    let Some(header) = rest.get(..FRAME_HEADER) else {
-        return true;
-    };
-    let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
-    let reaches_end = FRAME_HEADER.saturating_add(len) >= rest.len();
-    reaches_end || rest.iter().all(|&b| b == 0)
+/// Whether the damaged frame at `offset` is what a crash during the last append leaves:
+/// nothing but zeros follows (a file extended before its data reached the disk), or no intact
+/// frame starts anywhere after it. A bad length field in the middle of a log is told apart
+/// from a torn end this way: the records behind it are still intact.
+fn is_torn_tail(bytes: &[u8], offset: usize) -> bool {
+    bytes[offset..].iter().all(|&b| b == 0) || next_intact(bytes, offset + 1).is_none()
+}
+
+/// The offset of the first intact frame (whole, with the right checksum and a known record
+/// type) starting at or after `from`.
+fn next_intact(bytes: &[u8], from: usize) -> Option<usize> {
+    (from..bytes.len().saturating_sub(FRAME_HEADER)).find(|&at| {
+        let rest = &bytes[at..];
+        // The checksum is computed only where a record type byte could start a payload.
+        matches!(
+            rest.get(FRAME_HEADER),
+            Some(&(TAG_HEADER | TAG_KEY | TAG_TXN))
+        ) && read_frame(rest).is_ok()
+    })
+}
+
+/// The intact frames after damage at `offset` (what recovering loses), and the revisions of
+/// the transactions among them.
+fn intact_after(bytes: &[u8], offset: usize) -> (usize, Option<(Revision, Revision)>) {
+    let mut count = 0;
+    let mut revisions: Option<(Revision, Revision)> = None;
+    let mut at = next_intact(bytes, offset + 1);
+    while let Some(start) = at {
+        let Ok(payload) = read_frame(&bytes[start..]) else {
+            at = next_intact(bytes, start + 1);
+            continue;
+        };
+        count += 1;
+        if payload.first() == Some(&TAG_TXN) {
+            let mut decoder = Decoder::new(&payload[1..]);
+            if let Ok(revision) = decoder.i64() {
+                revisions = Some(match revisions {
+                    None => (revision, revision),
+                    Some((low, high)) => (low.min(revision), high.max(revision)),
+                });
+            }
+        }
+        at = Some(start + FRAME_HEADER + payload.len());
+        if at.is_some_and(|next| next >= bytes.len()) {
+            break;
+        }
+    }
+    (count, revisions)
 }
 
 fn decode_key_history(decoder: &mut Decoder<'_>) -> Result<(String, Vec<Version>), String> {
@@ -506,11 +983,18 @@ mod tests {
         (bytes, ends)
     }
 
+    /// The damage `replay` reports (panics on a clean log).
+    fn damage(bytes: &[u8]) -> Damage {
+        replay(bytes).damage.expect("damage")
+    }
+
     #[test]
     fn replays_a_clean_log() {
         let (bytes, _) = log_with(3);
-        let replayed = replay(&bytes).unwrap();
+        let replayed = replay(&bytes);
+        assert!(replayed.damage.is_none());
         assert_eq!(replayed.valid_len, bytes.len());
+        assert_eq!(replayed.records, 4);
         assert_eq!(replayed.mvcc.unwrap().current(), 4);
     }
 
@@ -518,7 +1002,8 @@ mod tests {
     fn a_torn_last_record_is_cut_at_every_byte() {
         let (bytes, ends) = log_with(2);
         for cut in ends[1] + 1..ends[2] {
-            let replayed = replay(&bytes[..cut]).unwrap();
+            let replayed = replay(&bytes[..cut]);
+            assert!(replayed.damage.unwrap().torn, "cut at {cut}");
             assert_eq!(replayed.valid_len, ends[1], "cut at {cut}");
             assert_eq!(replayed.mvcc.unwrap().current(), 2);
         }
@@ -528,7 +1013,8 @@ mod tests {
     fn a_zero_filled_tail_is_torn_not_corrupt() {
         let (mut bytes, ends) = log_with(1);
         bytes.extend(std::iter::repeat_n(0u8, 64));
-        let replayed = replay(&bytes).unwrap();
+        let replayed = replay(&bytes);
+        assert!(replayed.damage.unwrap().torn);
         assert_eq!(replayed.valid_len, ends[1]);
     }
 
@@ -537,15 +1023,121 @@ mod tests {
         let (mut bytes, ends) = log_with(3);
         // Flip a byte inside the first transaction's payload.
         bytes[ends[0] + FRAME_HEADER + 2] ^= 0xff;
-        assert!(matches!(replay(&bytes), Err(StorageError::Corrupt(_))));
+        let found = damage(&bytes);
+        assert!(!found.torn);
+        assert_eq!(found.offset, ends[0]);
+        assert_eq!(found.problem, "checksum mismatch");
+    }
+
+    #[test]
+    fn a_bad_length_field_mid_log_is_corruption_whatever_it_points_at() {
+        let (bytes, ends) = log_with(4);
+        // Past the end of the file (the case once taken for a torn tail), a little too long,
+        // and too short.
+        for len in [u32::MAX, 1 << 20, 5, 1] {
+            let mut bytes = bytes.clone();
+            bytes[ends[1]..ends[1] + 4].copy_from_slice(&len.to_le_bytes());
+            let found = damage(&bytes);
+            assert!(!found.torn, "length {len}");
+            assert_eq!(found.offset, ends[1], "length {len}");
+        }
+    }
+
+    #[test]
+    fn a_bad_checksum_mid_log_is_corruption_and_on_the_last_record_is_torn() {
+        let (bytes, ends) = log_with(3);
+        let mut middle = bytes.clone();
+        middle[ends[1] + 4] ^= 0x01;
+        let found = damage(&middle);
+        assert_eq!((found.offset, found.torn), (ends[1], false));
+        let mut last = bytes.clone();
+        last[ends[2] + 4] ^= 0x01;
+        let found = damage(&last);
+        assert_eq!((found.offset, found.torn), (ends[2], true));
     }
 
     #[test]
     fn a_damaged_last_record_is_torn() {
         let (mut bytes, ends) = log_with(2);
         bytes[ends[1] + FRAME_HEADER + 2] ^= 0xff;
-        let replayed = replay(&bytes).unwrap();
+        let replayed = replay(&bytes);
+        assert!(replayed.damage.unwrap().torn);
         assert_eq!(replayed.valid_len, ends[1]);
+    }
+
+    #[test]
+    fn a_damaged_header_is_corruption_even_with_nothing_after_it() {
+        // A snapshot is renamed into place whole: it is never torn.
+        let (bytes, ends) = log_with(0);
+        for at in [0, 4, FRAME_HEADER + 3] {
+            let mut bytes = bytes.clone();
+            bytes[at] ^= 0x40;
+            let found = damage(&bytes);
+            assert_eq!((found.offset, found.torn), (0, false), "byte {at}");
+        }
+        let (mut bytes, _) = log_with(3);
+        bytes[FRAME_HEADER + 3] ^= 0x40;
+        assert_eq!(damage(&bytes).offset, 0);
+        assert!(damage(&bytes[..ends[0] - 1]).offset == 0);
+        assert!(!damage(&bytes[..ends[0] - 1]).torn);
+    }
+
+    #[test]
+    fn a_damaged_snapshot_record_is_corruption_even_when_last() {
+        let mut mvcc = Mvcc::new();
+        mvcc.apply(2, vec![put("/a", b"1"), put("/b", b"2")])
+            .unwrap();
+        let mut bytes = encode_snapshot(&mvcc).unwrap();
+        let last = bytes.len() - 3;
+        bytes[last] ^= 0xff;
+        let found = damage(&bytes);
+        assert!(!found.torn, "{found:?}");
+        // Cut short, the snapshot is incomplete: corruption too.
+        let whole = encode_snapshot(&mvcc).unwrap();
+        let header_len = FRAME_HEADER + read_frame(&whole).unwrap().len();
+        let cut = damage(&whole[..header_len]);
+        assert!(!cut.torn);
+        assert!(cut.problem.contains("2 key records early"), "{cut:?}");
+    }
+
+    #[test]
+    fn a_format_1_log_still_replays() {
+        let mut header = Encoder::new(TAG_HEADER);
+        header.bytes_raw(MAGIC);
+        header.u32(FORMAT_VERSION_1);
+        header.i64(1);
+        header.i64(0);
+        let mut bytes = frame(&header.0).unwrap();
+        bytes.extend(frame(&encode_txn(2, &[put("/a", b"1")]).unwrap()).unwrap());
+        let replayed = replay(&bytes);
+        assert!(replayed.damage.is_none());
+        assert_eq!(replayed.mvcc.unwrap().current(), 2);
+    }
+
+    #[test]
+    fn the_intact_records_after_damage_are_counted() {
+        let (mut bytes, ends) = log_with(5);
+        bytes[ends[2] + FRAME_HEADER + 1] ^= 0xff;
+        let found = damage(&bytes);
+        assert_eq!(found.offset, ends[2]);
+        // Revisions 2 and 3 before it; 4 damaged; 5, 6 after it.
+        assert_eq!(intact_after(&bytes, found.offset), (2, Some((5, 6))));
+    }
+
+    #[test]
+    fn a_header_is_rebuilt_from_the_records_after_it() {
+        let mut mvcc = Mvcc::new();
+        mvcc.apply(2, vec![put("/a", b"1")]).unwrap();
+        mvcc.apply(3, vec![put("/b", b"2")]).unwrap();
+        let mut bytes = encode_snapshot(&mvcc).unwrap();
+        bytes.extend(frame(&encode_txn(4, &[put("/c", b"3")]).unwrap()).unwrap());
+        bytes[FRAME_HEADER + 2] ^= 0xff;
+        let rebuilt = rebuild_without_header(&bytes).unwrap();
+        assert!(rebuilt.damage.is_none());
+        assert_eq!(rebuilt.records, 4);
+        assert_eq!(rebuilt.mvcc.current(), 4);
+        let keys: Vec<&String> = rebuilt.mvcc.histories().map(|(k, _)| k).collect();
+        assert_eq!(keys, ["/a", "/b", "/c"]);
     }
 
     #[test]
@@ -553,14 +1145,16 @@ mod tests {
         let mut bytes = encode_snapshot(&Mvcc::new()).unwrap();
         bytes.extend(frame(&encode_txn(3, &[put("/a", b"1")]).unwrap()).unwrap());
         bytes.extend(frame(&encode_txn(4, &[put("/b", b"1")]).unwrap()).unwrap());
-        assert!(matches!(replay(&bytes), Err(StorageError::Corrupt(_))));
+        let found = damage(&bytes);
+        assert!(!found.torn);
+        assert!(found.problem.contains("does not follow"), "{found:?}");
     }
 
     #[test]
     fn a_file_that_is_not_a_log_is_rejected() {
         let mut bytes = frame(b"\x01not-a-log-header-at-all").unwrap();
         bytes.extend(frame(b"more").unwrap());
-        assert!(matches!(replay(&bytes), Err(StorageError::Corrupt(_))));
+        assert!(!damage(&bytes).torn);
     }
 
     #[test]
@@ -573,7 +1167,7 @@ mod tests {
         mvcc.apply(4, vec![put("/b", b"3")]).unwrap();
         mvcc.compact(3).unwrap();
         let bytes = encode_snapshot(&mvcc).unwrap();
-        let restored = replay(&bytes).unwrap().mvcc.unwrap();
+        let restored = replay(&bytes).mvcc.unwrap();
         assert_eq!(restored.current(), 4);
         assert_eq!(restored.compacted(), 3);
         let original: Vec<_> = mvcc.histories().collect();

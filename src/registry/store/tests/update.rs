@@ -267,30 +267,37 @@ async fn odd_update_bodies_are_400_not_panics() {
 }
 
 #[tokio::test]
-async fn extra_writes_commit_with_the_object_or_not_at_all() {
-    use crate::storage::Op;
-    let store = store();
-    let put = |key: &str, value: &str| Op::Put(key.to_string(), value.as_bytes().to_vec());
+async fn extra_records_commit_with_the_object_or_not_at_all() {
+    use crate::registry::{Fence, Guarded, Record};
+    let store = Arc::new(store());
+    let storage = store.storage.clone();
+    let guarded = Guarded::new(
+        store.clone(),
+        Fence::unfenced(storage.clone(), tokio_util::sync::CancellationToken::new()),
+    );
+    let put = |key: &str, value: &str| Record {
+        key: key.to_string(),
+        value: value.as_bytes().to_vec(),
+    };
 
     // Create: the object and the extra key land at one revision.
-    let created = store
-        .create_with(widget("a", 1), vec![put("/side/1", "one")])
+    let created = guarded
+        .create_with(widget("a", 1), &[put("/side/1", "one")])
         .await
         .expect("created");
-    let side = store
-        .storage
+    let side = storage
         .get("/side/1")
         .await
         .expect("get")
         .expect("side key");
     assert_eq!(side.mod_revision.to_string(), rv(&created));
     // A taken name writes neither.
-    let err = store
-        .create_with(widget("a", 1), vec![put("/side/2", "two")])
+    let err = guarded
+        .create_with(widget("a", 1), &[put("/side/2", "two")])
         .await
         .expect_err("exists");
     assert_eq!(err.code(), 409);
-    assert!(store.storage.get("/side/2").await.expect("get").is_none());
+    assert!(storage.get("/side/2").await.expect("get").is_none());
 
     // Status update: both at one revision.
     let mut next = created.clone();
@@ -298,12 +305,11 @@ async fn extra_writes_commit_with_the_object_or_not_at_all() {
         observed_generation: Some(1),
         ..Default::default()
     });
-    let updated = store
-        .update_status_with(next.clone(), vec![put("/side/3", "three")])
+    let updated = guarded
+        .update_status_with(next.clone(), &[put("/side/3", "three")])
         .await
         .expect("updated");
-    let side = store
-        .storage
+    let side = storage
         .get("/side/3")
         .await
         .expect("get")
@@ -311,22 +317,146 @@ async fn extra_writes_commit_with_the_object_or_not_at_all() {
     assert_eq!(side.mod_revision.to_string(), rv(&updated));
 
     // A stale resourceVersion writes neither.
-    let err = store
-        .update_status_with(next.clone(), vec![put("/side/4", "four")])
+    let err = guarded
+        .update_status_with(next.clone(), &[put("/side/4", "four")])
         .await
         .expect_err("stale");
     assert_eq!(err.code(), 409);
-    assert!(store.storage.get("/side/4").await.expect("get").is_none());
+    assert!(storage.get("/side/4").await.expect("get").is_none());
 
     // An unchanged status still writes the extra keys, and leaves the object as it was.
     let before = current_revision(&store).await;
-    let same = store
-        .update_status_with(updated.clone(), vec![put("/side/5", "five")])
+    let same = guarded
+        .update_status_with(updated.clone(), &[put("/side/5", "five")])
         .await
         .expect("extra only");
     assert_eq!(rv(&same), rv(&updated));
     assert_eq!(current_revision(&store).await, before + 1);
-    assert!(store.storage.get("/side/5").await.expect("get").is_some());
+    assert!(storage.get("/side/5").await.expect("get").is_some());
     let stored = store.get("a").await.expect("get").expect("object");
     assert_eq!(rv(&stored), rv(&updated));
+}
+
+#[tokio::test]
+async fn fenced_writes_commit_only_while_the_term_lasts_and_a_refusal_stops_the_controllers() {
+    use crate::registry::fence::{Stamp, term_key, writes_key};
+    use crate::registry::rest::Preconditions;
+    use crate::registry::{Fence, Guarded, Record};
+    use crate::storage::{Op, Txn, TxnOutcome};
+    let store = Arc::new(store());
+    let storage = store.storage.clone();
+    let take_term = |holder: &'static str| {
+        let storage = storage.clone();
+        async move {
+            match storage
+                .txn(Txn {
+                    compares: vec![],
+                    ops: vec![Op::Put(term_key(ROOT), holder.as_bytes().to_vec())],
+                })
+                .await
+                .expect("txn")
+            {
+                TxnOutcome::Committed { revision } => revision,
+                other => panic!("{other:?}"),
+            }
+        }
+    };
+    let term = take_term("a").await;
+    let token = tokio_util::sync::CancellationToken::new();
+    let guarded = Guarded::new(
+        store.clone(),
+        Fence::for_term(storage.clone(), ROOT, "a", term, token.clone()),
+    );
+    let stamp = || async {
+        let kv = storage
+            .get(&writes_key(ROOT))
+            .await
+            .expect("get")
+            .expect("stamp");
+        (
+            serde_json::from_slice::<Stamp>(&kv.value).expect("stamp"),
+            kv.mod_revision,
+        )
+    };
+
+    // While the term lasts, every kind of write lands, stamped with its holder.
+    let created = guarded.create(widget("a", 1)).await.expect("create");
+    assert_eq!(
+        stamp().await,
+        (
+            Stamp {
+                holder: "a".into(),
+                term
+            },
+            created
+                .metadata
+                .resource_version
+                .clone()
+                .unwrap()
+                .parse()
+                .unwrap()
+        )
+    );
+    let managers = |w: &Widget| -> Vec<String> {
+        w.metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .filter_map(|e| e.manager.clone())
+            .collect()
+    };
+    assert_eq!(managers(&created), ["svm-apiserver"]);
+    let mut bigger = created.clone();
+    bigger.spec.size = 2;
+    let updated = guarded
+        .clone()
+        .managed_by("svm-apiserver-test")
+        .update(bigger)
+        .await
+        .expect("update");
+    assert!(
+        managers(&updated).contains(&"svm-apiserver-test".to_string()),
+        "{:?}",
+        managers(&updated)
+    );
+    assert_eq!(stamp().await.1.to_string(), rv(&updated));
+    guarded.create(widget("b", 1)).await.expect("create b");
+    guarded
+        .delete("b", &Preconditions::default())
+        .await
+        .expect("delete b");
+
+    // Another replica takes the term: nothing more lands, and the controllers are stopped.
+    take_term("someone-else").await;
+    let before = current_revision(&store).await;
+    let mut status = updated.clone();
+    status.status = Some(WidgetStatus {
+        observed_generation: Some(2),
+        ..Default::default()
+    });
+    let side = Record {
+        key: "/side/x".into(),
+        value: b"x".to_vec(),
+    };
+    for refused in [
+        guarded.update_status_with(status, &[side]).await.err(),
+        guarded.create(widget("c", 1)).await.err(),
+        guarded.delete("a", &Preconditions::default()).await.err(),
+    ] {
+        assert!(matches!(refused, Some(ApiError::Fenced(_))), "{refused:?}");
+    }
+    assert!(
+        token.is_cancelled(),
+        "a refused write stops the controllers"
+    );
+    assert_eq!(
+        current_revision(&store).await,
+        before,
+        "nothing was written"
+    );
+    assert!(store.get("c").await.expect("get").is_none());
+    assert_eq!(
+        rv(&store.get("a").await.expect("get").expect("a")),
+        rv(&updated)
+    );
 }

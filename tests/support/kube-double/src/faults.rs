@@ -20,6 +20,10 @@ pub enum Fault {
     Latency(Duration),
     /// The connection is closed without an answer.
     DropConnection,
+    /// The request is answered, but the response body ends after this many frames: a watch
+    /// stream (one frame per event) cut mid-list, before its initial-events-end bookmark, as
+    /// a connection lost through a proxy or load balancer ends it.
+    CutStream { after_frames: usize },
     /// RBAC refuses the request: 403 Forbidden with the RBAC authorizer's text
     /// (`<resource>.<group> is forbidden: User "<user>" cannot <verb> resource ...`).
     Forbidden,
@@ -136,7 +140,7 @@ impl FaultRule {
 /// Parses the binary's `--fault` flag:
 /// `verb=patch,resource=configmaps,name=x,path=/apis,fraction=0.1,times=5,fault=<kind>`
 /// where kind is
-/// `500`/`503`/any 5xx, `429:<retry-after s>`, `latency:<ms>`, `drop`,
+/// `500`/`503`/any 5xx, `429:<retry-after s>`, `latency:<ms>`, `drop`, `cut:<frames>`,
 /// `deny:<webhook>:<message>` or `deny422:<webhook>:<message>`.
 impl FromStr for FaultRule {
     type Err = String;
@@ -181,6 +185,13 @@ fn parse_fault(v: &str) -> Result<Fault, String> {
     let rest = parts.next();
     match kind {
         "drop" => Ok(Fault::DropConnection),
+        "cut" => {
+            let after_frames = arg
+                .ok_or("cut:<frames>")?
+                .parse()
+                .map_err(|e| format!("cut: {e}"))?;
+            Ok(Fault::CutStream { after_frames })
+        }
         "forbidden" => Ok(Fault::Forbidden),
         "latency" => {
             let ms: u64 = arg

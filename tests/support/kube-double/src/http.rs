@@ -120,6 +120,10 @@ pub fn json_response(status: StatusCode, value: &Value, pretty: bool) -> Respons
         .unwrap_or_else(|_| Response::new(empty()))
 }
 
+/// The UIDs the double's priority-and-fairness answers name (one flow schema, one level).
+pub const FLOW_SCHEMA_UID: &str = "6d9f3c52-0000-4000-8000-000000000001";
+pub const PRIORITY_LEVEL_UID: &str = "6d9f3c52-0000-4000-8000-000000000002";
+
 /// A metav1.Status error answer. Statuses without a reason (the 500 "content is not a list")
 /// are indented, as kube-apiserver's fallback encoder does (recording 06, step 5).
 pub fn status_response(err: &StatusError, pretty: bool) -> Response<Body> {
@@ -130,6 +134,19 @@ pub fn status_response(err: &StatusError, pretty: bool) -> Response<Body> {
         && let Ok(v) = HeaderValue::from_str(&secs.to_string())
     {
         response.headers_mut().insert(header::RETRY_AFTER, v);
+    }
+    if err.code == 429 {
+        // kube-apiserver's priority-and-fairness filter names the flow schema and priority
+        // level it classified the request into on every answer, its 429s included.
+        let headers = response.headers_mut();
+        headers.insert(
+            "X-Kubernetes-PF-FlowSchema-UID",
+            HeaderValue::from_static(FLOW_SCHEMA_UID),
+        );
+        headers.insert(
+            "X-Kubernetes-PF-PriorityLevel-UID",
+            HeaderValue::from_static(PRIORITY_LEVEL_UID),
+        );
     }
     response
 }

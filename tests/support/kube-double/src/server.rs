@@ -115,6 +115,8 @@ async fn handle(
             None,
         ),
     };
+    // A response body to cut short after this many frames (`Fault::CutStream`).
+    let mut cut = None;
     if !matches!(route, Route::Admin(_)) {
         engine.metrics.request(&verb, &counted);
         let (namespace, name) = match &route {
@@ -131,7 +133,10 @@ async fn handle(
         if !decision.latency.is_zero() {
             tokio::time::sleep(decision.latency).await;
         }
-        if let Some(fault) = decision.fault {
+        if let Some(Fault::CutStream { after_frames }) = decision.fault {
+            engine.metrics.fault_injected();
+            cut = Some(after_frames);
+        } else if let Some(fault) = decision.fault {
             engine.metrics.fault_injected();
             return match fault {
                 Fault::DropConnection => Err(DroppedByFault),
@@ -222,7 +227,17 @@ async fn handle(
             .metrics
             .response(&verb, &counted, response.status().as_u16());
     }
-    Ok(response)
+    Ok(match cut {
+        Some(frames) => response.map(|body| cut_after(body, frames)),
+        None => response,
+    })
+}
+
+/// `body`, ending after its first `frames` frames.
+fn cut_after(body: Body, frames: usize) -> Body {
+    use futures::StreamExt;
+    let kept = http_body_util::BodyStream::new(body).take(frames);
+    BodyExt::boxed(http_body_util::StreamBody::new(kept))
 }
 
 fn method_not_allowed(pretty: bool) -> Response<Body> {
@@ -298,7 +313,7 @@ fn fault_status(fault: &Fault) -> StatusError {
             reason,
             format!("admission webhook \"{webhook}\" denied the request: {message}"),
         ),
-        Fault::Latency(_) | Fault::DropConnection | Fault::Forbidden => {
+        Fault::Latency(_) | Fault::DropConnection | Fault::Forbidden | Fault::CutStream { .. } => {
             StatusError::internal("unexpected fault")
         }
     }

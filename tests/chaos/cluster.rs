@@ -1,0 +1,218 @@
+//! A trial's processes: a real etcd, the kube-apiserver test double (HTTPS on loopback, with
+//! its fault injection), and two replicas of the real `svm-apiserver` binary sharing one etcd
+//! prefix, with trigger and migrator on and fast leader-election timings.
+
+use std::time::Duration;
+
+use kube_double::{KubeDouble, resources::storage_version_hash};
+use serde_json::Value;
+use svm_apiserver::storage::Storage;
+use svm_apiserver::storage::etcd::{EtcdOptions, EtcdStorage};
+
+use crate::support::etcd::EtcdServer;
+use crate::support::server::{Backend, ServerProcess};
+
+/// The migrated resources and how many objects each holds (10^4 in all).
+pub const RESOURCES: [(&str, usize); 2] = [("configmaps", 6_000), ("widgets.example.test", 4_000)];
+/// The lease a paused leader is held past.
+pub const LEASE: Duration = Duration::from_secs(3);
+
+pub struct Cluster {
+    pub replicas: Vec<ServerProcess>,
+    pub etcd: EtcdServer,
+    pub double: KubeDouble,
+    pub prefix: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// etcd, the double with [`RESOURCES`] stored in v1, and two replicas on it.
+    pub async fn start(qps: u32) -> Cluster {
+        let etcd = EtcdServer::start();
+        let double = crate::support::doubles::with_widgets(
+            KubeDouble::builder().lease_renewal(Duration::from_millis(200)),
+            "demo",
+        )
+        .await;
+        for (resource, count) in RESOURCES {
+            double
+                .preload(resource, Some("demo"), "obj", count, 64)
+                .expect("preload");
+        }
+        let dir = tempfile::tempdir().expect("temp dir");
+        let kubeconfig = dir.path().join("cluster.kubeconfig");
+        std::fs::write(&kubeconfig, double.kubeconfig_yaml()).expect("kubeconfig");
+        let prefix = format!("/svm-chaos-{}", uuid::Uuid::new_v4());
+        let flags: Vec<String> = vec![
+            format!("--kubeconfig={}", kubeconfig.display()),
+            "--controllers=trigger,migrator".into(),
+            "--discovery-interval=1s".into(),
+            format!("--qps={qps}"),
+            format!("--burst={}", qps / 10),
+            "--chunk-size=250".into(),
+            "--object-concurrency=8".into(),
+            format!("--leader-elect-lease-duration={}s", LEASE.as_secs()),
+            "--leader-elect-renew-deadline=2s".into(),
+            "--leader-elect-retry-period=250ms".into(),
+            // The ledger reads the whole history; nothing may be compacted under it.
+            "--compaction-interval=0".into(),
+        ];
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let endpoint = etcd.endpoint();
+        let replicas = (0..2)
+            .map(|_| ServerProcess::start_with(Backend::EtcdShared(&endpoint, &prefix), &flags))
+            .collect();
+        Cluster {
+            replicas,
+            etcd,
+            double,
+            prefix,
+            _dir: dir,
+        }
+    }
+
+    /// A fresh client of the trial's etcd (a fresh one each time: etcd restarts).
+    pub async fn etcd_client(&self) -> Option<EtcdStorage> {
+        let options = EtcdOptions {
+            request_timeout: Duration::from_secs(5),
+            ..EtcdOptions::default()
+        };
+        tokio::time::timeout(
+            Duration::from_secs(5),
+            EtcdStorage::connect(&[self.etcd.endpoint()], options),
+        )
+        .await
+        .ok()?
+        .ok()
+    }
+
+    /// A stored object of ours, decoded (`storagestates/configmaps`).
+    pub async fn stored(&self, path: &str) -> Option<Value> {
+        let client = self.etcd_client().await?;
+        let kv = client
+            .get(&format!("{}/{path}", self.prefix))
+            .await
+            .ok()??;
+        serde_json::from_slice(&kv.value).ok()
+    }
+
+    /// The replica holding the lease now (its index), found by the identity its log printed
+    /// when it became the leader.
+    pub async fn leader(&self) -> Option<usize> {
+        let record = self.stored("leader").await?;
+        let holder = record["holderIdentity"].as_str()?.to_string();
+        self.replicas
+            .iter()
+            .position(|r| r.log().contains(&format!("identity={holder}")))
+    }
+
+    /// Waits (up to 30 s) for a leader.
+    pub async fn wait_leader(&self) -> Option<usize> {
+        for _ in 0..300 {
+            if let Some(found) = self.leader().await {
+                return Some(found);
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        None
+    }
+
+    /// Objects of `resource` not yet stored in `version`.
+    pub fn old_objects(&self, resource: &str, version: &str) -> usize {
+        let expected = match resource.split_once('.') {
+            Some((_, group)) => format!("{group}/{version}"),
+            None => version.to_string(),
+        };
+        self.double
+            .stored_summary(resource)
+            .into_iter()
+            .filter(|((encoding, _), _)| *encoding != expected)
+            .map(|(_, n)| n)
+            .sum()
+    }
+
+    /// Objects of every migrated resource not yet in v2.
+    pub fn old_total(&self) -> usize {
+        RESOURCES
+            .iter()
+            .map(|(resource, _)| self.old_objects(resource, "v2"))
+            .sum()
+    }
+
+    /// Whether StorageState `name` says safe at the storage version hash of `resource` in v2.
+    pub async fn safe_at_v2(&self, resource: &str) -> bool {
+        let Some(state) = self.stored(&format!("storagestates/{resource}")).await else {
+            return false;
+        };
+        let v2 = match resource.split_once('.') {
+            Some((plural, group)) => storage_version_hash(group, "v2", &kind_of(plural)),
+            None => storage_version_hash("", "v2", "ConfigMap"),
+        };
+        state["status"]["currentStorageVersionHash"] == v2.as_str()
+            && state["status"]["persistedStorageVersionHashes"] == serde_json::json!([v2])
+    }
+
+    /// Lines of the replicas' logs that say a fenced write was refused.
+    pub fn refusals(&self) -> usize {
+        self.replicas
+            .iter()
+            .map(|r| {
+                r.log()
+                    .lines()
+                    .filter(|l| l.contains("a write was refused"))
+                    .count()
+            })
+            .sum()
+    }
+
+    /// The last lines of each replica's log.
+    pub fn logs_tail(&self, lines: usize) -> String {
+        self.replicas
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let log = r.log();
+                let all: Vec<&str> = log.lines().collect();
+                format!(
+                    "--- replica {i} ---\n{}",
+                    all[all.len().saturating_sub(lines)..].join("\n")
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
+
+fn kind_of(plural: &str) -> String {
+    match plural {
+        "widgets" => "Widget".into(),
+        other => other.into(),
+    }
+}
+
+/// A process stopped with SIGSTOP; SIGCONT when dropped (whatever happens in between).
+pub struct Stopped {
+    pid: u32,
+}
+
+impl Stopped {
+    pub fn stop(pid: u32) -> Stopped {
+        signal(pid, "-STOP");
+        Stopped { pid }
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        signal(self.pid, "-CONT");
+    }
+}
+
+fn signal(pid: u32, which: &str) {
+    let status = std::process::Command::new("kill")
+        .arg(which)
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill {which} {pid} failed");
+}

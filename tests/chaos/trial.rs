@@ -1,0 +1,312 @@
+//! One chaos trial: the upgrade of 10^4 objects (every migrated resource's storage version
+//! moves to v2, the trigger records it and the migrator rewrites them) under the faults the
+//! trial's seed draws, then the accounting.
+
+use std::time::{Duration, Instant};
+
+use kube_double::{Fault as DoubleFault, FaultRule};
+
+use crate::cluster::{Cluster, LEASE, RESOURCES, Stopped};
+use crate::ledger::{Accounting, Ledger};
+use crate::plan::{self, Fault};
+
+/// How long the upgrade may take under its faults (a hang guard, not a speed check).
+const UPGRADE_GUARD: Duration = Duration::from_secs(300);
+
+/// What one trial saw.
+#[derive(Clone, Debug)]
+pub struct Report {
+    pub seed: u64,
+    /// Each fault as applied: what, at what share of the migration, and what came of it.
+    pub faults: Vec<String>,
+    pub elapsed: Duration,
+    /// From the storage-version move to every StorageState safe at v2, faults included.
+    pub upgrade: Duration,
+    /// Objects still in the old encoding once the StorageStates said safe.
+    pub old_left: Option<usize>,
+    pub accounting: Accounting,
+    /// Fenced writes the replicas' logs say were refused.
+    pub refusals: usize,
+    /// Why the trial could not finish (a hang, a panic).
+    pub failure: Option<String>,
+}
+
+impl Report {
+    /// What went wrong; empty when every invariant held.
+    pub fn problems(&self) -> Vec<String> {
+        let a = &self.accounting;
+        let mut out = Vec::new();
+        if let Some(failure) = &self.failure {
+            out.push(failure.clone());
+        }
+        if let Some(broken) = &a.broken {
+            out.push(format!("ledger incomplete: {broken}"));
+        }
+        match self.old_left {
+            Some(0) => {}
+            Some(n) => out.push(format!("{n} objects left in the old encoding")),
+            None => out.push("old encoding not counted".into()),
+        }
+        if a.deposed() > 0 {
+            out.push(format!(
+                "writes from deposed leaders landed: {:?}",
+                a.deposed_by_holder
+            ));
+        }
+        if !a.unattributed.is_empty() {
+            out.push(format!("unattributed writes: {:?}", a.unattributed));
+        }
+        if !a.regressions.is_empty() {
+            out.push(format!("progress went backwards: {:?}", a.regressions));
+        }
+        let (once, succeeded) = a.succeeded_once();
+        if once != succeeded {
+            out.push(format!("succeeded more than once: {:?}", a.successes));
+        }
+        if !a.failures.is_empty() {
+            out.push(format!("migrations failed: {:?}", a.failures));
+        }
+        if a.safe_samples == 0 {
+            out.push("no safe StorageState was judged".into());
+        }
+        if !a.unsafe_verdicts.is_empty() {
+            out.push(format!(
+                "safe while old objects remained: {:?}",
+                a.unsafe_verdicts
+            ));
+        }
+        out
+    }
+}
+
+/// Runs the trial of `seed`.
+pub async fn run(seed: u64, qps: u32) -> Report {
+    let started = Instant::now();
+    let mut report = Report {
+        seed,
+        faults: Vec::new(),
+        elapsed: Duration::ZERO,
+        upgrade: Duration::ZERO,
+        old_left: None,
+        accounting: Accounting::default(),
+        refusals: 0,
+        failure: None,
+    };
+    let mut cluster = Cluster::start(qps).await;
+    let ledger = Ledger::start(
+        &cluster.etcd.endpoint(),
+        &cluster.prefix,
+        cluster.double.engine().clone(),
+    );
+    let outcome = upgrade(&mut cluster, seed, &mut report).await;
+    if let Err(why) = outcome {
+        report.failure = Some(format!("{why}\n{}", cluster.logs_tail(30)));
+    }
+    if let Err(why) = ledger.catch_up().await {
+        report.failure.get_or_insert(why);
+    }
+    report.accounting = ledger.account();
+    report.refusals = cluster.refusals();
+    report.elapsed = started.elapsed();
+    report
+}
+
+async fn upgrade(cluster: &mut Cluster, seed: u64, report: &mut Report) -> Result<(), String> {
+    // The trigger's first start made the StorageStates of the migrated resources.
+    wait(
+        Duration::from_secs(120),
+        "the trigger's first StorageStates",
+        || async {
+            for (resource, _) in RESOURCES {
+                if cluster
+                    .stored(&format!("storagestates/{resource}"))
+                    .await
+                    .is_none()
+                {
+                    return false;
+                }
+            }
+            true
+        },
+    )
+    .await?;
+    let plan = plan::draw(seed);
+    let mut cuts = Vec::new();
+    for step in plan.iter().filter(|s| s.at == 0.0) {
+        cuts.push((report.faults.len(), arm(cluster, &step.fault)));
+        report.faults.push(format!("{} @0%", step.fault.label()));
+    }
+    // The upgrade: every migrated resource moves to v2.
+    for (resource, _) in RESOURCES {
+        cluster
+            .double
+            .set_storage_version(resource, "v2")
+            .map_err(|e| format!("moving {resource}: {e}"))?;
+    }
+    let moved = Instant::now();
+    let old_at_start = cluster.old_total().max(1);
+    let deadline = Instant::now() + UPGRADE_GUARD;
+    for step in plan.iter().filter(|s| s.at > 0.0) {
+        let reached = loop {
+            if finished(cluster).await {
+                break false;
+            }
+            let done = 1.0 - cluster.old_total() as f64 / old_at_start as f64;
+            if done >= step.at {
+                break true;
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "not {:.0}% done in {UPGRADE_GUARD:?}",
+                    step.at * 100.0
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        };
+        if !reached {
+            report
+                .faults
+                .push(format!("{} (not reached: done first)", step.fault.label()));
+            continue;
+        }
+        let percent = (step.at * 100.0).round();
+        let note = match &step.fault {
+            Fault::CutStream { .. } => {
+                cuts.push((report.faults.len(), arm(cluster, &step.fault)));
+                String::new()
+            }
+            other => apply(cluster, other).await?,
+        };
+        report
+            .faults
+            .push(format!("{} @{percent}%{note}", step.fault.label()));
+    }
+    wait(
+        deadline.saturating_duration_since(Instant::now()),
+        "every StorageState safe at v2",
+        || finished(cluster),
+    )
+    .await?;
+    report.upgrade = moved.elapsed();
+    report.old_left = Some(cluster.old_total());
+    for (index, id) in cuts {
+        let hit = cluster.double.fault_injections(id) > 0;
+        report.faults[index].push_str(if hit { " (hit)" } else { " (not hit)" });
+    }
+    Ok(())
+}
+
+/// Whether every migrated resource's StorageState says safe at v2.
+async fn finished(cluster: &Cluster) -> bool {
+    for (resource, _) in RESOURCES {
+        if !cluster.safe_at_v2(resource).await {
+            return false;
+        }
+    }
+    true
+}
+
+/// Installs a stream cut; returns its rule id.
+fn arm(cluster: &Cluster, fault: &Fault) -> u64 {
+    let Fault::CutStream { resource, after } = fault else {
+        return 0;
+    };
+    cluster.double.add_fault(
+        FaultRule::new(DoubleFault::CutStream {
+            after_frames: *after,
+        })
+        .verb("watch")
+        .resource(resource)
+        .times(1),
+    )
+}
+
+/// Applies a fault; returns a note on what happened.
+async fn apply(cluster: &mut Cluster, fault: &Fault) -> Result<String, String> {
+    match fault {
+        Fault::KillLeader { down } => {
+            let Some(leader) = cluster.wait_leader().await else {
+                return Ok(" (no leader)".into());
+            };
+            tokio::task::block_in_place(|| cluster.replicas[leader].kill());
+            tokio::time::sleep(*down).await;
+            tokio::task::block_in_place(|| cluster.replicas[leader].restart());
+            Ok(String::new())
+        }
+        Fault::PauseLeader { past_lease } => {
+            let Some(leader) = cluster.wait_leader().await else {
+                return Ok(" (no leader)".into());
+            };
+            let pid = cluster.replicas[leader]
+                .pid()
+                .ok_or("the leader has no process")?;
+            let stopped = Stopped::stop(pid);
+            tokio::time::sleep(LEASE + *past_lease).await;
+            drop(stopped);
+            Ok(String::new())
+        }
+        Fault::RestartEtcd { down } => {
+            tokio::task::block_in_place(|| cluster.etcd.kill());
+            tokio::time::sleep(*down).await;
+            tokio::task::block_in_place(|| cluster.etcd.restart());
+            Ok(String::new())
+        }
+        Fault::ServerErrors { lasting } => {
+            let rules = [
+                FaultRule::new(DoubleFault::ServerError { code: 503 })
+                    .verb("patch")
+                    .fraction(0.1),
+                FaultRule::new(DoubleFault::ServerError { code: 500 })
+                    .verb("list")
+                    .fraction(0.1),
+            ];
+            storm(cluster, rules, *lasting).await
+        }
+        Fault::Throttling { lasting } => {
+            let throttled = |verb: &str| {
+                FaultRule::new(DoubleFault::TooManyRequests {
+                    retry_after_seconds: 1,
+                })
+                .verb(verb)
+                .fraction(0.1)
+            };
+            storm(cluster, [throttled("patch"), throttled("list")], *lasting).await
+        }
+        Fault::CutStream { .. } => Ok(String::new()),
+    }
+}
+
+/// `rules` for `lasting`; says how many requests they hit.
+async fn storm(
+    cluster: &Cluster,
+    rules: [FaultRule; 2],
+    lasting: Duration,
+) -> Result<String, String> {
+    let ids: Vec<u64> = rules
+        .into_iter()
+        .map(|rule| cluster.double.add_fault(rule))
+        .collect();
+    tokio::time::sleep(lasting).await;
+    let mut hits = 0;
+    for id in ids {
+        hits += cluster.double.fault_injections(id);
+        cluster.double.remove_fault(id);
+    }
+    Ok(format!(" ({hits} hit)"))
+}
+
+/// Polls `done` every 100 ms until it holds, or fails after `guard`.
+async fn wait<F, Fut>(guard: Duration, what: &str, mut done: F) -> Result<(), String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + guard;
+    while !done().await {
+        if Instant::now() > deadline {
+            return Err(format!("{what}: not within {guard:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}

@@ -1,0 +1,9 @@
+//! Deployment artefacts checked without a cluster: the image's name and tag agree across
+//! Containerfile, hack/image.sh, Cargo.toml and deploy/; the monitoring component renders,
+//! its alerts pass `promtool check rules` and behave as `promtool test rules` expects.
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod image;
+mod monitoring;
