@@ -54,6 +54,7 @@ bench:
 	$(CARGO) bench --bench api
 	$(CARGO) bench --bench migrate
 	$(CARGO) bench --bench trigger
+	$(CARGO) bench --bench edge
 	@assets=$$(hack/envtest.sh); [ -n "$$assets" ] || { echo "no kube-apiserver: the fair-share bench is NOT RUN" >&2; exit 1; }; \
 	KUBEBUILDER_ASSETS="$$assets" SVM_KUBECTL=$(KUBECTL) $(CARGO) bench --bench fair_share
 
