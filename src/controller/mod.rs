@@ -249,7 +249,11 @@ pub async fn start(
         let term_series = term_series.clone();
         async move {
             let _held = held;
+            let modes = term.mode_metrics.mode.clone();
             term.run(fence).await;
+            // The API mode is the leader's view too: a former leader's last mode must not
+            // outlive its term (an alert reads the mode across replicas).
+            modes.clear();
             term_series.0.clear();
             term_series.1.clear();
         }

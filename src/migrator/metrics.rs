@@ -99,6 +99,12 @@ impl Default for MigratorMetrics {
 
 impl MigratorMetrics {
     pub fn new() -> Self {
+        let yielded: Family<ManagerLabel, Counter> = Family::default();
+        // Served at 0 from the start, so that the first yield to kube-controller-manager is an
+        // increase an alert (`increase()`) sees, not a series born at 1.
+        drop(yielded.get_or_create(&ManagerLabel {
+            manager: "kube-controller-manager".into(),
+        }));
         Self {
             migrated_objects: Family::default(),
             remaining_objects: Family::default(),
@@ -107,7 +113,7 @@ impl MigratorMetrics {
             retries: Family::default(),
             reads: Family::default(),
             running: Gauge::default(),
-            yielded: Family::default(),
+            yielded,
             migrations_by_status: Family::default(),
             apf_rejections: Counter::default(),
             rate_limit: Gauge::default(),
