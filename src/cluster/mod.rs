@@ -2,12 +2,14 @@
 //! LIST and precondition PATCH the migrator is made of (DESIGN.md §2, §6).
 
 pub mod access;
+pub mod builtin;
 pub mod client;
 pub mod error;
 pub mod objects;
 pub mod resources;
 pub mod wire;
 
+pub use builtin::BuiltinMigrations;
 pub use client::ClusterClient;
 pub use error::ClusterError;
 pub use objects::{MetadataPage, ObjectRef, Touched};

@@ -8,19 +8,20 @@ pub mod limiter;
 pub mod metrics;
 mod pool;
 mod runner;
+pub mod source;
 pub mod status;
 
 use std::time::Duration;
 
-use crate::api::migration::{MigrationStrategy, StorageVersionMigration};
+use crate::api::migration::StorageVersionMigration;
 use crate::cluster::ClusterClient;
-use crate::registry::Guarded;
 
 pub use events::Events;
 pub use limiter::{Backoff, RateLimiter};
 pub use metrics::MigratorMetrics;
 pub use pool::Migrator;
 pub use runner::Outcome;
+pub use source::Source;
 
 /// The migrator's knobs (flags of `serve`).
 #[derive(Clone, Debug)]
@@ -60,8 +61,8 @@ impl Default for Settings {
 /// What every worker shares.
 pub(crate) struct Shared {
     pub cluster: ClusterClient,
-    /// The migrations, written under the leadership term's fence.
-    pub migrations: Guarded<MigrationStrategy>,
+    /// Where the migrations are: our store, or the cluster's built-in API.
+    pub migrations: Source,
     pub limiter: RateLimiter,
     pub metrics: MigratorMetrics,
     pub events: Option<Events>,

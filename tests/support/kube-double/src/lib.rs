@@ -13,7 +13,9 @@
 //! - **Resources** (`resources`): configmaps, secrets, namespaces, apps/deployments,
 //!   coordination leases, CRDs (apiextensions.k8s.io/v1, `/status`, append-only
 //!   `storedVersions` [11]) and the custom resources they define, TokenReview and
-//!   SubjectAccessReview [15a, 15b], internal.apiserver.k8s.io StorageVersions [13].
+//!   SubjectAccessReview [15a, 15b], internal.apiserver.k8s.io StorageVersions [13],
+//!   apiregistration.k8s.io APIServices (stored as written: no aggregator registers local
+//!   ones, so a test writes what its cluster would show).
 //! - **Storage** (`store`): one etcd-like revision counter (resourceVersion = mod revision),
 //!   per-key history for consistent paged snapshots, compaction, and per-object stored bytes
 //!   in the storage version under an optional `k8s:enc:aescbc:v1:<key>:` envelope; a test
