@@ -1,7 +1,7 @@
-//! Hosts the controllers inside `serve` (DESIGN.md §2): builds the target-cluster client from
-//! `--kubeconfig` (or the in-cluster configuration), elects a leader among the replicas, and
-//! runs the trigger and the migrator on the leader only. Controllers talk to our own objects
-//! only through the registry.
+//! Hosts the controllers inside `serve` (docs/architecture.md, "Code map"): builds the
+//! target-cluster client from `--kubeconfig` (or the in-cluster configuration), elects a leader
+//! among the replicas, and runs the trigger and the migrator on the leader only. Controllers talk
+//! to our own objects only through the registry.
 
 pub mod leader;
 pub mod metrics;

@@ -1,7 +1,7 @@
-//! The migrator (DESIGN.md §6): a pool of workers that runs StorageVersionMigrations against
-//! the target cluster — at most `--workers` at once, at most one per resource, oldest first —
-//! sharing one rate limiter. Migrations come from the registry's watch; deleting one stops its
-//! work within a page.
+//! The migrator (docs/design.md, "The migrator"): a pool of workers that runs
+//! StorageVersionMigrations against the target cluster — at most `--workers` at once, at most one
+//! per resource, oldest first — sharing one rate limiter. Migrations come from the registry's
+//! watch; deleting one stops its work within a page.
 
 pub mod events;
 pub mod limiter;

@@ -1,5 +1,6 @@
-//! The trigger (DESIGN.md §5): keeps one StorageState per resource true and creates the
-//! migrations that make it safe again, never missing a storage-version change.
+//! The trigger (docs/design.md, "The trigger and StorageStates"): keeps one StorageState per
+//! resource true and creates the migrations that make it safe again, never missing a
+//! storage-version change.
 //!
 //! - **Observe.** Aggregated discovery polled every `--discovery-interval` with
 //!   `If-None-Match` (an idle cluster costs two 304s); a watch on CRDs (a storage move is exact

@@ -3,7 +3,7 @@
 //! No kube-apiserver can be installed where these tests run, so this crate stands in for one:
 //! real HTTP(S) on a loopback port, usable in-process ([`KubeDouble`]) or as its own process
 //! (the `kube-double` binary, for benchmarks). It follows kube-apiserver v1.36.2 as recorded
-//! in `../shared/kube-apiserver-recordings/` (file numbers in brackets below). What it fakes,
+//! in `tests/fixtures/recordings/` (file numbers in brackets below). What it fakes,
 //! and the upstream behaviour each part follows:
 //!
 //! - **Discovery** (`discovery`): `/api`, `/apis`, `/apis/<g>`, `/api/v1`, `/apis/<g>/<v>`
