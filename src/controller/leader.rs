@@ -89,10 +89,6 @@ pub struct LeaderElector {
     acquired_at: String,
 }
 
-fn now_text() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-}
-
 impl LeaderElector {
     pub fn new(storage: std::sync::Arc<dyn Storage>, prefix: &str, config: ElectionConfig) -> Self {
         Self {
@@ -142,7 +138,7 @@ impl LeaderElector {
             holder_identity: self.config.identity.clone(),
             lease_duration_seconds: self.config.lease_duration.as_secs(),
             acquire_time: self.acquired_at.clone(),
-            renew_time: now_text(),
+            renew_time: crate::registry::now_text(),
             leader_transitions: self.transitions,
         };
         serde_json::to_vec(&record).unwrap_or_default()
@@ -160,7 +156,7 @@ impl LeaderElector {
         let compare = match &current {
             None => {
                 self.step_down();
-                self.acquired_at = now_text();
+                self.acquired_at = crate::registry::now_text();
                 Compare::Absent(self.key.clone())
             }
             Some(kv) => {
@@ -188,7 +184,7 @@ impl LeaderElector {
                     }
                     // Unchanged for a whole lease duration: the holder is gone.
                     self.transitions = record.map_or(0, |r| r.leader_transitions + 1);
-                    self.acquired_at = now_text();
+                    self.acquired_at = crate::registry::now_text();
                 }
                 Compare::ModRevision(self.key.clone(), kv.mod_revision)
             }
@@ -619,8 +615,8 @@ mod tests {
         let other = serde_json::to_vec(&LeaderRecord {
             holder_identity: "b".into(),
             lease_duration_seconds: 1,
-            acquire_time: now_text(),
-            renew_time: now_text(),
+            acquire_time: crate::registry::now_text(),
+            renew_time: crate::registry::now_text(),
             leader_transitions: 1,
         })
         .unwrap();

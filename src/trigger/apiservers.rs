@@ -54,10 +54,6 @@ pub struct Instances {
     unvouched: Vec<String>,
 }
 
-fn now_text() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-}
-
 impl Instances {
     /// A lease added or changed. Returns whether a new instance appeared (look again).
     pub fn applied(&mut self, name: &str, holder: &str) -> bool {
@@ -81,7 +77,7 @@ impl Instances {
             name.to_string(),
             Instance {
                 holder: holder.to_string(),
-                first_seen: now_text(),
+                first_seen: crate::registry::now_text(),
                 accounted: self.encodings_watched,
                 renewals_since_look: None,
             },
@@ -227,7 +223,7 @@ impl Instances {
     /// The record of what is vouched for now.
     pub fn record(&self) -> ObserverRecord {
         ObserverRecord {
-            last_vouched: now_text(),
+            last_vouched: crate::registry::now_text(),
             instances: self
                 .live
                 .iter()

@@ -64,7 +64,7 @@ async fn kcm_writes(client: &kube::Client, path: &str, status: Value) -> Result<
 fn condition(type_: &str, status: &str, reason: &str) -> Value {
     json!({
         "type": type_, "status": status, "reason": reason, "message": "",
-        "lastTransitionTime": chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+        "lastTransitionTime": svm_apiserver::registry::now_text(),
     })
 }
 
