@@ -1,12 +1,14 @@
 //! The migrator (DESIGN.md §6): a pool of workers that runs StorageVersionMigrations against
 //! the target cluster — at most `--workers` at once, at most one per resource, oldest first —
-//! sharing one rate limiter. Migrations come from the registry's watch; deleting one stops its
+//! sharing one owner of the load they put on the apiserver (rate and PATCHes in flight). Migrations come from the registry's watch; deleting one stops its
 //! work within a page.
 
+pub mod concurrency;
 pub mod events;
 pub mod limiter;
 pub mod metrics;
 mod pool;
+pub mod pressure;
 mod runner;
 pub mod status;
 
@@ -16,10 +18,12 @@ use crate::api::migration::{MigrationStrategy, StorageVersionMigration};
 use crate::cluster::ClusterClient;
 use crate::registry::Guarded;
 
+pub use concurrency::Mode as ConcurrencyMode;
 pub use events::Events;
 pub use limiter::{Backoff, RateLimiter};
 pub use metrics::MigratorMetrics;
 pub use pool::Migrator;
+pub use pressure::Pressure;
 pub use runner::Outcome;
 
 /// The migrator's knobs (flags of `serve`).
@@ -32,8 +36,9 @@ pub struct Settings {
     /// Largest resource read as one watch-list stream (held in memory as it is sorted);
     /// 0: always page.
     pub watch_list_max_objects: usize,
-    /// PATCHes in flight per migration.
-    pub object_concurrency: usize,
+    /// PATCHes in flight for the whole pool: found from the apiserver's latency, or fixed
+    /// (`--object-concurrency N`).
+    pub concurrency: ConcurrencyMode,
     /// Requests per second of the whole pool (0: unlimited).
     pub qps: f64,
     pub burst: u32,
@@ -48,7 +53,9 @@ impl Default for Settings {
             workers: 2,
             chunk_size: 500,
             watch_list_max_objects: 100_000,
-            object_concurrency: 4,
+            concurrency: ConcurrencyMode::Adaptive {
+                ceiling: concurrency::DEFAULT_CEILING,
+            },
             qps: 5.0,
             burst: 10,
             backoff: Backoff::default(),
@@ -62,7 +69,8 @@ pub(crate) struct Shared {
     pub cluster: ClusterClient,
     /// The migrations, written under the leadership term's fence.
     pub migrations: Guarded<MigrationStrategy>,
-    pub limiter: RateLimiter,
+    /// How hard the pool pushes the apiserver: rate and PATCHes in flight.
+    pub pressure: Pressure,
     pub metrics: MigratorMetrics,
     pub events: Option<Events>,
     pub settings: Settings,
@@ -81,7 +89,7 @@ impl Shared {
             && !self.migrations.fence().is_over()
         {
             // Events are requests to the same apiserver: they count against the same budget.
-            self.limiter.acquire().await;
+            self.pressure.token().await;
             events.publish(migration, reason, note).await;
         }
     }

@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::runner::{self, Outcome, retry_delay};
-use super::{Events, MigratorMetrics, RateLimiter, Settings, Shared};
+use super::{Events, MigratorMetrics, Pressure, Settings, Shared};
 use crate::api::migration::{FAILED, MigrationStrategy, SUCCEEDED, StorageVersionMigration};
 use crate::cluster::ClusterClient;
 use crate::registry::Guarded;
@@ -102,13 +102,13 @@ impl Migrator {
         metrics: MigratorMetrics,
         events: Option<Events>,
     ) -> Self {
-        let limiter = RateLimiter::new(settings.qps, settings.burst);
+        let pressure = Pressure::new(settings.qps, settings.burst, settings.concurrency);
         Self {
             shared: Arc::new(Shared {
                 cluster,
                 // Its status writes are recorded for the migrator in managedFields.
                 migrations: migrations.managed_by(super::status::FIELD_MANAGER),
-                limiter,
+                pressure,
                 metrics,
                 events,
                 settings,

@@ -384,17 +384,17 @@ impl Runner {
         .await
     }
 
-    /// Rewrites a page's objects, `--object-concurrency` at a time; the first error that
-    /// cannot be retried ends the page (and the migration).
+    /// Rewrites a page's objects, as many at a time as the pool's PATCH slots allow (see
+    /// [`Runner::with_retries`]); the first error that cannot be retried ends the page (and
+    /// the migration).
     async fn migrate_page(
         &self,
         resource: &ResolvedResource,
         items: &[ObjectRef],
     ) -> Result<(), RunError> {
-        let concurrency = self.shared.settings.object_concurrency.max(1);
         let label = resource.group_resource();
         stream::iter(items.iter().map(Ok))
-            .try_for_each_concurrent(concurrency, |object| {
+            .try_for_each_concurrent(None, |object| {
                 let label = &label;
                 async move {
                     // A stopped run (deleted, or its leadership term over) sends no more.
@@ -450,8 +450,10 @@ impl Runner {
         }
     }
 
-    /// One request through the shared limiter, retried with backoff while the error is
-    /// retriable and the cap allows. A Retry-After pauses the whole pool.
+    /// One request under the pool's [`Pressure`](super::Pressure) (a token from the rate; a
+    /// slot, for a PATCH), retried with backoff while the error is retriable and the cap
+    /// allows. Every answer is reported to it: a Retry-After pauses the whole pool, an
+    /// overload halves the PATCHes in flight, a PATCH's latency moves their limit.
     async fn with_retries<T, F, Fut>(
         &self,
         resource: &str,
@@ -463,37 +465,43 @@ impl Runner {
         Fut: Future<Output = Result<T, ClusterError>>,
     {
         let backoff = self.shared.settings.backoff;
+        let pressure = &self.shared.pressure;
+        // Only PATCHes take a slot and feed the concurrency limit: their latency is what
+        // queueing in the apiserver shows in; a page or a stream takes long for other reasons.
+        let patch = verb == "patch";
         let mut attempt = 0;
         loop {
-            self.shared.limiter.acquire().await;
-            self.shared
-                .metrics
-                .rate_limit
-                .set(self.shared.limiter.rate());
+            pressure.token().await;
+            let slot = if patch {
+                Some(pressure.slot().await)
+            } else {
+                None
+            };
             let started = Instant::now();
             let result = call().await;
+            let latency = started.elapsed();
+            drop(slot);
+            let metrics = &self.shared.metrics;
             let code = match &result {
                 Ok(_) => Some(200),
                 Err(err) => err.code(),
             };
-            self.shared
-                .metrics
-                .observe_request(verb, code, started.elapsed().as_secs_f64());
+            metrics.observe_request(verb, code, latency.as_secs_f64());
+            let reaction = pressure.answered(&result, latency, patch);
+            metrics.rate_limit.set(pressure.rate());
+            metrics.patch_concurrency.set(count(pressure.concurrency()));
+            if let Some((level, rate)) = &reaction.apf {
+                metrics.apf_rejections.inc();
+                tracing::info!(%resource, verb, priority_level = %level, rate, "API Priority and Fairness rejected a request; lowering the pool's rate");
+            }
+            if let Some(step) = reaction.step {
+                tracing::debug!(%resource, ?step, limit = pressure.concurrency(), "PATCH concurrency");
+            }
             match result {
                 Err(err)
                     if err.is_retriable() && attempt < backoff.max_retries && !self.stopped() =>
                 {
-                    if let Some(after) = err.retry_after() {
-                        self.shared.limiter.pause(after);
-                    }
-                    if let Some(level) = err.flow_control() {
-                        let rate = self.shared.limiter.backpressure();
-                        self.shared.metrics.apf_rejections.inc();
-                        self.shared.metrics.rate_limit.set(rate);
-                        tracing::info!(%resource, verb, priority_level = level, rate, "API Priority and Fairness rejected a request; lowering the pool's rate");
-                    }
-                    self.shared
-                        .metrics
+                    metrics
                         .retries
                         .get_or_create(&RetryLabels {
                             resource: resource.to_string(),
