@@ -58,10 +58,10 @@ pub struct ControllerOptions {
     /// Objects per LIST page, and between checkpoints of a streamed migration.
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub chunk_size: u32,
-    /// Largest resource a migration reads as one watch-list stream (sendInitialEvents) rather
-    /// than in pages; its object references are held in memory (about 200 bytes each). 0:
-    /// always page.
-    #[arg(long, default_value_t = 100_000)]
+    /// Objects a migration reads from watch-list streams (sendInitialEvents) at most; past
+    /// them the rest is read in pages. Memory does not grow with it (objects are PATCHed as
+    /// they arrive, a window at a time). 0: always page.
+    #[arg(long, default_value_t = 10_000_000)]
     pub watch_list_max_objects: usize,
     /// PATCHes in flight for the whole pool: `auto` finds them from the apiserver's latency
     /// (growing while it stays flat, backing off when it rises and on 429s and 5xx); a number

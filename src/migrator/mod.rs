@@ -11,6 +11,7 @@ mod pool;
 pub mod pressure;
 mod runner;
 pub mod status;
+mod window;
 
 use std::time::Duration;
 
@@ -33,8 +34,8 @@ pub struct Settings {
     pub workers: usize,
     /// Objects per LIST page, and between checkpoints of a streamed migration.
     pub chunk_size: u32,
-    /// Largest resource read as one watch-list stream (held in memory as it is sorted);
-    /// 0: always page.
+    /// Objects read from one watch-list stream at most (past them, the rest is paged);
+    /// 0: always page. Memory does not grow with it: the stream is PATCHed as it arrives.
     pub watch_list_max_objects: usize,
     /// PATCHes in flight for the whole pool: found from the apiserver's latency, or fixed
     /// (`--object-concurrency N`).
@@ -52,7 +53,7 @@ impl Default for Settings {
         Self {
             workers: 2,
             chunk_size: 500,
-            watch_list_max_objects: 100_000,
+            watch_list_max_objects: 10_000_000,
             concurrency: ConcurrencyMode::Adaptive {
                 ceiling: concurrency::DEFAULT_CEILING,
             },
