@@ -315,6 +315,7 @@ impl Runner {
             }
             tokio::select! {
                 biased;
+                () = self.cancel.cancelled() => return Err(RunError::Stopped),
                 Some(finished) = in_flight.next(), if !in_flight.is_empty() => {
                     let joined = window.done(finished?);
                     unsaved += joined;
@@ -475,10 +476,12 @@ impl Runner {
             .migrated_objects
             .get_or_create(label)
             .inc_by(count(migrated));
-        metrics
-            .remaining_objects
-            .get_or_create(label)
-            .set(progress.remaining_objects.unwrap_or(-1));
+        if let Some(remaining) = progress.remaining_objects {
+            metrics
+                .remaining_objects
+                .get_or_create(label)
+                .set(remaining);
+        }
     }
 
     /// Succeeded=True, Running=False, the metric and the event.
