@@ -9,6 +9,9 @@
 //! `SVM_BENCH_MIGRATE_GET_PUT=0` leaves out the full-object strategy (the slow one) to compare
 //! the stream with the pages alone.
 
+// A benchmark that cannot run stops with a panic: unwrap is how it says so.
+#![allow(clippy::unwrap_used)]
+
 #[path = "../tests/support/mod.rs"]
 mod support;
 

@@ -2,9 +2,11 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod apimode;
 pub mod auth;
 pub mod cluster;
 pub mod controller;
+pub mod flags;
 pub mod ksvm;
 pub mod migrator;
 pub mod registry;

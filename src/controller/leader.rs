@@ -1,6 +1,7 @@
-//! Leader election between replicas, so the controllers run on one of them (DESIGN.md §4:
-//! `<prefix>/leader`). The algorithm is client-go's Lease-based election, kept in our own
-//! store (etcd or embedded) with compare-and-swap on the record's mod revision:
+//! Leader election between replicas, so the controllers run on one of them (the record at
+//! `<prefix>/leader`; docs/design.md, "Leadership and the fence"). The algorithm is
+//! client-go's Lease-based election, kept in our own store (etcd or embedded) with
+//! compare-and-swap on the record's mod revision:
 //!
 //! - the holder renews the record every `retry_period`; if it cannot renew for
 //!   `renew_deadline` it stops leading at once (its controllers are cancelled). Every store call

@@ -1,6 +1,7 @@
-//! The migrator (DESIGN.md §6): a pool of workers that runs StorageVersionMigrations against
-//! the target cluster — at most `--workers` at once, at most one per resource, oldest first —
-//! sharing one owner of the load they put on the apiserver (rate and PATCHes in flight). Migrations come from the registry's watch; deleting one stops its
+//! The migrator (docs/design.md, "The migrator"): a pool of workers that runs
+//! StorageVersionMigrations against the target cluster — at most `--workers` at once, at most one
+//! per resource, oldest first — sharing one owner of the load they put on the apiserver (rate
+//! and PATCHes in flight). Migrations come from the registry's watch; deleting one stops its
 //! work within a page.
 
 pub mod concurrency;
@@ -10,14 +11,14 @@ pub mod metrics;
 mod pool;
 pub mod pressure;
 mod runner;
+pub mod source;
 pub mod status;
 mod window;
 
 use std::time::Duration;
 
-use crate::api::migration::{MigrationStrategy, StorageVersionMigration};
+use crate::api::migration::StorageVersionMigration;
 use crate::cluster::ClusterClient;
-use crate::registry::Guarded;
 
 pub use concurrency::Mode as ConcurrencyMode;
 pub use events::Events;
@@ -26,6 +27,7 @@ pub use metrics::MigratorMetrics;
 pub use pool::Migrator;
 pub use pressure::Pressure;
 pub use runner::Outcome;
+pub use source::Source;
 
 /// The migrator's knobs (flags of `serve`).
 #[derive(Clone, Debug)]
@@ -68,8 +70,8 @@ impl Default for Settings {
 /// What every worker shares.
 pub(crate) struct Shared {
     pub cluster: ClusterClient,
-    /// The migrations, written under the leadership term's fence.
-    pub migrations: Guarded<MigrationStrategy>,
+    /// Where the migrations are: our store, or the cluster's built-in API.
+    pub migrations: Source,
     /// How hard the pool pushes the apiserver: rate and PATCHes in flight.
     pub pressure: Pressure,
     pub metrics: MigratorMetrics,

@@ -35,11 +35,11 @@ use tower_http::trace::TraceLayer;
 
 pub use certs::{DevCerts, ensure_dev_certs, write_kubeconfig};
 pub use connection::{ConnectionControl, ConnectionLimits};
-pub use discovery::storage_version_hash;
+pub use discovery::{compare_kube_versions, storage_version_hash};
 pub use inflight::InflightLimits;
 pub use listener::{PeerCertificates, Serving, bind, serve};
 pub use metrics::Metrics;
-pub use options::{ServeOptions, go_duration};
+pub use options::ServeOptions;
 pub use status::HttpError;
 
 use crate::registry::{ApiError, Registry};

@@ -1,4 +1,5 @@
-//! Which kube-apiserver instances the trigger has accounted for (DESIGN.md §5.3).
+//! Which kube-apiserver instances the trigger has accounted for (docs/design.md, "The trigger and
+//! StorageStates").
 //!
 //! Each kube-apiserver process holds an identity lease in `kube-system` (recording 12): the
 //! name comes from its hostname, `spec.holderIdentity` is new for every process, and a

@@ -1,5 +1,6 @@
-//! The storage-version-hash history in etcd (DESIGN.md §4), read back on start and written by
-//! the trigger only, each entry in the same transaction as the StorageState change it causes:
+//! The storage-version-hash history in etcd (docs/design.md, "The hash history"), read back on
+//! start and written by the trigger only, each entry in the same transaction as the StorageState
+//! change it causes:
 //!
 //! - `<prefix>/hashhistory/<group>/<resource>/<seq>`: one JSON [`HistoryEntry`] per observed
 //!   change, `<group>` being `core` for the core group (as the StorageVersion API names it) and

@@ -1,5 +1,6 @@
-//! The trigger (DESIGN.md §5): keeps one StorageState per resource true and creates the
-//! migrations that make it safe again, never missing a storage-version change.
+//! The trigger (docs/design.md, "The trigger and StorageStates"): keeps one StorageState per
+//! resource true and creates the migrations that make it safe again, never missing a
+//! storage-version change.
 //!
 //! - **Observe.** Aggregated discovery polled every `--discovery-interval` with
 //!   `If-None-Match` (an idle cluster costs two 304s); a watch on CRDs (a storage move is exact
@@ -24,6 +25,7 @@ pub mod apiservers;
 pub mod discovery;
 pub mod history;
 pub mod metrics;
+pub mod migrations;
 pub mod plan;
 mod reconcile;
 pub mod watches;
@@ -32,7 +34,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::apiserverinternal::v1alpha1::StorageVersion;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -41,7 +42,6 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::api::migration::MigrationStrategy;
 use crate::api::storage_version_hash;
 use crate::api::storagestate::StorageStateStrategy;
 use crate::cluster::ClusterClient;
@@ -52,6 +52,7 @@ use apiservers::Instances;
 use discovery::{Discovery, Look};
 use history::{HashHistory, Source};
 use metrics::{ResultLabel, TriggerMetrics};
+pub use migrations::Migrations;
 use plan::{Encoding, Observed, View};
 use watches::{Signal, Update};
 
@@ -69,6 +70,9 @@ pub struct Settings {
     pub vouch_window: Duration,
     /// `(group, resource)` never tracked.
     pub ignored: Vec<(String, String)>,
+    /// Groups served by this server (its objects are in its own store, not the cluster's):
+    /// never tracked. Upstream's group is ours only in owner mode.
+    pub own_groups: Vec<String>,
 }
 
 impl Default for Settings {
@@ -78,6 +82,7 @@ impl Default for Settings {
             heartbeat_interval: Duration::from_secs(300),
             vouch_window: Duration::from_secs(3600),
             ignored: parse_resources("events,events.events.k8s.io"),
+            own_groups: vec![crate::api::GROUP.into(), crate::api::PROJECT.name.into()],
         }
     }
 }
@@ -234,7 +239,7 @@ impl World {
                 continue;
             };
             if out.contains_key(key)
-                || found.group == crate::api::GROUP
+                || settings.own_groups.contains(&found.group)
                 || settings.ignored.contains(key)
                 || !["list", "patch"]
                     .iter()
@@ -447,7 +452,7 @@ impl World {
 pub struct Trigger {
     cluster: ClusterClient,
     states: Guarded<StorageStateStrategy>,
-    migrations: Guarded<MigrationStrategy>,
+    migrations: Migrations,
     history: HashHistory,
     settings: Settings,
     metrics: TriggerMetrics,
@@ -467,7 +472,7 @@ impl Trigger {
     pub fn new(
         cluster: ClusterClient,
         states: Guarded<StorageStateStrategy>,
-        migrations: Guarded<MigrationStrategy>,
+        migrations: Migrations,
         storage: Arc<dyn Storage>,
         prefix: &str,
         settings: Settings,
@@ -490,7 +495,7 @@ impl Trigger {
         let mut tasks: Vec<JoinHandle<()>> = vec![
             watches::watch_crds(self.cluster.kube().clone(), signals_tx.clone()),
             watches::watch_identity_leases(self.cluster.kube().clone(), signals_tx.clone()),
-            tokio::spawn(watch_migrations(self.migrations.clone(), local_tx)),
+            self.migrations.wake_on_changes(local_tx),
         ];
         let mut world = World::default();
         let mut discovery = Discovery::new(self.cluster.clone());
@@ -725,35 +730,6 @@ impl Trigger {
 fn stop(tasks: Vec<JoinHandle<()>>) {
     for task in tasks {
         task.abort();
-    }
-}
-
-/// Wakes the trigger on every change of a migration (a success narrows persisted hashes at
-/// once), relisting after a gap.
-async fn watch_migrations(migrations: Guarded<MigrationStrategy>, wake: mpsc::Sender<()>) {
-    loop {
-        let Ok((_, revision)) = migrations.list_all().await else {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            continue;
-        };
-        if wake.send(()).await.is_err() {
-            return;
-        }
-        let Ok(mut changes) = migrations.watch(revision).await else {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            continue;
-        };
-        while let Some(change) = changes.next().await {
-            match change {
-                Ok(crate::registry::store::StoreEvent::Progress(_)) => {}
-                Ok(_) => {
-                    if wake.send(()).await.is_err() {
-                        return;
-                    }
-                }
-                Err(_) => break,
-            }
-        }
     }
 }
 

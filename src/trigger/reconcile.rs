@@ -11,9 +11,7 @@ use kube::Api;
 use kube::api::PostParams;
 use tokio::time::Instant;
 
-use crate::api::migration::{
-    GroupVersionResource, MigrationSpec, MigrationStrategy, StorageVersionMigration,
-};
+use crate::api::migration::{GroupVersionResource, MigrationSpec, StorageVersionMigration};
 use crate::api::storagestate::{
     GroupResource, StorageState, StorageStateSpec, StorageStateStatus, StorageStateStrategy,
     UNKNOWN_HASH,
@@ -28,7 +26,7 @@ use super::plan::{
     HASH_ANNOTATION, HISTORY_SEQ_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL, Observed,
     OwnedMigration, plan_migrations, plan_state,
 };
-use super::{CrdInfo, Settings, Trigger, World};
+use super::{CrdInfo, Migrations, Settings, Trigger, World};
 
 /// The newest history entry of a resource, as the reconciler needs it.
 #[derive(Clone, Copy, Debug, Default)]
@@ -52,7 +50,7 @@ impl LastEntry {
 pub(super) struct Reconciler {
     cluster: ClusterClient,
     states: Guarded<StorageStateStrategy>,
-    migrations: Guarded<MigrationStrategy>,
+    migrations: Migrations,
     history: HashHistory,
     settings: Settings,
     metrics: TriggerMetrics,
@@ -175,7 +173,7 @@ impl Reconciler {
             self.states.list_all().await,
             self.migrations.list_all().await,
         ) {
-            (Ok((states, _)), Ok((migrations, _))) => (states, migrations),
+            (Ok((states, _)), Ok(migrations)) => (states, migrations),
             (Err(err), _) | (_, Err(err)) => {
                 tracing::warn!(error = %err, "reading StorageStates and migrations failed");
                 return false;
