@@ -5,7 +5,7 @@ KUBECTL := $(CURDIR)/.venv/bin/kubectl
 # Flags for `make run`, e.g. make run ARGS="--etcd-servers http://127.0.0.1:2379"
 ARGS ?=
 
-.PHONY: all build run test test-real lint deny fmt bench deps certs deploy undeploy image clean
+.PHONY: all build run test test-real lint deny fmt bench bench-real deps certs deploy undeploy image clean
 
 all: build
 
@@ -63,6 +63,14 @@ bench:
 	$(CARGO) bench --bench edge
 	@assets=$$(hack/envtest.sh); [ -n "$$assets" ] || { echo "no kube-apiserver: the fair-share bench is NOT RUN" >&2; exit 1; }; \
 	KUBEBUILDER_ASSETS="$$assets" SVM_KUBECTL=$(KUBECTL) $(CARGO) bench --bench fair_share
+
+## bench-real: the migrator on the real kube-apiserver (KUBEBUILDER_ASSETS): N objects of
+## 1/10/100 KiB, ours (auto, hand-tuned) vs full GET+PUT, a QPS cap, a second client.
+## SVM_BENCH_REAL_OBJECTS (10000), SVM_BENCH_REAL_SIZES (1,10,100) choose the runs.
+bench-real:
+	@hack/ensure-deps.sh build etcd kubectl
+	@assets=$$(hack/envtest.sh); [ -n "$$assets" ] || { echo "no kube-apiserver: the real-apiserver bench is NOT RUN" >&2; exit 1; }; \
+	KUBEBUILDER_ASSETS="$$assets" SVM_KUBECTL=$(KUBECTL) $(CARGO) bench --bench real
 
 ## chaos: 50 chaos trials (two replicas, etcd and the double; kill -9 / SIGSTOP of the leader,
 ## etcd restarts, 5xx and 429 storms, stream cuts; a table per trial). `make test` runs 3.

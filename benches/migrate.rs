@@ -6,6 +6,8 @@
 //!
 //! `SVM_BENCH_MIGRATE_SIZES` (default `10000,100000`) picks the sizes; 10^6 objects of 10 KiB
 //! need about 12 GB of memory in the double (which compacts every 10 s).
+//! `SVM_BENCH_MIGRATE_GET_PUT=0` leaves out the full-object strategy (the slow one) to compare
+//! the stream with the pages alone.
 
 // A benchmark that cannot run stops with a panic: unwrap is how it says so.
 #![allow(clippy::unwrap_used)]
@@ -275,11 +277,14 @@ async fn main() {
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .collect();
+    let get_put_too = std::env::var("SVM_BENCH_MIGRATE_GET_PUT").map_or(true, |v| v != "0");
     let mut rows = Vec::new();
     for n in sizes {
         rows.push(ours(n, Read::Stream).await);
         rows.push(ours(n, Read::Pages).await);
-        rows.push(get_put(n).await);
+        if get_put_too {
+            rows.push(get_put(n).await);
+        }
         print(&rows);
     }
 }

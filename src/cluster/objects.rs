@@ -192,33 +192,104 @@ pub async fn touch(
 /// The annotation on the BOOKMARK that ends a watch-list's initial events (recording 10b).
 const INITIAL_EVENTS_END: &str = "k8s.io/initial-events-end";
 
-/// What a watch-list read of a whole resource gave.
+/// A watch-list stream could not be opened this time; why. The caller pages instead, as
+/// client-go's reflector falls back to LIST on any watch-list error ("making progress is
+/// better than deadlocking").
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum StreamedList {
-    /// Every object, as of `resource_version` (the revision of the initial-events-end
-    /// bookmark).
-    Complete {
-        items: Vec<ObjectRef>,
-        resource_version: String,
-    },
-    /// The cluster did not serve it this time; why. The caller pages instead, as client-go's
-    /// reflector falls back to LIST on any watch-list error ("making progress is better than
-    /// deadlocking").
-    Unavailable(String),
+pub struct StreamUnavailable(pub String);
+
+/// One step of a watch-list stream's initial events.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Initial {
+    /// The next object (kube-apiserver sends them in key order, recording 10b).
+    Object(ObjectRef),
+    /// The initial-events-end bookmark: every object was sent, as of this resourceVersion
+    /// (the list revision).
+    End { resource_version: String },
+    /// The stream cannot be finished: an ERROR event (etcd 3.4's 500, recording 10a; a 504
+    /// "Too large resource version"), a broken or stalled stream, or one that ended before
+    /// its bookmark. Why.
+    Broken(String),
 }
 
-/// The metadata of every object of `resource` as one watch-list stream (`sendInitialEvents`,
-/// recording 10b): one request instead of a LIST per page, served from kube-apiserver's watch
-/// cache. At most `max_objects` are held; a larger resource is `Unavailable` (paged instead),
-/// so memory stays bounded. Retriable answers to the request itself (429, 5xx) are errors for
-/// the caller's retry loop; an ERROR event — etcd 3.4's 500 (recording 10a), a 504 "Too large
-/// resource version" — or a stream that ends before its bookmark is `Unavailable`.
-pub async fn stream_metadata(
+type WatchEvents =
+    std::pin::Pin<Box<dyn futures::Stream<Item = kube::Result<WatchEvent<ItemBody>>> + Send>>;
+
+/// The initial events of a watch-list stream, read one at a time as the caller is ready for
+/// them: what is not read stays in the connection (TCP pushes back on the apiserver), so
+/// memory is what the caller holds.
+pub struct InitialEvents {
+    events: WatchEvents,
+    /// When the stream is given up as stalled.
+    deadline: tokio::time::Instant,
+    over: bool,
+}
+
+impl InitialEvents {
+    fn new(events: WatchEvents, guard: Duration) -> Self {
+        Self {
+            events,
+            deadline: tokio::time::Instant::now() + guard,
+            over: false,
+        }
+    }
+
+    /// The next initial event. Cancel-safe: a call dropped before it finished loses nothing.
+    /// After `End` or `Broken`, always `Broken`.
+    pub async fn next(&mut self) -> Initial {
+        if self.over {
+            return Initial::Broken("the stream is over".into());
+        }
+        let step = loop {
+            let event = match tokio::time::timeout_at(self.deadline, self.events.next()).await {
+                Ok(Some(event)) => event,
+                Ok(None) => {
+                    break Initial::Broken(
+                        "the stream ended before its initial-events-end bookmark".into(),
+                    );
+                }
+                Err(_) => break Initial::Broken("no initial-events-end bookmark in time".into()),
+            };
+            match event {
+                Ok(WatchEvent::Added(item)) => return Initial::Object(item.into_ref()),
+                Ok(WatchEvent::Bookmark(bookmark)) => {
+                    if bookmark
+                        .metadata
+                        .annotations
+                        .get(INITIAL_EVENTS_END)
+                        .is_some_and(|v| v == "true")
+                    {
+                        break Initial::End {
+                            resource_version: bookmark.metadata.resource_version,
+                        };
+                    }
+                }
+                // Changes after the initial events; none come before the bookmark.
+                Ok(WatchEvent::Modified(_) | WatchEvent::Deleted(_)) => {}
+                Ok(WatchEvent::Error(status)) => {
+                    break Initial::Broken(format!(
+                        "ERROR event {} {}: {}",
+                        status.code, status.reason, status.message
+                    ));
+                }
+                Err(err) => break Initial::Broken(format!("the stream broke: {err}")),
+            }
+        };
+        self.over = true;
+        step
+    }
+}
+
+/// Opens a watch-list stream (`sendInitialEvents`, recording 10b) of the metadata of every
+/// object of `resource`: one request instead of a LIST per page, served from kube-apiserver's
+/// watch cache, read as it arrives ([`InitialEvents`]). Retriable answers to the request
+/// itself (429, 5xx) are errors for the caller's retry loop; anything else that refuses it is
+/// [`StreamUnavailable`].
+pub async fn open_metadata_stream(
     client: &ClusterClient,
     resource: &ResolvedResource,
-    max_objects: usize,
     timeout: Duration,
-) -> Result<StreamedList, ClusterError> {
+) -> Result<Result<InitialEvents, StreamUnavailable>, ClusterError> {
     let query = {
         let mut query = form_urlencoded::Serializer::new(String::new());
         query
@@ -236,78 +307,21 @@ pub async fn stream_metadata(
         .header(ACCEPT, METADATA)
         .body(Vec::new())
         .map_err(|e| ClusterError::Config(format!("building a request: {e}")))?;
-    // The server ends the stream at timeoutSeconds; this only guards against one that stalls.
+    // The server ends the stream at timeoutSeconds; the guard only catches one that stalls.
     let guard = timeout + Duration::from_secs(30);
-    let collected = tokio::time::timeout(guard, async {
-        let events = match client.kube().request_events::<ItemBody>(request).await {
-            Ok(events) => events,
-            Err(err) => {
-                return match ClusterError::from_kube(err) {
-                    // Ours to retry (429, 5xx) or a bug (not catalogued).
-                    err @ ClusterError::Api { .. } if err.is_retriable() => Err(err),
-                    refused @ ClusterError::Config(_) => Err(refused),
-                    other => Ok(StreamedList::Unavailable(other.to_string())),
-                };
-            }
-        };
-        collect_initial_events(events, max_objects).await
-    })
-    .await;
-    match collected {
-        Ok(result) => result,
-        Err(_) => Ok(StreamedList::Unavailable(format!(
-            "no initial-events-end bookmark within {guard:?}"
-        ))),
+    let opened = tokio::time::timeout(guard, client.kube().request_events::<ItemBody>(request));
+    match opened.await {
+        Ok(Ok(events)) => Ok(Ok(InitialEvents::new(Box::pin(events), guard))),
+        Ok(Err(err)) => match ClusterError::from_kube(err) {
+            // Ours to retry (429, 5xx) or a bug (not catalogued).
+            err @ ClusterError::Api { .. } if err.is_retriable() => Err(err),
+            refused @ ClusterError::Config(_) => Err(refused),
+            other => Ok(Err(StreamUnavailable(other.to_string()))),
+        },
+        Err(_) => Ok(Err(StreamUnavailable(format!(
+            "no answer to the watch-list request within {guard:?}"
+        )))),
     }
-}
-
-async fn collect_initial_events(
-    events: impl futures::Stream<Item = kube::Result<WatchEvent<ItemBody>>>,
-    max_objects: usize,
-) -> Result<StreamedList, ClusterError> {
-    let mut events = std::pin::pin!(events);
-    let mut items = Vec::new();
-    while let Some(event) = events.next().await {
-        match event {
-            Ok(WatchEvent::Added(item)) => {
-                if items.len() >= max_objects {
-                    return Ok(StreamedList::Unavailable(format!(
-                        "more than {max_objects} objects (--watch-list-max-objects)"
-                    )));
-                }
-                items.push(item.into_ref());
-            }
-            Ok(WatchEvent::Bookmark(bookmark)) => {
-                if bookmark
-                    .metadata
-                    .annotations
-                    .get(INITIAL_EVENTS_END)
-                    .is_some_and(|v| v == "true")
-                {
-                    return Ok(StreamedList::Complete {
-                        items,
-                        resource_version: bookmark.metadata.resource_version,
-                    });
-                }
-            }
-            // Changes after the initial events; none come before the bookmark.
-            Ok(WatchEvent::Modified(_) | WatchEvent::Deleted(_)) => {}
-            Ok(WatchEvent::Error(status)) => {
-                return Ok(StreamedList::Unavailable(format!(
-                    "ERROR event {} {}: {}",
-                    status.code, status.reason, status.message
-                )));
-            }
-            Err(err) => {
-                return Ok(StreamedList::Unavailable(format!(
-                    "the stream broke: {err}"
-                )));
-            }
-        }
-    }
-    Ok(StreamedList::Unavailable(
-        "the stream ended before its initial-events-end bookmark".into(),
-    ))
 }
 
 #[cfg(test)]
@@ -315,7 +329,9 @@ mod tests {
     use super::*;
 
     /// Watch events as kube-apiserver writes them (recordings 10a, 10b), parsed as kube does.
-    fn events(lines: &[&str]) -> impl futures::Stream<Item = kube::Result<WatchEvent<ItemBody>>> {
+    fn events(
+        lines: &[&str],
+    ) -> futures::stream::Iter<std::vec::IntoIter<kube::Result<WatchEvent<ItemBody>>>> {
         let parsed: Vec<kube::Result<WatchEvent<ItemBody>>> = lines
             .iter()
             .map(|line| serde_json::from_str(line).map_err(kube::Error::SerdeError))
@@ -337,53 +353,65 @@ mod tests {
         }
     }
 
+    /// Every step of `lines` read as [`InitialEvents`], up to and with the first end.
+    async fn read_all(lines: &[&str]) -> Vec<Initial> {
+        let mut initial = InitialEvents::new(Box::pin(events(lines)), Duration::from_secs(60));
+        let mut got = Vec::new();
+        loop {
+            let step = initial.next().await;
+            let last = !matches!(step, Initial::Object(_));
+            got.push(step);
+            if last {
+                return got;
+            }
+        }
+    }
+
     #[tokio::test]
     async fn the_initial_events_end_at_the_annotated_bookmark() {
-        let got = collect_initial_events(
-            events(&[ADDED_A, PLAIN_BOOKMARK, ADDED_B, END_BOOKMARK, ADDED_A]),
-            10,
-        )
-        .await
-        .expect("collected");
+        let got = read_all(&[ADDED_A, PLAIN_BOOKMARK, ADDED_B, END_BOOKMARK, ADDED_A]).await;
         assert_eq!(
             got,
-            StreamedList::Complete {
-                items: vec![object("b", "12"), object("a", "11")],
-                resource_version: "20".into(),
-            }
+            [
+                Initial::Object(object("b", "12")),
+                Initial::Object(object("a", "11")),
+                Initial::End {
+                    resource_version: "20".into()
+                },
+            ]
         );
     }
 
     #[tokio::test]
-    async fn an_error_event_a_cut_stream_or_too_many_objects_mean_paging_instead() {
-        let refused = collect_initial_events(events(&[ETCD_34_ERROR]), 10)
-            .await
-            .expect("an answer");
+    async fn an_error_event_or_a_cut_stream_break_it_and_it_stays_over() {
+        let refused = read_all(&[ETCD_34_ERROR]).await;
         assert!(
-            matches!(&refused, StreamedList::Unavailable(why) if why.contains("500 InternalError") && why.contains("RequestWatchProgress")),
+            matches!(&refused[..], [Initial::Broken(why)] if why.contains("500 InternalError") && why.contains("RequestWatchProgress")),
             "{refused:?}"
         );
-        let cut = collect_initial_events(events(&[ADDED_A, ADDED_B]), 10)
-            .await
-            .expect("an answer");
+        let cut = read_all(&[ADDED_A, ADDED_B]).await;
         assert!(
-            matches!(&cut, StreamedList::Unavailable(why) if why.contains("before its initial-events-end bookmark")),
+            matches!(&cut[2], Initial::Broken(why) if why.contains("before its initial-events-end bookmark")),
             "{cut:?}"
         );
-        let large = collect_initial_events(events(&[ADDED_A, ADDED_B, END_BOOKMARK]), 1)
-            .await
-            .expect("an answer");
-        assert_eq!(
-            large,
-            StreamedList::Unavailable("more than 1 objects (--watch-list-max-objects)".into())
-        );
-        let broken = collect_initial_events(events(&[ADDED_A, "{\"type\":"]), 10)
-            .await
-            .expect("an answer");
+        let broken = read_all(&[ADDED_A, "{\"type\":"]).await;
         assert!(
-            matches!(&broken, StreamedList::Unavailable(why) if why.starts_with("the stream broke")),
+            matches!(&broken[1], Initial::Broken(why) if why.starts_with("the stream broke")),
             "{broken:?}"
         );
+        let mut initial = InitialEvents::new(
+            Box::pin(events(&[END_BOOKMARK, ADDED_A])),
+            Duration::from_secs(60),
+        );
+        assert!(matches!(initial.next().await, Initial::End { .. }));
+        assert!(matches!(initial.next().await, Initial::Broken(_)));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_stream_is_broken_at_its_deadline() {
+        let stalled = futures::stream::pending::<kube::Result<WatchEvent<ItemBody>>>();
+        let mut initial = InitialEvents::new(Box::pin(stalled), Duration::from_secs(5));
+        assert!(matches!(initial.next().await, Initial::Broken(why) if why.contains("in time")));
     }
 
     #[test]

@@ -73,14 +73,16 @@ pub struct ControllerOptions {
     /// Objects per LIST page, and between checkpoints of a streamed migration.
     #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=10_000))]
     pub chunk_size: u32,
-    /// Largest resource a migration reads as one watch-list stream (sendInitialEvents) rather
-    /// than in pages; its object references are held in memory (about 200 bytes each). 0:
-    /// always page.
-    #[arg(long, default_value_t = 100_000)]
+    /// Objects a migration reads from watch-list streams (sendInitialEvents) at most; past
+    /// them the rest is read in pages. Memory does not grow with it (objects are PATCHed as
+    /// they arrive, a window at a time). 0: always page.
+    #[arg(long, default_value_t = 10_000_000)]
     pub watch_list_max_objects: usize,
-    /// PATCHes in flight per migration.
-    #[arg(long, default_value_t = 4)]
-    pub object_concurrency: usize,
+    /// PATCHes in flight for the whole pool: `auto` finds them from the apiserver's latency
+    /// (growing while it stays flat, backing off when it rises and on 429s and 5xx); a number
+    /// fixes them (still halved by 429s and 5xx, growing back to it).
+    #[arg(long, default_value = "auto", value_parser = parse_object_concurrency)]
+    pub object_concurrency: migrator::ConcurrencyMode,
     /// Requests per second to the kube-apiserver, for the whole pool (0: unlimited). The
     /// default keeps the migrator under the KEP's 10 single-object requests per second.
     #[arg(long, default_value_t = 5.0)]
@@ -127,8 +129,8 @@ impl ControllerOptions {
         if self.discovery_interval.is_zero() || self.heartbeat_interval.is_zero() {
             anyhow::bail!("--discovery-interval and --heartbeat-interval must be positive");
         }
-        if self.workers == 0 || self.object_concurrency == 0 {
-            anyhow::bail!("--workers and --object-concurrency must be at least 1");
+        if self.workers == 0 {
+            anyhow::bail!("--workers must be at least 1");
         }
         if self.leader_elect_renew_deadline >= self.leader_elect_lease_duration
             || self.leader_elect_retry_period >= self.leader_elect_renew_deadline
@@ -153,7 +155,7 @@ impl ControllerOptions {
             workers: self.workers,
             chunk_size: self.chunk_size,
             watch_list_max_objects: self.watch_list_max_objects,
-            object_concurrency: self.object_concurrency,
+            concurrency: self.object_concurrency,
             qps: self.qps,
             burst: self.burst,
             backoff: Backoff {
@@ -162,6 +164,21 @@ impl ControllerOptions {
             },
             resync: Duration::from_secs(60),
         }
+    }
+}
+
+/// `--object-concurrency`: `auto`, or a number of PATCHes from 1 up.
+fn parse_object_concurrency(value: &str) -> Result<migrator::ConcurrencyMode, String> {
+    if value == "auto" {
+        return Ok(migrator::ConcurrencyMode::Adaptive {
+            ceiling: migrator::concurrency::DEFAULT_CEILING,
+        });
+    }
+    match value.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(migrator::ConcurrencyMode::Fixed(n)),
+        _ => Err(format!(
+            "{value:?} is neither `auto` nor a number from 1 up"
+        )),
     }
 }
 
@@ -309,4 +326,27 @@ fn hostname() -> Option<String> {
         .ok()
         .map(|h| h.trim().to_string())
         .filter(|h| !h.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn object_concurrency_is_auto_or_a_positive_number() {
+        assert_eq!(
+            parse_object_concurrency("auto"),
+            Ok(migrator::ConcurrencyMode::Adaptive {
+                ceiling: migrator::concurrency::DEFAULT_CEILING
+            })
+        );
+        assert_eq!(
+            parse_object_concurrency("16"),
+            Ok(migrator::ConcurrencyMode::Fixed(16))
+        );
+        for bad in ["0", "-1", "", "many", "4.5"] {
+            let err = parse_object_concurrency(bad).expect_err(bad);
+            assert!(err.contains("neither `auto` nor a number"), "{bad}: {err}");
+        }
+    }
 }

@@ -89,6 +89,8 @@ pub struct MigratorMetrics {
     pub apf_rejections: Counter,
     /// The pool's request rate in force (`--qps`, or lower under APF backpressure).
     pub rate_limit: Gauge<f64, AtomicU64>,
+    /// PATCHes the pool allows in flight now (`--object-concurrency`, found or fixed).
+    pub patch_concurrency: Gauge,
 }
 
 impl Default for MigratorMetrics {
@@ -117,6 +119,7 @@ impl MigratorMetrics {
             migrations_by_status: Family::default(),
             apf_rejections: Counter::default(),
             rate_limit: Gauge::default(),
+            patch_concurrency: Gauge::default(),
         }
     }
 
@@ -177,6 +180,11 @@ impl MigratorMetrics {
             "svm_migrator_rate_limit_qps",
             "The migrator's request rate in force: --qps, or lower while APF rejects (0: unlimited)",
             self.rate_limit.clone(),
+        );
+        registry.register(
+            "svm_migrator_patch_concurrency",
+            "PATCHes the migrator allows in flight now (--object-concurrency: found from latency, or fixed)",
+            self.patch_concurrency.clone(),
         );
     }
 

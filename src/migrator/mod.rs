@@ -1,25 +1,31 @@
 //! The migrator (docs/design.md, "The migrator"): a pool of workers that runs
 //! StorageVersionMigrations against the target cluster — at most `--workers` at once, at most one
-//! per resource, oldest first — sharing one rate limiter. Migrations come from the registry's
-//! watch; deleting one stops its work within a page.
+//! per resource, oldest first — sharing one owner of the load they put on the apiserver (rate
+//! and PATCHes in flight). Migrations come from the registry's watch; deleting one stops its
+//! work within a page.
 
+pub mod concurrency;
 pub mod events;
 pub mod limiter;
 pub mod metrics;
 mod pool;
+pub mod pressure;
 mod runner;
 pub mod source;
 pub mod status;
+mod window;
 
 use std::time::Duration;
 
 use crate::api::migration::StorageVersionMigration;
 use crate::cluster::ClusterClient;
 
+pub use concurrency::Mode as ConcurrencyMode;
 pub use events::Events;
 pub use limiter::{Backoff, RateLimiter};
 pub use metrics::MigratorMetrics;
 pub use pool::Migrator;
+pub use pressure::Pressure;
 pub use runner::Outcome;
 pub use source::Source;
 
@@ -30,11 +36,12 @@ pub struct Settings {
     pub workers: usize,
     /// Objects per LIST page, and between checkpoints of a streamed migration.
     pub chunk_size: u32,
-    /// Largest resource read as one watch-list stream (held in memory as it is sorted);
-    /// 0: always page.
+    /// Objects read from one watch-list stream at most (past them, the rest is paged);
+    /// 0: always page. Memory does not grow with it: the stream is PATCHed as it arrives.
     pub watch_list_max_objects: usize,
-    /// PATCHes in flight per migration.
-    pub object_concurrency: usize,
+    /// PATCHes in flight for the whole pool: found from the apiserver's latency, or fixed
+    /// (`--object-concurrency N`).
+    pub concurrency: ConcurrencyMode,
     /// Requests per second of the whole pool (0: unlimited).
     pub qps: f64,
     pub burst: u32,
@@ -48,8 +55,10 @@ impl Default for Settings {
         Self {
             workers: 2,
             chunk_size: 500,
-            watch_list_max_objects: 100_000,
-            object_concurrency: 4,
+            watch_list_max_objects: 10_000_000,
+            concurrency: ConcurrencyMode::Adaptive {
+                ceiling: concurrency::DEFAULT_CEILING,
+            },
             qps: 5.0,
             burst: 10,
             backoff: Backoff::default(),
@@ -63,7 +72,8 @@ pub(crate) struct Shared {
     pub cluster: ClusterClient,
     /// Where the migrations are: our store, or the cluster's built-in API.
     pub migrations: Source,
-    pub limiter: RateLimiter,
+    /// How hard the pool pushes the apiserver: rate and PATCHes in flight.
+    pub pressure: Pressure,
     pub metrics: MigratorMetrics,
     pub events: Option<Events>,
     pub settings: Settings,
@@ -82,7 +92,7 @@ impl Shared {
             && !self.migrations.fence().is_over()
         {
             // Events are requests to the same apiserver: they count against the same budget.
-            self.limiter.acquire().await;
+            self.pressure.token().await;
             events.publish(migration, reason, note).await;
         }
     }

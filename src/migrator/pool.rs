@@ -15,7 +15,7 @@ use super::events::Reason;
 use super::metrics::ManagerLabel;
 use super::runner::{self, Outcome, retry_delay};
 use super::source::Source;
-use super::{Events, MigratorMetrics, RateLimiter, Settings, Shared};
+use super::{Events, MigratorMetrics, Pressure, Settings, Shared};
 use crate::api::migration::{FAILED, SUCCEEDED, StorageVersionMigration};
 use crate::apimode::DOCS;
 use crate::cluster::ClusterClient;
@@ -140,13 +140,13 @@ impl Migrator {
         metrics: MigratorMetrics,
         events: Option<Events>,
     ) -> Self {
-        let limiter = RateLimiter::new(settings.qps, settings.burst);
+        let pressure = Pressure::new(settings.qps, settings.burst, settings.concurrency);
         Self {
             shared: Arc::new(Shared {
                 cluster,
                 // Its status writes are recorded for the migrator in managedFields.
                 migrations: migrations.into().managed_by(super::status::FIELD_MANAGER),
-                limiter,
+                pressure,
                 metrics,
                 events,
                 settings,

@@ -1,12 +1,15 @@
-//! One migration, from start to end: resolve the resource, then page through it with
-//! metadata-only LISTs, rewrite every object with the no-op PATCH, and checkpoint the continue
-//! token after each page — so a restarted server resumes at the last page, not at the start.
+//! One migration, from start to end: resolve the resource, read it — one watch-list stream,
+//! PATCHing while it arrives, or metadata-only LIST pages — rewrite every object with the
+//! no-op PATCH, and checkpoint as it goes (the last key below which everything is done, or
+//! the continue token of the last page) — so a restarted server resumes there, not at the
+//! start.
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::{TryStreamExt, stream};
+use futures::stream::FuturesUnordered;
+use futures::{StreamExt, TryStreamExt, stream};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -16,11 +19,14 @@ use super::metrics::{MigrationLabels, ResourceLabel, RetryLabels};
 use super::status::{
     StatusWriteError, bounded_message, check, set_condition, write_progress, write_status,
 };
+use super::window::Window;
 use crate::api::migration::{
     FAILED, MigrationProgress, RUNNING, SUCCEEDED, StorageVersionMigration,
 };
 use crate::apimode::guard::{ForeignWrite, StatusGuard};
-use crate::cluster::objects::{StreamedList, list_metadata, stream_metadata, touch};
+use crate::cluster::objects::{
+    Initial, InitialEvents, StreamUnavailable, list_metadata, open_metadata_stream, touch,
+};
 use crate::cluster::resources::{group_resource, resolve};
 use crate::cluster::{
     ClusterError, MetadataPage, ObjectRef, ResolveError, ResolvedResource, Touched,
@@ -45,6 +51,36 @@ pub enum Outcome {
     RetryLater(String),
     /// Another migrator wrote the migration's status: left to it, never run here again.
     Yielded(ForeignWrite),
+}
+
+/// How a streamed read ended.
+enum Streamed {
+    /// Every object done, checkpointed with the stream's revision.
+    Complete,
+    /// Page the rest; why.
+    Page(String),
+}
+
+/// How one stream of a streamed read ended (everything admitted is done and checkpointed).
+enum StreamEnd {
+    /// Its initial-events-end bookmark came (with the list revision, checkpointed).
+    Complete(String),
+    Cut {
+        why: String,
+        /// Some object was admitted from this stream.
+        progressed: bool,
+    },
+    TooLarge,
+    OutOfOrder(String),
+}
+
+impl StreamEnd {
+    fn out_of_order(err: &super::window::OutOfOrder) -> Self {
+        StreamEnd::OutOfOrder(format!(
+            "the stream is not in key order ({:?} after {:?})",
+            err.key, err.previous
+        ))
+    }
 }
 
 enum RunError {
@@ -175,26 +211,13 @@ impl Runner {
         // A paged migration keeps paging (its continue token is the resume point); anything
         // else first tries the whole resource as one stream.
         if token.is_none() && self.shared.settings.watch_list_max_objects > 0 {
-            match self.stream(&resource).await? {
-                StreamedList::Complete {
-                    items,
-                    resource_version,
-                } => {
-                    self.shared
-                        .metrics
-                        .count_read(&resource_label.resource, "stream");
-                    self.migrate_streamed(
-                        &resource,
-                        &resource_label,
-                        &mut progress,
-                        items,
-                        &resource_version,
-                    )
-                    .await?;
-                    return self.succeed(&resource, &progress).await;
-                }
-                StreamedList::Unavailable(why) => {
-                    tracing::info!(migration = %self.name, %why, "no watch-list stream; listing in pages");
+            match self
+                .migrate_streamed(&resource, &resource_label, &mut progress)
+                .await?
+            {
+                Streamed::Complete => return self.succeed(&resource, &progress).await,
+                Streamed::Page(why) => {
+                    tracing::info!(migration = %self.name, %why, through = %progress.migrated_through, "listing in pages");
                 }
             }
         }
@@ -206,11 +229,14 @@ impl Runner {
         self.succeed(&resource, &progress).await
     }
 
-    /// The watch-list read, through the limiter and the retry loop like any request.
-    async fn stream(&self, resource: &ResolvedResource) -> Result<StreamedList, RunError> {
-        let max = self.shared.settings.watch_list_max_objects;
+    /// Opens the watch-list stream, through the pool's pressure and the retry loop like any
+    /// request.
+    async fn open_stream(
+        &self,
+        resource: &ResolvedResource,
+    ) -> Result<Result<InitialEvents, StreamUnavailable>, RunError> {
         self.with_retries(&resource.group_resource(), "watch", || {
-            stream_metadata(&self.shared.cluster, resource, max, WATCH_LIST_TIMEOUT)
+            open_metadata_stream(&self.shared.cluster, resource, WATCH_LIST_TIMEOUT)
         })
         .await
         .map_err(|err| {
@@ -222,44 +248,171 @@ impl Runner {
         })
     }
 
-    /// Rewrites a streamed resource in key order, `--chunk-size` objects between checkpoints;
-    /// the checkpoint is the last key done, so a restart skips everything up to it.
+    /// Reads the resource as watch-list streams, PATCHing while they arrive. A stream cut
+    /// after some progress (its `timeoutSeconds`, a restart of the apiserver) is opened
+    /// again, skipping what is done; one that gives nothing new, that is refused, that passes
+    /// `--watch-list-max-objects` or that is not in key order ends in `Page`: the caller
+    /// pages the rest, skipping keys up to `progress.migrated_through`.
     async fn migrate_streamed(
         &self,
         resource: &ResolvedResource,
         label: &ResourceLabel,
         progress: &mut MigrationProgress,
-        mut items: Vec<ObjectRef>,
-        resource_version: &str,
-    ) -> Result<(), RunError> {
-        items.sort_by_cached_key(ObjectRef::key);
-        let start = if progress.migrated_through.is_empty() {
-            0
-        } else {
-            items.partition_point(|item| item.key() <= progress.migrated_through)
-        };
+    ) -> Result<Streamed, RunError> {
+        let mut counted = false;
+        loop {
+            let events = match self.open_stream(resource).await? {
+                Ok(events) => events,
+                Err(StreamUnavailable(why)) => return Ok(Streamed::Page(why)),
+            };
+            if !counted {
+                counted = true;
+                self.shared.metrics.count_read(&label.resource, "stream");
+            }
+            match self.pipeline(resource, label, progress, events).await? {
+                StreamEnd::Complete(_) => return Ok(Streamed::Complete),
+                StreamEnd::Cut { why, progressed } if progressed => {
+                    tracing::info!(migration = %self.name, %why, through = %progress.migrated_through, "the stream was cut; streaming the rest");
+                }
+                StreamEnd::Cut { why, .. } => return Ok(Streamed::Page(why)),
+                StreamEnd::TooLarge => {
+                    let max = self.shared.settings.watch_list_max_objects;
+                    return Ok(Streamed::Page(format!(
+                        "more than {max} objects (--watch-list-max-objects)"
+                    )));
+                }
+                StreamEnd::OutOfOrder(why) => {
+                    // A key checkpointed from this stream may be above objects still to come:
+                    // nothing may be skipped, so page from the start (finished objects cost a
+                    // no-op PATCH each, no write).
+                    progress.migrated_through.clear();
+                    self.checkpoint(progress, "").await?;
+                    return Ok(Streamed::Page(why));
+                }
+            }
+        }
+    }
+
+    /// Objects arrived and not yet done that the pipeline holds at most: enough to keep
+    /// every PATCH slot busy while a slow one holds the done prefix back, and at least a
+    /// chunk; it follows the concurrency limit as that moves.
+    fn window_size(&self) -> usize {
+        let chunk = usize::try_from(self.shared.settings.chunk_size).unwrap_or(usize::MAX);
+        chunk
+            .max(self.shared.pressure.concurrency().saturating_mul(4))
+            .max(1)
+    }
+
+    /// One stream: each object is PATCHed as it arrives (objects at or below the checkpoint
+    /// only pass), at most [`Runner::window_size`] between the done prefix and the newest;
+    /// the stream is read only while the window has room, so memory stays bounded and the
+    /// connection pushes back on the apiserver. Every `--chunk-size` objects that join the
+    /// done prefix, its last key is the checkpoint. Before returning, everything admitted is
+    /// finished and checkpointed.
+    async fn pipeline(
+        &self,
+        resource: &ResolvedResource,
+        label: &ResourceLabel,
+        progress: &mut MigrationProgress,
+        mut events: InitialEvents,
+    ) -> Result<StreamEnd, RunError> {
         let chunk = usize::try_from(self.shared.settings.chunk_size)
             .unwrap_or(usize::MAX)
             .max(1);
-        let mut left = items.len() - start;
-        for batch in items[start..].chunks(chunk) {
+        let max = self.shared.settings.watch_list_max_objects;
+        let group_resource = resource.group_resource();
+        let skip_through = progress.migrated_through.clone();
+        let mut window = Window::new();
+        let mut in_flight = FuturesUnordered::new();
+        let mut unsaved = 0;
+        let mut arrived = 0;
+        let mut progressed = false;
+        let end = loop {
             if self.stopped() {
                 return Err(RunError::Stopped);
             }
-            self.migrate_page(resource, batch).await?;
-            left -= batch.len();
-            if let Some(last) = batch.last() {
-                progress.migrated_through = last.key();
+            tokio::select! {
+                biased;
+                () = self.cancel.cancelled() => return Err(RunError::Stopped),
+                Some(finished) = in_flight.next(), if !in_flight.is_empty() => {
+                    let joined = window.done(finished?);
+                    unsaved += joined;
+                    if unsaved >= chunk {
+                        self.save_prefix(label, progress, &window, unsaved, None, "").await?;
+                        unsaved = 0;
+                    }
+                }
+                step = events.next(), if window.len() < self.window_size() => match step {
+                    Initial::Object(object) => {
+                        arrived += 1;
+                        if arrived > max {
+                            break StreamEnd::TooLarge;
+                        }
+                        let key = object.key();
+                        if !skip_through.is_empty() && key <= skip_through {
+                            if let Err(err) = window.pass(key) {
+                                break StreamEnd::out_of_order(&err);
+                            }
+                            continue;
+                        }
+                        let seq = match window.admit(key) {
+                            Ok(seq) => seq,
+                            Err(err) => break StreamEnd::out_of_order(&err),
+                        };
+                        progressed = true;
+                        let group_resource = &group_resource;
+                        in_flight.push(async move {
+                            self.patch_object(resource, group_resource, &object).await.map(|()| seq)
+                        });
+                    }
+                    Initial::End { resource_version } => {
+                        break StreamEnd::Complete(resource_version);
+                    }
+                    Initial::Broken(why) => break StreamEnd::Cut { why, progressed },
+                },
             }
-            self.record_progress(label, progress, batch.len(), count(left));
-            self.checkpoint(progress, resource_version).await?;
+        };
+        while let Some(finished) = in_flight.next().await {
+            unsaved += window.done(finished?);
         }
-        if start == items.len() {
-            // Nothing (left) to do: still record the snapshot and the zero remaining.
-            self.record_progress(label, progress, 0, 0);
-            self.checkpoint(progress, resource_version).await?;
+        match end {
+            StreamEnd::Complete(resource_version) => {
+                self.save_prefix(
+                    label,
+                    progress,
+                    &window,
+                    unsaved,
+                    Some(0),
+                    &resource_version,
+                )
+                .await?;
+                Ok(StreamEnd::Complete(resource_version))
+            }
+            other => {
+                if unsaved > 0 || window.through() > progress.migrated_through.as_str() {
+                    self.save_prefix(label, progress, &window, unsaved, None, "")
+                        .await?;
+                }
+                Ok(other)
+            }
         }
-        Ok(())
+    }
+
+    /// Checkpoints the end of the window's done prefix, `joined` more objects done.
+    async fn save_prefix(
+        &self,
+        label: &ResourceLabel,
+        progress: &mut MigrationProgress,
+        window: &Window,
+        joined: usize,
+        remaining: Option<i64>,
+        resource_version: &str,
+    ) -> Result<(), RunError> {
+        if window.through() > progress.migrated_through.as_str() {
+            progress.migrated_through = window.through().to_string();
+        }
+        self.record_progress(label, progress, joined, remaining);
+        self.checkpoint(progress, resource_version).await
     }
 
     /// Pages through the resource with metadata-only LISTs from `token`, checkpointing the
@@ -310,7 +463,12 @@ impl Runner {
             };
             self.migrate_page(resource, &todo).await?;
             progress.continue_token = page.continue_token.clone().unwrap_or_default();
-            self.record_progress(label, progress, todo.len(), page.remaining.unwrap_or(0));
+            self.record_progress(
+                label,
+                progress,
+                todo.len(),
+                Some(page.remaining.unwrap_or(0)),
+            );
             self.checkpoint(progress, &page.resource_version).await?;
             token = page.continue_token;
             if token.is_none() {
@@ -325,20 +483,23 @@ impl Runner {
         label: &ResourceLabel,
         progress: &mut MigrationProgress,
         migrated: usize,
-        remaining: i64,
+        remaining: Option<i64>,
     ) {
         progress.migrated_objects += count(migrated);
-        progress.remaining_objects = Some(remaining.max(0));
+        // A stream does not know what is left until it ends.
+        progress.remaining_objects = remaining.map(|r| r.max(0));
         progress.last_checkpoint_time = Some(crate::registry::now_time());
         let metrics = &self.shared.metrics;
         metrics
             .migrated_objects
             .get_or_create(label)
             .inc_by(count(migrated));
-        metrics
-            .remaining_objects
-            .get_or_create(label)
-            .set(progress.remaining_objects.unwrap_or(0));
+        if let Some(remaining) = progress.remaining_objects {
+            metrics
+                .remaining_objects
+                .get_or_create(label)
+                .set(remaining);
+        }
     }
 
     /// Succeeded=True, Running=False, the metric and the event.
@@ -407,42 +568,48 @@ impl Runner {
         .await
     }
 
-    /// Rewrites a page's objects, `--object-concurrency` at a time; the first error that
-    /// cannot be retried ends the page (and the migration).
+    /// Rewrites a page's objects, as many at a time as the pool's PATCH slots allow (see
+    /// [`Runner::with_retries`]); the first error that cannot be retried ends the page (and
+    /// the migration).
     async fn migrate_page(
         &self,
         resource: &ResolvedResource,
         items: &[ObjectRef],
     ) -> Result<(), RunError> {
-        let concurrency = self.shared.settings.object_concurrency.max(1);
         let label = resource.group_resource();
         stream::iter(items.iter().map(Ok))
-            .try_for_each_concurrent(concurrency, |object| {
-                let label = &label;
-                async move {
-                    // A stopped run (deleted, or its leadership term over) sends no more.
-                    if self.stopped() {
-                        return Err(RunError::Stopped);
-                    }
-                    let touched = self
-                        .with_retries(label, "patch", || {
-                            touch(&self.shared.cluster, resource, object)
-                        })
-                        .await
-                        .map_err(|err| {
-                            self.classify(
-                                err,
-                                "ObjectRejected",
-                                &format!("patching {label} {}", object.display_name()),
-                            )
-                        })?;
-                    if touched == Touched::Rewritten {
-                        tracing::trace!(object = %object.display_name(), "rewritten");
-                    }
-                    Ok::<(), RunError>(())
-                }
+            .try_for_each_concurrent(None, |object| self.patch_object(resource, &label, object))
+            .await
+    }
+
+    /// The no-op PATCH of one object, retried; an error that cannot be retried is the
+    /// migration's.
+    async fn patch_object(
+        &self,
+        resource: &ResolvedResource,
+        label: &str,
+        object: &ObjectRef,
+    ) -> Result<(), RunError> {
+        // A stopped run (deleted, or its leadership term over) sends no more.
+        if self.stopped() {
+            return Err(RunError::Stopped);
+        }
+        let touched = self
+            .with_retries(label, "patch", || {
+                touch(&self.shared.cluster, resource, object)
             })
             .await
+            .map_err(|err| {
+                self.classify(
+                    err,
+                    "ObjectRejected",
+                    &format!("patching {label} {}", object.display_name()),
+                )
+            })?;
+        if touched == Touched::Rewritten {
+            tracing::trace!(object = %object.display_name(), "rewritten");
+        }
+        Ok(())
     }
 
     async fn checkpoint(
@@ -474,8 +641,10 @@ impl Runner {
         }
     }
 
-    /// One request through the shared limiter, retried with backoff while the error is
-    /// retriable and the cap allows. A Retry-After pauses the whole pool.
+    /// One request under the pool's [`Pressure`](super::Pressure) (a token from the rate; a
+    /// slot, for a PATCH), retried with backoff while the error is retriable and the cap
+    /// allows. Every answer is reported to it: a Retry-After pauses the whole pool, an
+    /// overload halves the PATCHes in flight, a PATCH's latency moves their limit.
     async fn with_retries<T, F, Fut>(
         &self,
         resource: &str,
@@ -487,37 +656,43 @@ impl Runner {
         Fut: Future<Output = Result<T, ClusterError>>,
     {
         let backoff = self.shared.settings.backoff;
+        let pressure = &self.shared.pressure;
+        // Only PATCHes take a slot and feed the concurrency limit: their latency is what
+        // queueing in the apiserver shows in; a page or a stream takes long for other reasons.
+        let patch = verb == "patch";
         let mut attempt = 0;
         loop {
-            self.shared.limiter.acquire().await;
-            self.shared
-                .metrics
-                .rate_limit
-                .set(self.shared.limiter.rate());
+            pressure.token().await;
+            let slot = if patch {
+                Some(pressure.slot().await)
+            } else {
+                None
+            };
             let started = Instant::now();
             let result = call().await;
+            let latency = started.elapsed();
+            drop(slot);
+            let metrics = &self.shared.metrics;
             let code = match &result {
                 Ok(_) => Some(200),
                 Err(err) => err.code(),
             };
-            self.shared
-                .metrics
-                .observe_request(verb, code, started.elapsed().as_secs_f64());
+            metrics.observe_request(verb, code, latency.as_secs_f64());
+            let reaction = pressure.answered(&result, latency, patch);
+            metrics.rate_limit.set(pressure.rate());
+            metrics.patch_concurrency.set(count(pressure.concurrency()));
+            if let Some((level, rate)) = &reaction.apf {
+                metrics.apf_rejections.inc();
+                tracing::info!(%resource, verb, priority_level = %level, rate, "API Priority and Fairness rejected a request; lowering the pool's rate");
+            }
+            if let Some(step) = reaction.step {
+                tracing::debug!(%resource, ?step, limit = pressure.concurrency(), "PATCH concurrency");
+            }
             match result {
                 Err(err)
                     if err.is_retriable() && attempt < backoff.max_retries && !self.stopped() =>
                 {
-                    if let Some(after) = err.retry_after() {
-                        self.shared.limiter.pause(after);
-                    }
-                    if let Some(level) = err.flow_control() {
-                        let rate = self.shared.limiter.backpressure();
-                        self.shared.metrics.apf_rejections.inc();
-                        self.shared.metrics.rate_limit.set(rate);
-                        tracing::info!(%resource, verb, priority_level = level, rate, "API Priority and Fairness rejected a request; lowering the pool's rate");
-                    }
-                    self.shared
-                        .metrics
+                    metrics
                         .retries
                         .get_or_create(&RetryLabels {
                             resource: resource.to_string(),

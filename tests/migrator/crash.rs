@@ -2,11 +2,14 @@
 //! printed seed, and restarted; each time the checkpoint survives, the restarted server goes on
 //! from it (never from the first page), progress never goes backwards, and the migration
 //! completes with every object rewritten exactly once — in pages (the continue token is the
-//! checkpoint) and streamed (the last key done is).
+//! checkpoint) and streamed (the last key done is, while the stream is still arriving). A
+//! stream cut mid-list is opened again and goes on after the last key done.
 
 use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
+
+use kube_double::{Fault, FaultRule};
 
 use crate::harness::{Harness, double_with_widgets, migrated, tail};
 
@@ -14,6 +17,9 @@ const OBJECTS: usize = 5_000;
 const CHUNK: usize = 100;
 /// PATCHes in flight when the server is killed: done but not yet checkpointed.
 const IN_FLIGHT: usize = 8;
+/// What a streamed run holds between the done prefix and the newest object it read: done
+/// out of order there is not checkpointed either (at least a chunk, 4 × the PATCH limit).
+const STREAM_WINDOW: usize = CHUNK;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_three_times_a_paged_migration_resumes_from_the_checkpoint_and_completes() {
@@ -132,11 +138,62 @@ async fn killed_three_times(mode: Mode) -> (Harness, usize) {
     // at most a page (plus what was in flight) is re-done per crash.
     assert_eq!(counters.writes_performed_for("configmaps"), total as u64);
     let patches = counters.requests_for("patch", "configmaps");
+    let redone = match mode {
+        Mode::Paged => CHUNK + IN_FLIGHT,
+        Mode::Streamed => CHUNK + STREAM_WINDOW + IN_FLIGHT,
+    };
     assert!(
-        patches <= (total + 3 * (CHUNK + IN_FLIGHT)) as u64,
+        patches <= (total + 3 * redone) as u64,
         "{patches} PATCHes for {total} objects"
     );
     (h, total)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_cut_mid_list_is_opened_again_and_goes_on_after_the_last_key_done() {
+    let double = double_with_widgets().await;
+    double
+        .preload("configmaps", Some("demo"), "cm", 3_000, 64)
+        .unwrap();
+    double.set_storage_version("configmaps", "v2").unwrap();
+    let total: usize = double.stored_summary("configmaps").values().sum();
+    double.reset_counters();
+    // The first stream ends after 1 200 objects, without its initial-events-end bookmark.
+    let cut = double.add_fault(
+        FaultRule::new(Fault::CutStream {
+            after_frames: 1_200,
+        })
+        .verb("watch")
+        .resource("configmaps")
+        .times(1),
+    );
+    let h = Harness::start(
+        double,
+        &["--qps=0", "--chunk-size=100", "--object-concurrency=8"],
+    );
+    h.create_migration("cut", "", "configmaps").await;
+    let m = h.wait_succeeded("cut", Duration::from_secs(180)).await;
+    assert_eq!(h.double.fault_injections(cut), 1);
+    assert_eq!(migrated(&m), total as i64, "{m:#}");
+    let counters = h.double.counters();
+    // A second stream, no page; what the first one admitted was finished and checkpointed
+    // before the second opened, so no object was PATCHed twice.
+    assert_eq!(counters.requests_for("watch", "configmaps"), 2);
+    assert_eq!(counters.requests_for("list", "configmaps"), 0);
+    assert_eq!(counters.requests_for("patch", "configmaps"), total as u64);
+    assert_eq!(counters.writes_performed_for("configmaps"), total as u64);
+    assert_eq!(
+        h.double
+            .stored_summary("configmaps")
+            .get(&("v2".to_string(), None)),
+        Some(&total)
+    );
+    let log = h.server.log();
+    assert!(
+        log.contains("the stream was cut; streaming the rest"),
+        "{}",
+        tail(&log, 30)
+    );
 }
 
 /// The first LIST after the restart carries a continue token handed out by one of the last

@@ -1,0 +1,471 @@
+//! `make bench-real`: the migrator against the real kube-apiserver (KUBEBUILDER_ASSETS) and
+//! etcd, rewriting custom resources whose CRD moved its storage version (every object is
+//! written again), printed as tables and never asserted:
+//!
+//! 1. per object size (1 KiB, 10 KiB, 100 KiB): ours with `--object-concurrency auto`, ours
+//!    hand-tuned (fixed 16 and 64), and the out-of-tree migrator's full-object strategy (full
+//!    LIST pages, then GET + PUT of each object, 16 at a time) in the same run — wall time,
+//!    objects/s, requests per object (kube-apiserver's `apiserver_request_total`), bytes per
+//!    object (the client process's socket reads and writes, TLS included, from
+//!    `/proc/<pid>/io`), our peak RSS, and kube-apiserver's CPU seconds per 1 000 objects
+//!    (`/proc/<pid>/stat`, user + system);
+//! 2. at a QPS cap: wall time against N/QPS;
+//! 3. a second client loading the apiserver mid-run: the rate and the PATCH limit the
+//!    adaptive migrator found, before and during the load.
+//!
+//! `SVM_BENCH_REAL_OBJECTS` (default 10000) sets N; 100 KiB objects use N/10 (N of them
+//! would pass etcd's 2 GiB quota once rewritten). `SVM_BENCH_REAL_SIZES` (KiB, default
+//! `1,10,100`) picks the sizes. Creating objects is the slow part (~a few hundred a second).
+
+#[path = "../tests/support/mod.rs"]
+mod support;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
+use serde_json::{Value, json};
+use support::control_plane::{ControlPlane, assets};
+use support::server::{Backend, ServerProcess};
+
+const SVMS: &str = "/apis/storagemigration.k8s.io/v1/storageversionmigrations";
+const GROUP: &str = "example.test";
+const NAMESPACE: &str = "bench";
+
+struct Row {
+    strategy: String,
+    kib: usize,
+    objects: usize,
+    seconds: f64,
+    requests: f64,
+    bytes: u64,
+    rss_kib: Option<u64>,
+    kas_cpu: f64,
+}
+
+fn print(title: &str, rows: &[Row]) {
+    println!("\n{title}\n");
+    println!(
+        "| {:<34} | {:>4} | {:>6} | {:>7} | {:>6} | {:>8} | {:>9} | {:>9} | {:>14} |",
+        "strategy",
+        "KiB",
+        "N",
+        "wall s",
+        "obj/s",
+        "req/obj",
+        "bytes/obj",
+        "our RSS",
+        "kas CPU s/1000"
+    );
+    println!("|{}|", ["-"; 9].map(|_| "----------").join("|"));
+    for r in rows {
+        let n = r.objects as f64;
+        println!(
+            "| {:<34} | {:>4} | {:>6} | {:>7.1} | {:>6.0} | {:>8.2} | {:>9.0} | {:>9} | {:>14.2} |",
+            r.strategy,
+            r.kib,
+            r.objects,
+            r.seconds,
+            n / r.seconds,
+            r.requests / n,
+            r.bytes as f64 / n,
+            r.rss_kib
+                .map_or_else(|| "—".into(), |k| format!("{:.0} MiB", k as f64 / 1024.0)),
+            r.kas_cpu / n * 1000.0,
+        );
+    }
+}
+
+/// CPU seconds (user + system) a process used so far.
+fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command (which may hold spaces) start after the last ')'.
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    // utime and stime are fields 14 and 15 (1-based); the rest starts at field 3.
+    let ticks: u64 = [11, 12]
+        .iter()
+        .filter_map(|i| fields.get(*i).and_then(|v| v.parse::<u64>().ok()))
+        .sum();
+    // USER_HZ is 100 on Linux.
+    ticks as f64 / 100.0
+}
+
+/// Bytes a process read and wrote through syscalls (its sockets here: TLS to kube-apiserver).
+fn io_bytes(pid: u32) -> u64 {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).unwrap_or_default();
+    io.lines()
+        .filter(|l| l.starts_with("rchar:") || l.starts_with("wchar:"))
+        .filter_map(|l| l.split_whitespace().nth(1)?.parse::<u64>().ok())
+        .sum()
+}
+
+fn peak_rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find(|l| l.starts_with("VmHWM:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// kube-apiserver's `apiserver_request_total` for `resource`, all verbs and codes.
+async fn requests_for(client: &kube::Client, resource: &str) -> f64 {
+    let request = http::Request::get("/metrics")
+        .body(Vec::new())
+        .expect("request");
+    let text = client
+        .request_text(request)
+        .await
+        .expect("kube-apiserver /metrics");
+    let label = format!("resource=\"{resource}\"");
+    text.lines()
+        .filter(|l| l.starts_with("apiserver_request_total{") && l.contains(&label))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+struct Bench {
+    plane: ControlPlane,
+    kas_pid: u32,
+    client: kube::Client,
+}
+
+/// One resource of `kib`-KiB objects, stored in `v1` or `v2`.
+struct Blobs {
+    plural: String,
+    kib: usize,
+    objects: usize,
+    stored_in_v2: bool,
+}
+
+impl Bench {
+    async fn install(&self, kib: usize, objects: usize) -> Blobs {
+        let plural = format!("blobs{kib}k");
+        let kind = format!("Blob{kib}k");
+        let crd = kube_double::crd::manifest(GROUP, &plural, &kind, &["v1", "v2"]);
+        let kubectl = self.plane.kubectl();
+        kubectl.ok_stdin(&["apply", "-f", "-"], &crd.to_string());
+        kubectl.ok(&[
+            "wait",
+            &format!("crd/{plural}.{GROUP}"),
+            "--for=condition=Established",
+            "--timeout=60s",
+        ]);
+        let api = self.api(&plural, &kind);
+        let payload = "x".repeat(kib * 1024);
+        let started = Instant::now();
+        let params = PostParams::default();
+        let results: Vec<_> = futures::stream::iter((0..objects).map(|i| {
+            let object: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": format!("{GROUP}/v1"), "kind": kind,
+                "metadata": {"name": format!("b-{i:07}")},
+                "spec": {"data": payload},
+            }))
+            .expect("object");
+            let (api, params) = (&api, &params);
+            async move { api.create(params, &object).await }
+        }))
+        .buffer_unordered(32)
+        .collect()
+        .await;
+        let failed = results.iter().filter(|r| r.is_err()).count();
+        assert_eq!(failed, 0, "creates failed");
+        eprintln!(
+            "created {objects} objects of {kib} KiB in {:.0} s",
+            started.elapsed().as_secs_f64()
+        );
+        Blobs {
+            plural,
+            kib,
+            objects,
+            stored_in_v2: false,
+        }
+    }
+
+    fn api(&self, plural: &str, kind: &str) -> Api<DynamicObject> {
+        let gvk = GroupVersionKind::gvk(GROUP, "v1", kind);
+        let mut resource = ApiResource::from_gvk(&gvk);
+        resource.plural = plural.to_string();
+        Api::namespaced_with(self.client.clone(), NAMESPACE, &resource)
+    }
+
+    /// Moves the CRD's storage to the other version: every object is then due for a rewrite.
+    fn flip(&self, blobs: &mut Blobs) {
+        blobs.stored_in_v2 = !blobs.stored_in_v2;
+        let (v1, v2) = (!blobs.stored_in_v2, blobs.stored_in_v2);
+        self.plane.kubectl().ok(&[
+            "patch",
+            "crd",
+            &format!("{}.{GROUP}", blobs.plural),
+            "--type=json",
+            "-p",
+            &format!(
+                r#"[{{"op":"replace","path":"/spec/versions/0/storage","value":{v1}}},
+                    {{"op":"replace","path":"/spec/versions/1/storage","value":{v2}}}]"#
+            ),
+        ]);
+        // The apiserver swaps the CRD's storage asynchronously.
+        std::thread::sleep(Duration::from_secs(3));
+    }
+
+    /// Ours, a fresh process with `flags`; `during` runs beside the migration (its samples of
+    /// our `/metrics` come back).
+    async fn ours(
+        &self,
+        blobs: &mut Blobs,
+        label: &str,
+        flags: &[&str],
+        load: bool,
+    ) -> (Row, Vec<(f64, f64, bool)>) {
+        self.flip(blobs);
+        let kubeconfig = format!("--kubeconfig={}", self.plane.kubeconfig.display());
+        let mut all = vec![kubeconfig.as_str(), "--controllers=migrator"];
+        all.extend_from_slice(flags);
+        let server = ServerProcess::start_with(Backend::Embedded, &all);
+        let pid = server.pid().expect("pid");
+        let http = server.http_client();
+        let (requests, cpu, io) = (
+            requests_for(&self.client, &blobs.plural).await,
+            cpu_seconds(self.kas_pid),
+            io_bytes(pid),
+        );
+        let started = Instant::now();
+        let name = format!("m-{}", started.elapsed().as_nanos());
+        let resp = http
+            .post(format!("{}{SVMS}", server.url))
+            .json(&json!({
+                "apiVersion": "storagemigration.k8s.io/v1", "kind": "StorageVersionMigration",
+                "metadata": {"name": name},
+                "spec": {"resource": {"group": GROUP, "resource": blobs.plural}},
+            }))
+            .send()
+            .await
+            .expect("create");
+        assert_eq!(resp.status(), 201);
+        let loading = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let loader = load.then(|| {
+            let api = self.api(&blobs.plural, &format!("Blob{}k", blobs.kib));
+            let (loading, stop) = (loading.clone(), stop.clone());
+            tokio::spawn(async move {
+                // A quarter into a typical run, another client starts reading every object
+                // in full pages, 8 at a time, until the migration ends.
+                tokio::time::sleep(Duration::from_secs(8)).await;
+                loading.store(true, Ordering::Relaxed);
+                futures::stream::iter(0..)
+                    .take_while(|_| futures::future::ready(!stop.load(Ordering::Relaxed)))
+                    .for_each_concurrent(8, |_| {
+                        let api = api.clone();
+                        async move {
+                            let _ = api.list(&ListParams::default().limit(500)).await;
+                        }
+                    })
+                    .await;
+            })
+        });
+        let mut samples = Vec::new();
+        loop {
+            let m: Value = http
+                .get(format!("{}{SVMS}/{name}", server.url))
+                .send()
+                .await
+                .expect("get")
+                .json()
+                .await
+                .expect("json");
+            let done = m["status"]["conditions"].as_array().is_some_and(|cs| {
+                cs.iter().any(|c| {
+                    (c["type"] == "Succeeded" || c["type"] == "Failed") && c["status"] == "True"
+                })
+            });
+            if done {
+                assert!(m.to_string().contains("\"Succeeded\""), "{m:#}");
+                break;
+            }
+            if load {
+                let metrics = http
+                    .get(format!("{}/metrics", server.url))
+                    .send()
+                    .await
+                    .expect("metrics")
+                    .text()
+                    .await
+                    .unwrap_or_default();
+                let limit = metrics
+                    .lines()
+                    .find(|l| l.starts_with("svm_migrator_patch_concurrency "))
+                    .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+                    .unwrap_or(0.0);
+                let migrated = m["status"]["progress"]["migratedObjects"]
+                    .as_f64()
+                    .unwrap_or(0.0);
+                samples.push((migrated, limit, loading.load(Ordering::Relaxed)));
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        stop.store(true, Ordering::Relaxed);
+        if let Some(loader) = loader {
+            let _ = loader.await;
+        }
+        let row = Row {
+            strategy: label.to_string(),
+            kib: blobs.kib,
+            objects: blobs.objects,
+            seconds,
+            requests: requests_for(&self.client, &blobs.plural).await - requests,
+            bytes: io_bytes(pid) - io,
+            rss_kib: peak_rss_kib(pid),
+            kas_cpu: cpu_seconds(self.kas_pid) - cpu,
+        };
+        (row, samples)
+    }
+
+    /// The out-of-tree migrator's way, in this process: full LIST pages of 500, then a GET
+    /// and a PUT of each object, 16 at a time.
+    async fn get_put(&self, blobs: &mut Blobs) -> Row {
+        self.flip(blobs);
+        let api = self.api(&blobs.plural, &format!("Blob{}k", blobs.kib));
+        let me = std::process::id();
+        let (requests, cpu, io) = (
+            requests_for(&self.client, &blobs.plural).await,
+            cpu_seconds(self.kas_pid),
+            io_bytes(me),
+        );
+        let started = Instant::now();
+        let mut token: Option<String> = None;
+        loop {
+            let mut params = ListParams::default().limit(500);
+            if let Some(t) = &token {
+                params = params.continue_token(t);
+            }
+            let page = api.list(&params).await.expect("list");
+            futures::stream::iter(page.items)
+                .for_each_concurrent(16, |item| {
+                    let api = &api;
+                    async move {
+                        let name = item.metadata.name.clone().unwrap_or_default();
+                        let current = api.get(&name).await.expect("get");
+                        let _ = api.replace(&name, &PostParams::default(), &current).await;
+                    }
+                })
+                .await;
+            match page.metadata.continue_ {
+                Some(t) if !t.is_empty() => token = Some(t),
+                _ => break,
+            }
+        }
+        Row {
+            strategy: "full LIST + GET + PUT, 16 (out-of-tree)".into(),
+            kib: blobs.kib,
+            objects: blobs.objects,
+            seconds: started.elapsed().as_secs_f64(),
+            requests: requests_for(&self.client, &blobs.plural).await - requests,
+            bytes: io_bytes(me) - io,
+            rss_kib: None,
+            kas_cpu: cpu_seconds(self.kas_pid) - cpu,
+        }
+    }
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let Some(assets) = assets("bench real") else {
+        eprintln!("no kube-apiserver (KUBEBUILDER_ASSETS): the real-apiserver bench is NOT RUN");
+        std::process::exit(1);
+    };
+    let n: usize = std::env::var("SVM_BENCH_REAL_OBJECTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10_000);
+    let sizes: Vec<usize> = std::env::var("SVM_BENCH_REAL_SIZES")
+        .unwrap_or_else(|_| "1,10,100".into())
+        .split(',')
+        .filter_map(|s| s.trim().parse().ok())
+        .collect();
+    let plane = ControlPlane::start(&assets, &[]);
+    let kas_pid = plane.apiserver_pid().expect("kube-apiserver pid");
+    let client = plane.client().await;
+    plane.kubectl().ok(&["create", "namespace", NAMESPACE]);
+    let bench = Bench {
+        plane,
+        kas_pid,
+        client,
+    };
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    eprintln!("load average at start: {load}");
+
+    let mut rows = Vec::new();
+    let mut loaded = None;
+    for kib in sizes {
+        let objects = if kib >= 100 { n / 10 } else { n };
+        let mut blobs = bench.install(kib, objects).await;
+        for (label, flags) in [
+            (
+                "ours, --object-concurrency auto",
+                "--object-concurrency=auto",
+            ),
+            ("ours, --object-concurrency 16", "--object-concurrency=16"),
+            ("ours, --object-concurrency 64", "--object-concurrency=64"),
+        ] {
+            let (row, _) = bench
+                .ours(&mut blobs, label, &["--qps=0", flags], false)
+                .await;
+            rows.push(row);
+        }
+        rows.push(bench.get_put(&mut blobs).await);
+        print(
+            "Migration on the real kube-apiserver (every object rewritten; unthrottled)",
+            &rows,
+        );
+        if kib == 1 {
+            let qps = 200;
+            let (row, _) = bench
+                .ours(
+                    &mut blobs,
+                    "ours, auto, --qps 200 --burst 10",
+                    &["--qps=200", "--burst=10"],
+                    false,
+                )
+                .await;
+            println!(
+                "\nAt a QPS cap: {} objects at --qps {qps}: {:.1} s against N/QPS = {:.1} s\n",
+                row.objects,
+                row.seconds,
+                row.objects as f64 / qps as f64
+            );
+            let (row, samples) = bench
+                .ours(
+                    &mut blobs,
+                    "ours, auto, a second client from 8 s",
+                    &["--qps=0"],
+                    true,
+                )
+                .await;
+            loaded = Some((row, samples));
+        }
+    }
+    if let Some((row, samples)) = loaded {
+        print(
+            "A second client (8 full-object LISTs at a time) from 8 s on",
+            &[row],
+        );
+        println!("\n| t (0.5 s) | migrated | PATCH limit | second client |");
+        println!("|---|---|---|---|");
+        for (i, (migrated, limit, loading)) in samples.iter().enumerate() {
+            println!(
+                "| {i} | {migrated:.0} | {limit:.0} | {} |",
+                if *loading { "on" } else { "" }
+            );
+        }
+    }
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    eprintln!("load average at end: {load}");
+}

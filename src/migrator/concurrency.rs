@@ -1,0 +1,481 @@
+//! How many PATCHes the pool keeps in flight: found from the apiserver's answers, so that the
+//! default uses what the apiserver can take and a busy apiserver slows the migrator first.
+//!
+//! The limit moves once per *window* of answers (as many as the limit, at least
+//! [`MIN_WINDOW`]), on the window's median latency against a *baseline*, the lowest window
+//! median of the last [`BASELINE_WINDOWS`] windows (what a PATCH costs when nothing queues):
+//!
+//! - median ≤ [`GROW_BELOW`] × baseline, and the limit was in use (some request waited for
+//!   a slot): grow — doubling until the first back-off (slow start), then by an eighth;
+//! - median ≥ [`SHRINK_ABOVE`] × baseline: requests are queueing in the apiserver (behind
+//!   each other, or behind another client's), so shrink by a quarter;
+//! - in between: hold.
+//!
+//! An overload answer (429, 5xx, a timeout) halves the limit at once, at most once per
+//! window: the requests rejected together are one congestion event. The window latencies are
+//! medians so that one slow answer (a GC pause, a compaction) moves nothing.
+//!
+//! The baseline must stay what an unqueued PATCH costs. A limit that holds steady above the
+//! apiserver's capacity would otherwise, once the low medians age out, make its own queueing
+//! the baseline and creep upwards; so before the lowest median ages out, one window runs at
+//! half the limit (a *probe*, as BBR probes its minimum RTT) and measures it again. A lasting
+//! change (larger objects, a slower etcd) still becomes the new normal once the old baseline
+//! has aged out, and slow start is re-armed to find the capacity again.
+//!
+//! `--object-concurrency N` fixes the limit at N instead: latency moves nothing, but an
+//! overload still halves it, and it grows back to N over the following quiet windows.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+/// A window holds at least this many answers, so that its median means something.
+pub const MIN_WINDOW: usize = 8;
+/// Window medians the baseline is the minimum of.
+pub const BASELINE_WINDOWS: usize = 32;
+/// Latency within this factor of the baseline is flat: room to grow.
+pub const GROW_BELOW: f64 = 1.3;
+/// Latency past this factor of the baseline is queueing: shrink.
+pub const SHRINK_ABOVE: f64 = 1.8;
+/// Where an adaptive limit starts (the old fixed default).
+pub const INITIAL: usize = 4;
+/// The adaptive limit's ceiling unless `--object-concurrency` sets one.
+pub const DEFAULT_CEILING: usize = 256;
+
+/// Who sets the limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Found from latency, between 1 and `ceiling`.
+    Adaptive { ceiling: usize },
+    /// `--object-concurrency N`: N, lowered only by overload answers.
+    Fixed(usize),
+}
+
+/// What the last window decided (for logs and tests).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Step {
+    Grew,
+    Held,
+    Shrank,
+    /// An overload answer halved the limit.
+    BackedOff,
+    /// A window at half the limit re-measured the baseline.
+    Probed,
+}
+
+#[derive(Debug)]
+pub struct AdaptiveLimit {
+    mode: Mode,
+    limit: usize,
+    slow_start: bool,
+    window: Vec<Duration>,
+    /// Some request of this window found every slot taken.
+    saturated: bool,
+    /// The limit was halved by an overload answer in this window.
+    backed_off: bool,
+    medians: VecDeque<Duration>,
+    /// The limit to restore after a probe window (running at half of it).
+    probing: Option<usize>,
+    /// Windows closed since the last probe.
+    since_probe: usize,
+}
+
+impl AdaptiveLimit {
+    pub fn new(mode: Mode) -> Self {
+        let limit = match mode {
+            Mode::Adaptive { ceiling } => INITIAL.min(ceiling.max(1)),
+            Mode::Fixed(n) => n.max(1),
+        };
+        Self {
+            mode,
+            limit,
+            slow_start: true,
+            window: Vec::with_capacity(MIN_WINDOW),
+            saturated: false,
+            backed_off: false,
+            medians: VecDeque::with_capacity(BASELINE_WINDOWS),
+            probing: None,
+            since_probe: 0,
+        }
+    }
+
+    /// PATCHes allowed in flight now.
+    pub fn limit(&self) -> usize {
+        self.limit
+    }
+
+    fn ceiling(&self) -> usize {
+        match self.mode {
+            Mode::Adaptive { ceiling } => ceiling.max(1),
+            Mode::Fixed(n) => n.max(1),
+        }
+    }
+
+    /// The latency baseline (lowest recent window median), once a window has closed.
+    pub fn baseline(&self) -> Option<Duration> {
+        self.medians.iter().min().copied()
+    }
+
+    /// A request had to wait for a slot: the limit, not the work, is what holds it back.
+    pub fn note_saturated(&mut self) {
+        self.saturated = true;
+    }
+
+    /// An answer that says nothing about overload (2xx, 404, 409) took `latency`. Returns the
+    /// window's decision when this answer closed one.
+    pub fn on_latency(&mut self, latency: Duration) -> Option<Step> {
+        self.window.push(latency);
+        if self.window.len() < self.limit.max(MIN_WINDOW) {
+            return None;
+        }
+        let step = self.close_window();
+        Some(step)
+    }
+
+    /// The apiserver is overloaded (429, 5xx, a timeout): halve the limit, once per window.
+    pub fn on_overload(&mut self) -> Step {
+        if !self.backed_off {
+            self.backed_off = true;
+            self.slow_start = false;
+            self.limit = (self.limit / 2).max(1);
+        }
+        Step::BackedOff
+    }
+
+    fn close_window(&mut self) -> Step {
+        let median = median(&mut self.window);
+        let before = self.baseline();
+        let step = if let Some(limit) = self.probing.take() {
+            // Back to where it was (or to the half, if an overload came meanwhile).
+            self.limit = if self.backed_off { self.limit } else { limit };
+            Step::Probed
+        } else if self.backed_off {
+            Step::BackedOff
+        } else {
+            match self.mode {
+                Mode::Fixed(n) => self.recover_towards(n),
+                Mode::Adaptive { .. } => self.follow_latency(median),
+            }
+        };
+        self.record_median(median);
+        if let (Some(before), Some(after)) = (before, self.baseline())
+            && after.as_secs_f64() > before.as_secs_f64() * SHRINK_ABOVE
+        {
+            // The old baseline aged out and the apiserver is slower now: find its capacity
+            // afresh.
+            self.slow_start = true;
+        }
+        self.window.clear();
+        self.saturated = false;
+        self.backed_off = false;
+        self.since_probe += 1;
+        if self.baseline_ages_soon() && matches!(self.mode, Mode::Adaptive { .. }) {
+            self.since_probe = 0;
+            self.probing = Some(self.limit);
+            self.limit = (self.limit / 2).max(1);
+        }
+        step
+    }
+
+    fn record_median(&mut self, median: Duration) {
+        if self.medians.len() == BASELINE_WINDOWS {
+            self.medians.pop_front();
+        }
+        self.medians.push_back(median);
+    }
+
+    /// The lowest median is among the oldest quarter of the history (it will age out soon),
+    /// and no probe ran in the last half of it (a probe that measured a little more than an
+    /// old lucky minimum must not be repeated until that minimum is gone).
+    fn baseline_ages_soon(&self) -> bool {
+        if self.medians.len() < BASELINE_WINDOWS || self.since_probe < BASELINE_WINDOWS / 2 {
+            return false;
+        }
+        let lowest = self
+            .medians
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, m)| **m)
+            .map_or(0, |(i, _)| i);
+        lowest < BASELINE_WINDOWS / 4
+    }
+
+    /// A fixed limit lowered by an overload grows back to its value.
+    fn recover_towards(&mut self, n: usize) -> Step {
+        if self.limit >= n {
+            return Step::Held;
+        }
+        self.limit = (self.limit + (self.limit / 8).max(1)).min(n);
+        Step::Grew
+    }
+
+    fn follow_latency(&mut self, median: Duration) -> Step {
+        let Some(baseline) = self.baseline().filter(|b| !b.is_zero()) else {
+            // The first window only measures.
+            return Step::Held;
+        };
+        let ratio = median.as_secs_f64() / baseline.as_secs_f64();
+        if ratio >= SHRINK_ABOVE {
+            self.slow_start = false;
+            self.limit = (self.limit - self.limit / 4).max(1);
+            Step::Shrank
+        } else if ratio <= GROW_BELOW && self.saturated && self.limit < self.ceiling() {
+            let more = if self.slow_start {
+                self.limit
+            } else {
+                (self.limit / 8).max(1)
+            };
+            self.limit = (self.limit + more).min(self.ceiling());
+            Step::Grew
+        } else {
+            Step::Held
+        }
+    }
+}
+
+fn median(samples: &mut [Duration]) -> Duration {
+    samples.sort_unstable();
+    samples[samples.len() / 2]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+
+    /// An apiserver that serves `capacity` requests at once in `service` each and shares
+    /// itself among more (processor sharing: latency grows with what queues), with ±10 %
+    /// jitter from a seeded generator. `reject_above`: in-flight requests past which it
+    /// answers 429 (a full priority level).
+    struct Apiserver {
+        capacity: f64,
+        service: Duration,
+        reject_above: Option<usize>,
+        rng: rand::rngs::StdRng,
+    }
+
+    impl Apiserver {
+        fn new(capacity: f64, seed: u64) -> Self {
+            Self {
+                capacity,
+                service: Duration::from_millis(10),
+                reject_above: None,
+                rng: rand::rngs::StdRng::seed_from_u64(seed),
+            }
+        }
+
+        fn latency(&mut self, in_flight: usize) -> Duration {
+            let queueing = (in_flight as f64 / self.capacity).max(1.0);
+            let jitter = self.rng.random_range(0.9..1.1);
+            self.service.mul_f64(queueing * jitter)
+        }
+
+        /// Requests answered per second with `in_flight` of them at once.
+        fn throughput(&self, in_flight: usize) -> f64 {
+            in_flight.min(self.capacity as usize) as f64 / self.service.as_secs_f64()
+        }
+    }
+
+    /// One round: the controller's limit in flight (the migrator always has work, so every
+    /// slot is used and more wait), each answered by `server`.
+    fn round(limit: &mut AdaptiveLimit, server: &mut Apiserver) {
+        let in_flight = limit.limit();
+        limit.note_saturated();
+        for _ in 0..in_flight {
+            if server.reject_above.is_some_and(|max| in_flight > max) {
+                limit.on_overload();
+            } else {
+                let latency = server.latency(in_flight);
+                limit.on_latency(latency);
+            }
+        }
+    }
+
+    /// Where a trace settled: the median of its last 50 rounds (probe windows fall out).
+    fn settled(trace: &[usize]) -> usize {
+        let mut tail = trace[trace.len().saturating_sub(50)..].to_vec();
+        tail.sort_unstable();
+        tail[tail.len() / 2]
+    }
+
+    fn run(limit: &mut AdaptiveLimit, server: &mut Apiserver, rounds: usize) -> Vec<usize> {
+        (0..rounds)
+            .map(|_| {
+                round(limit, server);
+                limit.limit()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn it_finds_the_apiserver_capacity_without_queueing_far_past_it() {
+        for seed in 0..20 {
+            let mut server = Apiserver::new(24.0, seed);
+            let mut limit = AdaptiveLimit::new(Mode::Adaptive { ceiling: 256 });
+            let trace = run(&mut limit, &mut server, 300);
+            // Settled: from round 100 on, at or above capacity (no throughput left unused)
+            // and below where latency would pass SHRINK_ABOVE × baseline (not queueing far
+            // past it) — or at half of that for a probe window now and then.
+            let probes = trace[100..].iter().filter(|l| **l < 18).count();
+            assert!(
+                probes <= 200 / 8,
+                "seed {seed}: {probes} probe rounds: {trace:?}"
+            );
+            for (i, l) in trace.iter().enumerate().skip(100) {
+                assert!(
+                    (9..=44).contains(l),
+                    "seed {seed}: limit {l} in round {i}: {trace:?}"
+                );
+            }
+            let mean = trace[100..]
+                .iter()
+                .map(|l| server.throughput(*l))
+                .sum::<f64>()
+                / 200.0;
+            assert!(
+                mean >= 0.9 * server.throughput(24),
+                "seed {seed}: {mean:.0}/s of {:.0}/s: {trace:?}",
+                server.throughput(24)
+            );
+        }
+    }
+
+    #[test]
+    fn slow_start_reaches_a_large_capacity_in_a_few_windows() {
+        let mut server = Apiserver::new(200.0, 7);
+        let mut limit = AdaptiveLimit::new(Mode::Adaptive { ceiling: 256 });
+        let trace = run(&mut limit, &mut server, 12);
+        // 4 → 8 → … → 256 doubling each window after the first (which only measures).
+        assert!(
+            trace.iter().any(|l| *l >= 128),
+            "slow start too slow: {trace:?}"
+        );
+        assert!(trace.iter().all(|l| *l <= 256), "{trace:?}");
+    }
+
+    #[test]
+    fn a_second_client_taking_half_the_apiserver_halves_the_migrator_and_it_grows_back_after() {
+        let mut server = Apiserver::new(32.0, 11);
+        let mut limit = AdaptiveLimit::new(Mode::Adaptive { ceiling: 256 });
+        let alone = run(&mut limit, &mut server, 150);
+        let before = settled(&alone);
+        // Another client now holds half the apiserver: our requests queue behind its.
+        server.capacity = 16.0;
+        let shared = run(&mut limit, &mut server, 150);
+        let during = settled(&shared);
+        assert!(
+            during < before && (12..=29).contains(&during),
+            "limit {before} alone, {during} while shared: {shared:?}"
+        );
+        // It leaves: the latency falls back to the baseline and the limit grows again.
+        server.capacity = 32.0;
+        let after = run(&mut limit, &mut server, 300);
+        let last = settled(&after);
+        assert!(last >= 25, "grew back only to {last}: {after:?}");
+    }
+
+    #[test]
+    fn a_lasting_slowdown_ages_into_the_baseline_instead_of_starving_the_migration() {
+        let mut server = Apiserver::new(16.0, 3);
+        let mut limit = AdaptiveLimit::new(Mode::Adaptive { ceiling: 256 });
+        run(&mut limit, &mut server, 100);
+        // Objects got larger: every PATCH costs three times as much from now on.
+        server.service = Duration::from_millis(30);
+        let trace = run(&mut limit, &mut server, 400);
+        assert!(
+            (12..=32).contains(&settled(&trace)),
+            "did not settle at the capacity again: {trace:?}"
+        );
+    }
+
+    #[test]
+    fn rejections_halve_the_limit_once_per_window_and_keep_it_under_the_rejection_point() {
+        let mut server = Apiserver::new(64.0, 5);
+        server.reject_above = Some(20);
+        let mut limit = AdaptiveLimit::new(Mode::Adaptive { ceiling: 256 });
+        let trace = run(&mut limit, &mut server, 200);
+        let over = trace[50..].iter().filter(|l| **l > 20).count();
+        assert!(
+            over <= 150 / 4,
+            "{over} rounds above the rejection point: {trace:?}"
+        );
+        assert!(settled(&trace) >= 8, "{trace:?}");
+        assert!(trace[50..].iter().all(|l| *l >= 4), "{trace:?}");
+
+        // Many rejections at once are one event: halved once.
+        let mut limit = AdaptiveLimit::new(Mode::Fixed(40));
+        for _ in 0..30 {
+            assert_eq!(limit.on_overload(), Step::BackedOff);
+        }
+        assert_eq!(limit.limit(), 20);
+    }
+
+    #[test]
+    fn no_growth_while_the_limit_is_not_what_holds_the_work_back() {
+        let mut server = Apiserver::new(64.0, 9);
+        let mut limit = AdaptiveLimit::new(Mode::Adaptive { ceiling: 256 });
+        // The token bucket lets only two requests out at a time: no request ever waits for a
+        // slot, so the limit stays where it started whatever the latency says.
+        for _ in 0..200 {
+            let latency = server.latency(2);
+            limit.on_latency(latency);
+        }
+        assert_eq!(limit.limit(), INITIAL);
+    }
+
+    #[test]
+    fn a_fixed_limit_ignores_latency_backs_off_on_overload_and_recovers_to_its_value() {
+        let mut server = Apiserver::new(4.0, 13);
+        let mut limit = AdaptiveLimit::new(Mode::Fixed(32));
+        let trace = run(&mut limit, &mut server, 50);
+        assert!(trace.iter().all(|l| *l == 32), "{trace:?}");
+        limit.on_overload();
+        assert_eq!(limit.limit(), 16);
+        let trace = run(&mut limit, &mut server, 50);
+        assert_eq!(*trace.last().expect("rounds"), 32, "{trace:?}");
+        assert!(trace.iter().all(|l| *l <= 32));
+    }
+
+    #[test]
+    fn latency_rising_past_the_baseline_shrinks_by_a_quarter_and_ends_slow_start() {
+        let mut limit = AdaptiveLimit::new(Mode::Fixed(64));
+        limit.mode = Mode::Adaptive { ceiling: 256 };
+        let window = |limit: &mut AdaptiveLimit, latency_ms: u64| {
+            limit.note_saturated();
+            let n = limit.limit().max(MIN_WINDOW);
+            let mut step = None;
+            for _ in 0..n {
+                step = limit.on_latency(Duration::from_millis(latency_ms)).or(step);
+            }
+            step
+        };
+        // The first window only measures the baseline; flat latency then grows.
+        assert_eq!(window(&mut limit, 10), Some(Step::Held));
+        assert_eq!(window(&mut limit, 11), Some(Step::Grew));
+        let grown = limit.limit();
+        assert_eq!(grown, 128, "slow start doubles");
+        // Twice the baseline: queueing. A quarter off, and growth is by an eighth after.
+        assert_eq!(window(&mut limit, 20), Some(Step::Shrank));
+        assert_eq!(limit.limit(), 96);
+        // Between the two thresholds: hold.
+        assert_eq!(window(&mut limit, 15), Some(Step::Held));
+        assert_eq!(limit.limit(), 96);
+        assert_eq!(window(&mut limit, 10), Some(Step::Grew));
+        assert_eq!(limit.limit(), 108);
+    }
+
+    #[test]
+    fn the_ceiling_and_the_floor_hold() {
+        let mut server = Apiserver::new(1000.0, 17);
+        let mut limit = AdaptiveLimit::new(Mode::Adaptive { ceiling: 10 });
+        let trace = run(&mut limit, &mut server, 40);
+        assert_eq!(*trace.last().expect("rounds"), 10);
+        assert!(trace.iter().all(|l| *l <= 10));
+        for _ in 0..20 {
+            limit.on_overload();
+            for _ in 0..MIN_WINDOW {
+                limit.on_latency(Duration::from_millis(10));
+            }
+        }
+        assert_eq!(limit.limit(), 1);
+    }
+}
