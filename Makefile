@@ -5,7 +5,7 @@ KUBECTL := $(CURDIR)/.venv/bin/kubectl
 # Flags for `make run`, e.g. make run ARGS="--etcd-servers http://127.0.0.1:2379"
 ARGS ?=
 
-.PHONY: all build run test test-real lint fmt bench deps certs deploy undeploy image clean
+.PHONY: all build run test test-real lint deny fmt bench deps certs deploy undeploy image clean
 
 all: build
 
@@ -28,6 +28,7 @@ test:
 	@hack/ensure-deps.sh
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets --workspace -- -D warnings
+	.dev/tools/bin/cargo-deny check licenses bans sources
 	@assets=$$(hack/envtest.sh); \
 	if [ -n "$$assets" ]; then export KUBEBUILDER_ASSETS="$$assets"; else export SVM_REAL_CLUSTER=skip; fi; \
 	echo "KUBEBUILDER_ASSETS=$${KUBEBUILDER_ASSETS:-(none: the real-cluster suite is NOT RUN)}"; \
@@ -44,6 +45,11 @@ test-real:
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets --workspace -- -D warnings
+
+## deny: what may enter the dependency graph (deny.toml: licenses, banned crates, sources).
+deny:
+	@hack/ensure-deps.sh deny
+	.dev/tools/bin/cargo-deny check licenses bans sources
 
 fmt:
 	$(CARGO) fmt --all

@@ -1,6 +1,9 @@
 //! `make bench`: API latency of the real server over HTTPS, on etcd and on the embedded store.
 //! Prints a table; asserts nothing about time.
 
+// A benchmark that cannot run stops with a panic: unwrap is how it says so.
+#![allow(clippy::unwrap_used)]
+
 #[path = "../tests/support/mod.rs"]
 mod support;
 

@@ -3,6 +3,9 @@
 //! per watcher and the write latency, next to the same writes with no watcher. Prints a table;
 //! asserts nothing about time.
 
+// A benchmark that cannot run stops with a panic: unwrap is how it says so.
+#![allow(clippy::unwrap_used)]
+
 #[path = "../tests/support/mod.rs"]
 mod support;
 

@@ -6,6 +6,9 @@
 //!
 //! `make bench` runs it; `SVM_BENCH_FAIR_SHARE_OBJECTS` sets the ConfigMap count (2000).
 
+// A benchmark that cannot run stops with a panic: unwrap is how it says so.
+#![allow(clippy::unwrap_used)]
+
 #[path = "../tests/support/mod.rs"]
 mod support;
 

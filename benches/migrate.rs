@@ -7,6 +7,9 @@
 //! `SVM_BENCH_MIGRATE_SIZES` (default `10000,100000`) picks the sizes; 10^6 objects of 10 KiB
 //! need about 12 GB of memory in the double (which compacts every 10 s).
 
+// A benchmark that cannot run stops with a panic: unwrap is how it says so.
+#![allow(clippy::unwrap_used)]
+
 #[path = "../tests/support/mod.rs"]
 mod support;
 

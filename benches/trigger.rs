@@ -3,6 +3,9 @@
 //! 200 tracked resources (the built-ins plus CRDs in 20 groups). Figures come from the
 //! double's counters and the server's API; nothing is asserted.
 
+// A benchmark that cannot run stops with a panic: unwrap is how it says so.
+#![allow(clippy::unwrap_used)]
+
 #[path = "../tests/support/mod.rs"]
 mod support;
 

@@ -8,8 +8,9 @@
 #   xz           (Debian xz-utils; hack/envtest.sh unpacks the real-cluster suite's kube-apiserver)
 #   promtool     (Debian prometheus; `promtool check rules` on deploy/monitoring's alerts)
 #   the Python kubernetes client (PyPI kubernetes, in .venv; its server_side_apply is tested)
+#   cargo-deny  (crates.io, built into .dev/tools; `make deny` checks licenses, bans, sources)
 #   image        (only when named: musl-tools for the static binary, podman to build the image)
-# Usage: hack/ensure-deps.sh [build] [etcd] [kubectl] [xz] [python-client] [promtool] [image]
+# Usage: hack/ensure-deps.sh [build] [etcd] [kubectl] [xz] [python-client] [promtool] [deny] [image]
 #        (no argument = all but image)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -61,6 +62,12 @@ if wanted promtool && ! command -v promtool >/dev/null 2>&1; then
   echo "ensure-deps: installing prometheus (promtool)"
   apt_install prometheus
   # The package enables a system Prometheus service; nothing here uses it.
+fi
+
+CARGO_DENY_VERSION=0.20.2
+if wanted deny && ! .dev/tools/bin/cargo-deny --version 2>/dev/null | grep -q "$CARGO_DENY_VERSION"; then
+  echo "ensure-deps: building cargo-deny ${CARGO_DENY_VERSION} (crates.io) into .dev/tools"
+  cargo install --quiet --locked --root .dev/tools "cargo-deny@${CARGO_DENY_VERSION}"
 fi
 
 if named image; then

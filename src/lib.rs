@@ -5,6 +5,7 @@ pub mod api;
 pub mod auth;
 pub mod cluster;
 pub mod controller;
+pub mod flags;
 pub mod ksvm;
 pub mod migrator;
 pub mod registry;

@@ -98,11 +98,11 @@ struct StorageOptions {
         long = "etcd-compaction-interval",
         alias = "compaction-interval",
         default_value = "5m",
-        value_parser = server::go_duration
+        value_parser = svm_apiserver::flags::go_duration
     )]
     compaction_interval: Duration,
     /// How often an idle watch that asked for bookmarks receives one.
-    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    #[arg(long, default_value = "60s", value_parser = svm_apiserver::flags::go_duration)]
     watch_bookmark_interval: Duration,
 }
 
@@ -152,26 +152,6 @@ impl StorageOptions {
             tracing::info!(endpoints = %self.etcd_servers.join(","), "using etcd");
         }
         Ok(storage)
-    }
-}
-
-/// `90s`, `5m`, `1h`, `250ms`, or plain seconds.
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let (number, unit) = text
-        .find(|c: char| !c.is_ascii_digit())
-        .map_or((text, "s"), |i| text.split_at(i));
-    let n: u64 = number
-        .parse()
-        .map_err(|_| format!("invalid duration {text:?}: expected e.g. 30s, 5m, 1h"))?;
-    match unit {
-        "ms" => Ok(Duration::from_millis(n)),
-        "s" => Ok(Duration::from_secs(n)),
-        "m" => Ok(Duration::from_secs(n * 60)),
-        "h" => Ok(Duration::from_secs(n * 3600)),
-        _ => Err(format!(
-            "invalid duration unit in {text:?}: use ms, s, m or h"
-        )),
     }
 }
 
@@ -305,21 +285,4 @@ async fn shutdown_signal() {
         _ = term => {}
     }
     tracing::info!("shutting down");
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn durations_parse_like_kubernetes_flags() {
-        assert_eq!(parse_duration("90s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
-        assert_eq!(parse_duration("1h"), Ok(Duration::from_secs(3600)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("7"), Ok(Duration::from_secs(7)));
-        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
-        assert!(parse_duration("5 minutes").is_err());
-        assert!(parse_duration("m").is_err());
-    }
 }

@@ -1,6 +1,8 @@
 //! Tests of the kube-apiserver test double (`tests/support/kube-double`): every faked
 //! behaviour, over real HTTP, driven by plain requests (to check the wire format against the
 //! recordings in ../shared/kube-apiserver-recordings/) and by the real `kube` client.
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
 
 use std::time::Duration;
 
@@ -42,6 +44,10 @@ mod kinds;
 mod list;
 #[path = "double/objects.rs"]
 mod objects;
+#[path = "support/recordings.rs"]
+mod recordings;
+#[path = "double/recordings.rs"]
+mod replay;
 #[path = "double/scale.rs"]
 mod scale;
 #[path = "double/watch.rs"]

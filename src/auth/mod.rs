@@ -45,7 +45,7 @@ pub use metrics::{AuthMetrics, CacheCounters};
 pub use middleware::{
     AuthLayer, AuthService, Rejection, authentication_layer, authorization_layer, layer,
 };
-pub use options::{AuthOptions, parse_duration};
+pub use options::AuthOptions;
 pub use tls::PeerCertificates;
 pub use user::{
     ANONYMOUS_USER, AUTHENTICATED_GROUP, MASTERS_GROUP, UNAUTHENTICATED_GROUP, UserInfo,

@@ -49,12 +49,12 @@ pub struct AuthOptions {
     pub authorization_kubeconfig: Option<PathBuf>,
 
     /// How long TokenReview answers are cached.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = crate::flags::go_duration)]
     pub authentication_token_webhook_cache_ttl: Duration,
 
     /// How long rejected tokens are cached; the same as
     /// --authentication-token-webhook-cache-ttl when not given (kube-apiserver's behaviour).
-    #[arg(long, value_parser = parse_duration)]
+    #[arg(long, value_parser = crate::flags::go_duration)]
     pub authentication_token_webhook_cache_unauthorized_ttl: Option<Duration>,
 
     /// The most TokenReviews in flight at once; a token not in the cache that finds none free
@@ -73,11 +73,11 @@ pub struct AuthOptions {
     pub authentication_token_webhook_burst: u32,
 
     /// How long "allowed" SubjectAccessReview answers are cached.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = crate::flags::go_duration)]
     pub authorization_webhook_cache_authorized_ttl: Duration,
 
     /// How long "denied" SubjectAccessReview answers are cached.
-    #[arg(long, default_value = "10s", value_parser = parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = crate::flags::go_duration)]
     pub authorization_webhook_cache_unauthorized_ttl: Duration,
 
     /// Paths served to anyone without authorization (`/path/*` matches a prefix). Callers
@@ -127,41 +127,6 @@ impl Default for AuthOptions {
             authentication_tolerate_lookup_failure: false,
         }
     }
-}
-
-/// A Go-style duration as the upstream flags take it: `10s`, `1m30s`, `1.5h`, `250ms`, `0`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let invalid = || format!("invalid duration {text:?} (examples: 10s, 1m30s, 250ms)");
-    if text == "0" {
-        return Ok(Duration::ZERO);
-    }
-    let mut rest = text;
-    let mut total = 0f64;
-    if rest.is_empty() {
-        return Err(invalid());
-    }
-    while !rest.is_empty() {
-        let number_len = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .ok_or_else(invalid)?;
-        let number: f64 = rest[..number_len].parse().map_err(|_| invalid())?;
-        rest = &rest[number_len..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(rest.len());
-        let seconds_per_unit = match &rest[..unit_len] {
-            "h" => 3600.0,
-            "m" => 60.0,
-            "s" => 1.0,
-            "ms" => 1e-3,
-            "us" | "µs" => 1e-6,
-            "ns" => 1e-9,
-            _ => return Err(invalid()),
-        };
-        rest = &rest[unit_len..];
-        total += number * seconds_per_unit;
-    }
-    Duration::try_from_secs_f64(total).map_err(|_| invalid())
 }
 
 #[cfg(test)]
@@ -223,18 +188,5 @@ mod tests {
         assert!(cli.auth.authentication_skip_lookup);
         assert!(Cli::try_parse_from(["x", "--anonymous-auth=maybe"]).is_err());
         assert!(Cli::try_parse_from(["x", "--authentication-token-webhook-cache-ttl=10"]).is_err());
-    }
-
-    #[test]
-    fn go_durations() {
-        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
-        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("1.5h"), Ok(Duration::from_secs(5400)));
-        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(parse_duration("0"), Ok(Duration::ZERO));
-        assert_eq!(parse_duration("0s"), Ok(Duration::ZERO));
-        for bad in ["", "s", "10", "10x", "-1s", "1..2s", "1h-"] {
-            assert!(parse_duration(bad).is_err(), "{bad:?}");
-        }
     }
 }

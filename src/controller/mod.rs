@@ -38,14 +38,14 @@ pub struct ControllerOptions {
     #[arg(long, value_delimiter = ',', default_value = "trigger,migrator")]
     pub controllers: Vec<String>,
     /// How often the trigger polls aggregated discovery (an unchanged cluster answers 304).
-    #[arg(long, default_value = "10s", value_parser = crate::auth::parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = crate::flags::go_duration)]
     pub discovery_interval: Duration,
     /// How often each StorageState's lastHeartbeatTime is refreshed while nothing changes.
-    #[arg(long, default_value = "5m", value_parser = crate::auth::parse_duration)]
+    #[arg(long, default_value = "5m", value_parser = crate::flags::go_duration)]
     pub heartbeat_interval: Duration,
     /// How long the trigger may be away and still vouch, on its return, that no built-in
     /// storage version changed unseen (identity leases of crashed apiservers live an hour).
-    #[arg(long, default_value = "1h", value_parser = crate::auth::parse_duration)]
+    #[arg(long, default_value = "1h", value_parser = crate::flags::go_duration)]
     pub vouch_window: Duration,
     /// Resources the trigger never tracks, as `resource.group` (`resource` for the core
     /// group). Events expire within an hour (kube-apiserver's --event-ttl), long before an
@@ -82,13 +82,13 @@ pub struct ControllerOptions {
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub leader_elect: bool,
     /// How long a leader record must sit unrenewed before another replica takes over.
-    #[arg(long, default_value = "15s", value_parser = crate::auth::parse_duration)]
+    #[arg(long, default_value = "15s", value_parser = crate::flags::go_duration)]
     pub leader_elect_lease_duration: Duration,
     /// How long the leader keeps trying to renew before it stops its controllers.
-    #[arg(long, default_value = "10s", value_parser = crate::auth::parse_duration)]
+    #[arg(long, default_value = "10s", value_parser = crate::flags::go_duration)]
     pub leader_elect_renew_deadline: Duration,
     /// How often the leader renews and candidates retry.
-    #[arg(long, default_value = "2s", value_parser = crate::auth::parse_duration)]
+    #[arg(long, default_value = "2s", value_parser = crate::flags::go_duration)]
     pub leader_elect_retry_period: Duration,
 }
 

@@ -76,7 +76,7 @@ pub fn decode_object(
             (value, duplicates)
         }
         BodyFormat::Yaml => {
-            let value: Value = serde_yaml::from_slice(bytes).map_err(|err| {
+            let value: Value = serde_norway::from_slice(bytes).map_err(|err| {
                 unrecognized(format!("error converting YAML to JSON: yaml: {err}"))
             })?;
             (value, Vec::new())

@@ -109,7 +109,7 @@ pub fn write_kubeconfig(
         "current-context": "svm-apiserver",
         "preferences": {},
     });
-    let text = serde_yaml::to_string(&config).context("encoding the kubeconfig")?;
+    let text = serde_norway::to_string(&config).context("encoding the kubeconfig")?;
     if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
         fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
     }
@@ -143,7 +143,7 @@ mod tests {
         write_kubeconfig(&path, "https://127.0.0.1:1234", Some(&certs.ca_cert), None)
             .expect("write");
         let config: serde_json::Value =
-            serde_yaml::from_str(&fs::read_to_string(&path).expect("read")).expect("yaml");
+            serde_norway::from_str(&fs::read_to_string(&path).expect("read")).expect("yaml");
         assert_eq!(
             config["clusters"][0]["cluster"]["server"],
             "https://127.0.0.1:1234"

@@ -240,7 +240,7 @@ mod tests {
             let _ = stopped.await;
         }));
 
-        let kubeconfig: serde_json::Value = serde_yaml::from_str(
+        let kubeconfig: serde_json::Value = serde_norway::from_str(
             &std::fs::read_to_string(&opts.write_kubeconfig).expect("kubeconfig"),
         )
         .expect("yaml");

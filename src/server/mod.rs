@@ -39,7 +39,7 @@ pub use discovery::storage_version_hash;
 pub use inflight::InflightLimits;
 pub use listener::{PeerCertificates, Serving, bind, serve};
 pub use metrics::Metrics;
-pub use options::{ServeOptions, go_duration};
+pub use options::ServeOptions;
 pub use status::HttpError;
 
 use crate::registry::{ApiError, Registry};

@@ -91,7 +91,7 @@ pub fn encode(encoding: Encoding, value: &Value) -> (Bytes, &'static str) {
             JSON,
         ),
         Encoding::Yaml => (
-            Bytes::from(serde_yaml::to_string(value).unwrap_or_default()),
+            Bytes::from(serde_norway::to_string(value).unwrap_or_default()),
             YAML,
         ),
     }

@@ -63,32 +63,19 @@ pub struct ServeOptions {
     pub max_open_connections: usize,
 
     /// How long a client may take to complete the TLS handshake (Go duration: 10s, 1m).
-    #[arg(long, default_value = "10s", value_parser = go_duration)]
+    #[arg(long, default_value = "10s", value_parser = crate::flags::go_duration)]
     pub tls_handshake_timeout: Duration,
 
     /// How long a client may take to send a request's headers, counted from when the
     /// connection waits for them — so also how long an idle HTTP/1.1 keep-alive connection is
     /// kept (kube-apiserver: 32s).
-    #[arg(long, default_value = "32s", value_parser = go_duration)]
+    #[arg(long, default_value = "32s", value_parser = crate::flags::go_duration)]
     pub read_header_timeout: Duration,
 
     /// How long an HTTP/2 connection with no request in flight is kept before it is closed
     /// with GOAWAY (kube-apiserver: 90s).
-    #[arg(long, default_value = "90s", value_parser = go_duration)]
+    #[arg(long, default_value = "90s", value_parser = crate::flags::go_duration)]
     pub idle_connection_timeout: Duration,
-}
-
-/// A flag duration in Go's syntax (`90s`, `1m30s`, `250ms`, `0`), as Kubernetes flags are
-/// written; negative durations are refused.
-pub fn go_duration(text: &str) -> Result<Duration, String> {
-    let parsed: kube::core::Duration = text
-        .trim()
-        .parse()
-        .map_err(|err| format!("invalid duration {text:?} ({err}); examples: 30s, 1m30s, 250ms"))?;
-    if parsed.is_negative() {
-        return Err(format!("invalid duration {text:?}: must not be negative"));
-    }
-    Ok(parsed.into())
 }
 
 impl ServeOptions {
@@ -143,16 +130,6 @@ mod tests {
         assert_eq!(cli.serve.tls_handshake_timeout, Duration::from_secs(10));
         assert_eq!(cli.serve.read_header_timeout, Duration::from_secs(32));
         assert_eq!(cli.serve.idle_connection_timeout, Duration::from_secs(90));
-    }
-
-    #[test]
-    fn durations_are_go_durations() {
-        assert_eq!(go_duration("1m30s"), Ok(Duration::from_secs(90)));
-        assert_eq!(go_duration("250ms"), Ok(Duration::from_millis(250)));
-        assert_eq!(go_duration("0"), Ok(Duration::ZERO));
-        assert!(go_duration("-5s").is_err());
-        assert!(go_duration("5").is_err(), "Go needs a unit");
-        assert!(go_duration("5 minutes").is_err());
     }
 
     #[test]

@@ -304,7 +304,7 @@ async fn get_object_in_each_encoding() {
 
     let yaml = get_as(&app, &format!("{THINGS}/a"), "application/yaml").await;
     assert_eq!(yaml.header("content-type"), "application/yaml");
-    let parsed: Value = serde_yaml::from_slice(&yaml.body).expect("yaml");
+    let parsed: Value = serde_norway::from_slice(&yaml.body).expect("yaml");
     assert_eq!(parsed["spec"]["size"], 1);
 
     let protobuf = get_as(

@@ -1,6 +1,8 @@
 //! Integration tests of the API server: the real binary over real HTTPS, on both stores (a real
 //! etcd on a free loopback port, and the embedded store), driven by the real kubectl 1.37 and by
 //! plain HTTP clients.
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
 
 #[path = "../support/mod.rs"]
 mod support;

@@ -82,9 +82,10 @@ pub(crate) fn render(overlay: &str) -> Rendered {
         String::from_utf8_lossy(&output.stderr)
     );
     let text = String::from_utf8(output.stdout).expect("utf8");
-    let objects = serde_yaml::Deserializer::from_str(&text)
+    let objects = serde_norway::Deserializer::from_str(&text)
         .map(|doc| {
-            serde_json::to_value(serde_yaml::Value::deserialize(doc).expect("yaml")).expect("json")
+            serde_json::to_value(serde_norway::Value::deserialize(doc).expect("yaml"))
+                .expect("json")
         })
         .filter(|v| !v.is_null())
         .collect();

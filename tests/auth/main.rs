@@ -2,6 +2,8 @@
 //! SubjectAccessReview clients against a stand-in kube-apiserver that answers like recordings
 //! 15a/15b, the middleware over real TLS with client certificates — and of the deployment
 //! manifests rendered by the real kubectl 1.37.
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
 
 mod fake_cluster;
 mod from_options;

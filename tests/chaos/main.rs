@@ -12,6 +12,8 @@
 //!
 //! `SVM_CHAOS_TRIALS` (default 3, `make chaos`: 50) trials run one after another;
 //! `SVM_CHAOS_SEED` replays: trial `i` uses seed + i.
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
 
 #[path = "../support/mod.rs"]
 mod support;

@@ -5,6 +5,8 @@
 //!
 //! The heavy tests take a lock so they never run at the same time as each other (the suites
 //! share two cores); each prints what it measured.
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
 
 #[path = "../support/mod.rs"]
 mod support;

@@ -1,6 +1,8 @@
 //! Integration tests of the migrator: the real `svm-apiserver` binary (its store embedded)
 //! running StorageVersionMigrations against the kube-apiserver test double, asserted through
 //! the double's read-back of how every object is stored and its request counters.
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
 
 #[path = "../support/mod.rs"]
 mod support;

@@ -8,8 +8,8 @@ fn read(path: &str) -> String {
         .unwrap_or_else(|e| panic!("read {path}: {e}"))
 }
 
-fn yaml(path: &str) -> serde_yaml::Value {
-    serde_yaml::from_str(&read(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
+fn yaml(path: &str) -> serde_norway::Value {
+    serde_norway::from_str(&read(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
 #[test]

@@ -1,6 +1,8 @@
 //! Deployment artefacts checked without a cluster: the image's name and tag agree across
 //! Containerfile, hack/image.sh, Cargo.toml and deploy/; the monitoring component renders,
 //! its alerts pass `promtool check rules` and behave as `promtool test rules` expects.
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
 
 #[path = "../support/mod.rs"]
 mod support;

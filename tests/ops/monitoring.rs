@@ -150,7 +150,7 @@ fn the_component_renders_with_deploy_and_the_service_monitor_finds_the_service()
     )
     .expect("write");
     let rendered = run(Command::new(kubectl()).arg("kustomize").arg(&overlay));
-    let objects: Vec<serde_yaml::Value> = serde_yaml::Deserializer::from_str(&rendered)
+    let objects: Vec<serde_norway::Value> = serde_norway::Deserializer::from_str(&rendered)
         .map(|d| serde::Deserialize::deserialize(d).expect("a YAML document"))
         .collect();
     let find = |kind: &str, name: &str| {
@@ -189,7 +189,7 @@ fn the_component_renders_with_deploy_and_the_service_monitor_finds_the_service()
     let secret = find("Secret", ca["name"].as_str().expect("secret name"));
     assert!(!secret["data"][ca["key"].as_str().expect("key")].is_null());
     let rule = find("PrometheusRule", "svm-apiserver");
-    let shipped: serde_yaml::Value = serde_yaml::from_str(&rules_file()).expect("rules");
+    let shipped: serde_norway::Value = serde_norway::from_str(&rules_file()).expect("rules");
     assert_eq!(
         rule["spec"], shipped,
         "the rendered rules are the shipped ones"

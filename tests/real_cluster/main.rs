@@ -3,6 +3,8 @@
 //! the real aggregator. What the test double cannot vouch for — the wire format, RBAC, the
 //! aggregation layer, encryption at rest, storage versions — is checked here against the real
 //! thing.
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
 
 #[path = "../support/mod.rs"]
 mod support;

@@ -15,14 +15,15 @@ pub fn monitoring_dir() -> PathBuf {
 pub fn rules_file() -> String {
     let text = std::fs::read_to_string(monitoring_dir().join("prometheusrule.yaml"))
         .expect("read prometheusrule.yaml");
-    let rule: serde_yaml::Value = serde_yaml::from_str(&text).expect("prometheusrule.yaml is YAML");
-    serde_yaml::to_string(&rule["spec"]).expect("spec to YAML")
+    let rule: serde_norway::Value =
+        serde_norway::from_str(&text).expect("prometheusrule.yaml is YAML");
+    serde_norway::to_string(&rule["spec"]).expect("spec to YAML")
 }
 
 /// Every PromQL expression of the alerts and the dashboard.
 pub fn expressions() -> Vec<String> {
     let mut out = Vec::new();
-    let rules: serde_yaml::Value = serde_yaml::from_str(&rules_file()).expect("rules");
+    let rules: serde_norway::Value = serde_norway::from_str(&rules_file()).expect("rules");
     for group in rules["groups"].as_sequence().expect("groups") {
         for rule in group["rules"].as_sequence().expect("rules") {
             out.push(rule["expr"].as_str().expect("expr").to_string());

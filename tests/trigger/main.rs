@@ -3,6 +3,8 @@
 //! StorageStates, the hash history (read from the documented etcd prefix), the migrations
 //! created, and that the "safe" verdict (persisted == [current]) is never reported while the
 //! double's read-back still shows an object in an older encoding.
+// Test code: a failed unwrap is a failed test.
+#![allow(clippy::unwrap_used)]
 
 #[path = "../support/mod.rs"]
 mod support;

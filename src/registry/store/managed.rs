@@ -86,7 +86,7 @@ impl<S: Strategy> ManagedBy<'_, S> {
 }
 
 /// `error decoding YAML: ...` texts close to Go's yaml library (the same libyaml messages).
-fn yaml_error(err: &serde_yaml::Error) -> String {
+fn yaml_error(err: &serde_norway::Error) -> String {
     let text = err.to_string();
     let problem = text.split(" at line ").next().unwrap_or(&text).to_string();
     match err.location() {
@@ -104,7 +104,7 @@ pub(crate) fn decode_apply_body(
     body: &[u8],
     validation: FieldValidation,
 ) -> ApiResult<(Value, Vec<String>)> {
-    let value: Value = serde_yaml::from_slice(body).map_err(|e| {
+    let value: Value = serde_norway::from_slice(body).map_err(|e| {
         ApiError::BadRequest(format!(
             "error decoding YAML: error converting YAML to JSON: {}",
             yaml_error(&e)
@@ -128,7 +128,7 @@ pub(crate) fn decode_apply_body(
     };
     let mut warnings = Vec::new();
     if validation != FieldValidation::Ignore
-        && let Err(err) = serde_yaml::from_slice::<serde_yaml::Value>(body)
+        && let Err(err) = serde_norway::from_slice::<serde_norway::Value>(body)
     {
         let text = format!("error strict decoding YAML: {}", yaml_error(&err));
         match validation {

@@ -429,7 +429,7 @@ fn decode_body(call: &Call<'_>) -> ApiResult<Value> {
     let parsed: Result<Value, String> = serde_json::from_slice(&call.body)
         .or_else(|json_err| {
             // YAML bodies (kubectl can send them); JSON errors are what clients expect to see.
-            serde_yaml::from_slice::<Value>(&call.body)
+            serde_norway::from_slice::<Value>(&call.body)
                 .ok()
                 .filter(Value::is_object)
                 .ok_or(json_err)

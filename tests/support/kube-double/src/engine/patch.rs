@@ -22,7 +22,7 @@ impl ParsedPatch {
                 .map(ParsedPatch::Json)
                 .map_err(|e| StatusError::bad_request(format!("error decoding patch: {e}"))),
             PatchType::Apply => {
-                let value: Value = serde_yaml::from_slice(body)
+                let value: Value = serde_norway::from_slice(body)
                     .map_err(|e| StatusError::bad_request(format!("error decoding YAML: {e}")))?;
                 if !value.is_object() {
                     return Err(StatusError::bad_request(
