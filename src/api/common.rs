@@ -50,12 +50,22 @@ pub fn decode_body<T: DeserializeOwned>(
 
 /// Serialize `object` with `apiVersion` and `kind` first, as kube-apiserver orders built-ins.
 pub fn encode_body<T: Serialize>(kind: &str, version: &str, object: &T) -> ApiResult<Value> {
+    encode_body_in(super::GROUP, kind, version, object)
+}
+
+/// [`encode_body`] for a kind of `group`.
+pub fn encode_body_in<T: Serialize>(
+    group: &str,
+    kind: &str,
+    version: &str,
+    object: &T,
+) -> ApiResult<Value> {
     let body = serde_json::to_value(object).map_err(|e| ApiError::Internal(e.to_string()))?;
     let mut out = Map::new();
     out.insert("kind".into(), Value::String(kind.to_string()));
     out.insert(
         "apiVersion".into(),
-        Value::String(format!("{}/{version}", super::GROUP)),
+        Value::String(format!("{group}/{version}")),
     );
     if let Value::Object(fields) = body {
         out.extend(fields);
