@@ -2,6 +2,7 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
+pub mod apimode;
 pub mod auth;
 pub mod cluster;
 pub mod controller;

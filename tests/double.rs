@@ -1,6 +1,6 @@
 //! Tests of the kube-apiserver test double (`tests/support/kube-double`): every faked
 //! behaviour, over real HTTP, driven by plain requests (to check the wire format against the
-//! recordings in ../shared/kube-apiserver-recordings/) and by the real `kube` client.
+//! recordings in tests/fixtures/recordings/) and by the real `kube` client.
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 

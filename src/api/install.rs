@@ -1,7 +1,8 @@
-//! Builds the served registry: one generic store per kind over the shared storage.
+//! Builds the served registry: one generic store per kind and group over the shared storage.
 
 use std::sync::Arc;
 
+use super::PROJECT;
 use super::migration::MigrationStrategy;
 use super::storagestate::StorageStateStrategy;
 use super::volumes::VolumeClaimMigrationStrategy;
@@ -18,15 +19,27 @@ pub struct Installed {
     pub volume_migrations: Arc<Store<VolumeClaimMigrationStrategy>>,
 }
 
-/// Objects live under `<prefix>/storageversionmigrations/`, `<prefix>/storagestates/` and
-/// `<prefix>/volumeclaimmigrations/<namespace>/`.
+/// Objects live under `<prefix>/storageversionmigrations/` and `<prefix>/storagestates/`.
+/// StorageStates are served twice over the same keys: in `storagemigration.k8s.io` and in
+/// the project group `storage.svm-apiserver.io` — one set of objects, two names.
+/// VolumeClaimMigrations (namespaced) live under `<prefix>/volumeclaimmigrations/<namespace>/`.
 pub fn install(storage: Arc<dyn Storage>, prefix: &str) -> Installed {
     let migrations = Arc::new(Store::new(MigrationStrategy, storage.clone(), prefix));
-    let states = Arc::new(Store::new(StorageStateStrategy, storage.clone(), prefix));
+    let states = Arc::new(Store::new(
+        StorageStateStrategy::default(),
+        storage.clone(),
+        prefix,
+    ));
+    let project_states = Arc::new(Store::new(
+        StorageStateStrategy::served_in(PROJECT),
+        storage.clone(),
+        prefix,
+    ));
     let volume_migrations = Arc::new(Store::new(VolumeClaimMigrationStrategy, storage, prefix));
     let mut registry = Registry::new();
     registry.register(migrations.clone());
     registry.register(states.clone());
+    registry.register(project_states);
     registry.register(volume_migrations.clone());
     Installed {
         registry,

@@ -1,6 +1,9 @@
-//! The `storagemigration.k8s.io` types: one internal (hub) form per kind, the served versions
-//! with lossless conversion, defaulting, validation, OpenAPI schemas, and the strategies the
-//! generic store runs them with.
+//! The served types: one internal (hub) form per kind, the served versions with lossless
+//! conversion, defaulting, validation, OpenAPI schemas, and the strategies the generic store
+//! runs them with. Two groups: upstream's `storagemigration.k8s.io` ([`UPSTREAM`]) and the
+//! project's own `storage.svm-apiserver.io` ([`PROJECT`]), where the kinds that are ours alone
+//! live (VolumeClaimMigration; StorageState, also served there so that it stays reachable on clusters that serve
+//! `storagemigration.k8s.io` themselves; see [`ApiGroup`]).
 
 pub mod common;
 pub mod install;
@@ -29,9 +32,22 @@ pub struct ApiGroup {
     pub storage_version: &'static str,
 }
 
-/// The project's own group: what svm-apiserver adds to Kubernetes (VolumeClaimMigration
-/// today). Not under `k8s.io`, which is reserved for upstream-reviewed APIs; a group of our
-/// own can never clash with one the cluster serves.
+/// Upstream's group: StorageVersionMigration (the shapes Kubernetes published) and
+/// StorageState. Registered with the aggregator only where the cluster does not serve the
+/// group itself (owner mode).
+pub const UPSTREAM: ApiGroup = ApiGroup {
+    name: GROUP,
+    versions: VERSIONS,
+    storage_version: STORAGE_VERSION,
+};
+
+/// The project's own group: what svm-apiserver adds to Kubernetes (StorageState, and the
+/// namespaced VolumeClaimMigration).
+/// Registered in both modes. Not a version of `storagemigration.k8s.io`: kube-apiserver 1.37
+/// serves that group itself, and the aggregator routes a group's versions to different
+/// backends only version by version — a StorageState in a version the cluster does not serve
+/// would disappear (or shadow the cluster) with the next release that serves it, and the
+/// group's discovery would mix two servers. A group of our own can never clash.
 pub const PROJECT: ApiGroup = ApiGroup {
     name: "storage.svm-apiserver.io",
     versions: &["v1alpha1"],

@@ -2,15 +2,20 @@
 //! core group), recording which storage-version hashes the resource's stored objects may still
 //! be encoded in. The same shape in every served version (after the out-of-tree migrator's
 //! `migration.k8s.io/v1alpha1` StorageState), so the internal form is also the served one.
+//!
+//! Served in two groups over one store (`<prefix>/storagestates/`): upstream's
+//! `storagemigration.k8s.io` (owner mode) and the project's `storage.svm-apiserver.io`
+//! (always), so the objects are the same whichever name a client uses, and a switch of
+//! mode moves no data.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::common::{
-    age, age_column, decode_body, dns_label_errors, encode_body, name_column, unknown_version,
+    age, age_column, decode_body, dns_label_errors, encode_body_in, name_column, unknown_version,
 };
-use super::{CATEGORY, GROUP, STORAGE_VERSION, VERSIONS};
+use super::{ApiGroup, CATEGORY, GROUP, PROJECT, UPSTREAM};
 use crate::registry::validation::dns1123_subdomain_errors;
 use crate::registry::{ApiResult, FieldError, ResourceInfo, Strategy, TableColumn};
 
@@ -87,28 +92,55 @@ impl k8s_openapi::Metadata for StorageState {
     }
 }
 
-static INFO: ResourceInfo = ResourceInfo {
-    group: GROUP,
-    kind: KIND,
-    list_kind: "StorageStateList",
-    plural: "storagestates",
-    singular: "storagestate",
-    short_names: &["ss"],
-    categories: &[CATEGORY],
-    versions: VERSIONS,
-    storage_version: STORAGE_VERSION,
-    namespaced: false,
-    has_status_subresource: true,
-};
+const fn info_in(group: ApiGroup) -> ResourceInfo {
+    ResourceInfo {
+        group: group.name,
+        kind: KIND,
+        list_kind: "StorageStateList",
+        plural: "storagestates",
+        singular: "storagestate",
+        short_names: &["ss"],
+        categories: &[CATEGORY],
+        versions: group.versions,
+        storage_version: group.storage_version,
+        namespaced: false,
+        has_status_subresource: true,
+    }
+}
 
-#[derive(Debug, Default, Clone, Copy)]
-pub struct StorageStateStrategy;
+static UPSTREAM_INFO: ResourceInfo = info_in(UPSTREAM);
+static PROJECT_INFO: ResourceInfo = info_in(PROJECT);
 
-fn check_version(version: &str) -> ApiResult<()> {
-    if VERSIONS.contains(&version) {
-        Ok(())
-    } else {
-        Err(unknown_version(KIND, version))
+/// StorageState's strategy in one of the groups it is served in; the default is upstream's
+/// group (the one the controllers' typed store uses; the stored form is the same in both).
+#[derive(Debug, Clone, Copy)]
+pub struct StorageStateStrategy {
+    info: &'static ResourceInfo,
+}
+
+impl Default for StorageStateStrategy {
+    fn default() -> Self {
+        Self::served_in(UPSTREAM)
+    }
+}
+
+impl StorageStateStrategy {
+    /// The strategy for `group`: [`UPSTREAM`] or [`PROJECT`].
+    pub fn served_in(group: ApiGroup) -> Self {
+        let info = if group == PROJECT {
+            &PROJECT_INFO
+        } else {
+            &UPSTREAM_INFO
+        };
+        Self { info }
+    }
+
+    fn check_version(&self, version: &str) -> ApiResult<()> {
+        if self.info.versions.contains(&version) {
+            Ok(())
+        } else {
+            Err(unknown_version(KIND, version))
+        }
     }
 }
 
@@ -123,25 +155,25 @@ impl Strategy for StorageStateStrategy {
     type Object = StorageState;
 
     fn info(&self) -> &ResourceInfo {
-        &INFO
+        self.info
     }
 
     fn decode(&self, version: &str, value: Value) -> ApiResult<StorageState> {
-        check_version(version)?;
+        self.check_version(version)?;
         decode_body(KIND, version, value)
     }
 
     fn encode(&self, version: &str, obj: &StorageState) -> ApiResult<Value> {
-        check_version(version)?;
-        encode_body(KIND, version, obj)
+        self.check_version(version)?;
+        encode_body_in(self.info.group, KIND, version, obj)
     }
 
     fn openapi_definitions(&self, version: &str) -> Vec<(String, Value)> {
-        definitions(version)
+        definitions(self.info.group, &self.definition_name(version), version)
     }
 
     fn definition_name(&self, version: &str) -> String {
-        format!("io.k8s.api.storagemigration.{version}.{KIND}")
+        definition_name(self.info.group, version)
     }
 
     fn prepare_for_create(&self, obj: &mut StorageState) {
@@ -273,9 +305,21 @@ impl Strategy for StorageStateStrategy {
     }
 }
 
-fn definitions(version: &str) -> Vec<(String, Value)> {
+/// OpenAPI definition names: upstream's group as Kubernetes names its built-ins
+/// (`io.k8s.api.storagemigration.v1.StorageState`), any other by its reversed domain
+/// (`io.svm-apiserver.storage.v1alpha1.StorageState`), as CRDs are named.
+fn definition_name(group: &str, version: &str) -> String {
+    if group == GROUP {
+        format!("io.k8s.api.storagemigration.{version}.{KIND}")
+    } else {
+        let reversed: Vec<&str> = group.split('.').rev().collect();
+        format!("{}.{version}.{KIND}", reversed.join("."))
+    }
+}
+
+fn definitions(group: &str, name: &str, version: &str) -> Vec<(String, Value)> {
     const META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1";
-    let name = format!("io.k8s.api.storagemigration.{version}.{KIND}");
+    let name = name.to_string();
     let r = |n: &str, description: &str| json!({"allOf": [{"$ref": format!("#/components/schemas/{n}")}], "default": {}, "description": description});
     let s = |description: &str| json!({"type": "string", "description": description});
     vec![
@@ -291,7 +335,7 @@ fn definitions(version: &str) -> Vec<(String, Value)> {
                     "spec": r(&format!("{name}Spec"), "The resource this state is about."),
                     "status": r(&format!("{name}Status"), "What is known of the resource's stored encodings."),
                 },
-                "x-kubernetes-group-version-kind": [{"group": GROUP, "kind": KIND, "version": version}],
+                "x-kubernetes-group-version-kind": [{"group": group, "kind": KIND, "version": version}],
             }),
         ),
         (
@@ -357,7 +401,7 @@ mod tests {
 
     #[test]
     fn the_name_must_be_resource_dot_group() {
-        let s = StorageStateStrategy;
+        let s = StorageStateStrategy::default();
         assert!(
             s.validate(&state("deployments.apps", "apps", "deployments"))
                 .is_empty()
@@ -382,7 +426,7 @@ mod tests {
 
     #[test]
     fn create_defaults_persisted_hashes_to_unknown_and_spec_is_immutable() {
-        let s = StorageStateStrategy;
+        let s = StorageStateStrategy::default();
         let mut obj = state("deployments.apps", "apps", "deployments");
         obj.status.current_storage_version_hash = "abc".into();
         s.prepare_for_create(&mut obj);
@@ -400,7 +444,7 @@ mod tests {
 
     #[test]
     fn status_hashes_must_be_distinct_and_non_empty() {
-        let s = StorageStateStrategy;
+        let s = StorageStateStrategy::default();
         let old = state("secrets", "", "secrets");
         let mut new = old.clone();
         new.status.persisted_storage_version_hashes = vec!["a".into(), "a".into(), "".into()];
@@ -416,14 +460,14 @@ mod tests {
 
     #[test]
     fn every_version_round_trips_and_carries_type_meta() {
-        let s = StorageStateStrategy;
+        let s = StorageStateStrategy::default();
         let mut obj = state("deployments.apps", "apps", "deployments");
         obj.status = StorageStateStatus {
             persisted_storage_version_hashes: vec!["a".into(), "b".into()],
             current_storage_version_hash: "b".into(),
             last_heartbeat_time: None,
         };
-        for v in VERSIONS {
+        for v in crate::api::VERSIONS {
             let encoded = s.encode(v, &obj).unwrap();
             assert_eq!(
                 encoded["apiVersion"],
@@ -444,8 +488,46 @@ mod tests {
     }
 
     #[test]
+    fn the_project_group_serves_the_same_object_under_its_own_name() {
+        let upstream = StorageStateStrategy::default();
+        let project = StorageStateStrategy::served_in(PROJECT);
+        assert_eq!(project.info().group, "storage.svm-apiserver.io");
+        assert_eq!(project.info().versions, ["v1alpha1"]);
+        assert_eq!(project.info().plural, upstream.info().plural);
+        let mut obj = state("deployments.apps", "apps", "deployments");
+        obj.status.current_storage_version_hash = "b".into();
+        let encoded = project.encode("v1alpha1", &obj).unwrap();
+        assert_eq!(encoded["apiVersion"], "storage.svm-apiserver.io/v1alpha1");
+        // The same internal form, whichever group it came through.
+        assert_eq!(project.decode("v1alpha1", encoded).unwrap(), obj);
+        assert!(project.encode("v1", &obj).is_err());
+        assert_eq!(
+            project.definition_name("v1alpha1"),
+            "io.svm-apiserver.storage.v1alpha1.StorageState"
+        );
+        let definitions = project.openapi_definitions("v1alpha1");
+        assert_eq!(
+            definitions[0].0,
+            "io.svm-apiserver.storage.v1alpha1.StorageState"
+        );
+        assert_eq!(
+            definitions[0].1["x-kubernetes-group-version-kind"][0]["group"],
+            "storage.svm-apiserver.io"
+        );
+        assert!(
+            definitions[0].1["properties"]["spec"]["allOf"][0]["$ref"]
+                .as_str()
+                .is_some_and(|r| r.ends_with("io.svm-apiserver.storage.v1alpha1.StorageStateSpec"))
+        );
+        assert_eq!(
+            upstream.definition_name("v1"),
+            "io.k8s.api.storagemigration.v1.StorageState"
+        );
+    }
+
+    #[test]
     fn table_rows_show_hashes_and_heartbeat() {
-        let s = StorageStateStrategy;
+        let s = StorageStateStrategy::default();
         let mut obj = state("secrets", "", "secrets");
         obj.status.persisted_storage_version_hashes = vec!["Unknown".into(), "h2".into()];
         obj.status.current_storage_version_hash = "h2".into();

@@ -19,7 +19,6 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
-use chrono::Datelike;
 use rcgen::{
     BasicConstraints, CertificateParams, CertifiedIssuer, DistinguishedName, DnType,
     ExtendedKeyUsagePurpose, IsCa, KeyPair, KeyUsagePurpose,
@@ -307,9 +306,15 @@ fn name(common_name: &str, organizations: &[&str]) -> DistinguishedName {
 
 /// Valid from yesterday (tolerates clock skew) for `years`.
 fn set_validity(params: &mut CertificateParams, years: i32) {
-    let start = chrono::Utc::now() - chrono::Duration::days(1);
+    let start = (jiff::Timestamp::now() - jiff::SignedDuration::from_hours(24))
+        .to_zoned(jiff::tz::TimeZone::UTC)
+        .date();
     // Day 28 at most, so the end date exists in every month (and in February of any year).
-    let (y, m, d) = (start.year(), start.month() as u8, start.day().min(28) as u8);
+    let (y, m, d) = (
+        i32::from(start.year()),
+        start.month() as u8,
+        start.day().min(28) as u8,
+    );
     params.not_before = rcgen::date_time_ymd(y, m, d);
     params.not_after = rcgen::date_time_ymd(y + years, m, d);
 }

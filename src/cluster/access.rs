@@ -16,6 +16,8 @@ pub enum Component {
     Events,
     /// Watching storage versions and keeping StorageStates true (`src/trigger`).
     Trigger,
+    /// Which part of `storagemigration.k8s.io` the server plays (`src/apimode`).
+    ApiMode,
 }
 
 /// What a request touches.
@@ -197,6 +199,67 @@ pub const CLUSTER_ACCESS: &[Access] = &[
         "storageversions",
         "apiservers disagreeing on an encoding (HA rolling upgrade)",
     ),
+    resource(
+        Component::ApiMode,
+        "list",
+        "apiregistration.k8s.io",
+        "apiservices",
+        "which versions of storagemigration.k8s.io kube-apiserver serves itself (the watch's initial list)",
+    ),
+    resource(
+        Component::ApiMode,
+        "watch",
+        "apiregistration.k8s.io",
+        "apiservices",
+        "an upgraded kube-apiserver registering the group, or ours deleted, is seen at once",
+    ),
+    resource(
+        Component::Trigger,
+        "create",
+        "storagemigration.k8s.io",
+        "storageversionmigrations",
+        "companion mode: the trigger's migrations, on the cluster's built-in API",
+    ),
+    resource(
+        Component::Trigger,
+        "delete",
+        "storagemigration.k8s.io",
+        "storageversionmigrations",
+        "companion mode: the trigger's stale migrations",
+    ),
+    resource(
+        Component::Trigger,
+        "list",
+        "storagemigration.k8s.io",
+        "storageversionmigrations",
+        "companion mode: the trigger's migrations and their status (the watch's initial list)",
+    ),
+    resource(
+        Component::Trigger,
+        "watch",
+        "storagemigration.k8s.io",
+        "storageversionmigrations",
+        "companion mode: a built-in migration's success narrows the StorageState at once",
+    ),
+    resource(
+        Component::Migrator,
+        "get",
+        "storagemigration.k8s.io",
+        "storageversionmigrations",
+        "companion mode, --companion-migrator=svm-apiserver: the built-in migration being run",
+    ),
+    Access {
+        component: Component::Migrator,
+        verb: "update",
+        target: Target::Resource {
+            group: "storagemigration.k8s.io",
+            resource: "storageversionmigrations",
+            subresource: "status",
+            namespace: None,
+            name: None,
+        },
+        why: "companion mode, --companion-migrator=svm-apiserver: the built-in migration's conditions",
+    },
     resource(
         Component::Events,
         "create",

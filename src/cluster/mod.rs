@@ -1,13 +1,16 @@
-//! The target cluster: a client for its kube-apiserver, discovery, and the metadata-only
-//! LIST and precondition PATCH the migrator is made of (DESIGN.md §2, §6).
+//! The target cluster: a client for its kube-apiserver, discovery, and the metadata-only LIST and
+//! precondition PATCH the migrator is made of (docs/design.md, "Metadata-only reads and the no-op
+//! PATCH").
 
 pub mod access;
+pub mod builtin;
 pub mod client;
 pub mod error;
 pub mod objects;
 pub mod resources;
 pub mod wire;
 
+pub use builtin::BuiltinMigrations;
 pub use client::ClusterClient;
 pub use error::ClusterError;
 pub use objects::{MetadataPage, ObjectRef, Touched};

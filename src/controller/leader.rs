@@ -1,6 +1,7 @@
-//! Leader election between replicas, so the controllers run on one of them (DESIGN.md §4:
-//! `<prefix>/leader`). The algorithm is client-go's Lease-based election, kept in our own
-//! store (etcd or embedded) with compare-and-swap on the record's mod revision:
+//! Leader election between replicas, so the controllers run on one of them (the record at
+//! `<prefix>/leader`; docs/design.md, "Leadership and the fence"). The algorithm is
+//! client-go's Lease-based election, kept in our own store (etcd or embedded) with
+//! compare-and-swap on the record's mod revision:
 //!
 //! - the holder renews the record every `retry_period`; if it cannot renew for
 //!   `renew_deadline` it stops leading at once (its controllers are cancelled). Every store call
@@ -88,10 +89,6 @@ pub struct LeaderElector {
     acquired_at: String,
 }
 
-fn now_text() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-}
-
 impl LeaderElector {
     pub fn new(storage: std::sync::Arc<dyn Storage>, prefix: &str, config: ElectionConfig) -> Self {
         Self {
@@ -141,7 +138,7 @@ impl LeaderElector {
             holder_identity: self.config.identity.clone(),
             lease_duration_seconds: self.config.lease_duration.as_secs(),
             acquire_time: self.acquired_at.clone(),
-            renew_time: now_text(),
+            renew_time: crate::registry::now_text(),
             leader_transitions: self.transitions,
         };
         serde_json::to_vec(&record).unwrap_or_default()
@@ -159,7 +156,7 @@ impl LeaderElector {
         let compare = match &current {
             None => {
                 self.step_down();
-                self.acquired_at = now_text();
+                self.acquired_at = crate::registry::now_text();
                 Compare::Absent(self.key.clone())
             }
             Some(kv) => {
@@ -187,7 +184,7 @@ impl LeaderElector {
                     }
                     // Unchanged for a whole lease duration: the holder is gone.
                     self.transitions = record.map_or(0, |r| r.leader_transitions + 1);
-                    self.acquired_at = now_text();
+                    self.acquired_at = crate::registry::now_text();
                 }
                 Compare::ModRevision(self.key.clone(), kv.mod_revision)
             }
@@ -618,8 +615,8 @@ mod tests {
         let other = serde_json::to_vec(&LeaderRecord {
             holder_identity: "b".into(),
             lease_duration_seconds: 1,
-            acquire_time: now_text(),
-            renew_time: now_text(),
+            acquire_time: crate::registry::now_text(),
+            renew_time: crate::registry::now_text(),
             leader_transitions: 1,
         })
         .unwrap();

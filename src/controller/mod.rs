@@ -1,10 +1,11 @@
-//! Hosts the controllers inside `serve` (DESIGN.md §2): builds the target-cluster client from
-//! `--kubeconfig` (or the in-cluster configuration), elects a leader among the replicas, and
-//! runs the trigger and the migrator on the leader only. Controllers talk to our own objects
-//! only through the registry.
+//! Hosts the controllers inside `serve` (docs/architecture.md, "Code map"): builds the
+//! target-cluster client from `--kubeconfig` (or the in-cluster configuration), elects a leader
+//! among the replicas, and runs the trigger and the migrator on the leader only. Controllers talk
+//! to our own objects only through the registry.
 
 pub mod leader;
 pub mod metrics;
+mod term;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -16,12 +17,14 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::api::Installed;
+use crate::apimode::metrics::ApiModeMetrics;
+use crate::apimode::{self, ApiMode, CompanionMigrator, Decision};
 use crate::cluster::ClusterClient;
-use crate::migrator::{self, Backoff, Events, Migrator, MigratorMetrics};
-use crate::registry::{Fence, Guarded};
+use crate::migrator::{self, Backoff, MigratorMetrics};
+use crate::registry::Fence;
 use crate::server::Metrics;
 use crate::storage::Storage;
-use crate::trigger::{self, Trigger};
+use crate::trigger;
 use leader::{ElectionConfig, LeaderElector};
 use metrics::LeaderMetrics;
 
@@ -37,6 +40,18 @@ pub struct ControllerOptions {
     /// migrations only, an empty value none (API only).
     #[arg(long, value_delimiter = ',', default_value = "trigger,migrator")]
     pub controllers: Vec<String>,
+    /// Which part of storagemigration.k8s.io this server plays: `owner` serves the group (and
+    /// refuses to run where kube-apiserver serves it itself), `companion` leaves the group to
+    /// the cluster and creates the trigger's migrations on its built-in API, `auto` is
+    /// companion where the cluster serves the group, else owner. See README.md, "Clusters
+    /// that serve storagemigration.k8s.io themselves".
+    #[arg(long, value_enum, default_value_t = ApiMode::Auto)]
+    pub api_mode: ApiMode,
+    /// In companion mode, who runs the built-in migrations: `kube-controller-manager` (its
+    /// storage-version-migrator-controller), or `svm-apiserver` where that controller is
+    /// switched off.
+    #[arg(long, value_enum, default_value_t = CompanionMigrator::KubeControllerManager)]
+    pub companion_migrator: CompanionMigrator,
     /// How often the trigger polls aggregated discovery (an unchanged cluster answers 304).
     #[arg(long, default_value = "10s", value_parser = crate::flags::go_duration)]
     pub discovery_interval: Duration,
@@ -129,6 +144,7 @@ impl ControllerOptions {
             heartbeat_interval: self.heartbeat_interval,
             vouch_window: self.vouch_window,
             ignored: trigger::parse_resources(&self.trigger_ignore_resources),
+            ..trigger::Settings::default()
         }
     }
 
@@ -185,8 +201,10 @@ pub async fn start(
         tracing::warn!("no --kubeconfig and not in a cluster: no controller runs (API only)");
         return Ok(Controllers { tasks });
     };
+    refuse_at_start(options.api_mode, &cluster).await?;
     let migrator_metrics = MigratorMetrics::new();
     let trigger_metrics = trigger::Metrics::default();
+    let mode_metrics = ApiModeMetrics::default();
     let leader_metrics = LeaderMetrics::default();
     if let Ok(mut registry) = metrics.registry.lock() {
         leader_metrics.register(&mut registry);
@@ -196,71 +214,46 @@ pub async fn start(
         if run_trigger {
             trigger_metrics.register(&mut registry);
         }
+        mode_metrics.register(&mut registry);
     }
-    let instance = std::env::var("POD_NAME").ok().or_else(hostname);
-    let migrations = api.migrations.clone();
-    let states = api.states.clone();
-    let settings = options.migrator_settings();
-    let trigger_settings = options.trigger_settings();
-    let history_storage = storage.clone();
-    let prefix_owned = prefix.to_string();
-    // One trigger and one migrator per leadership term; the trigger's history and the
-    // migrations' checkpoints are in our store, so the next term (here or on another
-    // replica) goes on where this one stopped. Everything they write carries the term's
-    // fence, and they stop when its token is cancelled.
+    // One trigger and one migrator per leadership term, as the API mode decides; the trigger's
+    // history and the migrations' checkpoints are in our store, so the next term (here or on
+    // another replica) goes on where this one stopped. Everything they write to our store
+    // carries the term's fence, and they stop when its token is cancelled.
+    // What only the leader knows goes with its term, so a former leader's stale series never
+    // add to (or outvote) the new leader's.
+    let term_series = (
+        migrator_metrics.migrations_by_status.clone(),
+        trigger_metrics.unsafe_since.clone(),
+    );
+    let term = Arc::new(term::Term {
+        cluster,
+        states: api.states.clone(),
+        migrations: api.migrations.clone(),
+        storage: storage.clone(),
+        prefix: prefix.to_string(),
+        run_trigger,
+        run_migrator,
+        api_mode: options.api_mode,
+        companion_migrator: options.companion_migrator,
+        trigger_settings: options.trigger_settings(),
+        migrator_settings: options.migrator_settings(),
+        trigger_metrics,
+        migrator_metrics,
+        mode_metrics,
+        instance: std::env::var("POD_NAME").ok().or_else(hostname),
+    });
     let lead = move |fence: Fence| {
-        let leading = fence.token().clone();
-        let term = leader_metrics.term();
-        // What only the leader knows goes with its term, so a former leader's stale series
-        // never add to (or outvote) the new leader's.
-        let term_series = (
-            migrator_metrics.migrations_by_status.clone(),
-            trigger_metrics.unsafe_since.clone(),
-        );
-        let mut work: Vec<JoinHandle<()>> = Vec::new();
-        if run_trigger {
-            let trigger = Trigger::new(
-                cluster.clone(),
-                Guarded::new(states.clone(), fence.clone()),
-                Guarded::new(migrations.clone(), fence.clone()),
-                history_storage.clone(),
-                &prefix_owned,
-                trigger_settings.clone(),
-                trigger_metrics.clone(),
-            );
-            tracing::info!(
-                discovery_interval = ?trigger_settings.discovery_interval,
-                "trigger starting"
-            );
-            work.push(tokio::spawn(trigger.run(leading.clone())));
-        }
-        if run_migrator {
-            let events = Events::new(cluster.kube().clone(), instance.clone());
-            let migrator = Migrator::new(
-                cluster.clone(),
-                Guarded::new(migrations.clone(), fence.clone()),
-                settings.clone(),
-                migrator_metrics.clone(),
-                Some(events),
-            );
-            tracing::info!(
-                workers = settings.workers,
-                qps = settings.qps,
-                burst = settings.burst,
-                chunk_size = settings.chunk_size,
-                "migrator started"
-            );
-            work.push(tokio::spawn(migrator.run(leading.clone())));
-        }
+        let held = leader_metrics.term();
+        let term = term.clone();
+        let term_series = term_series.clone();
         async move {
-            let _term = term;
-            // The term ends when leadership is lost (both stop on `leading`), or when one of
-            // them ends by itself, which only a bug does: then the other stops too.
-            let (_, _, rest) = futures::future::select_all(work).await;
-            leading.cancel();
-            for task in rest {
-                let _ = task.await;
-            }
+            let _held = held;
+            let modes = term.mode_metrics.mode.clone();
+            term.run(fence).await;
+            // The API mode is the leader's view too: a former leader's last mode must not
+            // outlive its term (an alert reads the mode across replicas).
+            modes.clear();
             term_series.0.clear();
             term_series.1.clear();
         }
@@ -290,6 +283,25 @@ pub async fn start(
     );
     tasks.push(tokio::spawn(elector.run(shutdown, lead)));
     Ok(Controllers { tasks })
+}
+
+/// `--api-mode=owner` on a cluster that serves the group itself refuses to run: `serve`
+/// fails with the reason (naming the flag and the docs). An unanswered detection is not a
+/// refusal: the term's watch decides once the cluster answers.
+async fn refuse_at_start(mode: ApiMode, cluster: &ClusterClient) -> anyhow::Result<()> {
+    match apimode::detect(cluster).await {
+        Ok(serving) => match apimode::decide(mode, &serving) {
+            Decision::Refused { reason } => anyhow::bail!(reason),
+            decision => {
+                tracing::info!(mode = decision.label(), "API mode at start: {decision}");
+                Ok(())
+            }
+        },
+        Err(err) => {
+            tracing::warn!(error = %err, "could not tell who serves storagemigration.k8s.io yet; the controllers wait for the answer");
+            Ok(())
+        }
+    }
 }
 
 fn hostname() -> Option<String> {

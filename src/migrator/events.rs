@@ -13,6 +13,8 @@ pub enum Reason {
     Started,
     Succeeded,
     Failed,
+    /// Another migrator writes the migration's status: ours stopped working on it.
+    Yielded,
 }
 
 impl Reason {
@@ -21,12 +23,13 @@ impl Reason {
             Reason::Started => "MigrationStarted",
             Reason::Succeeded => "MigrationSucceeded",
             Reason::Failed => "MigrationFailed",
+            Reason::Yielded => "MigrationYielded",
         }
     }
 
     fn event_type(self) -> EventType {
         match self {
-            Reason::Failed => EventType::Warning,
+            Reason::Failed | Reason::Yielded => EventType::Warning,
             _ => EventType::Normal,
         }
     }

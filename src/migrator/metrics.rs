@@ -40,6 +40,12 @@ pub struct ReadLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ManagerLabel {
+    /// The other migrator's field manager (`kube-controller-manager`), or `unknown`.
+    pub manager: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RetryLabels {
     pub resource: String,
     /// `429`, `503`, `transport`, …
@@ -75,6 +81,8 @@ pub struct MigratorMetrics {
     pub reads: Family<ReadLabels, Counter>,
     /// Migrations being worked on now.
     pub running: Gauge,
+    /// Migrations left to another migrator that wrote their status.
+    pub yielded: Family<ManagerLabel, Counter>,
     /// StorageVersionMigrations in the store, by status (what `kubectl get svm` shows).
     pub migrations_by_status: Family<StatusLabel, Gauge>,
     /// 429s from API Priority and Fairness (each one halves the pool's rate).
@@ -91,6 +99,12 @@ impl Default for MigratorMetrics {
 
 impl MigratorMetrics {
     pub fn new() -> Self {
+        let yielded: Family<ManagerLabel, Counter> = Family::default();
+        // Served at 0 from the start, so that the first yield to kube-controller-manager is an
+        // increase an alert (`increase()`) sees, not a series born at 1.
+        drop(yielded.get_or_create(&ManagerLabel {
+            manager: "kube-controller-manager".into(),
+        }));
         Self {
             migrated_objects: Family::default(),
             remaining_objects: Family::default(),
@@ -99,6 +113,7 @@ impl MigratorMetrics {
             retries: Family::default(),
             reads: Family::default(),
             running: Gauge::default(),
+            yielded,
             migrations_by_status: Family::default(),
             apf_rejections: Counter::default(),
             rate_limit: Gauge::default(),
@@ -130,6 +145,12 @@ impl MigratorMetrics {
             "storage_migrator_core_migrator_retries",
             "Requests retried after a retriable error, by resource and reason.",
             self.retries.clone(),
+        );
+        registry.register(
+            "svm_migrations_yielded",
+            "Migrations this server's migrator stopped working on because another migrator \
+             (kube-controller-manager's) wrote their status, by that writer's field manager.",
+            self.yielded.clone(),
         );
         registry.register(
             "storage_migrator_core_migrator_reads",

@@ -1,26 +1,27 @@
-//! The migrator (DESIGN.md §6): a pool of workers that runs StorageVersionMigrations against
-//! the target cluster — at most `--workers` at once, at most one per resource, oldest first —
-//! sharing one rate limiter. Migrations come from the registry's watch; deleting one stops its
-//! work within a page.
+//! The migrator (docs/design.md, "The migrator"): a pool of workers that runs
+//! StorageVersionMigrations against the target cluster — at most `--workers` at once, at most one
+//! per resource, oldest first — sharing one rate limiter. Migrations come from the registry's
+//! watch; deleting one stops its work within a page.
 
 pub mod events;
 pub mod limiter;
 pub mod metrics;
 mod pool;
 mod runner;
+pub mod source;
 pub mod status;
 
 use std::time::Duration;
 
-use crate::api::migration::{MigrationStrategy, StorageVersionMigration};
+use crate::api::migration::StorageVersionMigration;
 use crate::cluster::ClusterClient;
-use crate::registry::Guarded;
 
 pub use events::Events;
 pub use limiter::{Backoff, RateLimiter};
 pub use metrics::MigratorMetrics;
 pub use pool::Migrator;
 pub use runner::Outcome;
+pub use source::Source;
 
 /// The migrator's knobs (flags of `serve`).
 #[derive(Clone, Debug)]
@@ -60,8 +61,8 @@ impl Default for Settings {
 /// What every worker shares.
 pub(crate) struct Shared {
     pub cluster: ClusterClient,
-    /// The migrations, written under the leadership term's fence.
-    pub migrations: Guarded<MigrationStrategy>,
+    /// Where the migrations are: our store, or the cluster's built-in API.
+    pub migrations: Source,
     pub limiter: RateLimiter,
     pub metrics: MigratorMetrics,
     pub events: Option<Events>,

@@ -2,20 +2,24 @@
 //! pending ones on free workers, one per resource. A migration that hit the retry cap waits
 //! (growing pauses) and resumes from its checkpoint; one that is deleted is cancelled.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use futures::{FutureExt, StreamExt};
+use futures::FutureExt;
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use super::events::Reason;
+use super::metrics::ManagerLabel;
 use super::runner::{self, Outcome, retry_delay};
+use super::source::Source;
 use super::{Events, MigratorMetrics, RateLimiter, Settings, Shared};
-use crate::api::migration::{FAILED, MigrationStrategy, SUCCEEDED, StorageVersionMigration};
+use crate::api::migration::{FAILED, SUCCEEDED, StorageVersionMigration};
+use crate::apimode::DOCS;
 use crate::cluster::ClusterClient;
-use crate::registry::Guarded;
-use crate::registry::store::StoreEvent;
+use crate::trigger::watches::Update;
 
 pub struct Migrator {
     shared: Arc<Shared>,
@@ -33,6 +37,8 @@ struct Scheduler {
     /// Migrations waiting after hitting the retry cap: when to try again, and how often
     /// they have failed so.
     waiting: HashMap<String, (Instant, u32)>,
+    /// Migrations another migrator works on (it wrote their status): never started here.
+    yielded: HashSet<String>,
 }
 
 fn resource_key(m: &StorageVersionMigration) -> String {
@@ -56,6 +62,7 @@ impl Scheduler {
             .filter(|m| {
                 let name = m.metadata.name.as_deref().unwrap_or_default();
                 !self.running.contains_key(name)
+                    && !self.yielded.contains(name)
                     && self.waiting.get(name).is_none_or(|(at, _)| *at <= now)
             })
             .collect();
@@ -85,9 +92,40 @@ impl Scheduler {
         out
     }
 
+    /// A full list: what is no longer there is forgotten.
+    fn relisted(&mut self, all: Vec<StorageVersionMigration>) {
+        let names: Vec<String> = all.iter().filter_map(|m| m.metadata.name.clone()).collect();
+        let gone: Vec<String> = self
+            .known
+            .keys()
+            .filter(|k| !names.contains(k))
+            .cloned()
+            .collect();
+        for name in gone {
+            self.forget(&name);
+        }
+        for m in all {
+            if let Some(name) = m.metadata.name.clone() {
+                self.known.insert(name, m);
+            }
+        }
+    }
+
+    /// A created or changed migration; one being deleted stops.
+    fn applied(&mut self, m: StorageVersionMigration) {
+        let name = m.metadata.name.clone().unwrap_or_default();
+        if m.metadata.deletion_timestamp.is_some()
+            && let Some(running) = self.running.get(&name)
+        {
+            running.cancel.cancel();
+        }
+        self.known.insert(name, m);
+    }
+
     fn forget(&mut self, name: &str) {
         self.known.remove(name);
         self.waiting.remove(name);
+        self.yielded.remove(name);
         if let Some(running) = self.running.get(name) {
             running.cancel.cancel();
         }
@@ -97,7 +135,7 @@ impl Scheduler {
 impl Migrator {
     pub fn new(
         cluster: ClusterClient,
-        migrations: Guarded<MigrationStrategy>,
+        migrations: impl Into<Source>,
         settings: Settings,
         metrics: MigratorMetrics,
         events: Option<Events>,
@@ -107,7 +145,7 @@ impl Migrator {
             shared: Arc::new(Shared {
                 cluster,
                 // Its status writes are recorded for the migrator in managedFields.
-                migrations: migrations.managed_by(super::status::FIELD_MANAGER),
+                migrations: migrations.into().managed_by(super::status::FIELD_MANAGER),
                 limiter,
                 metrics,
                 events,
@@ -121,78 +159,32 @@ impl Migrator {
     pub async fn run(self, shutdown: CancellationToken) {
         let mut scheduler = Scheduler::default();
         let mut workers: JoinSet<(String, Outcome)> = JoinSet::new();
-        'relist: loop {
-            if shutdown.is_cancelled() {
-                break;
-            }
-            let (all, revision) = match self.shared.migrations.list_all().await {
-                Ok(listed) => listed,
-                Err(err) => {
-                    tracing::warn!(error = %err, "listing migrations failed; retrying");
-                    tokio::select! {
-                        _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => continue,
-                        _ = shutdown.cancelled() => break,
+        let (tx, mut updates) = mpsc::channel(256);
+        let feed = self.shared.migrations.feed(tx, self.shared.settings.resync);
+        let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+        loop {
+            self.start_next(&mut scheduler, &mut workers);
+            self.publish_statuses(&scheduler);
+            tokio::select! {
+                _ = shutdown.cancelled() => break,
+                update = updates.recv() => match update {
+                    Some(Update::Relisted(all)) => scheduler.relisted(all),
+                    Some(Update::Applied(m)) => scheduler.applied(m),
+                    Some(Update::Deleted(m)) => {
+                        scheduler.forget(m.metadata.name.as_deref().unwrap_or_default());
                     }
-                }
-            };
-            let names: Vec<String> = all.iter().filter_map(|m| m.metadata.name.clone()).collect();
-            let gone: Vec<String> = scheduler
-                .known
-                .keys()
-                .filter(|k| !names.contains(k))
-                .cloned()
-                .collect();
-            for name in gone {
-                scheduler.forget(&name);
-            }
-            for m in all {
-                if let Some(name) = m.metadata.name.clone() {
-                    scheduler.known.insert(name, m);
-                }
-            }
-            let mut changes = match self.shared.migrations.watch(revision).await {
-                Ok(changes) => changes,
-                Err(err) => {
-                    tracing::warn!(error = %err, "watching migrations failed; relisting");
-                    continue;
-                }
-            };
-            let mut resync = tokio::time::interval(self.shared.settings.resync);
-            resync.tick().await;
-            let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
-            loop {
-                self.start_next(&mut scheduler, &mut workers);
-                self.publish_statuses(&scheduler);
-                tokio::select! {
-                    _ = shutdown.cancelled() => break 'relist,
-                    change = changes.next() => match change {
-                        Some(Ok(StoreEvent::Added(m) | StoreEvent::Modified(m))) => {
-                            let name = m.metadata.name.clone().unwrap_or_default();
-                            if m.metadata.deletion_timestamp.is_some()
-                                && let Some(running) = scheduler.running.get(&name)
-                            {
-                                running.cancel.cancel();
-                            }
-                            scheduler.known.insert(name, m);
-                        }
-                        Some(Ok(StoreEvent::Deleted(m))) => {
-                            scheduler.forget(m.metadata.name.as_deref().unwrap_or_default());
-                        }
-                        Some(Ok(StoreEvent::Progress(_))) => {}
-                        Some(Err(err)) => {
-                            tracing::info!(error = %err, "migration watch ended; relisting");
-                            continue 'relist;
-                        }
-                        None => continue 'relist,
-                    },
-                    Some(done) = workers.join_next(), if !workers.is_empty() => {
-                        self.finish(&mut scheduler, done);
+                    Some(Update::Failed(err)) => {
+                        tracing::info!(error = %err, source = %self.shared.migrations.describe(), "reading migrations failed; relisting");
                     }
-                    _ = resync.tick() => continue 'relist,
-                    _ = tick.tick() => {}
+                    None => break,
+                },
+                Some(done) = workers.join_next(), if !workers.is_empty() => {
+                    self.finish(&mut scheduler, done).await;
                 }
+                _ = tick.tick() => {}
             }
         }
+        feed.abort();
         for running in scheduler.running.values() {
             running.cancel.cancel();
         }
@@ -252,7 +244,7 @@ impl Migrator {
             .set(scheduler.running.len() as i64);
     }
 
-    fn finish(
+    async fn finish(
         &self,
         scheduler: &mut Scheduler,
         done: Result<(String, Outcome), tokio::task::JoinError>,
@@ -274,6 +266,31 @@ impl Migrator {
         match outcome {
             Outcome::Finished | Outcome::Stopped => {
                 scheduler.waiting.remove(&name);
+            }
+            Outcome::Yielded(foreign) => {
+                scheduler.waiting.remove(&name);
+                scheduler.yielded.insert(name.clone());
+                let message = format!(
+                    "{foreign}: another migrator works on this migration, so this server's \
+                     migrator stops working on it and leaves it to that one. Two migrators on \
+                     one cluster means the cluster serves storagemigration.k8s.io itself \
+                     (kube-controller-manager reaches this server's migrations through its \
+                     APIServices after an upgrade, or its controller runs beside \
+                     --companion-migrator=svm-apiserver): see {DOCS}"
+                );
+                tracing::error!(migration = %name, source = %self.shared.migrations.describe(), "{message}");
+                self.shared
+                    .metrics
+                    .yielded
+                    .get_or_create(&ManagerLabel {
+                        manager: foreign.manager.clone().unwrap_or_else(|| "unknown".into()),
+                    })
+                    .inc();
+                if let Some(migration) = scheduler.known.get(&name).cloned() {
+                    self.shared
+                        .event(&migration, Reason::Yielded, message)
+                        .await;
+                }
             }
             Outcome::RetryLater(message) => {
                 let failures = scheduler.waiting.get(&name).map_or(0, |(_, n)| n + 1);
@@ -371,6 +388,21 @@ mod tests {
             s.next(10, now + std::time::Duration::from_secs(6)),
             ["paused", "ready"]
         );
+    }
+
+    #[test]
+    fn a_migration_left_to_another_migrator_is_never_started_again() {
+        let mut s = scheduler(vec![
+            migration("theirs", 1, "secrets"),
+            migration("ours", 2, "a"),
+        ]);
+        s.yielded.insert("theirs".into());
+        assert_eq!(s.next(10, Instant::now()), ["ours"]);
+        // A relist keeps it yielded; deleting it forgets that.
+        s.relisted(vec![migration("theirs", 1, "secrets")]);
+        assert!(s.next(10, Instant::now()).is_empty());
+        s.forget("theirs");
+        assert!(s.yielded.is_empty());
     }
 
     #[test]

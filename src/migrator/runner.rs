@@ -3,7 +3,7 @@
 //! token after each page — so a restarted server resumes at the last page, not at the start.
 
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::{TryStreamExt, stream};
@@ -14,11 +14,12 @@ use super::Shared;
 use super::events::Reason;
 use super::metrics::{MigrationLabels, ResourceLabel, RetryLabels};
 use super::status::{
-    StatusWriteError, bounded_message, set_condition, write_progress, write_status,
+    StatusWriteError, bounded_message, check, set_condition, write_progress, write_status,
 };
 use crate::api::migration::{
     FAILED, MigrationProgress, RUNNING, SUCCEEDED, StorageVersionMigration,
 };
+use crate::apimode::guard::{ForeignWrite, StatusGuard};
 use crate::cluster::objects::{StreamedList, list_metadata, stream_metadata, touch};
 use crate::cluster::resources::{group_resource, resolve};
 use crate::cluster::{
@@ -42,6 +43,8 @@ pub enum Outcome {
     Stopped,
     /// The apiserver kept failing past the retry cap: try again later, from the checkpoint.
     RetryLater(String),
+    /// Another migrator wrote the migration's status: left to it, never run here again.
+    Yielded(ForeignWrite),
 }
 
 enum RunError {
@@ -52,12 +55,14 @@ enum RunError {
     },
     Retry(String),
     Stopped,
+    Yielded(ForeignWrite),
 }
 
 impl From<StatusWriteError> for RunError {
     fn from(err: StatusWriteError) -> Self {
         match err {
             StatusWriteError::Gone | StatusWriteError::Deposed(_) => RunError::Stopped,
+            StatusWriteError::Yielded(foreign) => RunError::Yielded(foreign),
             StatusWriteError::Behind { .. } => {
                 tracing::warn!(error = %err, "another run of this migration got further; this one stops");
                 RunError::Stopped
@@ -72,10 +77,12 @@ pub(crate) async fn run(shared: Arc<Shared>, name: String, cancel: CancellationT
         shared,
         name,
         cancel,
+        guard: Mutex::new(StatusGuard::default()),
     };
     match runner.run().await {
         Ok(()) => Outcome::Finished,
         Err(RunError::Stopped) => Outcome::Stopped,
+        Err(RunError::Yielded(foreign)) => Outcome::Yielded(foreign),
         Err(RunError::Retry(message)) => Outcome::RetryLater(message),
         Err(RunError::Fatal { reason, message }) => runner.fail(reason, message).await,
     }
@@ -85,6 +92,8 @@ struct Runner {
     shared: Arc<Shared>,
     name: String,
     cancel: CancellationToken,
+    /// What this run wrote of the status, to notice another migrator's writes.
+    guard: Mutex<StatusGuard>,
 }
 
 impl Runner {
@@ -100,6 +109,10 @@ impl Runner {
             || migration.condition_true(FAILED).is_some()
         {
             return Ok(());
+        }
+        // Another migrator already wrote its status (managedFields say who): never start.
+        if let Some(foreign) = check(&self.guard, &migration) {
+            return Err(RunError::Yielded(foreign));
         }
         let spec = &migration.spec.resource;
         let label = group_resource(&spec.group, &spec.resource);
@@ -128,16 +141,21 @@ impl Runner {
                 resource.group_resource(),
                 self.shared.settings.chunk_size
             );
-            write_status(&self.shared.migrations, &self.name, |status, generation| {
-                set_condition(
-                    status,
-                    RUNNING,
-                    true,
-                    "MigrationStarted",
-                    &message,
-                    generation,
-                );
-            })
+            write_status(
+                &self.shared.migrations,
+                &self.name,
+                &self.guard,
+                |status, generation| {
+                    set_condition(
+                        status,
+                        RUNNING,
+                        true,
+                        "MigrationStarted",
+                        &message,
+                        generation,
+                    );
+                },
+            )
             .await?;
             self.shared
                 .event(&migration, Reason::Started, message)
@@ -334,24 +352,29 @@ impl Runner {
             progress.migrated_objects,
             resource.group_resource()
         );
-        let stored = write_status(&self.shared.migrations, &self.name, |status, generation| {
-            set_condition(
-                status,
-                RUNNING,
-                false,
-                "MigrationSucceeded",
-                &message,
-                generation,
-            );
-            set_condition(
-                status,
-                SUCCEEDED,
-                true,
-                "MigrationSucceeded",
-                &message,
-                generation,
-            );
-        })
+        let stored = write_status(
+            &self.shared.migrations,
+            &self.name,
+            &self.guard,
+            |status, generation| {
+                set_condition(
+                    status,
+                    RUNNING,
+                    false,
+                    "MigrationSucceeded",
+                    &message,
+                    generation,
+                );
+                set_condition(
+                    status,
+                    SUCCEEDED,
+                    true,
+                    "MigrationSucceeded",
+                    &message,
+                    generation,
+                );
+            },
+        )
         .await?;
         self.shared
             .metrics
@@ -430,6 +453,7 @@ impl Runner {
         write_progress(
             &self.shared.migrations,
             &self.name,
+            &self.guard,
             progress,
             resource_version,
         )
@@ -518,10 +542,15 @@ impl Runner {
     /// Records the failure (Failed=True, Running=False) and says so in an event.
     async fn fail(&self, reason: &'static str, message: String) -> Outcome {
         tracing::warn!(migration = %self.name, reason, %message, "migration failed");
-        let written = write_status(&self.shared.migrations, &self.name, |status, generation| {
-            set_condition(status, RUNNING, false, reason, &message, generation);
-            set_condition(status, FAILED, true, reason, &message, generation);
-        })
+        let written = write_status(
+            &self.shared.migrations,
+            &self.name,
+            &self.guard,
+            |status, generation| {
+                set_condition(status, RUNNING, false, reason, &message, generation);
+                set_condition(status, FAILED, true, reason, &message, generation);
+            },
+        )
         .await;
         match written {
             Ok(stored) => {
@@ -538,6 +567,7 @@ impl Runner {
                 Outcome::Finished
             }
             Err(StatusWriteError::Gone | StatusWriteError::Deposed(_)) => Outcome::Stopped,
+            Err(StatusWriteError::Yielded(foreign)) => Outcome::Yielded(foreign),
             Err(err) => Outcome::RetryLater(err.to_string()),
         }
     }

@@ -1,12 +1,17 @@
-//! Writing a migration's status through the registry (so validation, resourceVersion and watch
-//! events stay one code path), under the leadership term's fence: a read-modify-write that
-//! survives concurrent edits, and never moves progress backwards.
+//! Writing a migration's status through its source (the registry, so validation,
+//! resourceVersion and watch events stay one code path, under the leadership term's fence; or
+//! the cluster's built-in API): a read-modify-write that survives concurrent edits, never moves
+//! progress backwards, and stops — writing nothing — the moment another migrator has written
+//! the status (see [`crate::apimode::guard`]).
 
-use crate::api::migration::MigrationStrategy;
+use std::sync::Mutex;
+
+use super::source::Source;
 use crate::api::migration::{
     MigrationCondition, MigrationProgress, MigrationStatus, StorageVersionMigration,
 };
-use crate::registry::{ApiError, Guarded};
+use crate::apimode::guard::{ForeignWrite, StatusGuard};
+use crate::registry::ApiError;
 
 /// The migrator's name in `metadata.managedFields`: it owns the status fields it writes
 /// (conditions, progress) and takes nothing a user applied.
@@ -18,6 +23,9 @@ pub enum StatusWriteError {
     /// The migration is gone (deleted): stop working on it.
     #[error("the migration was deleted")]
     Gone,
+    /// Another migrator wrote the status: nothing was written; ours leaves the migration to it.
+    #[error("another migrator works on this migration: {0}")]
+    Yielded(ForeignWrite),
     /// This replica's leadership term is over: nothing was written; the controllers stop.
     #[error("{0}")]
     Deposed(String),
@@ -31,13 +39,16 @@ pub enum StatusWriteError {
 
 /// Applies `change` to the stored status of `name` and writes it with `/status` semantics,
 /// retrying on conflicts (someone labelled the object meanwhile): every attempt re-reads the
-/// object and applies `change` to what is stored then. Returns the stored object.
+/// object and applies `change` to what is stored then. Returns the stored object. `guard`
+/// holds what this run last wrote: a status someone else wrote since is
+/// [`StatusWriteError::Yielded`], and nothing is written.
 pub async fn write_status(
-    store: &Guarded<MigrationStrategy>,
+    source: &Source,
     name: &str,
+    guard: &Mutex<StatusGuard>,
     change: impl Fn(&mut MigrationStatus, Option<i64>),
 ) -> Result<StorageVersionMigration, StatusWriteError> {
-    write_status_checked(store, name, |status, generation| {
+    write_status_checked(source, name, guard, |status, generation| {
         change(status, generation);
         Ok(())
     })
@@ -49,12 +60,13 @@ pub async fn write_status(
 /// `progress` (another run got further), nothing is written and the answer is
 /// [`StatusWriteError::Behind`]. A conflict retry checks again against what it re-reads.
 pub async fn write_progress(
-    store: &Guarded<MigrationStrategy>,
+    source: &Source,
     name: &str,
+    guard: &Mutex<StatusGuard>,
     progress: &MigrationProgress,
     resource_version: &str,
 ) -> Result<StorageVersionMigration, StatusWriteError> {
-    write_status_checked(store, name, |status, _| {
+    write_status_checked(source, name, guard, |status, _| {
         let stored = status.progress.as_ref().map_or(0, |p| p.migrated_objects);
         if stored > progress.migrated_objects {
             return Err(StatusWriteError::Behind {
@@ -73,29 +85,49 @@ pub async fn write_progress(
 
 /// [`write_status`] with a `change` that may refuse (nothing is written then).
 async fn write_status_checked(
-    store: &Guarded<MigrationStrategy>,
+    source: &Source,
     name: &str,
+    guard: &Mutex<StatusGuard>,
     change: impl Fn(&mut MigrationStatus, Option<i64>) -> Result<(), StatusWriteError>,
 ) -> Result<StorageVersionMigration, StatusWriteError> {
     let mut attempts = 0;
     loop {
         attempts += 1;
-        let Some(current) = store.get(name).await? else {
+        let Some(current) = source.get(name).await? else {
             return Err(StatusWriteError::Gone);
         };
+        if let Some(foreign) = check(guard, &current) {
+            return Err(StatusWriteError::Yielded(foreign));
+        }
         let mut updated = current.clone();
         change(&mut updated.status, current.metadata.generation)?;
         if updated == current {
             return Ok(current);
         }
-        match store.update_status(updated).await {
-            Ok(stored) => return Ok(stored),
+        match source.update_status(updated).await {
+            Ok(stored) => {
+                if let Ok(mut guard) = guard.lock() {
+                    guard.wrote(&stored.status);
+                }
+                return Ok(stored);
+            }
             Err(ApiError::Conflict { .. }) if attempts < 10 => continue,
             Err(ApiError::NotFound { .. }) => return Err(StatusWriteError::Gone),
             Err(ApiError::Fenced(message)) => return Err(StatusWriteError::Deposed(message)),
             Err(err) => return Err(err.into()),
         }
     }
+}
+
+/// Another migrator's write on `migration`, by the guard.
+pub fn check(
+    guard: &Mutex<StatusGuard>,
+    migration: &StorageVersionMigration,
+) -> Option<ForeignWrite> {
+    guard
+        .lock()
+        .ok()
+        .and_then(|guard| guard.check(&migration.metadata, &migration.status))
 }
 
 /// Sets condition `type_` (metav1.Condition semantics: lastTransitionTime moves only when the
@@ -170,8 +202,8 @@ mod tests {
     async fn progress_never_moves_backwards_and_a_stale_write_changes_nothing() {
         use std::sync::Arc;
 
-        use crate::api::migration::{GroupVersionResource, MigrationSpec};
-        use crate::registry::{Fence, Store};
+        use crate::api::migration::{GroupVersionResource, MigrationSpec, MigrationStrategy};
+        use crate::registry::{Fence, Guarded, Store};
         use crate::storage::Storage;
         use crate::storage::embedded::EmbeddedStorage;
 
@@ -199,12 +231,14 @@ mod tests {
             migrated_through: through.into(),
             ..Default::default()
         };
-        let written = write_progress(&guarded, "m", &at(500, "ns/b"), "42")
+        let source = Source::Ours(guarded.clone());
+        let run = || Mutex::new(StatusGuard::default());
+        let written = write_progress(&source, "m", &run(), &at(500, "ns/b"), "42")
             .await
             .expect("forward");
         assert_eq!(written.status.resource_version, "42");
         // Another run (a deposed leader's, or a stale one) is behind: refused, nothing written.
-        let stale = write_progress(&guarded, "m", &at(200, "ns/a"), "42").await;
+        let stale = write_progress(&source, "m", &run(), &at(200, "ns/a"), "42").await;
         assert!(
             matches!(
                 stale,
@@ -229,7 +263,7 @@ mod tests {
             Some("ns/b")
         );
         // Equal or ahead is written.
-        write_progress(&guarded, "m", &at(700, "ns/c"), "42")
+        write_progress(&source, "m", &run(), &at(700, "ns/c"), "42")
             .await
             .expect("forward again");
     }
@@ -240,5 +274,75 @@ mod tests {
         let cut = bounded_message(message);
         assert!(cut.len() <= 4096 + "…".len());
         assert!(cut.ends_with('…'));
+    }
+
+    #[tokio::test]
+    async fn a_status_another_migrator_wrote_stops_ours_and_nothing_more_is_written() {
+        use std::sync::Arc;
+
+        use crate::api::migration::{MigrationStrategy, RUNNING};
+        use crate::registry::Store;
+        use crate::storage::Storage;
+        use crate::storage::embedded::EmbeddedStorage;
+
+        let storage: Arc<dyn Storage> = Arc::new(EmbeddedStorage::in_memory());
+        let store = Arc::new(Store::new(MigrationStrategy, storage.clone(), "/p"));
+        let mut migration = StorageVersionMigration::default();
+        migration.metadata.name = Some("m".into());
+        migration.spec.resource.resource = "secrets".into();
+        store.create(migration).await.expect("create");
+        let fence =
+            crate::registry::Fence::unfenced(storage, tokio_util::sync::CancellationToken::new());
+        let source = Source::Ours(
+            crate::registry::Guarded::new(store.clone(), fence).managed_by(FIELD_MANAGER),
+        );
+        let guard = Mutex::new(StatusGuard::default());
+        write_status(&source, "m", &guard, |status, generation| {
+            set_condition(status, RUNNING, true, "MigrationStarted", "", generation);
+        })
+        .await
+        .expect("our first write");
+        // kube-controller-manager, reaching our API through the aggregator, writes the status
+        // as its typed client does (no `progress`: its Go type has none).
+        let mut theirs = store.get("m").await.expect("get").expect("m");
+        set_condition(
+            &mut theirs.status,
+            RUNNING,
+            true,
+            "StorageVersionMigrationInProgress",
+            "",
+            None,
+        );
+        let theirs = store
+            .managed_by("kube-controller-manager")
+            .update_status(theirs)
+            .await
+            .expect("their write");
+        let err = write_status(&source, "m", &guard, |status, _| {
+            status.resource_version = "42".into();
+        })
+        .await
+        .expect_err("ours stops");
+        let StatusWriteError::Yielded(foreign) = err else {
+            panic!("{err:?}")
+        };
+        assert_eq!(foreign.manager.as_deref(), Some("kube-controller-manager"));
+        let stored = store.get("m").await.expect("get").expect("m");
+        assert_eq!(
+            stored.metadata.resource_version, theirs.metadata.resource_version,
+            "nothing written after theirs"
+        );
+        // A new run (a restart, another replica) sees it before writing anything.
+        assert!(check(&Mutex::new(StatusGuard::default()), &stored).is_some());
+    }
+
+    #[tokio::test]
+    async fn a_status_changed_behind_our_back_is_noticed_without_managed_fields() {
+        let guard = Mutex::new(StatusGuard::default());
+        let mut migration = StorageVersionMigration::default();
+        assert_eq!(check(&guard, &migration), None);
+        guard.lock().expect("guard").wrote(&migration.status);
+        migration.status.resource_version = "7".into();
+        assert!(check(&guard, &migration).is_some());
     }
 }

@@ -35,7 +35,7 @@ use tower_http::trace::TraceLayer;
 
 pub use certs::{DevCerts, ensure_dev_certs, write_kubeconfig};
 pub use connection::{ConnectionControl, ConnectionLimits};
-pub use discovery::storage_version_hash;
+pub use discovery::{compare_kube_versions, storage_version_hash};
 pub use inflight::InflightLimits;
 pub use listener::{PeerCertificates, Serving, bind, serve};
 pub use metrics::Metrics;

@@ -206,8 +206,8 @@ pub async fn openapi_v3_doc(
         }
         Some(hash) if !hash.is_empty() => {
             let mut response = finish(etagged(&headers, &uri, &doc.doc, &etag));
-            let expires = (chrono::Utc::now() + chrono::Duration::days(365))
-                .format("%a, %d %b %Y %H:%M:%S GMT")
+            let expires = (jiff::Timestamp::now() + jiff::SignedDuration::from_hours(24 * 365))
+                .strftime("%a, %d %b %Y %H:%M:%S GMT")
                 .to_string();
             let h = response.headers_mut();
             h.insert(

@@ -1,4 +1,5 @@
-//! Which kube-apiserver instances the trigger has accounted for (DESIGN.md §5.3).
+//! Which kube-apiserver instances the trigger has accounted for (docs/design.md, "The trigger and
+//! StorageStates").
 //!
 //! Each kube-apiserver process holds an identity lease in `kube-system` (recording 12): the
 //! name comes from its hostname, `spec.holderIdentity` is new for every process, and a
@@ -53,10 +54,6 @@ pub struct Instances {
     unvouched: Vec<String>,
 }
 
-fn now_text() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-}
-
 impl Instances {
     /// A lease added or changed. Returns whether a new instance appeared (look again).
     pub fn applied(&mut self, name: &str, holder: &str) -> bool {
@@ -80,7 +77,7 @@ impl Instances {
             name.to_string(),
             Instance {
                 holder: holder.to_string(),
-                first_seen: now_text(),
+                first_seen: crate::registry::now_text(),
                 accounted: self.encodings_watched,
                 renewals_since_look: None,
             },
@@ -226,7 +223,7 @@ impl Instances {
     /// The record of what is vouched for now.
     pub fn record(&self) -> ObserverRecord {
         ObserverRecord {
-            last_vouched: now_text(),
+            last_vouched: crate::registry::now_text(),
             instances: self
                 .live
                 .iter()

@@ -1,4 +1,4 @@
-//! Discovery, cheap and frequent (DESIGN.md §5.1).
+//! Discovery, cheap and frequent (docs/design.md, "The trigger and StorageStates").
 //!
 //! - A *poll* asks `/api` and `/apis` for aggregated discovery (v2) with `If-None-Match`: an
 //!   unchanged cluster costs two empty 304s (recordings 02a, 02b). Aggregated discovery carries

@@ -1,5 +1,6 @@
-//! The storage-version-hash history in etcd (DESIGN.md §4), read back on start and written by
-//! the trigger only, each entry in the same transaction as the StorageState change it causes:
+//! The storage-version-hash history in etcd (docs/design.md, "The hash history"), read back on
+//! start and written by the trigger only, each entry in the same transaction as the StorageState
+//! change it causes:
 //!
 //! - `<prefix>/hashhistory/<group>/<resource>/<seq>`: one JSON [`HistoryEntry`] per observed
 //!   change, `<group>` being `core` for the core group (as the StorageVersion API names it) and
@@ -108,10 +109,6 @@ fn group_segment(group: &str) -> &str {
     if group.is_empty() { "core" } else { group }
 }
 
-fn now_text() -> String {
-    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
-}
-
 impl HashHistory {
     pub fn new(storage: Arc<dyn Storage>, root_prefix: &str) -> Self {
         Self {
@@ -200,7 +197,7 @@ impl HashHistory {
         entries: &[NewEntry],
     ) -> (Vec<Record>, Vec<HistoryEntry>) {
         let prefix = self.resource_prefix(group, resource);
-        let time = now_text();
+        let time = crate::registry::now_text();
         let mut ops = Vec::with_capacity(entries.len());
         let mut stored = Vec::with_capacity(entries.len());
         for (i, entry) in entries.iter().enumerate() {

@@ -1,5 +1,6 @@
-//! The trigger (DESIGN.md §5): keeps one StorageState per resource true and creates the
-//! migrations that make it safe again, never missing a storage-version change.
+//! The trigger (docs/design.md, "The trigger and StorageStates"): keeps one StorageState per
+//! resource true and creates the migrations that make it safe again, never missing a
+//! storage-version change.
 //!
 //! - **Observe.** Aggregated discovery polled every `--discovery-interval` with
 //!   `If-None-Match` (an idle cluster costs two 304s); a watch on CRDs (a storage move is exact
@@ -24,6 +25,7 @@ pub mod apiservers;
 pub mod discovery;
 pub mod history;
 pub mod metrics;
+pub mod migrations;
 pub mod plan;
 mod reconcile;
 pub mod watches;
@@ -32,7 +34,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::apiserverinternal::v1alpha1::StorageVersion;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -40,8 +41,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
-use crate::api::migration::MigrationStrategy;
 use crate::api::storage_version_hash;
 use crate::api::storagestate::StorageStateStrategy;
 use crate::cluster::ClusterClient;
@@ -52,6 +53,7 @@ use apiservers::Instances;
 use discovery::{Discovery, Look};
 use history::{HashHistory, Source};
 use metrics::{ResultLabel, TriggerMetrics};
+pub use migrations::Migrations;
 use plan::{Encoding, Observed, View};
 use watches::{Signal, Update};
 
@@ -69,6 +71,9 @@ pub struct Settings {
     pub vouch_window: Duration,
     /// `(group, resource)` never tracked.
     pub ignored: Vec<(String, String)>,
+    /// Groups served by this server (its objects are in its own store, not the cluster's):
+    /// never tracked. Upstream's group is ours only in owner mode.
+    pub own_groups: Vec<String>,
 }
 
 impl Default for Settings {
@@ -78,6 +83,7 @@ impl Default for Settings {
             heartbeat_interval: Duration::from_secs(300),
             vouch_window: Duration::from_secs(3600),
             ignored: parse_resources("events,events.events.k8s.io"),
+            own_groups: vec![crate::api::GROUP.into(), crate::api::PROJECT.name.into()],
         }
     }
 }
@@ -155,7 +161,7 @@ struct World {
     need_look: bool,
     /// When the earliest change not yet reconciled happened in the cluster, as the cluster
     /// stamped it (for the detection-lag metric).
-    changed_at: Option<chrono::DateTime<chrono::Utc>>,
+    changed_at: Option<jiff::Timestamp>,
 }
 
 /// `<group>.<resource>` (`core.<resource>`) → `(group, resource)`.
@@ -168,12 +174,12 @@ fn storage_version_resource(name: &str) -> Option<(String, String)> {
 /// The time of an object's newest write, as kube-apiserver stamps it in `managedFields`.
 fn last_written(
     meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-) -> Option<chrono::DateTime<chrono::Utc>> {
+) -> Option<jiff::Timestamp> {
     meta.managed_fields
         .as_deref()?
         .iter()
         .filter_map(|f| f.time.as_ref())
-        .filter_map(|t| chrono::DateTime::from_timestamp(t.0.as_second(), 0))
+        .map(|t| t.0)
         .max()
 }
 
@@ -185,7 +191,7 @@ fn version_of(encoding_version: &str) -> &str {
 
 impl World {
     /// Remembers that something changed at `at` (the earliest wins until reconciled).
-    fn changed(&mut self, at: Option<chrono::DateTime<chrono::Utc>>) {
+    fn changed(&mut self, at: Option<jiff::Timestamp>) {
         if let Some(at) = at {
             self.changed_at = Some(self.changed_at.map_or(at, |t| t.min(at)));
         }
@@ -234,7 +240,7 @@ impl World {
                 continue;
             };
             if out.contains_key(key)
-                || found.group == crate::api::GROUP
+                || settings.own_groups.contains(&found.group)
                 || settings.ignored.contains(key)
                 || !["list", "patch"]
                     .iter()
@@ -361,7 +367,7 @@ impl World {
                             .spec
                             .as_ref()
                             .and_then(|s| s.renew_time.as_ref())
-                            .and_then(|t| chrono::DateTime::from_timestamp(t.0.as_second(), 0)),
+                            .map(|t| t.0),
                     );
                     tracing::info!(apiserver = %name, instance = %holder, "a kube-apiserver instance started; looking again");
                     self.need_look = true;
@@ -434,6 +440,11 @@ impl World {
         }
     }
 
+    /// Whether the last look found the StorageVersion API served.
+    fn serves_storage_versions(&self) -> bool {
+        self.look.as_ref().is_some_and(|l| l.storage_version_api)
+    }
+
     fn on_signal(&mut self, signal: Signal) {
         match signal {
             Signal::Crd(update) => self.on_crd(*update),
@@ -447,7 +458,7 @@ impl World {
 pub struct Trigger {
     cluster: ClusterClient,
     states: Guarded<StorageStateStrategy>,
-    migrations: Guarded<MigrationStrategy>,
+    migrations: Migrations,
     history: HashHistory,
     settings: Settings,
     metrics: TriggerMetrics,
@@ -467,7 +478,7 @@ impl Trigger {
     pub fn new(
         cluster: ClusterClient,
         states: Guarded<StorageStateStrategy>,
-        migrations: Guarded<MigrationStrategy>,
+        migrations: Migrations,
         storage: Arc<dyn Storage>,
         prefix: &str,
         settings: Settings,
@@ -483,101 +494,123 @@ impl Trigger {
         }
     }
 
-    /// Runs until `shutdown` fires.
+    /// Runs until `shutdown` fires: starts (what was recorded, the first lists, the first
+    /// look), then keeps every StorageState true.
     pub async fn run(self, shutdown: CancellationToken) {
-        let (signals_tx, mut signals) = mpsc::channel::<Signal>(1024);
-        let (local_tx, mut local) = mpsc::channel::<()>(16);
-        let mut tasks: Vec<JoinHandle<()>> = vec![
+        let mut inputs = self.open_inputs();
+        let mut term = Term {
+            world: World::default(),
+            discovery: Discovery::new(self.cluster.clone()),
+            reconciler: reconcile::Reconciler::new(&self),
+        };
+        if self
+            .start(&mut inputs, &mut term, &shutdown)
+            .await
+            .is_some()
+        {
+            self.keep_states_true(&mut inputs, &mut term, &shutdown)
+                .await;
+        }
+        inputs.stop();
+    }
+
+    /// The watches feeding the trigger, and its own objects' changes.
+    fn open_inputs(&self) -> Inputs {
+        let (signals_tx, signals) = mpsc::channel::<Signal>(1024);
+        let (local_tx, local) = mpsc::channel::<()>(16);
+        let tasks = vec![
             watches::watch_crds(self.cluster.kube().clone(), signals_tx.clone()),
             watches::watch_identity_leases(self.cluster.kube().clone(), signals_tx.clone()),
-            tokio::spawn(watch_migrations(self.migrations.clone(), local_tx)),
+            self.migrations.wake_on_changes(local_tx),
         ];
-        let mut world = World::default();
-        let mut discovery = Discovery::new(self.cluster.clone());
-        let mut reconciler = reconcile::Reconciler::new(&self);
+        Inputs {
+            signals_tx,
+            signals,
+            local,
+            tasks,
+            storage_versions: None,
+        }
+    }
 
-        // Start: what was recorded, the first lists, the first look.
-        let Some(recorded) = self.read_records(&shutdown).await else {
-            stop(tasks);
-            return;
-        };
-        let ran_before = !recorded.0.is_empty();
-        reconciler.set_last_entries(recorded.0);
-        let mut answered = (false, false);
-        let deadline = Instant::now() + FIRST_LIST_WAIT;
-        while !(answered.0 && answered.1) {
-            tokio::select! {
-                _ = shutdown.cancelled() => { stop(tasks); return; }
-                _ = tokio::time::sleep_until(deadline) => {
-                    tracing::warn!(crds = answered.0, leases = answered.1, "going on without every watch's first list");
-                    break;
-                }
-                Some(signal) = signals.recv() => {
-                    match &signal {
-                        Signal::Crd(update) if matches!(**update, Update::Relisted(_) | Update::Failed(_)) => answered.0 = true,
-                        Signal::Lease(Update::Relisted(_) | Update::Failed(_)) => answered.1 = true,
-                        _ => {}
-                    }
-                    world.on_signal(signal);
-                }
-            }
+    /// What was recorded, the watches' first lists, the first complete look and what it says
+    /// of the apiserver instances. `None`: shut down meanwhile.
+    async fn start(
+        &self,
+        inputs: &mut Inputs,
+        term: &mut Term,
+        shutdown: &CancellationToken,
+    ) -> Option<()> {
+        let (entries, record) = self.read_records(shutdown).await?;
+        let ran_before = !entries.is_empty();
+        term.reconciler.set_last_entries(entries);
+        wait_for_first_lists(inputs, &mut term.world, shutdown).await?;
+        self.first_look(term, shutdown).await?;
+        if term.world.serves_storage_versions() {
+            inputs.watch_storage_versions(self.cluster.kube());
+            wait_for_storage_versions(inputs, &mut term.world, shutdown).await?;
         }
-        let mut storage_version_watch: Option<JoinHandle<()>> = None;
-        loop {
-            if self.look(&mut world, &mut discovery, true).await {
-                break;
-            }
-            tokio::select! {
-                _ = shutdown.cancelled() => { stop(tasks); return; }
-                _ = tokio::time::sleep(self.settings.discovery_interval.min(Duration::from_secs(5))) => {}
-            }
-        }
-        if world.look.as_ref().is_some_and(|l| l.storage_version_api) {
-            storage_version_watch = Some(watches::watch_storage_versions(
-                self.cluster.kube().clone(),
-                signals_tx.clone(),
-            ));
-            let deadline = Instant::now() + FIRST_LIST_WAIT;
-            while !world.storage_versions_synced {
-                tokio::select! {
-                    _ = shutdown.cancelled() => { stop(tasks); return; }
-                    _ = tokio::time::sleep_until(deadline) => break,
-                    Some(signal) = signals.recv() => {
-                        let failed = matches!(signal, Signal::StorageVersion(Update::Failed(_)));
-                        world.on_signal(signal);
-                        if failed { break; }
-                    }
-                }
-            }
-        }
-        if recorded.1.is_none() && ran_before {
-            // A history but no record: the last term never had every instance accounted for
-            // (no lease watch, or it stopped first), so its absence cannot be vouched for.
-            world.instances.unvouched(
-                "the trigger has no record of the apiserver instances it last vouched for".into(),
-            );
-        }
-        if let Some(record) = recorded.1 {
-            let away = chrono::DateTime::parse_from_rfc3339(&record.last_vouched)
-                .ok()
-                .and_then(|t| {
-                    (chrono::Utc::now() - t.with_timezone(&chrono::Utc))
-                        .to_std()
-                        .ok()
-                        .or(Some(Duration::ZERO))
-                });
-            world
-                .instances
-                .compare_with_record(&record, away, self.settings.vouch_window);
-        }
+        self.account_for_apiservers(&mut term.world, record, ran_before);
         tracing::info!(
-            resources = world.observe(&self.settings).len(),
-            crds = world.crds.len(),
-            apiservers = ?world.instances.sole(),
-            storage_version_api = world.storage_versions_synced,
+            resources = term.world.observe(&self.settings).len(),
+            crds = term.world.crds.len(),
+            apiservers = ?term.world.instances.sole(),
+            storage_version_api = term.world.storage_versions_synced,
             "trigger started"
         );
+        Some(())
+    }
 
+    /// Looks until one look succeeds. `None`: shut down meanwhile.
+    async fn first_look(&self, term: &mut Term, shutdown: &CancellationToken) -> Option<()> {
+        let pause = self.settings.discovery_interval.min(Duration::from_secs(5));
+        while !self.look(&mut term.world, &mut term.discovery, true).await {
+            tokio::select! {
+                _ = shutdown.cancelled() => return None,
+                _ = tokio::time::sleep(pause) => {}
+            }
+        }
+        Some(())
+    }
+
+    /// Compares the instances seen now with the ones the last term vouched for.
+    fn account_for_apiservers(
+        &self,
+        world: &mut World,
+        record: Option<history::ObserverRecord>,
+        ran_before: bool,
+    ) {
+        let Some(record) = record else {
+            if ran_before {
+                // A history but no record: the last term never had every instance accounted
+                // for (no lease watch, or it stopped first), so its absence cannot be vouched for.
+                world.instances.unvouched(
+                    "the trigger has no record of the apiserver instances it last vouched for"
+                        .into(),
+                );
+            }
+            return;
+        };
+        // A record from the future (clock skew) counts as no time away.
+        let away = record
+            .last_vouched
+            .parse::<jiff::Timestamp>()
+            .ok()
+            .map(|t| {
+                Duration::try_from(jiff::Timestamp::now().duration_since(t)).unwrap_or_default()
+            });
+        world
+            .instances
+            .compare_with_record(&record, away, self.settings.vouch_window);
+    }
+
+    /// The steady state: a pass whenever something changed (a watch, our own objects, a
+    /// discovery poll), retried each second while a pass left work unfinished.
+    async fn keep_states_true(
+        &self,
+        inputs: &mut Inputs,
+        term: &mut Term,
+        shutdown: &CancellationToken,
+    ) {
         let mut poll = tokio::time::interval(self.settings.discovery_interval);
         poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         poll.tick().await;
@@ -586,60 +619,65 @@ impl Trigger {
         retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut dirty = true;
         // The last poll that found discovery unchanged: a change a poll sees happened after it.
-        let mut last_poll = chrono::Utc::now();
+        let mut last_poll = jiff::Timestamp::now();
         loop {
-            if world.need_look {
-                self.look(&mut world, &mut discovery, false).await;
+            if term.world.need_look {
+                self.look(&mut term.world, &mut term.discovery, false).await;
                 dirty = true;
             }
-            if world.look.as_ref().is_some_and(|l| l.storage_version_api)
-                && storage_version_watch.is_none()
-            {
-                storage_version_watch = Some(watches::watch_storage_versions(
-                    self.cluster.kube().clone(),
-                    signals_tx.clone(),
-                ));
+            if term.world.serves_storage_versions() && inputs.storage_versions.is_none() {
+                inputs.watch_storage_versions(self.cluster.kube());
             }
             if dirty {
-                dirty = !reconciler.reconcile(&mut world).await;
+                dirty = !self.pass(term).await;
             }
             tokio::select! {
-                _ = shutdown.cancelled() => break,
-                Some(signal) = signals.recv() => {
-                    world.on_signal(signal);
+                _ = shutdown.cancelled() => return,
+                Some(signal) = inputs.signals.recv() => {
+                    term.world.on_signal(signal);
                     // Take whatever else is queued before acting on it.
-                    while let Ok(signal) = signals.try_recv() {
-                        world.on_signal(signal);
+                    while let Ok(signal) = inputs.signals.try_recv() {
+                        term.world.on_signal(signal);
                     }
                     dirty = true;
                 }
-                Some(()) = local.recv() => {
-                    while local.try_recv().is_ok() {}
+                Some(()) = inputs.local.recv() => {
+                    while inputs.local.try_recv().is_ok() {}
                     dirty = true;
                 }
                 _ = poll.tick() => {
-                    match discovery.poll().await {
-                        Ok(changed) => {
-                            if changed {
-                                world.changed(Some(last_poll));
-                            }
-                            if changed || !world.leases_synced {
-                                world.need_look = true;
-                            }
-                            last_poll = chrono::Utc::now();
-                        }
-                        Err(err) => tracing::warn!(error = %err, "discovery poll failed"),
-                    }
-                    self.count_discovery(&mut discovery);
+                    self.poll_discovery(term, &mut last_poll).await;
                     dirty = true;
                 }
                 _ = retry.tick(), if dirty => {}
             }
         }
-        if let Some(task) = storage_version_watch {
-            tasks.push(task);
+    }
+
+    /// One reconcile pass, in its own span. Returns whether it finished everything.
+    async fn pass(&self, term: &mut Term) -> bool {
+        let span = tracing::debug_span!("trigger pass", crds = term.world.crds.len());
+        term.reconciler
+            .reconcile(&mut term.world)
+            .instrument(span)
+            .await
+    }
+
+    /// The periodic discovery poll: a change asks for a look, dated after the last quiet poll.
+    async fn poll_discovery(&self, term: &mut Term, last_poll: &mut jiff::Timestamp) {
+        match term.discovery.poll().await {
+            Ok(changed) => {
+                if changed {
+                    term.world.changed(Some(*last_poll));
+                }
+                if changed || !term.world.leases_synced {
+                    term.world.need_look = true;
+                }
+                *last_poll = jiff::Timestamp::now();
+            }
+            Err(err) => tracing::warn!(error = %err, "discovery poll failed"),
         }
-        stop(tasks);
+        self.count_discovery(&mut term.discovery);
     }
 
     /// The hash history and the observer record, retried until storage answers.
@@ -722,38 +760,92 @@ impl Trigger {
     }
 }
 
-fn stop(tasks: Vec<JoinHandle<()>>) {
-    for task in tasks {
-        task.abort();
+/// What one term of the trigger works on.
+struct Term {
+    world: World,
+    discovery: Discovery,
+    reconciler: reconcile::Reconciler,
+}
+
+/// The channels a term listens on and the tasks feeding them.
+struct Inputs {
+    signals_tx: mpsc::Sender<Signal>,
+    signals: mpsc::Receiver<Signal>,
+    /// Our own migrations changed.
+    local: mpsc::Receiver<()>,
+    tasks: Vec<JoinHandle<()>>,
+    /// Started once discovery shows the StorageVersion API.
+    storage_versions: Option<JoinHandle<()>>,
+}
+
+impl Inputs {
+    fn watch_storage_versions(&mut self, kube: &kube::Client) {
+        self.storage_versions = Some(watches::watch_storage_versions(
+            kube.clone(),
+            self.signals_tx.clone(),
+        ));
+    }
+
+    fn stop(mut self) {
+        self.tasks.extend(self.storage_versions.take());
+        stop(self.tasks);
     }
 }
 
-/// Wakes the trigger on every change of a migration (a success narrows persisted hashes at
-/// once), relisting after a gap.
-async fn watch_migrations(migrations: Guarded<MigrationStrategy>, wake: mpsc::Sender<()>) {
-    loop {
-        let Ok((_, revision)) = migrations.list_all().await else {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            continue;
-        };
-        if wake.send(()).await.is_err() {
-            return;
-        }
-        let Ok(mut changes) = migrations.watch(revision).await else {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            continue;
-        };
-        while let Some(change) = changes.next().await {
-            match change {
-                Ok(crate::registry::store::StoreEvent::Progress(_)) => {}
-                Ok(_) => {
-                    if wake.send(()).await.is_err() {
-                        return;
-                    }
+/// Waits (at most [`FIRST_LIST_WAIT`]) for the CRD and lease watches' first lists, so the
+/// first look sees the cluster as it is. `None`: shut down meanwhile.
+async fn wait_for_first_lists(
+    inputs: &mut Inputs,
+    world: &mut World,
+    shutdown: &CancellationToken,
+) -> Option<()> {
+    let (mut crds, mut leases) = (false, false);
+    let deadline = Instant::now() + FIRST_LIST_WAIT;
+    while !(crds && leases) {
+        tokio::select! {
+            _ = shutdown.cancelled() => return None,
+            _ = tokio::time::sleep_until(deadline) => {
+                tracing::warn!(crds, leases, "going on without every watch's first list");
+                break;
+            }
+            Some(signal) = inputs.signals.recv() => {
+                match &signal {
+                    Signal::Crd(update) if matches!(**update, Update::Relisted(_) | Update::Failed(_)) => crds = true,
+                    Signal::Lease(Update::Relisted(_) | Update::Failed(_)) => leases = true,
+                    _ => {}
                 }
-                Err(_) => break,
+                world.on_signal(signal);
             }
         }
+    }
+    Some(())
+}
+
+/// Waits (at most [`FIRST_LIST_WAIT`]) for the StorageVersion watch's first list, or its
+/// failure. `None`: shut down meanwhile.
+async fn wait_for_storage_versions(
+    inputs: &mut Inputs,
+    world: &mut World,
+    shutdown: &CancellationToken,
+) -> Option<()> {
+    let deadline = Instant::now() + FIRST_LIST_WAIT;
+    while !world.storage_versions_synced {
+        tokio::select! {
+            _ = shutdown.cancelled() => return None,
+            _ = tokio::time::sleep_until(deadline) => break,
+            Some(signal) = inputs.signals.recv() => {
+                let failed = matches!(signal, Signal::StorageVersion(Update::Failed(_)));
+                world.on_signal(signal);
+                if failed { break; }
+            }
+        }
+    }
+    Some(())
+}
+
+fn stop(tasks: Vec<JoinHandle<()>>) {
+    for task in tasks {
+        task.abort();
     }
 }
 

@@ -1,5 +1,5 @@
 //! The trigger's decisions, as pure functions of what is recorded and what is observed
-//! (DESIGN.md §5), so every rule is tested without a cluster:
+//! (docs/design.md, "The trigger and StorageStates"), so every rule is tested without a cluster:
 //!
 //! - [`plan_state`]: which hashes to append to the history and what the StorageState's status
 //!   becomes. Every change of the observed hash is appended; apiservers that disagree record

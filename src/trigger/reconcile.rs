@@ -11,9 +11,7 @@ use kube::Api;
 use kube::api::PostParams;
 use tokio::time::Instant;
 
-use crate::api::migration::{
-    GroupVersionResource, MigrationSpec, MigrationStrategy, StorageVersionMigration,
-};
+use crate::api::migration::{GroupVersionResource, MigrationSpec, StorageVersionMigration};
 use crate::api::storagestate::{
     GroupResource, StorageState, StorageStateSpec, StorageStateStatus, StorageStateStrategy,
     UNKNOWN_HASH,
@@ -26,9 +24,9 @@ use super::history::{HashHistory, HistoryEntry, ObserverRecord, Source};
 use super::metrics::{SourceLabel, StorageStateLabel, TriggerMetrics};
 use super::plan::{
     HASH_ANNOTATION, HISTORY_SEQ_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL, Observed,
-    OwnedMigration, plan_migrations, plan_state,
+    OwnedMigration, StatePlan, plan_migrations, plan_state,
 };
-use super::{CrdInfo, Settings, Trigger, World};
+use super::{CrdInfo, Migrations, Settings, Trigger, World};
 
 /// The newest history entry of a resource, as the reconciler needs it.
 #[derive(Clone, Copy, Debug, Default)]
@@ -42,9 +40,11 @@ impl LastEntry {
     pub(super) fn of(entry: Option<&HistoryEntry>) -> Self {
         entry.map_or_else(Self::default, |e| Self {
             seq: e.seq,
-            time: chrono::DateTime::parse_from_rfc3339(&e.time)
+            time: e
+                .time
+                .parse::<jiff::Timestamp>()
                 .ok()
-                .map(|t| t.timestamp()),
+                .map(|t| t.as_second()),
         })
     }
 }
@@ -52,7 +52,7 @@ impl LastEntry {
 pub(super) struct Reconciler {
     cluster: ClusterClient,
     states: Guarded<StorageStateStrategy>,
-    migrations: Guarded<MigrationStrategy>,
+    migrations: Migrations,
     history: HashHistory,
     settings: Settings,
     metrics: TriggerMetrics,
@@ -63,7 +63,7 @@ pub(super) struct Reconciler {
     /// StorageStates not safe, and since when (Unix seconds), as published.
     unsafe_since: BTreeMap<String, i64>,
     /// The earliest unreconciled change in the cluster, during a pass.
-    pending_change: Option<chrono::DateTime<chrono::Utc>>,
+    pending_change: Option<jiff::Timestamp>,
     /// `Unknown` entries owed to built-in resources (reasons), until written.
     owed_unknown: BTreeMap<(String, String), Vec<String>>,
     /// When the observer record was last written, and what it said of the instances.
@@ -136,7 +136,7 @@ impl Reconciler {
                 self.last_change
                     .get(key)
                     .copied()
-                    .unwrap_or_else(|| chrono::Utc::now().timestamp())
+                    .unwrap_or_else(|| jiff::Timestamp::now().as_second())
             });
         self.metrics.unsafe_since.get_or_create(&label).set(since);
     }
@@ -148,7 +148,7 @@ impl Reconciler {
             .filter_map(|s| s.status.last_heartbeat_time.as_ref())
             .map(|t| t.0.as_second())
             .min()
-            .unwrap_or_else(|| chrono::Utc::now().timestamp());
+            .unwrap_or_else(|| jiff::Timestamp::now().as_second());
         self.metrics.oldest_heartbeat.set(oldest);
     }
 
@@ -175,7 +175,7 @@ impl Reconciler {
             self.states.list_all().await,
             self.migrations.list_all().await,
         ) {
-            (Ok((states, _)), Ok((migrations, _))) => (states, migrations),
+            (Ok((states, _)), Ok(migrations)) => (states, migrations),
             (Err(err), _) | (_, Err(err)) => {
                 tracing::warn!(error = %err, "reading StorageStates and migrations failed");
                 return false;
@@ -252,7 +252,8 @@ impl Reconciler {
         done
     }
 
-    /// Plans and applies one resource; returns its status as written.
+    /// Plans and applies one resource: its StorageState (with the history entries the change
+    /// makes), then its migrations. Returns the status as written.
     async fn reconcile_one(
         &mut self,
         observed: &Observed,
@@ -262,26 +263,41 @@ impl Reconciler {
         resync_crds: bool,
     ) -> Result<StorageStateStatus, ApiError> {
         let key = key_of(observed);
-        let name = StorageState::name_for(&observed.group, &observed.resource);
-        let owed = self.owed_unknown.get(&key).map(|reasons| {
-            let mut unique: Vec<&String> = Vec::new();
-            for r in reasons {
-                if !unique.contains(&r) {
-                    unique.push(r);
-                }
-            }
-            unique
-                .iter()
-                .map(|s| s.as_str())
-                .collect::<Vec<_>>()
-                .join("; ")
-        });
+        let owed = self.owed_reasons(&key);
         let plan = plan_state(
             state,
             observed,
             owed.as_deref(),
             resync_crds && crd.is_some(),
         );
+        let stored = self.write_state(observed, state, &plan).await?;
+        self.apply_migration_plan(observed, stored, migrations, crd)
+            .await
+    }
+
+    /// Why this resource's hash is owed as unknown, each reason once.
+    fn owed_reasons(&self, key: &(String, String)) -> Option<String> {
+        self.owed_unknown.get(key).map(|reasons| {
+            let mut unique: Vec<&str> = Vec::new();
+            for reason in reasons {
+                if !unique.contains(&reason.as_str()) {
+                    unique.push(reason);
+                }
+            }
+            unique.join("; ")
+        })
+    }
+
+    /// Writes the planned StorageState status (creating the object first if needed) and its
+    /// history entries in one transaction, when the plan changes it or a heartbeat is due.
+    async fn write_state(
+        &mut self,
+        observed: &Observed,
+        state: Option<&StorageState>,
+        plan: &StatePlan,
+    ) -> Result<StorageState, ApiError> {
+        let key = key_of(observed);
+        let name = StorageState::name_for(&observed.group, &observed.resource);
         let last_seq = self.last_seq.get(&key).copied().unwrap_or(0);
         let mut status = StorageStateStatus {
             persisted_storage_version_hashes: plan.persisted.clone(),
@@ -289,46 +305,67 @@ impl Reconciler {
             last_heartbeat_time: state.and_then(|s| s.status.last_heartbeat_time.clone()),
         };
         let due = state.is_none_or(|s| heartbeat_due(s, self.settings.heartbeat_interval));
-        let mut stored = match state {
-            Some(s) => (*s).clone(),
+        let stored = match state {
+            Some(s) => s.clone(),
             None => self.create_state(&name, observed).await?,
         };
-        if plan.changes(state) || due || stored.status != status {
-            if due || plan.changes(state) {
-                status.last_heartbeat_time = Some(crate::registry::now_time());
-            }
-            let (records, entries) =
-                self.history
-                    .append(&observed.group, &observed.resource, last_seq, &plan.entries);
-            let mut next = stored.clone();
-            next.status = status.clone();
-            stored = self.states.update_status_with(next, &records).await?;
-            if !entries.is_empty() {
-                let now = chrono::Utc::now();
-                for entry in &entries {
-                    tracing::info!(resource = %name, hash = %entry.hash, source = ?entry.source, reason = %entry.reason, "storage-version hash recorded");
-                    let source = SourceLabel {
-                        source: format!("{:?}", entry.source),
-                    };
-                    self.metrics.history_entries.get_or_create(&source).inc();
-                    // Only what the cluster did and the trigger saw has a lag; an Unvouched
-                    // entry marks what it could not see.
-                    if let Some(changed) = self.pending_change
-                        && entry.source != Source::Unvouched
-                    {
-                        let lag = (now - changed).num_milliseconds().max(0) as f64 / 1000.0;
-                        self.metrics
-                            .detection_lag
-                            .get_or_create(&source)
-                            .observe(lag);
-                    }
-                }
-                self.last_change.insert(key.clone(), now.timestamp());
-                self.last_seq
-                    .insert(key.clone(), last_seq + entries.len() as u64);
-            }
-            self.owed_unknown.remove(&key);
+        if !(plan.changes(state) || due || stored.status != status) {
+            return Ok(stored);
         }
+        if due || plan.changes(state) {
+            status.last_heartbeat_time = Some(crate::registry::now_time());
+        }
+        let (records, entries) =
+            self.history
+                .append(&observed.group, &observed.resource, last_seq, &plan.entries);
+        let mut next = stored;
+        next.status = status;
+        let stored = self.states.update_status_with(next, &records).await?;
+        if !entries.is_empty() {
+            self.entries_recorded(&name, &entries);
+            self.last_change
+                .insert(key.clone(), jiff::Timestamp::now().as_second());
+            self.last_seq
+                .insert(key.clone(), last_seq + entries.len() as u64);
+        }
+        self.owed_unknown.remove(&key);
+        Ok(stored)
+    }
+
+    /// Logs and counts history entries just written, with the detection lag of what the
+    /// cluster changed (an Unvouched entry marks what the trigger could not see: no lag).
+    fn entries_recorded(&self, name: &str, entries: &[HistoryEntry]) {
+        let now = jiff::Timestamp::now();
+        for entry in entries {
+            tracing::info!(resource = %name, hash = %entry.hash, source = ?entry.source, reason = %entry.reason, "storage-version hash recorded");
+            let source = SourceLabel {
+                source: format!("{:?}", entry.source),
+            };
+            self.metrics.history_entries.get_or_create(&source).inc();
+            if let Some(changed) = self.pending_change
+                && entry.source != Source::Unvouched
+            {
+                let lag = now.duration_since(changed).as_secs_f64().max(0.0);
+                self.metrics
+                    .detection_lag
+                    .get_or_create(&source)
+                    .observe(lag);
+            }
+        }
+    }
+
+    /// The resource's migrations: stale ones deleted, the one it needs created, and once every
+    /// object is in the current storage version the StorageState (and a CRD's storedVersions)
+    /// narrowed to it.
+    async fn apply_migration_plan(
+        &mut self,
+        observed: &Observed,
+        mut stored: StorageState,
+        migrations: &[StorageVersionMigration],
+        crd: Option<&CrdInfo>,
+    ) -> Result<StorageStateStatus, ApiError> {
+        let key = key_of(observed);
+        let name = StorageState::name_for(&observed.group, &observed.resource);
         let last_seq = self.last_seq.get(&key).copied().unwrap_or(0);
         let owned: Vec<OwnedMigration> = migrations
             .iter()

@@ -2,6 +2,8 @@
 //! leases, StorageVersions — through kube's `watcher` (list, then watch from the list's
 //! resourceVersion, relist after a 410, backoff on errors), turned into updates for the
 //! trigger's loop. A relist is delivered whole, so the loop can tell a gap from a change.
+//! [`watch`] is the one list+watch helper: the API-mode watch (APIServices) and the built-in
+//! migrations of companion mode use it too.
 
 use futures::StreamExt;
 use k8s_openapi::api::apiserverinternal::v1alpha1::StorageVersion;
@@ -39,15 +41,16 @@ const MAX_PAUSE: std::time::Duration = std::time::Duration::from_secs(60);
 /// The label kube-apiserver puts on its identity leases (recording 12).
 pub const IDENTITY_LABEL: &str = "apiserver.kubernetes.io/identity=kube-apiserver";
 
-fn spawn<K>(
+/// Lists and watches `api` until `out` is closed, sending every [`Update`] through `wrap`.
+pub fn watch<K, T>(
     api: Api<K>,
     config: watcher::Config,
-    out: mpsc::Sender<Signal>,
-    wrap: fn(Update<K>) -> Signal,
+    out: mpsc::Sender<T>,
+    wrap: fn(Update<K>) -> T,
 ) -> JoinHandle<()>
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
-    K::DynamicType: Default,
+    T: Send + 'static,
 {
     tokio::spawn(async move {
         let mut events = watcher::watcher(api, config).default_backoff().boxed();
@@ -94,7 +97,7 @@ where
 }
 
 pub fn watch_crds(client: kube::Client, out: mpsc::Sender<Signal>) -> JoinHandle<()> {
-    spawn(
+    watch(
         Api::<CustomResourceDefinition>::all(client),
         watcher::Config::default(),
         out,
@@ -103,7 +106,7 @@ pub fn watch_crds(client: kube::Client, out: mpsc::Sender<Signal>) -> JoinHandle
 }
 
 pub fn watch_identity_leases(client: kube::Client, out: mpsc::Sender<Signal>) -> JoinHandle<()> {
-    spawn(
+    watch(
         Api::<Lease>::namespaced(client, "kube-system"),
         watcher::Config::default().labels(IDENTITY_LABEL),
         out,
@@ -112,7 +115,7 @@ pub fn watch_identity_leases(client: kube::Client, out: mpsc::Sender<Signal>) ->
 }
 
 pub fn watch_storage_versions(client: kube::Client, out: mpsc::Sender<Signal>) -> JoinHandle<()> {
-    spawn(
+    watch(
         Api::<StorageVersion>::all(client),
         watcher::Config::default(),
         out,

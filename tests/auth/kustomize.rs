@@ -65,7 +65,10 @@ pub(crate) fn render(overlay: &str) -> Rendered {
         "deploy",
         "deploy/base",
         "deploy/external-etcd",
+        "deploy/companion",
         "apiservice",
+        "apiservice/project",
+        "apiservice/companion",
         "certs",
     ] {
         copy_sources(&repo().join(sub), &dir.path().join(sub));
@@ -248,7 +251,7 @@ fn deploy_renders_only_valid_objects_that_fit_together() {
         "serving certificate, etcd serving certificate, etcd client certificate"
     );
     assert_eq!(objects.pdbs.len(), 1);
-    assert_eq!(objects.api_services.len(), 3);
+    assert_eq!(objects.api_services.len(), 4);
 
     // Every namespaced object lives in svm-system, except the one binding kube-system needs.
     let mut namespaced: Vec<(&str, &str)> = Vec::new();
@@ -585,18 +588,26 @@ fn secret_mount(
         .clone()
 }
 
+/// Every APIService points at our Service with the serving CA; upstream's group (when there)
+/// has v1 preferred at kube-apiserver's own group priority, the project group sits just above.
 fn check_api_services(objects: &Objects, certs: &devcerts::DevCertFiles) {
     let ca = std::fs::read(&certs.ca_cert).expect("ca");
     let mut versions: Vec<(i32, String)> = Vec::new();
+    let mut project = 0;
     for api_service in &objects.api_services {
         let spec = api_service.spec.as_ref().expect("spec");
         let version = spec.version.clone().unwrap_or_default();
-        assert_eq!(
-            name_of(&api_service.metadata),
-            format!("{version}.storagemigration.k8s.io")
-        );
-        assert_eq!(spec.group.as_deref(), Some("storagemigration.k8s.io"));
-        assert_eq!(spec.group_priority_minimum, 15800);
+        let group = spec.group.clone().unwrap_or_default();
+        assert_eq!(name_of(&api_service.metadata), format!("{version}.{group}"));
+        if group == "storage.svm-apiserver.io" {
+            assert_eq!(version, "v1alpha1");
+            assert_eq!(spec.group_priority_minimum, 15900);
+            project += 1;
+        } else {
+            assert_eq!(group, "storagemigration.k8s.io");
+            assert_eq!(spec.group_priority_minimum, 15800);
+            versions.push((spec.version_priority, version.clone()));
+        }
         let service = spec.service.as_ref().expect("service");
         assert_eq!(service.name.as_deref(), Some("svm-apiserver"));
         assert_eq!(service.namespace.as_deref(), Some("svm-system"));
@@ -605,13 +616,15 @@ fn check_api_services(objects: &Objects, certs: &devcerts::DevCertFiles) {
         assert_eq!(
             spec.ca_bundle.as_ref().map(|b| b.0.clone()),
             Some(ca.clone()),
-            "caBundle of {version} is the serving CA"
+            "caBundle of {version}.{group} is the serving CA"
         );
-        versions.push((spec.version_priority, version));
     }
+    assert_eq!(project, 1, "the project group is registered in every mode");
     versions.sort();
     let order: Vec<&str> = versions.iter().rev().map(|(_, v)| v.as_str()).collect();
-    assert_eq!(order, ["v1", "v1beta1", "v1alpha1"], "v1 is preferred");
+    if !order.is_empty() {
+        assert_eq!(order, ["v1", "v1beta1", "v1alpha1"], "v1 is preferred");
+    }
 
     let secret = objects
         .secrets
@@ -644,7 +657,7 @@ fn the_external_etcd_overlay_drops_the_bundled_etcd_and_repoints_the_server() {
     assert!(objects.stateful_sets.is_empty());
     assert!(objects.network_policies.is_empty());
     assert_eq!(objects.services.len(), 1);
-    assert_eq!(objects.api_services.len(), 3);
+    assert_eq!(objects.api_services.len(), 4);
     let args = objects.deployments[0]
         .spec
         .template
@@ -669,4 +682,50 @@ fn the_external_etcd_overlay_drops_the_bundled_etcd_and_repoints_the_server() {
         secrets.contains(&"svm-apiserver-etcd-client"),
         "{secrets:?}"
     );
+}
+
+fn deployment_args(objects: &Objects) -> Vec<String> {
+    objects.deployments[0]
+        .spec
+        .template
+        .spec
+        .as_ref()
+        .and_then(|p| p.containers[0].args.clone())
+        .unwrap_or_default()
+}
+
+#[test]
+fn the_companion_overlay_registers_only_the_project_group_and_runs_in_companion_mode() {
+    let owner = decode_all(&render(""));
+    assert!(deployment_args(&owner).contains(&"--api-mode=owner".to_string()));
+    let rendered = render("companion");
+    let objects = decode_all(&rendered);
+    // Nothing of storagemigration.k8s.io: the cluster's own APIServices serve it.
+    let names: Vec<&str> = objects
+        .api_services
+        .iter()
+        .map(|a| name_of(&a.metadata))
+        .collect();
+    assert_eq!(names, ["v1alpha1.storage.svm-apiserver.io"]);
+    check_api_services(&objects, &rendered.certs);
+    let args = deployment_args(&objects);
+    assert!(
+        args.contains(&"--api-mode=companion".to_string()),
+        "{args:?}"
+    );
+    assert!(!args.iter().any(|a| a == "--api-mode=owner"), "{args:?}");
+    // Everything else as deploy/ installs it: the same RBAC (a server in auto mode may switch
+    // modes at runtime), workloads and certificates.
+    check_rbac(&objects);
+    check_workloads(&objects);
+    let roles = |o: &Objects| {
+        let mut names: Vec<String> = o
+            .cluster_roles
+            .iter()
+            .map(|r| format!("{}:{:?}", name_of(&r.metadata), r.rules))
+            .collect();
+        names.sort();
+        names
+    };
+    assert_eq!(roles(&objects), roles(&owner));
 }

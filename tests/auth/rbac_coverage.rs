@@ -321,7 +321,16 @@ fn unused_grants(objects: &Rbac) -> Vec<String> {
 
 #[test]
 fn deploy_rbac_grants_exactly_the_requests_the_server_makes() {
-    let rendered = render("");
+    coverage("");
+}
+
+#[test]
+fn the_companion_overlay_grants_exactly_the_same() {
+    coverage("companion");
+}
+
+fn coverage(overlay: &str) {
+    let rendered = render(overlay);
     let decoded = decode_all(&rendered);
     let objects = Rbac {
         cluster_roles: decoded.cluster_roles.clone(),

@@ -81,7 +81,7 @@ async fn killed_three_times(mode: Mode) -> (Harness, usize) {
             })
             .await;
         h.server.kill();
-        let before = h.double.list_log();
+        let before = h.double.list_log_of("configmaps");
         h.server.restart();
         // What the crash left: the restarted server writes nothing before its next checkpoint,
         // so this is the last checkpoint of the killed one — at least what was seen before.
@@ -174,7 +174,7 @@ fn migrated_through(m: &serde_json::Value) -> String {
 /// Waits for the double to log a LIST after the first `seen` ones.
 async fn wait_for_list_after(h: &Harness, seen: usize) -> kube_double::ListRecord {
     for _ in 0..600 {
-        if let Some(record) = h.double.list_log().get(seen) {
+        if let Some(record) = h.double.list_log_of("configmaps").get(seen) {
             return record.clone();
         }
         tokio::time::sleep(Duration::from_millis(50)).await;

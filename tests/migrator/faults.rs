@@ -73,7 +73,7 @@ async fn it_completes_through_5xx_429_storms_and_expired_tokens_within_the_rate_
     assert!(h.double.fault_injections(flaky_patch) > 100);
     assert!(h.double.fault_injections(flaky_list) >= 1);
     assert_eq!(h.double.fault_injections(storm), 40);
-    let log = h.double.list_log();
+    let log = h.double.list_log_of("widgets.example.test");
     let expired = log
         .iter()
         .position(|l| l.code == 410)

@@ -195,7 +195,12 @@ async fn a_key_rotation_leaves_every_secret_under_the_new_key() {
     assert_eq!(h.double.counters().writes_performed_for("secrets"), 1_200);
     assert_eq!(h.double.counters().requests_for("watch", "secrets"), 1);
     assert_eq!(h.double.counters().requests_for("list", "secrets"), 6);
-    assert!(h.double.list_log().iter().all(|l| l.metadata_only));
+    assert!(
+        h.double
+            .list_log_of("secrets")
+            .iter()
+            .all(|l| l.metadata_only)
+    );
 
     // What `kubectl get` shows: the Table columns with the counts.
     let kubectl = Kubectl::new(&h.server.kubeconfig);

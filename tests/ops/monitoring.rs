@@ -46,7 +46,7 @@ fn the_alerts_pass_promtool_check_and_fire_as_their_unit_tests_expect() {
     let checked = run(Command::new(promtool())
         .args(["check", "rules"])
         .arg(&rules));
-    assert!(checked.contains("SUCCESS: 6 rules found"), "{checked}");
+    assert!(checked.contains("SUCCESS: 8 rules found"), "{checked}");
     std::fs::copy(
         repo().join("tests/fixtures/monitoring/alerts_test.yaml"),
         dir.path().join("alerts_test.yaml"),
@@ -77,6 +77,8 @@ fn every_dashboard_and_alert_expression_names_only_our_metrics_and_the_dashboard
         "svm_leader_is_leader",
         "svm_leader_terms_total",
         "svm_migrator_apf_rejections_total",
+        "svm_api_mode",
+        "svm_migrations_yielded_total",
     ] {
         assert!(names.contains(wanted), "{wanted} is not used: {names:?}");
     }
@@ -137,6 +139,7 @@ fn the_component_renders_with_deploy_and_the_service_monitor_finds_the_service()
         "deploy/base",
         "deploy/monitoring",
         "apiservice",
+        "apiservice/project",
         "certs",
     ] {
         copy_dir(&repo().join(sub), &dir.path().join(sub));

@@ -11,6 +11,7 @@ mod support;
 
 mod auth;
 mod builtin_storage_move;
+mod companion;
 mod crashes;
 mod crd_storage_move;
 mod encryption;

@@ -22,12 +22,45 @@ pub const VERSIONS: [&str; 3] = ["v1", "v1beta1", "v1alpha1"];
 /// How long the APIServices get to become Available (a hang guard).
 const AVAILABLE_TIMEOUT: Duration = Duration::from_secs(90);
 
+/// Which APIServices svm-apiserver is registered with, as `deploy/` (owner mode: every
+/// version of storagemigration.k8s.io and the project group) or `deploy/companion/` (the
+/// project group only) installs them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Registration {
+    Owner,
+    Companion,
+}
+
+/// The project group's APIService.
+pub const PROJECT_APISERVICE: &str = "v1alpha1.storage.svm-apiserver.io";
+
+impl Registration {
+    /// `(manifest, APIService name)` of each APIService it registers.
+    fn apiservices(self) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = Vec::new();
+        if self == Registration::Owner {
+            for version in VERSIONS {
+                out.push((
+                    format!("apiservice/{version}.yaml"),
+                    format!("{version}.storagemigration.k8s.io"),
+                ));
+            }
+        }
+        out.push((
+            "apiservice/project/v1alpha1.yaml".into(),
+            PROJECT_APISERVICE.into(),
+        ));
+        out
+    }
+}
+
 /// Fields drop in order: svm-apiserver stops before the control plane it talks to.
 pub struct RealCluster {
     pub svm: ServerProcess,
     pub plane: ControlPlane,
     /// The ServiceAccount kubeconfig svm-apiserver runs with.
     pub svm_kubeconfig: PathBuf,
+    pub registration: Registration,
 }
 
 impl RealCluster {
@@ -40,6 +73,31 @@ impl RealCluster {
     }
 
     pub fn start_with(assets: &Assets, kas_flags: &[&str], svm_flags: &[&str]) -> RealCluster {
+        Self::start_registered(assets, kas_flags, svm_flags, Registration::Owner)
+    }
+
+    /// As [`RealCluster::start`], registered as `deploy/companion/` registers it (the project
+    /// group only), for a control plane that serves storagemigration.k8s.io itself.
+    pub fn start_companion(
+        test: &str,
+        kas_flags: &[&str],
+        svm_flags: &[&str],
+    ) -> Option<RealCluster> {
+        let assets = assets(test)?;
+        Some(Self::start_registered(
+            &assets,
+            kas_flags,
+            svm_flags,
+            Registration::Companion,
+        ))
+    }
+
+    pub fn start_registered(
+        assets: &Assets,
+        kas_flags: &[&str],
+        svm_flags: &[&str],
+        registration: Registration,
+    ) -> RealCluster {
         let plane = ControlPlane::start(assets, kas_flags);
         install_rbac(&plane);
         let svm_kubeconfig = plane.service_account_kubeconfig(NAMESPACE, SERVICE_ACCOUNT);
@@ -52,6 +110,7 @@ impl RealCluster {
             plane,
             svm,
             svm_kubeconfig,
+            registration,
         };
         cluster.register();
         cluster
@@ -69,16 +128,12 @@ impl RealCluster {
         let kubectl = self.kubectl();
         kubectl.ok_stdin(&["apply", "-f", "-"], &service_and_endpoints(port));
         let ca = base64::engine::general_purpose::STANDARD.encode(self.svm.ca_pem());
-        for version in VERSIONS {
-            kubectl.ok(&[
-                "apply",
-                "-f",
-                &repo_file(&format!("apiservice/{version}.yaml")),
-            ]);
+        for (manifest, name) in self.registration.apiservices() {
+            kubectl.ok(&["apply", "-f", &repo_file(&manifest)]);
             kubectl.ok(&[
                 "patch",
                 "apiservice",
-                &format!("{version}.storagemigration.k8s.io"),
+                &name,
                 "--type=merge",
                 "-p",
                 &format!(r#"{{"spec":{{"caBundle":"{ca}"}}}}"#),
@@ -87,19 +142,42 @@ impl RealCluster {
         self.wait_available();
     }
 
-    /// Wait until the aggregator marks every APIService of the group Available.
+    /// The documented move from `deploy/` to `deploy/companion/`: delete our APIServices of
+    /// storagemigration.k8s.io (kubectl apply never deletes), keep the project group's.
+    pub fn register_as_companion(&mut self) {
+        let names: Vec<String> = VERSIONS
+            .iter()
+            .map(|v| format!("{v}.storagemigration.k8s.io"))
+            .collect();
+        let mut args = vec!["delete", "apiservice", "--ignore-not-found"];
+        args.extend(names.iter().map(String::as_str));
+        self.kubectl().ok(&args);
+        self.registration = Registration::Companion;
+        self.register();
+    }
+
+    /// Wait until the aggregator marks every APIService of ours Available.
     pub fn wait_available(&self) {
         let deadline = Instant::now() + AVAILABLE_TIMEOUT;
         let kubectl = self.kubectl();
+        let wanted: Vec<String> = self
+            .registration
+            .apiservices()
+            .into_iter()
+            .map(|(_, name)| name)
+            .collect();
         loop {
             let out = kubectl.run(&[
                 "get",
                 "apiservices",
                 "-o",
-                r#"jsonpath={range .items[?(@.spec.group=="storagemigration.k8s.io")]}{.metadata.name}={.status.conditions[?(@.type=="Available")].status}{"\n"}{end}"#,
+                r#"jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Available")].status}{"\n"}{end}"#,
             ]);
-            let available = out.stdout.lines().filter(|l| l.ends_with("=True")).count();
-            if out.ok && available == VERSIONS.len() {
+            let available = wanted
+                .iter()
+                .filter(|name| out.stdout.lines().any(|l| *l == format!("{name}=True")))
+                .count();
+            if out.ok && available == wanted.len() {
                 return;
             }
             assert!(
@@ -158,7 +236,7 @@ impl RealCluster {
 
 /// `deploy/base`'s namespace, ServiceAccount and RBAC, applied as they are shipped: the suite
 /// checks that they are enough on a real RBAC authorizer.
-fn install_rbac(plane: &ControlPlane) {
+pub fn install_rbac(plane: &ControlPlane) {
     let kubectl = plane.kubectl();
     for file in [
         "namespace.yaml",
@@ -166,6 +244,7 @@ fn install_rbac(plane: &ControlPlane) {
         "rbac-delegation.yaml",
         "rbac-migrator.yaml",
         "rbac-trigger.yaml",
+        "rbac-companion.yaml",
     ] {
         kubectl.ok(&["apply", "-f", &repo_file(&format!("deploy/base/{file}"))]);
     }

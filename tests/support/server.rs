@@ -68,6 +68,61 @@ impl ServerProcess {
         server
     }
 
+    /// Runs the binary with these flags (as [`ServerProcess::start_with`] would) and waits up
+    /// to `limit` for it to exit by itself: its exit status and its log. A server still running
+    /// at the limit is killed, and `None` is its status.
+    pub fn run_to_exit(
+        backend: Backend<'_>,
+        extra: &[&str],
+        limit: Duration,
+    ) -> (Option<std::process::ExitStatus>, String) {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut args: Vec<String> = vec![
+            "serve".into(),
+            "--bind-address=127.0.0.1".into(),
+            "--secure-port=0".into(),
+            format!("--cert-dir={}", dir.path().join("certs").display()),
+            format!(
+                "--write-kubeconfig={}",
+                dir.path().join("kubeconfig").display()
+            ),
+        ];
+        match backend {
+            Backend::Embedded => {
+                args.push(format!("--data-dir={}", dir.path().join("data").display()))
+            }
+            Backend::Etcd(endpoint) | Backend::EtcdShared(endpoint, _) => {
+                args.push(format!("--etcd-servers={endpoint}"));
+                args.push(format!("--etcd-prefix=/svm-test-{}", uuid::Uuid::new_v4()));
+            }
+        }
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let log_path = dir.path().join("server.log");
+        let log = std::fs::File::create(&log_path).expect("log file");
+        let mut child = Command::new(env!("CARGO_BIN_EXE_svm-apiserver"))
+            .args(&args)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start svm-apiserver");
+        let deadline = Instant::now() + limit;
+        let status = loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                break Some(status);
+            }
+            if Instant::now() >= deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                break None;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        };
+        let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+        keep_log("svm-apiserver", &log_path);
+        (status, text)
+    }
+
     fn spawn(&mut self) {
         let _ = std::fs::remove_file(&self.kubeconfig);
         let log = std::fs::File::create(self.dir.path().join("server.log")).expect("log file");

@@ -386,6 +386,11 @@ pub fn now() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
     k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(seconds)
 }
 
+/// The current time in RFC 3339, to the second (`2026-11-23T22:38:02Z`), as records carry it.
+pub fn now_text() -> String {
+    now().0.to_string()
+}
+
 /// Parse a resourceVersion given by a client (`invalid resource version` is a 400).
 fn parse_resource_version(rv: &str) -> ApiResult<Revision> {
     rv.parse::<u64>()

@@ -487,4 +487,12 @@ impl KubeDouble {
     pub fn list_log(&self) -> Vec<ListRecord> {
         self.engine.metrics.lists()
     }
+
+    /// The LISTs of one resource (`configmaps`, `widgets.example.test`) since the last reset,
+    /// in order: what a migration of it read, without the server's other reads.
+    pub fn list_log_of(&self, resource: &str) -> Vec<ListRecord> {
+        let mut log = self.list_log();
+        log.retain(|l| l.resource == resource);
+        log
+    }
 }

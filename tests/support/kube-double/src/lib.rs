@@ -3,7 +3,7 @@
 //! No kube-apiserver can be installed where these tests run, so this crate stands in for one:
 //! real HTTP(S) on a loopback port, usable in-process ([`KubeDouble`]) or as its own process
 //! (the `kube-double` binary, for benchmarks). It follows kube-apiserver v1.36.2 as recorded
-//! in `../shared/kube-apiserver-recordings/` (file numbers in brackets below). What it fakes,
+//! in `tests/fixtures/recordings/` (file numbers in brackets below). What it fakes,
 //! and the upstream behaviour each part follows:
 //!
 //! - **Discovery** (`discovery`): `/api`, `/apis`, `/apis/<g>`, `/api/v1`, `/apis/<g>/<v>`
@@ -13,7 +13,9 @@
 //! - **Resources** (`resources`): configmaps, secrets, namespaces, apps/deployments,
 //!   coordination leases, CRDs (apiextensions.k8s.io/v1, `/status`, append-only
 //!   `storedVersions` [11]) and the custom resources they define, TokenReview and
-//!   SubjectAccessReview [15a, 15b], internal.apiserver.k8s.io StorageVersions [13].
+//!   SubjectAccessReview [15a, 15b], internal.apiserver.k8s.io StorageVersions [13],
+//!   apiregistration.k8s.io APIServices (stored as written: no aggregator registers local
+//!   ones, so a test writes what its cluster would show).
 //! - **Storage** (`store`): one etcd-like revision counter (resourceVersion = mod revision),
 //!   per-key history for consistent paged snapshots, compaction, and per-object stored bytes
 //!   in the storage version under an optional `k8s:enc:aescbc:v1:<key>:` envelope; a test

@@ -10,13 +10,15 @@ use crate::status::Cause;
 
 /// metav1.Time as kube-apiserver writes it (RFC 3339, whole seconds, `Z`).
 pub fn now_rfc3339() -> String {
-    chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
 }
 
 /// metav1.MicroTime (lease renewTime).
 pub fn now_rfc3339_micros() -> String {
-    chrono::Utc::now()
-        .format("%Y-%m-%dT%H:%M:%S%.6fZ")
+    jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
         .to_string()
 }
 

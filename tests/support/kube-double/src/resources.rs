@@ -62,6 +62,9 @@ pub enum Flavor {
     /// events.k8s.io/v1 Events, where controllers report (kube's `events::Recorder`).
     Event,
     CustomResourceDefinition,
+    /// apiregistration.k8s.io APIServices: stored as they are written (the double runs no
+    /// aggregator, so it registers no local ones; a test creates what its cluster would show).
+    APIService,
     StorageVersion,
     TokenReview,
     SubjectAccessReview,
@@ -466,6 +469,24 @@ pub fn builtin_resources() -> Vec<ResourceDef> {
         }
         .into_def(),
     );
+
+    // kube-aggregator's records of who serves each group version (svm-apiserver's API mode
+    // reads them). Empty here unless a test writes some.
+    let mut apiservices = Builtin {
+        group: "apiregistration.k8s.io",
+        version: "v1",
+        plural: "apiservices",
+        singular: "apiservice",
+        kind: "APIService",
+        namespaced: false,
+        short_names: &[],
+        categories: &["api-extensions"],
+        verbs: FULL_VERBS,
+        flavor: Flavor::APIService,
+    }
+    .into_def();
+    apiservices.subresources = vec![status_subresource("APIService")];
+    out.push(apiservices);
 
     let mut storage_versions = Builtin {
         group: "internal.apiserver.k8s.io",

@@ -4,7 +4,6 @@
 //! object carrying it as PartialObjectMetadata (`includeObject=Metadata`, the default), the
 //! whole object (`Object`) or nothing (`None`).
 
-use chrono::{DateTime, Utc};
 use serde_json::{Value, json};
 
 use crate::engine::Engine;
@@ -204,11 +203,12 @@ fn cell(cell: &Cell, object: &Value) -> Value {
 
 /// kubectl's short age (`5s`, `3m`, `2h`, `4d`).
 fn age(created: Option<&str>) -> String {
-    let Some(created) = created.and_then(|t| DateTime::parse_from_rfc3339(t).ok()) else {
+    let Some(created) = created.and_then(|t| t.parse::<jiff::Timestamp>().ok()) else {
         return "<unknown>".into();
     };
-    let seconds = (Utc::now() - created.with_timezone(&Utc))
-        .num_seconds()
+    let seconds = jiff::Timestamp::now()
+        .duration_since(created)
+        .as_secs()
         .max(0);
     match seconds {
         s if s < 120 => format!("{s}s"),
