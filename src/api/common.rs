@@ -129,22 +129,7 @@ pub fn human_duration(seconds: i64) -> String {
 }
 
 /// RFC 1123 DNS label errors (resource names such as `deployments`).
-pub fn dns_label_errors(value: &str) -> Vec<String> {
-    let mut errs = Vec::new();
-    if value.len() > 63 {
-        errs.push("must be no more than 63 characters".to_string());
-    }
-    let valid = !value.is_empty()
-        && value
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !value.starts_with('-')
-        && !value.ends_with('-');
-    if !valid {
-        errs.push("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')".to_string());
-    }
-    errs
-}
+pub use crate::registry::validation::dns1123_label_errors as dns_label_errors;
 
 #[cfg(test)]
 mod tests {

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use super::PROJECT;
 use super::migration::MigrationStrategy;
 use super::storagestate::StorageStateStrategy;
+use super::volumes::VolumeClaimMigrationStrategy;
 use crate::registry::{Registry, Store};
 use crate::storage::Storage;
 
@@ -14,11 +15,14 @@ pub struct Installed {
     pub registry: Registry,
     pub migrations: Arc<Store<MigrationStrategy>>,
     pub states: Arc<Store<StorageStateStrategy>>,
+    /// `storage.svm-apiserver.io` VolumeClaimMigrations (namespaced).
+    pub volume_migrations: Arc<Store<VolumeClaimMigrationStrategy>>,
 }
 
 /// Objects live under `<prefix>/storageversionmigrations/` and `<prefix>/storagestates/`.
 /// StorageStates are served twice over the same keys: in `storagemigration.k8s.io` and in
 /// the project group `storage.svm-apiserver.io` — one set of objects, two names.
+/// VolumeClaimMigrations (namespaced) live under `<prefix>/volumeclaimmigrations/<namespace>/`.
 pub fn install(storage: Arc<dyn Storage>, prefix: &str) -> Installed {
     let migrations = Arc::new(Store::new(MigrationStrategy, storage.clone(), prefix));
     let states = Arc::new(Store::new(
@@ -28,16 +32,19 @@ pub fn install(storage: Arc<dyn Storage>, prefix: &str) -> Installed {
     ));
     let project_states = Arc::new(Store::new(
         StorageStateStrategy::served_in(PROJECT),
-        storage,
+        storage.clone(),
         prefix,
     ));
+    let volume_migrations = Arc::new(Store::new(VolumeClaimMigrationStrategy, storage, prefix));
     let mut registry = Registry::new();
     registry.register(migrations.clone());
     registry.register(states.clone());
     registry.register(project_states);
+    registry.register(volume_migrations.clone());
     Installed {
         registry,
         migrations,
         states,
+        volume_migrations,
     }
 }

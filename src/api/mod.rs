@@ -2,13 +2,14 @@
 //! conversion, defaulting, validation, OpenAPI schemas, and the strategies the generic store
 //! runs them with. Two groups: upstream's `storagemigration.k8s.io` ([`UPSTREAM`]) and the
 //! project's own `storage.svm-apiserver.io` ([`PROJECT`]), where the kinds that are ours alone
-//! live (StorageState, also served there so that it stays reachable on clusters that serve
+//! live (VolumeClaimMigration; StorageState, also served there so that it stays reachable on clusters that serve
 //! `storagemigration.k8s.io` themselves; see [`ApiGroup`]).
 
 pub mod common;
 pub mod install;
 pub mod migration;
 pub mod storagestate;
+pub mod volumes;
 
 pub use install::{Installed, install};
 
@@ -40,7 +41,8 @@ pub const UPSTREAM: ApiGroup = ApiGroup {
     storage_version: STORAGE_VERSION,
 };
 
-/// The project's own group: what svm-apiserver adds to Kubernetes (StorageState today).
+/// The project's own group: what svm-apiserver adds to Kubernetes (StorageState, and the
+/// namespaced VolumeClaimMigration).
 /// Registered in both modes. Not a version of `storagemigration.k8s.io`: kube-apiserver 1.37
 /// serves that group itself, and the aggregator routes a group's versions to different
 /// backends only version by version — a StorageState in a version the cluster does not serve

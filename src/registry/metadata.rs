@@ -57,7 +57,9 @@ fn name_errors(name: &str, prefix: bool) -> Vec<String> {
 }
 
 /// ObjectMeta on create (`ValidateObjectMetaAccessor`, cluster-scoped), after name generation.
-pub fn validate_create(meta: &ObjectMeta) -> Vec<FieldError> {
+/// `namespaced`: whether the kind is namespaced (then `metadata.namespace` is a required DNS
+/// label; otherwise it is forbidden).
+pub fn validate_create(meta: &ObjectMeta, namespaced: bool) -> Vec<FieldError> {
     let mut errs = Vec::new();
     if let Some(generate_name) = meta.generate_name.as_deref().filter(|g| !g.is_empty()) {
         for msg in name_errors(generate_name, true) {
@@ -79,11 +81,18 @@ pub fn validate_create(meta: &ObjectMeta) -> Vec<FieldError> {
             }
         }
     }
-    if meta.namespace.as_deref().is_some_and(|ns| !ns.is_empty()) {
-        errs.push(FieldError::forbidden(
+    match meta.namespace.as_deref().filter(|ns| !ns.is_empty()) {
+        Some(_) if !namespaced => errs.push(FieldError::forbidden(
             "metadata.namespace",
             "not allowed on this type",
-        ));
+        )),
+        None if namespaced => errs.push(FieldError::required("metadata.namespace", "")),
+        Some(namespace) if namespaced => {
+            for msg in crate::registry::validation::dns1123_label_errors(namespace) {
+                errs.push(FieldError::invalid("metadata.namespace", namespace, &msg));
+            }
+        }
+        _ => {}
     }
     errs.extend(validate_common(meta));
     errs.extend(validate_finalizers(
@@ -244,8 +253,8 @@ fn immutable<T: serde::Serialize + PartialEq>(
 
 /// ObjectMeta on update (`ValidateObjectMetaAccessorUpdate`): the create rules on the new
 /// object, immutable system fields, no new finalizers while deleting.
-pub fn validate_update(new: &ObjectMeta, old: &ObjectMeta) -> Vec<FieldError> {
-    let mut errs = validate_create(new);
+pub fn validate_update(new: &ObjectMeta, old: &ObjectMeta, namespaced: bool) -> Vec<FieldError> {
+    let mut errs = validate_create(new, namespaced);
     if old.deletion_timestamp.is_some() {
         let old_set: BTreeSet<&String> = old.finalizers.iter().flatten().collect();
         let extra: BTreeSet<&String> = new
@@ -333,12 +342,12 @@ mod tests {
         );
         let long = generate_name(&"x".repeat(100));
         assert_eq!(long.len(), 63);
-        assert!(validate_create(&meta(&long)).is_empty());
+        assert!(validate_create(&meta(&long), false).is_empty());
     }
 
     #[test]
     fn name_is_required_unless_generated() {
-        let errs = validate_create(&ObjectMeta::default());
+        let errs = validate_create(&ObjectMeta::default(), false);
         assert_eq!(errs.len(), 1);
         assert_eq!(errs[0].reason, "FieldValueRequired");
         assert_eq!(
@@ -349,7 +358,7 @@ mod tests {
 
     #[test]
     fn invalid_name_matches_recording_16a() {
-        let errs = validate_create(&meta("Bad_Name!"));
+        let errs = validate_create(&meta("Bad_Name!"), false);
         assert_eq!(errs.len(), 1);
         assert!(errs[0].message.starts_with(
             "Invalid value: \"Bad_Name!\": a lowercase RFC 1123 subdomain must consist of"
@@ -360,9 +369,12 @@ mod tests {
     fn generate_name_may_end_in_a_dash() {
         let mut m = meta("gen-abcde");
         m.generate_name = Some("gen-".into());
-        assert!(validate_create(&m).is_empty());
+        assert!(validate_create(&m, false).is_empty());
         m.generate_name = Some("Gen-".into());
-        assert_eq!(fields(&validate_create(&m)), vec!["metadata.generateName"]);
+        assert_eq!(
+            fields(&validate_create(&m, false)),
+            vec!["metadata.generateName"]
+        );
     }
 
     #[test]
@@ -382,7 +394,7 @@ mod tests {
             api_version: "a/b/c".into(),
             ..Default::default()
         }]);
-        let errs = validate_create(&m);
+        let errs = validate_create(&m, false);
         assert_eq!(
             fields(&errs),
             vec![
@@ -405,7 +417,7 @@ mod tests {
             "big".to_string(),
             "x".repeat(TOTAL_ANNOTATION_SIZE_LIMIT),
         )]));
-        let errs = validate_create(&m);
+        let errs = validate_create(&m, false);
         assert_eq!(
             errs[0].render(),
             "metadata.annotations: Too long: may not be more than 262144 bytes"
@@ -417,7 +429,7 @@ mod tests {
         let mut m = meta("ok");
         m.finalizers = Some(vec!["orphan".into(), "foregroundDeletion".into()]);
         assert_eq!(
-            validate_create(&m)[0].message,
+            validate_create(&m, false)[0].message,
             "Invalid value: [\"orphan\",\"foregroundDeletion\"]: finalizer orphan and foregroundDeletion cannot be both set"
         );
     }
@@ -428,7 +440,7 @@ mod tests {
         old.uid = Some("u1".into());
         let mut new = old.clone();
         new.uid = Some("wrong".into());
-        let errs = validate_update(&new, &old);
+        let errs = validate_update(&new, &old, false);
         assert_eq!(errs.len(), 1);
         // Recording 09b.
         assert_eq!(
@@ -437,7 +449,10 @@ mod tests {
         );
         new.uid = old.uid.clone();
         new.name = Some("b".into());
-        assert_eq!(fields(&validate_update(&new, &old)), vec!["metadata.name"]);
+        assert_eq!(
+            fields(&validate_update(&new, &old, false)),
+            vec!["metadata.name"]
+        );
     }
 
     #[test]
@@ -449,13 +464,13 @@ mod tests {
         ));
         let mut new = old.clone();
         new.finalizers = Some(vec!["example.com/a".into(), "example.com/b".into()]);
-        let errs = validate_update(&new, &old);
+        let errs = validate_update(&new, &old, false);
         assert_eq!(
             errs[0].render(),
             "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{\"example.com/b\"}"
         );
         new.finalizers = Some(vec![]);
-        assert!(validate_update(&new, &old).is_empty());
+        assert!(validate_update(&new, &old, false).is_empty());
     }
 
     #[test]
@@ -465,7 +480,7 @@ mod tests {
         let mut new = old.clone();
         new.generation = Some(2);
         assert_eq!(
-            validate_update(&new, &old)[0].render(),
+            validate_update(&new, &old, false)[0].render(),
             "metadata.generation: Invalid value: 2: must not be decremented"
         );
     }

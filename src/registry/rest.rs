@@ -6,6 +6,7 @@ use futures::stream::BoxStream;
 use serde_json::Value;
 
 use super::error::ApiResult;
+use super::store::ObjectRef;
 use super::strategy::{ResourceInfo, TableColumn};
 
 /// `fieldValidation` (metav1.CreateOptions / UpdateOptions / PatchOptions).
@@ -141,22 +142,42 @@ pub trait RestStorage: Send + Sync + 'static {
     /// A table row for an object already encoded in `version`.
     fn table_row(&self, version: &str, object: &Value) -> ApiResult<Vec<Value>>;
 
-    async fn get(&self, version: &str, name: &str, opts: &GetOptions) -> ApiResult<Value>;
+    /// The object at `at`: a name, with the request's namespace for a namespaced kind.
+    async fn get(&self, version: &str, at: ObjectRef<'_>, opts: &GetOptions) -> ApiResult<Value>;
 
-    /// A `<Kind>List` with `metadata.resourceVersion`, `continue`, `remainingItemCount`.
-    async fn list(&self, version: &str, params: &ListParams) -> ApiResult<Value>;
+    /// A `<Kind>List` with `metadata.resourceVersion`, `continue`, `remainingItemCount`: of
+    /// one namespace, or (`None`, or any cluster-scoped kind) of all objects.
+    async fn list(
+        &self,
+        version: &str,
+        namespace: Option<&str>,
+        params: &ListParams,
+    ) -> ApiResult<Value>;
 
     /// A stream of watch events. Errors before the stream starts (bad parameters) are returned
     /// here; errors after (e.g. compaction) arrive as an `ERROR` event carrying a Status and
     /// end the stream.
-    async fn watch(&self, version: &str, params: &WatchParams) -> ApiResult<WatchEventStream>;
+    async fn watch(
+        &self,
+        version: &str,
+        namespace: Option<&str>,
+        params: &WatchParams,
+    ) -> ApiResult<WatchEventStream>;
 
-    async fn create(&self, version: &str, body: Value, opts: &WriteOptions) -> ApiResult<Written>;
+    /// Create in the request's namespace: an object of a namespaced kind without one gets it,
+    /// one naming another is a 400.
+    async fn create(
+        &self,
+        version: &str,
+        namespace: Option<&str>,
+        body: Value,
+        opts: &WriteOptions,
+    ) -> ApiResult<Written>;
 
     async fn update(
         &self,
         version: &str,
-        name: &str,
+        at: ObjectRef<'_>,
         subresource: Subresource,
         body: Value,
         opts: &WriteOptions,
@@ -165,19 +186,25 @@ pub trait RestStorage: Send + Sync + 'static {
     async fn patch(
         &self,
         version: &str,
-        name: &str,
+        at: ObjectRef<'_>,
         subresource: Subresource,
         patch_type: PatchType,
         patch: &[u8],
         opts: &WriteOptions,
     ) -> ApiResult<Written>;
 
-    async fn delete(&self, version: &str, name: &str, opts: &DeleteOptions) -> ApiResult<Deleted>;
+    async fn delete(
+        &self,
+        version: &str,
+        at: ObjectRef<'_>,
+        opts: &DeleteOptions,
+    ) -> ApiResult<Deleted>;
 
     /// Delete every object the selectors match; returns the `<Kind>List` of what was deleted.
     async fn delete_collection(
         &self,
         version: &str,
+        namespace: Option<&str>,
         params: &ListParams,
         opts: &DeleteOptions,
     ) -> ApiResult<Value>;

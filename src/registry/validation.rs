@@ -45,6 +45,18 @@ fn matches_dns1123_label(label: &str) -> bool {
         && label.chars().all(|c| is_lower_alnum(c) || c == '-')
 }
 
+/// RFC 1123 label (`IsDNS1123Label`): namespaces, resource names such as `deployments`.
+pub fn dns1123_label_errors(value: &str) -> Vec<String> {
+    let mut errs = Vec::new();
+    if value.len() > 63 {
+        errs.push("must be no more than 63 characters".to_string());
+    }
+    if !matches_dns1123_label(value) {
+        errs.push("a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')".to_string());
+    }
+    errs
+}
+
 /// RFC 1123 subdomain (`IsDNS1123Subdomain`): object names, label-key prefixes.
 pub fn dns1123_subdomain_errors(value: &str) -> Vec<String> {
     let mut errs = Vec::new();

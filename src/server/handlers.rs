@@ -1,5 +1,8 @@
 //! The per-verb handlers of resource paths, generic over `RestStorage`:
-//! `/apis/<g>/<v>/<resource>[/<name>[/status]]`.
+//! `/apis/<g>/<v>/<resource>[/<name>[/status]]` for cluster-scoped kinds,
+//! `/apis/<g>/<v>/namespaces/<ns>/<resource>[/<name>[/status]]` for namespaced ones (whose
+//! list and watch across all namespaces is `/apis/<g>/<v>/<resource>`), as kube-apiserver
+//! installs them.
 
 use std::sync::Arc;
 
@@ -18,7 +21,7 @@ use super::status::{self, HttpError, NO_CACHE_PRIVATE};
 use super::table::{TableWriter, partial_object_metadata, partial_object_metadata_list};
 use super::watch::{self, EventForm};
 use crate::registry::rest::{FieldValidation, Subresource, Written};
-use crate::registry::{ApiError, RestStorage};
+use crate::registry::{ApiError, ObjectRef, RestStorage};
 
 type HandlerResult = Result<Response, HttpError>;
 
@@ -27,6 +30,9 @@ struct Call {
     state: AppState,
     resource: Arc<dyn RestStorage>,
     version: String,
+    /// The request's namespace (`/namespaces/<ns>/...`); `None` for a cluster-scoped kind and
+    /// for a namespaced kind's list or watch across all namespaces.
+    namespace: Option<String>,
     method: Method,
     headers: HeaderMap,
     query: Query,
@@ -46,6 +52,18 @@ impl Call {
 
     fn kind(&self) -> &'static str {
         self.resource.info().kind
+    }
+
+    fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+
+    /// The object `name` names in the request's namespace.
+    fn at<'a>(&'a self, name: &'a str) -> ObjectRef<'a> {
+        ObjectRef {
+            namespace: self.namespace(),
+            name,
+        }
     }
 
     /// Options of a write, with the User-Agent that names its manager when the query does not.
@@ -83,24 +101,53 @@ fn resolve(
         .then(|| resource.clone())
 }
 
+/// Which of the resource paths a request came in on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum PathKind {
+    Collection,
+    Item,
+}
+
+/// The path's group, version, resource and namespace.
+struct ResourcePath {
+    group: String,
+    version: String,
+    plural: String,
+    namespace: Option<String>,
+}
+
 fn call(
     state: AppState,
-    (group, version, plural): (&str, &str, &str),
+    target: ResourcePath,
+    path_kind: PathKind,
     method: Method,
     uri: &Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Call, Box<Response>> {
-    let Some(resource) = resolve(&state, group, version, plural) else {
-        return Err(Box::new(status::not_found(
+    let not_found = || {
+        Box::new(status::not_found(
             |g| state.discovery.group(g).is_some(),
             uri.path(),
-        )));
+        ))
     };
+    let Some(resource) = resolve(&state, &target.group, &target.version, &target.plural) else {
+        return Err(not_found());
+    };
+    // Each kind is served at the paths of its scope only: a cluster-scoped kind has no
+    // namespaced paths; a namespaced kind's only cluster-wide path is its list and watch.
+    match (resource.info().namespaced, &target.namespace, path_kind) {
+        (false, Some(_), _) | (true, None, PathKind::Item) => return Err(not_found()),
+        (true, None, PathKind::Collection) if method != Method::GET => {
+            return Err(Box::new(status::method_not_allowed().into_response()));
+        }
+        _ => {}
+    }
     Ok(Call {
         state,
         resource,
-        version: version.to_string(),
+        namespace: target.namespace,
+        version: target.version,
         method,
         headers,
         query: Query::parse(uri.query()),
@@ -118,9 +165,46 @@ pub async fn collection(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    let target = ResourcePath {
+        group,
+        version,
+        plural,
+        namespace: None,
+    };
+    serve_collection(state, target, connection, method, uri, headers, body).await
+}
+
+pub async fn namespaced_collection(
+    State(state): State<AppState>,
+    Path((group, version, namespace, plural)): Path<(String, String, String, String)>,
+    connection: Option<Extension<ConnectionControl>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let target = ResourcePath {
+        group,
+        version,
+        plural,
+        namespace: Some(namespace),
+    };
+    serve_collection(state, target, connection, method, uri, headers, body).await
+}
+
+async fn serve_collection(
+    state: AppState,
+    target: ResourcePath,
+    connection: Option<Extension<ConnectionControl>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
     let mut call = match call(
         state,
-        (&group, &version, &plural),
+        target,
+        PathKind::Collection,
         method,
         &uri,
         headers,
@@ -148,25 +232,30 @@ pub async fn item(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let call = match call(
-        state,
-        (&group, &version, &plural),
-        method,
-        &uri,
-        headers,
-        body,
-    ) {
-        Ok(call) => call,
-        Err(not_found) => return *not_found,
+    let target = ResourcePath {
+        group,
+        version,
+        plural,
+        namespace: None,
     };
-    let result = match call.method.clone() {
-        Method::GET => get(call, &name).await,
-        Method::PUT => update(call, &name, Subresource::Main).await,
-        Method::PATCH => patch(call, &name, Subresource::Main).await,
-        Method::DELETE => delete(call, &name).await,
-        _ => Err(status::method_not_allowed()),
+    serve_item(state, target, name, None, method, uri, headers, body).await
+}
+
+pub async fn namespaced_item(
+    State(state): State<AppState>,
+    Path((group, version, namespace, plural, name)): Path<(String, String, String, String, String)>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let target = ResourcePath {
+        group,
+        version,
+        plural,
+        namespace: Some(namespace),
     };
-    result.unwrap_or_else(IntoResponse::into_response)
+    serve_item(state, target, name, None, method, uri, headers, body).await
 }
 
 pub async fn subresource(
@@ -177,24 +266,61 @@ pub async fn subresource(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let call = match call(
-        state,
-        (&group, &version, &plural),
-        method,
-        &uri,
-        headers,
-        body,
-    ) {
+    let target = ResourcePath {
+        group,
+        version,
+        plural,
+        namespace: None,
+    };
+    serve_item(state, target, name, Some(sub), method, uri, headers, body).await
+}
+
+/// The path `/apis/{group}/{version}/namespaces/{namespace}/{resource}/{name}/{subresource}`.
+type NamespacedSubresourcePath = (String, String, String, String, String, String);
+
+pub async fn namespaced_subresource(
+    State(state): State<AppState>,
+    Path((group, version, namespace, plural, name, sub)): Path<NamespacedSubresourcePath>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let target = ResourcePath {
+        group,
+        version,
+        plural,
+        namespace: Some(namespace),
+    };
+    serve_item(state, target, name, Some(sub), method, uri, headers, body).await
+}
+
+/// An object, or (`sub`) one of its subresources; `/status` is the only one there is.
+#[allow(clippy::too_many_arguments)]
+async fn serve_item(
+    state: AppState,
+    target: ResourcePath,
+    name: String,
+    sub: Option<String>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let call = match call(state, target, PathKind::Item, method, &uri, headers, body) {
         Ok(call) => call,
         Err(not_found) => return *not_found,
     };
-    if sub != "status" || !call.resource.info().has_status_subresource {
-        return status::unknown_path();
-    }
-    let result = match call.method.clone() {
-        Method::GET => get(call, &name).await,
-        Method::PUT => update(call, &name, Subresource::Status).await,
-        Method::PATCH => patch(call, &name, Subresource::Status).await,
+    let subresource = match sub.as_deref() {
+        None => Subresource::Main,
+        Some("status") if call.resource.info().has_status_subresource => Subresource::Status,
+        Some(_) => return status::unknown_path(),
+    };
+    let result = match (call.method.clone(), subresource) {
+        (Method::GET, _) => get(call, &name).await,
+        (Method::PUT, _) => update(call, &name, subresource).await,
+        (Method::PATCH, _) => patch(call, &name, subresource).await,
+        (Method::DELETE, Subresource::Main) => delete(call, &name).await,
         _ => Err(status::method_not_allowed()),
     };
     result.unwrap_or_else(IntoResponse::into_response)
@@ -245,7 +371,10 @@ async fn get(call: Call, name: &str) -> HandlerResult {
     let negotiated = call.negotiate(Endpoint::Read)?;
     let table = table_writer(&call, negotiated.target)?;
     let opts = params::get_options(&call.query);
-    let object = call.resource.get(&call.version, name, &opts).await?;
+    let object = call
+        .resource
+        .get(&call.version, call.at(name), &opts)
+        .await?;
     let value = match negotiated.target {
         Target::PartialObjectMetadataList(_) => return Ok(status::content_is_not_a_list()),
         Target::PartialObjectMetadata(meta) => partial_object_metadata(&object, meta),
@@ -269,7 +398,10 @@ async fn list(call: Call) -> HandlerResult {
     }
     let table = table_writer(&call, negotiated.target)?;
     let list_params = params::list_params(&call.query)?;
-    let list = call.resource.list(&call.version, &list_params).await?;
+    let list = call
+        .resource
+        .list(&call.version, call.namespace(), &list_params)
+        .await?;
     let value = match (negotiated.target, &table) {
         (Target::Table(_), Some(writer)) => writer.list_table(&list)?,
         (Target::PartialObjectMetadataList(meta), _) => partial_object_metadata_list(&list, meta),
@@ -292,7 +424,10 @@ async fn watch(call: Call) -> HandlerResult {
     let table = table_writer(&call, negotiated.target)?;
     let watch_params = params::watch_params(&call.query)?;
     let timeout = watch::watch_timeout(watch_params.timeout_seconds);
-    let events = call.resource.watch(&call.version, &watch_params).await?;
+    let events = call
+        .resource
+        .watch(&call.version, call.namespace(), &watch_params)
+        .await?;
     let lines = watch::frame_events(events, EventForm::for_target(negotiated.target, table));
     let shutdown = call.state.shutdown.clone();
     let resource = call.resource.info().plural;
@@ -364,7 +499,10 @@ async fn create(mut call: Call) -> HandlerResult {
     let bytes = call.read_body().await?;
     let opts = call.write_options(WriteVerb::Create)?;
     let (object, warnings) = decode_write_body(&call, format, &bytes, opts.field_validation)?;
-    let result = call.resource.create(&call.version, object, &opts).await?;
+    let result = call
+        .resource
+        .create(&call.version, call.namespace(), object, &opts)
+        .await?;
     Ok(written(StatusCode::OK, &negotiated, warnings, result))
 }
 
@@ -391,7 +529,7 @@ async fn update(mut call: Call, name: &str, subresource: Subresource) -> Handler
     }
     let result = call
         .resource
-        .update(&call.version, name, subresource, object, &opts)
+        .update(&call.version, call.at(name), subresource, object, &opts)
         .await?;
     Ok(written(StatusCode::OK, &negotiated, warnings, result))
 }
@@ -403,7 +541,14 @@ async fn patch(mut call: Call, name: &str, subresource: Subresource) -> HandlerR
     let opts = call.write_options(WriteVerb::Patch(patch_type))?;
     let result = call
         .resource
-        .patch(&call.version, name, subresource, patch_type, &bytes, &opts)
+        .patch(
+            &call.version,
+            call.at(name),
+            subresource,
+            patch_type,
+            &bytes,
+            &opts,
+        )
         .await?;
     Ok(written(StatusCode::OK, &negotiated, Vec::new(), result))
 }
@@ -426,7 +571,10 @@ async fn delete_options(call: &mut Call) -> Result<crate::registry::rest::Delete
 async fn delete(mut call: Call, name: &str) -> HandlerResult {
     let negotiated = call.negotiate(Endpoint::Plain)?;
     let opts = delete_options(&mut call).await?;
-    let deleted = call.resource.delete(&call.version, name, &opts).await?;
+    let deleted = call
+        .resource
+        .delete(&call.version, call.at(name), &opts)
+        .await?;
     let value = if deleted.gone {
         let uid = deleted
             .object
@@ -445,7 +593,7 @@ async fn delete_collection(mut call: Call) -> HandlerResult {
     let opts = delete_options(&mut call).await?;
     let list = call
         .resource
-        .delete_collection(&call.version, &list_params, &opts)
+        .delete_collection(&call.version, call.namespace(), &list_params, &opts)
         .await?;
     Ok(respond(StatusCode::OK, &negotiated, &list, &[]))
 }

@@ -185,13 +185,18 @@ pub fn request_labels(
     query: &Query,
     content_type: &str,
 ) -> DurationLabels {
-    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
-    let (group, version, resource, name, subresource) = match segments.as_slice() {
-        ["apis", g, v, r] => (*g, *v, *r, None, ""),
-        ["apis", g, v, r, n] => (*g, *v, *r, Some(*n), ""),
-        ["apis", g, v, r, n, s] => (*g, *v, *r, Some(*n), *s),
-        _ => ("", "", "", None, ""),
-    };
+    // The resource a path names, by the one resolver authorization uses too.
+    let attributes = crate::auth::RequestAttributes::from_request(method, path, None)
+        .resource
+        .filter(|_| path.starts_with("/apis/"))
+        .unwrap_or_default();
+    let (group, version, resource, subresource) = (
+        attributes.group.as_str(),
+        attributes.version.as_str(),
+        attributes.resource.as_str(),
+        attributes.subresource.as_str(),
+    );
+    let name = Some(attributes.name.as_str()).filter(|n| !n.is_empty());
     let is_resource = !resource.is_empty();
     let verb = match *method {
         Method::GET if is_resource && name.is_none() => {

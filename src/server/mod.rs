@@ -168,6 +168,19 @@ pub fn router(state: AppState) -> Router {
             "/apis/{group}/{version}/{resource}/{name}/{subresource}",
             any(handlers::subresource),
         )
+        // Namespaced kinds; `namespaces` is matched before a `{resource}` of that name.
+        .route(
+            "/apis/{group}/{version}/namespaces/{namespace}/{resource}",
+            any(handlers::namespaced_collection),
+        )
+        .route(
+            "/apis/{group}/{version}/namespaces/{namespace}/{resource}/{name}",
+            any(handlers::namespaced_item),
+        )
+        .route(
+            "/apis/{group}/{version}/namespaces/{namespace}/{resource}/{name}/{subresource}",
+            any(handlers::namespaced_subresource),
+        )
         .route("/openapi/v2", any(nonresource::openapi_v2))
         .route("/openapi/v3", any(nonresource::openapi_v3_index))
         .route("/openapi/v3/", any(nonresource::openapi_v3_index))

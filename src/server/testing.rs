@@ -16,7 +16,9 @@ use crate::registry::rest::{
     DeleteOptions, Deleted, GetOptions, ListParams, PatchType, Subresource, WatchEvent,
     WatchEventStream, WatchParams, WriteOptions, Written,
 };
-use crate::registry::{ApiError, ApiResult, Registry, ResourceInfo, RestStorage, TableColumn};
+use crate::registry::{
+    ApiError, ApiResult, ObjectRef, Registry, ResourceInfo, RestStorage, TableColumn,
+};
 use crate::storage::{self, ListOptions, ListResult, Revision, Storage, Txn, TxnOutcome};
 
 pub const GROUP: &str = "test.example.io";
@@ -198,15 +200,21 @@ impl RestStorage for MemoryResource {
         ])
     }
 
-    async fn get(&self, version: &str, name: &str, _opts: &GetOptions) -> ApiResult<Value> {
+    async fn get(&self, version: &str, at: ObjectRef<'_>, _opts: &GetOptions) -> ApiResult<Value> {
         Self::check_version(version)?;
+        let name = at.name;
         if name == "panic" {
             panic!("the test double panics on request");
         }
         Ok(Self::in_version(version, self.current(name)?))
     }
 
-    async fn list(&self, version: &str, params: &ListParams) -> ApiResult<Value> {
+    async fn list(
+        &self,
+        version: &str,
+        _namespace: Option<&str>,
+        params: &ListParams,
+    ) -> ApiResult<Value> {
         Self::check_version(version)?;
         if params.label_selector.as_deref() == Some("bad selector") {
             return Err(ApiError::BadRequest("unable to parse requirement".into()));
@@ -214,7 +222,12 @@ impl RestStorage for MemoryResource {
         self.list_value(version, params)
     }
 
-    async fn watch(&self, version: &str, params: &WatchParams) -> ApiResult<WatchEventStream> {
+    async fn watch(
+        &self,
+        version: &str,
+        _namespace: Option<&str>,
+        params: &WatchParams,
+    ) -> ApiResult<WatchEventStream> {
         Self::check_version(version)?;
         let version = version.to_string();
         if params.resource_version.as_deref() == Some("1") {
@@ -263,7 +276,13 @@ impl RestStorage for MemoryResource {
         Ok(futures::stream::iter(initial).chain(live).boxed())
     }
 
-    async fn create(&self, version: &str, body: Value, opts: &WriteOptions) -> ApiResult<Written> {
+    async fn create(
+        &self,
+        version: &str,
+        _namespace: Option<&str>,
+        body: Value,
+        opts: &WriteOptions,
+    ) -> ApiResult<Written> {
         Self::check_version(version)?;
         let name = body
             .pointer("/metadata/name")
@@ -311,12 +330,13 @@ impl RestStorage for MemoryResource {
     async fn update(
         &self,
         version: &str,
-        name: &str,
+        at: ObjectRef<'_>,
         subresource: Subresource,
         body: Value,
         opts: &WriteOptions,
     ) -> ApiResult<Written> {
         Self::check_version(version)?;
+        let name = at.name;
         let old = self.current(name)?;
         let mut object = body;
         if subresource == Subresource::Status {
@@ -337,13 +357,14 @@ impl RestStorage for MemoryResource {
     async fn patch(
         &self,
         version: &str,
-        name: &str,
+        at: ObjectRef<'_>,
         _subresource: Subresource,
         patch_type: PatchType,
         patch: &[u8],
         opts: &WriteOptions,
     ) -> ApiResult<Written> {
         Self::check_version(version)?;
+        let name = at.name;
         if patch_type != PatchType::Merge {
             return Err(ApiError::BadRequest("only merge patches here".into()));
         }
@@ -360,8 +381,14 @@ impl RestStorage for MemoryResource {
         })
     }
 
-    async fn delete(&self, version: &str, name: &str, opts: &DeleteOptions) -> ApiResult<Deleted> {
+    async fn delete(
+        &self,
+        version: &str,
+        at: ObjectRef<'_>,
+        opts: &DeleteOptions,
+    ) -> ApiResult<Deleted> {
         Self::check_version(version)?;
+        let name = at.name;
         let mut object = self.current(name)?;
         let held = object
             .pointer("/metadata/finalizers")
@@ -389,6 +416,7 @@ impl RestStorage for MemoryResource {
     async fn delete_collection(
         &self,
         version: &str,
+        _namespace: Option<&str>,
         params: &ListParams,
         opts: &DeleteOptions,
     ) -> ApiResult<Value> {

@@ -13,6 +13,7 @@ mod delegated;
 mod front_proxy;
 mod kubectl_apply;
 mod kubectl_conformance;
+mod namespaced;
 mod python_client;
 mod server_side_apply;
 mod watch;

@@ -8,7 +8,7 @@ use super::super::metadata;
 use super::super::rest::Subresource;
 use super::super::strategy::Strategy;
 use super::managed::{DEFAULT_FIELD_MANAGER, Tracking};
-use super::{Also, Committed, Store, now};
+use super::{Also, Committed, ObjectRef, Store, now};
 use crate::storage::{Compare, Op, StorageError};
 
 /// How many fresh names a `generateName` create tries before giving up on collisions.
@@ -40,7 +40,7 @@ impl<S: Strategy> Store<S> {
         let generated = self.prepare_for_create(&mut obj);
         let name = obj.metadata().name.clone().unwrap_or_default();
         let causes = merge_causes(
-            metadata::validate_create(obj.metadata()),
+            metadata::validate_create(obj.metadata(), self.namespaced()),
             self.strategy.validate(&obj),
         );
         if !causes.is_empty() {
@@ -55,8 +55,7 @@ impl<S: Strategy> Store<S> {
         let mut attempts = 0;
         loop {
             attempts += 1;
-            let name = obj.metadata().name.clone().unwrap_or_default();
-            match self.insert(&mut obj, &name, dry_run, also).await {
+            match self.insert(&mut obj, dry_run, also).await {
                 Err(ApiError::AlreadyExists { .. })
                     if generated && attempts < GENERATE_NAME_ATTEMPTS =>
                 {
@@ -75,7 +74,9 @@ impl<S: Strategy> Store<S> {
         let meta = obj.metadata_mut();
         meta.resource_version = None;
         // Cluster-scoped: a namespace in the body is dropped, as upstream does.
-        meta.namespace = None;
+        if !self.strategy.info().namespaced {
+            meta.namespace = None;
+        }
         meta.uid = Some(uuid::Uuid::new_v4().to_string());
         meta.creation_timestamp = Some(now());
         meta.deletion_timestamp = None;
@@ -92,16 +93,12 @@ impl<S: Strategy> Store<S> {
         generated
     }
 
-    /// Write `obj` under `name` if absent (with what `also` carries in the same transaction),
-    /// setting its resourceVersion.
-    async fn insert(
-        &self,
-        obj: &mut S::Object,
-        name: &str,
-        dry_run: bool,
-        also: Also<'_>,
-    ) -> ApiResult<()> {
-        let key = self.key(name)?;
+    /// Write `obj` under its key if absent (with what `also` carries in the same
+    /// transaction), setting its resourceVersion.
+    async fn insert(&self, obj: &mut S::Object, dry_run: bool, also: Also<'_>) -> ApiResult<()> {
+        let key = self.key(ObjectRef::of(obj.metadata()))?;
+        let name = obj.metadata().name.clone().unwrap_or_default();
+        let name = name.as_str();
         if dry_run {
             // A dry run still answers 409 for a taken name (recording 17a).
             return match self.storage.get(&key).await {

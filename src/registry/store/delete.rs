@@ -8,7 +8,7 @@ use k8s_openapi::Metadata;
 use super::super::error::{ApiError, ApiResult};
 use super::super::rest::Preconditions;
 use super::super::strategy::Strategy;
-use super::{Also, Committed, MAX_WRITE_ATTEMPTS, Store, now};
+use super::{Also, Committed, MAX_WRITE_ATTEMPTS, ObjectRef, Store, now};
 use crate::storage::{Compare, Op};
 
 /// The outcome of a delete.
@@ -22,26 +22,27 @@ pub struct Deletion<O> {
 }
 
 impl<S: Strategy> Store<S> {
-    /// Delete `name` (the controllers' entry point: same rules as a REST delete).
-    pub async fn delete(
+    /// Delete the object at `at` (the controllers' entry point: same rules as a REST delete).
+    pub async fn delete<'a>(
         &self,
-        name: &str,
+        at: impl Into<ObjectRef<'a>>,
         preconditions: &Preconditions,
     ) -> ApiResult<Deletion<S::Object>> {
-        self.delete_object(name, preconditions, None, false, Also::default())
+        self.delete_object(at.into(), preconditions, None, false, Also::default())
             .await
     }
 
     /// A delete with a `propagationPolicy` (`Orphan`, `Background`, `Foreground`).
     pub(crate) async fn delete_object(
         &self,
-        name: &str,
+        at: ObjectRef<'_>,
         preconditions: &Preconditions,
         propagation_policy: Option<&str>,
         dry_run: bool,
         also: Also<'_>,
     ) -> ApiResult<Deletion<S::Object>> {
-        let key = self.key(name)?;
+        let name = at.name;
+        let key = self.key(at)?;
         for _ in 0..MAX_WRITE_ATTEMPTS {
             let (kv, current) = self.read_current(&key, name).await?;
             self.check_preconditions(&current, preconditions, name)?;

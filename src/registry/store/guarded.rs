@@ -9,7 +9,7 @@ use super::super::fence::{Fence, Record};
 use super::super::rest::{Preconditions, Subresource};
 use super::super::strategy::Strategy;
 use super::managed::DEFAULT_FIELD_MANAGER;
-use super::{Also, Deletion, Store, StoreEventStream};
+use super::{Also, Deletion, ObjectRef, Store, StoreEventStream};
 use crate::storage::Revision;
 
 pub struct Guarded<S: Strategy> {
@@ -57,8 +57,8 @@ impl<S: Strategy> Guarded<S> {
     }
 
     /// Reads need no fence.
-    pub async fn get(&self, name: &str) -> ApiResult<Option<S::Object>> {
-        self.store.get(name).await
+    pub async fn get<'a>(&self, at: impl Into<ObjectRef<'a>>) -> ApiResult<Option<S::Object>> {
+        self.store.get(at).await
     }
 
     pub async fn list_all(&self) -> ApiResult<(Vec<S::Object>, Revision)> {
@@ -120,13 +120,13 @@ impl<S: Strategy> Guarded<S> {
             .await
     }
 
-    pub async fn delete(
+    pub async fn delete<'a>(
         &self,
-        name: &str,
+        at: impl Into<ObjectRef<'a>>,
         preconditions: &Preconditions,
     ) -> ApiResult<Deletion<S::Object>> {
         self.store
-            .delete_object(name, preconditions, None, false, self.also(&[]))
+            .delete_object(at.into(), preconditions, None, false, self.also(&[]))
             .await
     }
 }

@@ -14,7 +14,7 @@ use super::super::managed_fields::updater::Versioned;
 use super::super::managed_fields::{Write, manager_name};
 use super::super::rest::{FieldValidation, Subresource, WriteOptions, Written};
 use super::super::strategy::Strategy;
-use super::{Also, Store};
+use super::{Also, ObjectRef, Store};
 
 /// The field manager of the typed (controller) writes when none is named.
 pub const DEFAULT_FIELD_MANAGER: &str = "svm-apiserver";
@@ -204,7 +204,7 @@ impl<S: Strategy> Store<S> {
     fn applied(
         &self,
         version: &str,
-        name: &str,
+        at: ObjectRef<'_>,
         subresource: Subresource,
         config: &Value,
         current: Option<&S::Object>,
@@ -224,6 +224,8 @@ impl<S: Strategy> Store<S> {
         let mut new = self
             .field_manager()
             .apply(&write, &live, config, opts.force)?;
+        self.place_in_namespace(at.namespace, &mut new)?;
+        let name = at.name;
         let new_name = new
             .pointer("/metadata/name")
             .and_then(Value::as_str)
@@ -254,7 +256,7 @@ impl<S: Strategy> Store<S> {
     pub(crate) async fn apply(
         &self,
         version: &str,
-        name: &str,
+        at: ObjectRef<'_>,
         subresource: Subresource,
         body: &[u8],
         opts: &WriteOptions,
@@ -265,14 +267,12 @@ impl<S: Strategy> Store<S> {
             attempts += 1;
             let updated = self
                 .guaranteed_update_with(
-                    name,
+                    at,
                     subresource,
                     opts.dry_run,
                     Also::default(),
                     Tracking::Applied,
-                    |current| {
-                        self.applied(version, name, subresource, &config, Some(current), opts)
-                    },
+                    |current| self.applied(version, at, subresource, &config, Some(current), opts),
                 )
                 .await;
             let err = match updated {
@@ -286,10 +286,10 @@ impl<S: Strategy> Store<S> {
                 Err(err @ ApiError::NotFound { .. }) if subresource == Subresource::Main => err,
                 Err(err) => return Err(err),
             };
-            let mut obj = self.applied(version, name, subresource, &config, None, opts)?;
+            let mut obj = self.applied(version, at, subresource, &config, None, opts)?;
             if let Some(uid) = obj.metadata().uid.clone().filter(|u| !u.is_empty()) {
                 return Err(self.conflict(
-                    name,
+                    at.name,
                     format!(
                         "uid mismatch: the provided object specified uid {uid}, and no existing object was found"
                     ),

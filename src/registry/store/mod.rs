@@ -10,7 +10,9 @@
 //! - Writes are compare-and-swap transactions on the mod revision read; a lost race is retried
 //!   a bounded number of times, and no lock is held across a storage call.
 //!
-//! The store serves cluster-scoped kinds (every kind of this server is).
+//! Namespaced kinds (`ResourceInfo::namespaced`) keep their objects under
+//! `<prefix><namespace>/<name>` (upstream's `NamespaceKeyFunc`), cluster-scoped ones under
+//! `<prefix><name>`; a list in one namespace reads only `<prefix><namespace>/`.
 
 mod create;
 mod delete;
@@ -45,6 +47,56 @@ pub use guarded::Guarded;
 pub use managed::{DEFAULT_FIELD_MANAGER, ManagedBy};
 pub use read::ListPage;
 pub use watch::{StoreEvent, StoreEventStream};
+
+/// Where an object lives: its namespace (namespaced kinds only) and name. A bare `&str` is a
+/// cluster-scoped name; `(namespace, name)` names an object of a namespaced kind.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ObjectRef<'a> {
+    pub namespace: Option<&'a str>,
+    pub name: &'a str,
+}
+
+impl<'a> ObjectRef<'a> {
+    pub fn cluster(name: &'a str) -> Self {
+        Self {
+            namespace: None,
+            name,
+        }
+    }
+
+    pub fn namespaced(namespace: &'a str, name: &'a str) -> Self {
+        Self {
+            namespace: Some(namespace),
+            name,
+        }
+    }
+
+    /// The place `meta` names (its namespace, when set, and its name).
+    pub fn of(meta: &'a ObjectMeta) -> Self {
+        Self {
+            namespace: meta.namespace.as_deref().filter(|ns| !ns.is_empty()),
+            name: meta.name.as_deref().unwrap_or_default(),
+        }
+    }
+}
+
+impl<'a> From<&'a str> for ObjectRef<'a> {
+    fn from(name: &'a str) -> Self {
+        Self::cluster(name)
+    }
+}
+
+impl<'a> From<&'a String> for ObjectRef<'a> {
+    fn from(name: &'a String) -> Self {
+        Self::cluster(name)
+    }
+}
+
+impl<'a> From<(&'a str, &'a str)> for ObjectRef<'a> {
+    fn from((namespace, name): (&'a str, &'a str)) -> Self {
+        Self::namespaced(namespace, name)
+    }
+}
 
 /// How often a write retries after losing a compare-and-swap race before answering 409.
 const MAX_WRITE_ATTEMPTS: usize = 16;
@@ -116,24 +168,27 @@ impl<S: Strategy> Store<S> {
         self.strategy.info().kind
     }
 
-    /// The storage key of `name`. Names that are not a single path segment are 400s, as
-    /// upstream's key functions answer.
-    fn key(&self, name: &str) -> ApiResult<String> {
-        if name.is_empty() {
-            return Err(ApiError::BadRequest("Name parameter required.".into()));
+    fn namespaced(&self) -> bool {
+        self.strategy.info().namespaced
+    }
+
+    /// The storage key of `at`. Names (and namespaces) that are not a single path segment
+    /// are 400s, as upstream's key functions answer; a namespaced kind needs a namespace.
+    fn key(&self, at: ObjectRef<'_>) -> ApiResult<String> {
+        path_segment("Name", at.name)?;
+        if !self.namespaced() {
+            return Ok(format!("{}{}", self.prefix, at.name));
         }
-        let problem = match name {
-            "." | ".." => Some(format!("may not be '{name}'")),
-            _ => ["/", "%"]
-                .iter()
-                .find(|bad| name.contains(**bad))
-                .map(|bad| format!("may not contain '{bad}'")),
-        };
-        match problem {
-            Some(problem) => Err(ApiError::BadRequest(format!(
-                "Name parameter invalid: {name:?}: {problem}"
-            ))),
-            None => Ok(format!("{}{name}", self.prefix)),
+        let namespace = at.namespace.unwrap_or_default();
+        path_segment("Namespace", namespace)?;
+        Ok(format!("{}{namespace}/{}", self.prefix, at.name))
+    }
+
+    /// The key prefix of one namespace's objects, or of all of them.
+    fn scope_prefix(&self, namespace: Option<&str>) -> String {
+        match namespace.filter(|ns| self.namespaced() && !ns.is_empty()) {
+            Some(ns) => format!("{}{ns}/", self.prefix),
+            None => self.prefix.clone(),
         }
     }
 
@@ -284,6 +339,27 @@ impl KindSchemas {
             merge_rules,
             fields: FieldManager::new(info.group, info.kind, typed, info.has_status_subresource),
         }
+    }
+}
+
+/// A name or namespace used in a key: present, and one path segment (`<what> parameter
+/// required.` / `<what> parameter invalid: ...`, upstream's texts).
+fn path_segment(what: &str, value: &str) -> ApiResult<()> {
+    if value.is_empty() {
+        return Err(ApiError::BadRequest(format!("{what} parameter required.")));
+    }
+    let problem = match value {
+        "." | ".." => Some(format!("may not be '{value}'")),
+        _ => ["/", "%"]
+            .iter()
+            .find(|bad| value.contains(**bad))
+            .map(|bad| format!("may not contain '{bad}'")),
+    };
+    match problem {
+        Some(problem) => Err(ApiError::BadRequest(format!(
+            "{what} parameter invalid: {value:?}: {problem}"
+        ))),
+        None => Ok(()),
     }
 }
 

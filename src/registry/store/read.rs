@@ -6,7 +6,7 @@ use super::super::continue_token::ContinueToken;
 use super::super::error::{ApiError, ApiResult};
 use super::super::strategy::Strategy;
 use super::selection::Selection;
-use super::{Store, decode_stored, parse_resource_version, too_large};
+use super::{ObjectRef, Store, decode_stored, parse_resource_version, too_large};
 use crate::storage::{ListOptions, ListResult, Revision, StorageError};
 
 /// kube-apiserver's cap on one storage read while filling a filtered page.
@@ -65,6 +65,8 @@ pub struct ListPage<O> {
 
 /// A list request, already parsed.
 pub(crate) struct ListQuery<S: Strategy> {
+    /// One namespace's objects (namespaced kinds), or every object.
+    pub namespace: Option<String>,
     pub selection: Selection<S>,
     /// `None` = everything in one page.
     pub limit: Option<usize>,
@@ -73,9 +75,12 @@ pub(crate) struct ListQuery<S: Strategy> {
 }
 
 impl<S: Strategy> Store<S> {
-    /// The object named `name` at the current revision, if it exists.
-    pub async fn get(&self, name: &str) -> ApiResult<Option<S::Object>> {
-        let key = self.key(name)?;
+    /// The object at `at` (a name, or `(namespace, name)`) at the current revision, if it
+    /// exists.
+    pub async fn get<'a>(&self, at: impl Into<ObjectRef<'a>>) -> ApiResult<Option<S::Object>> {
+        let at = at.into();
+        let name = at.name;
+        let key = self.key(at)?;
         match self.storage.get(&key).await {
             Ok(Some(kv)) => decode_stored(&kv, kv.mod_revision).map(Some),
             Ok(None) => Ok(None),
@@ -87,14 +92,15 @@ impl<S: Strategy> Store<S> {
     /// must not be newer than the store (504 otherwise), as upstream's etcd-backed get.
     pub(crate) async fn get_with_version(
         &self,
-        name: &str,
+        at: ObjectRef<'_>,
         resource_version: Option<&str>,
     ) -> ApiResult<S::Object> {
+        let name = at.name;
         let minimum = match resource_version.filter(|rv| !rv.is_empty()) {
             None => 0,
             Some(rv) => parse_resource_version(rv)?,
         };
-        let found = self.get(name).await?;
+        let found = self.get(at).await?;
         if minimum > 0 {
             let current = self
                 .storage
@@ -108,10 +114,11 @@ impl<S: Strategy> Store<S> {
         found.ok_or_else(|| self.not_found(name))
     }
 
-    /// Every object at the current revision, and that revision.
+    /// Every object (of every namespace) at the current revision, and that revision.
     pub async fn list_all(&self) -> ApiResult<(Vec<S::Object>, Revision)> {
         let page = self
             .list_page(ListQuery {
+                namespace: None,
                 selection: Selection::everything(self.strategy.clone()),
                 limit: None,
                 continue_token: None,
@@ -201,7 +208,8 @@ impl<S: Strategy> Store<S> {
             limit,
             revision,
         };
-        match self.storage.list(&self.prefix, opts).await {
+        let prefix = self.scope_prefix(query.namespace.as_deref());
+        match self.storage.list(&prefix, opts).await {
             Ok(page) => Ok(page),
             Err(StorageError::Compacted { .. }) => Err(match &query.continue_token {
                 Some(token) => ApiError::Expired {

@@ -13,10 +13,10 @@ use super::super::rest::{
     Subresource, WatchEventStream, WatchParams, WriteOptions, Written,
 };
 use super::super::strategy::{ResourceInfo, Strategy, TableColumn};
-use super::Store;
 use super::managed::{Tracking, request_manager};
 use super::read::{ListPage, ListQuery, ReadAt};
 use super::selection::Selection;
+use super::{ObjectRef, Store};
 
 impl<S: Strategy> Store<S> {
     fn api_version(&self, version: &str) -> String {
@@ -117,24 +117,57 @@ impl<S: Strategy> Store<S> {
         }
     }
 
-    /// A create/update body: type meta, field validation, then the strategy's decoding.
+    /// A create/update body: type meta, namespace, field validation, then the strategy's
+    /// decoding.
     fn decode_body(
         &self,
         version: &str,
+        namespace: Option<&str>,
         mut body: Value,
         validation: FieldValidation,
     ) -> ApiResult<(S::Object, Vec<String>)> {
         self.check_type_meta(version, &mut body)?;
+        self.place_in_namespace(namespace, &mut body)?;
         let warnings = self.validate_fields(version, &mut body, validation)?;
         let obj = self.strategy.decode(version, body)?;
         Ok((obj, warnings))
+    }
+
+    /// The request's namespace is the object's (upstream's
+    /// `EnsureObjectNamespaceMatchesRequestNamespace`): an object of a namespaced kind without
+    /// one gets it, one naming another is a 400. Cluster-scoped kinds drop any namespace on
+    /// create and keep none on update.
+    pub(super) fn place_in_namespace(
+        &self,
+        namespace: Option<&str>,
+        object: &mut Value,
+    ) -> ApiResult<()> {
+        let Some(namespace) = namespace.filter(|ns| self.namespaced() && !ns.is_empty()) else {
+            return Ok(());
+        };
+        let Some(Value::Object(meta)) = object.get_mut("metadata") else {
+            if let Value::Object(map) = object {
+                map.insert("metadata".into(), json!({"namespace": namespace}));
+            }
+            return Ok(());
+        };
+        match meta.get("namespace").and_then(Value::as_str).unwrap_or_default() {
+            "" => {
+                meta.insert("namespace".into(), Value::String(namespace.to_string()));
+                Ok(())
+            }
+            given if given == namespace => Ok(()),
+            _ => Err(ApiError::BadRequest(
+                "the namespace of the provided object does not match the namespace sent on the request".into(),
+            )),
+        }
     }
 
     /// The object a patch makes of `current`, in `version`.
     fn patched(
         &self,
         version: &str,
-        name: &str,
+        at: ObjectRef<'_>,
         patch: &Patch,
         current: &S::Object,
         validation: FieldValidation,
@@ -148,6 +181,8 @@ impl<S: Strategy> Store<S> {
             ));
         }
         self.check_type_meta(version, &mut patched)?;
+        self.place_in_namespace(at.namespace, &mut patched)?;
+        let name = at.name;
         let patched_name = patched
             .pointer("/metadata/name")
             .and_then(Value::as_str)
@@ -208,7 +243,10 @@ impl<S: Strategy> Store<S> {
         }))
     }
 
-    fn list_query(&self, params: &ListParams) -> ApiResult<ListQuery<S>> {
+    fn list_query(&self, namespace: Option<&str>, params: &ListParams) -> ApiResult<ListQuery<S>> {
+        let namespace = namespace
+            .filter(|ns| self.namespaced() && !ns.is_empty())
+            .map(str::to_string);
         let selection = Selection::parse(
             self.strategy.clone(),
             params.label_selector.as_deref(),
@@ -243,7 +281,8 @@ impl<S: Strategy> Store<S> {
             )?,
         };
         Ok(ListQuery {
-            selection,
+            selection: selection.within(namespace.clone()),
+            namespace,
             limit,
             continue_token,
             read_at,
@@ -307,28 +346,45 @@ impl<S: Strategy> RestStorage for Store<S> {
         Ok(self.strategy.table_row(&obj))
     }
 
-    async fn get(&self, version: &str, name: &str, opts: &GetOptions) -> ApiResult<Value> {
+    async fn get(&self, version: &str, at: ObjectRef<'_>, opts: &GetOptions) -> ApiResult<Value> {
         self.check_version(version)?;
         let obj = self
-            .get_with_version(name, opts.resource_version.as_deref())
+            .get_with_version(at, opts.resource_version.as_deref())
             .await?;
         self.encode(version, &obj)
     }
 
-    async fn list(&self, version: &str, params: &ListParams) -> ApiResult<Value> {
+    async fn list(
+        &self,
+        version: &str,
+        namespace: Option<&str>,
+        params: &ListParams,
+    ) -> ApiResult<Value> {
         self.check_version(version)?;
-        let page = self.list_page(self.list_query(params)?).await?;
+        let page = self.list_page(self.list_query(namespace, params)?).await?;
         self.list_json(version, page)
     }
 
-    async fn watch(&self, version: &str, params: &WatchParams) -> ApiResult<WatchEventStream> {
+    async fn watch(
+        &self,
+        version: &str,
+        namespace: Option<&str>,
+        params: &WatchParams,
+    ) -> ApiResult<WatchEventStream> {
         self.check_version(version)?;
-        self.rest_watch(version, params).await
+        let namespace = namespace.filter(|ns| self.namespaced() && !ns.is_empty());
+        self.rest_watch(version, namespace, params).await
     }
 
-    async fn create(&self, version: &str, body: Value, opts: &WriteOptions) -> ApiResult<Written> {
+    async fn create(
+        &self,
+        version: &str,
+        namespace: Option<&str>,
+        body: Value,
+        opts: &WriteOptions,
+    ) -> ApiResult<Written> {
         self.check_version(version)?;
-        let (obj, warnings) = self.decode_body(version, body, opts.field_validation)?;
+        let (obj, warnings) = self.decode_body(version, namespace, body, opts.field_validation)?;
         let manager = request_manager(opts);
         let tracking = Tracking::Update {
             version,
@@ -347,12 +403,13 @@ impl<S: Strategy> RestStorage for Store<S> {
     async fn update(
         &self,
         version: &str,
-        name: &str,
+        at: ObjectRef<'_>,
         subresource: Subresource,
         mut body: Value,
         opts: &WriteOptions,
     ) -> ApiResult<Written> {
         self.check_version(version)?;
+        let name = at.name;
         // The URL names the object when the body does not; a different name is a 400.
         if let Value::Object(map) = &mut body
             && let Value::Object(meta) = map.entry("metadata").or_insert_with(|| json!({}))
@@ -369,7 +426,8 @@ impl<S: Strategy> RestStorage for Store<S> {
                 _ => {}
             }
         }
-        let (obj, warnings) = self.decode_body(version, body, opts.field_validation)?;
+        let (obj, warnings) =
+            self.decode_body(version, at.namespace, body, opts.field_validation)?;
         let manager = request_manager(opts);
         let tracking = Tracking::Update {
             version,
@@ -388,7 +446,7 @@ impl<S: Strategy> RestStorage for Store<S> {
     async fn patch(
         &self,
         version: &str,
-        name: &str,
+        at: ObjectRef<'_>,
         subresource: Subresource,
         patch_type: PatchType,
         patch: &[u8],
@@ -396,7 +454,7 @@ impl<S: Strategy> RestStorage for Store<S> {
     ) -> ApiResult<Written> {
         self.check_version(version)?;
         if patch_type == PatchType::Apply {
-            return self.apply(version, name, subresource, patch, opts).await;
+            return self.apply(version, at, subresource, patch, opts).await;
         }
         let patch = Patch::parse(patch_type, patch)?;
         let mut warnings = Vec::new();
@@ -407,14 +465,14 @@ impl<S: Strategy> RestStorage for Store<S> {
         };
         let updated = self
             .guaranteed_update_with(
-                name,
+                at,
                 subresource,
                 opts.dry_run,
                 super::Also::default(),
                 tracking,
                 |current| {
                     let (obj, attempt_warnings) =
-                        self.patched(version, name, &patch, current, opts.field_validation)?;
+                        self.patched(version, at, &patch, current, opts.field_validation)?;
                     warnings = attempt_warnings;
                     Ok(obj)
                 },
@@ -427,11 +485,16 @@ impl<S: Strategy> RestStorage for Store<S> {
         })
     }
 
-    async fn delete(&self, version: &str, name: &str, opts: &DeleteOptions) -> ApiResult<Deleted> {
+    async fn delete(
+        &self,
+        version: &str,
+        at: ObjectRef<'_>,
+        opts: &DeleteOptions,
+    ) -> ApiResult<Deleted> {
         self.check_version(version)?;
         let deletion = self
             .delete_object(
-                name,
+                at,
                 &opts.preconditions,
                 opts.propagation_policy.as_deref(),
                 opts.dry_run,
@@ -447,18 +510,18 @@ impl<S: Strategy> RestStorage for Store<S> {
     async fn delete_collection(
         &self,
         version: &str,
+        namespace: Option<&str>,
         params: &ListParams,
         opts: &DeleteOptions,
     ) -> ApiResult<Value> {
         self.check_version(version)?;
         // Without a limit the list is one page; with one, only that page is deleted, as
         // upstream does.
-        let page = self.list_page(self.list_query(params)?).await?;
+        let page = self.list_page(self.list_query(namespace, params)?).await?;
         for obj in &page.items {
-            let name = obj.metadata().name.clone().unwrap_or_default();
             match self
                 .delete_object(
-                    &name,
+                    ObjectRef::of(obj.metadata()),
                     &opts.preconditions,
                     opts.propagation_policy.as_deref(),
                     opts.dry_run,

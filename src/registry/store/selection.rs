@@ -13,6 +13,8 @@ const NAMESPACE: &str = "metadata.namespace";
 pub(crate) struct Selection<S: Strategy> {
     labels: LabelSelector,
     fields: FieldSelector,
+    /// The request's namespace (a namespaced kind's `/namespaces/<ns>/...`), if any.
+    namespace: Option<String>,
     strategy: Arc<S>,
 }
 
@@ -21,6 +23,7 @@ impl<S: Strategy> Clone for Selection<S> {
         Self {
             labels: self.labels.clone(),
             fields: self.fields.clone(),
+            namespace: self.namespace.clone(),
             strategy: self.strategy.clone(),
         }
     }
@@ -31,6 +34,7 @@ impl<S: Strategy> Selection<S> {
         Self {
             labels: LabelSelector::default(),
             fields: FieldSelector::default(),
+            namespace: None,
             strategy,
         }
     }
@@ -63,11 +67,23 @@ impl<S: Strategy> Selection<S> {
         Ok(Self {
             labels,
             fields,
+            namespace: None,
             strategy,
         })
     }
 
-    /// Whether nothing is filtered (upstream reports `remainingItemCount` only then).
+    /// Only the objects of `namespace` (all when `None`).
+    pub fn within(mut self, namespace: Option<String>) -> Self {
+        self.namespace = namespace;
+        self
+    }
+
+    pub fn namespace(&self) -> Option<&str> {
+        self.namespace.as_deref()
+    }
+
+    /// Whether nothing is filtered (upstream reports `remainingItemCount` only then); a
+    /// namespace is a key range, not a filter.
     pub fn is_empty(&self) -> bool {
         self.labels.is_empty() && self.fields.is_empty()
     }
@@ -75,6 +91,11 @@ impl<S: Strategy> Selection<S> {
     pub fn matches(&self, obj: &S::Object) -> bool {
         use k8s_openapi::Metadata;
         let meta = obj.metadata();
+        if let Some(namespace) = &self.namespace
+            && meta.namespace.as_ref() != Some(namespace)
+        {
+            return false;
+        }
         let empty = std::collections::BTreeMap::new();
         self.labels.matches(meta.labels.as_ref().unwrap_or(&empty))
             && self.fields.matches(|field| match field {

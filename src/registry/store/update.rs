@@ -14,7 +14,7 @@ use super::super::rest::Subresource;
 use super::super::strategy::Strategy;
 use super::create::merge_causes;
 use super::managed::{DEFAULT_FIELD_MANAGER, Tracking};
-use super::{Also, Committed, MAX_WRITE_ATTEMPTS, Store, parse_resource_version};
+use super::{Also, Committed, MAX_WRITE_ATTEMPTS, ObjectRef, Store, parse_resource_version};
 use crate::storage::{Compare, Op};
 
 impl<S: Strategy> Store<S> {
@@ -59,9 +59,14 @@ impl<S: Strategy> Store<S> {
         also: Also<'_>,
     ) -> ApiResult<S::Object> {
         let name = obj.metadata().name.clone().unwrap_or_default();
-        let key = self.key(&name)?;
+        let namespace = obj.metadata().namespace.clone();
+        let at = ObjectRef {
+            namespace: namespace.as_deref(),
+            name: &name,
+        };
+        let key = self.key(at)?;
         let uid = obj.metadata().uid.clone().filter(|u| !u.is_empty());
-        self.guaranteed_update_with(&name, subresource, dry_run, also, tracking, |current| {
+        self.guaranteed_update_with(at, subresource, dry_run, also, tracking, |current| {
                 if let Some(uid) = &uid {
                     let current_uid = current.metadata().uid.clone().unwrap_or_default();
                     if *uid != current_uid {
@@ -86,7 +91,7 @@ impl<S: Strategy> Store<S> {
     /// removed), the object as the request made it.
     pub(crate) async fn guaranteed_update_with<F>(
         &self,
-        name: &str,
+        at: ObjectRef<'_>,
         subresource: Subresource,
         dry_run: bool,
         also: Also<'_>,
@@ -96,7 +101,8 @@ impl<S: Strategy> Store<S> {
     where
         F: FnMut(&S::Object) -> ApiResult<S::Object> + Send,
     {
-        let key = self.key(name)?;
+        let name = at.name;
+        let key = self.key(at)?;
         for _ in 0..MAX_WRITE_ATTEMPTS {
             let (kv, current) = self.read_current(&key, name).await?;
             let mut new = updated(&current)?;
@@ -185,7 +191,8 @@ impl<S: Strategy> Store<S> {
         let old_meta = old.metadata();
         {
             let meta = new.metadata_mut();
-            meta.namespace = None;
+            // The key names the namespace: an update never moves an object.
+            meta.namespace = old_meta.namespace.clone();
             meta.generation = old_meta.generation;
             meta.self_link = None;
         }
@@ -232,7 +239,7 @@ impl<S: Strategy> Store<S> {
             Subresource::Status => self.strategy.validate_status_update(new, old),
         };
         let causes = merge_causes(
-            metadata::validate_update(new.metadata(), old_meta),
+            metadata::validate_update(new.metadata(), old_meta, self.namespaced()),
             kind_causes,
         );
         if causes.is_empty() {

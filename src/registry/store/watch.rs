@@ -103,13 +103,15 @@ impl<S: Strategy> Store<S> {
     pub(crate) async fn rest_watch(
         &self,
         version: &str,
+        namespace: Option<&str>,
         params: &WatchParams,
     ) -> ApiResult<WatchEventStream> {
         let selection = Selection::parse(
             self.strategy.clone(),
             params.label_selector.as_deref(),
             params.field_selector.as_deref(),
-        )?;
+        )?
+        .within(namespace.map(str::to_string));
         check_initial_events(params)?;
         let requested = match params
             .resource_version
@@ -177,6 +179,7 @@ impl<S: Strategy> Store<S> {
         }
         let page = self
             .list_page(ListQuery {
+                namespace: encoder.selection.namespace().map(str::to_string),
                 selection: encoder.selection.clone(),
                 limit: None,
                 continue_token: None,

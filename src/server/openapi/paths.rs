@@ -52,6 +52,16 @@ fn name_param() -> Param {
     }
 }
 
+fn namespace_param() -> Param {
+    Param {
+        name: "namespace",
+        location: "path",
+        description: "object name and auth scope, such as for teams and projects",
+        type_: ParamType::String,
+        required: true,
+    }
+}
+
 fn pretty() -> Param {
     query(
         "pretty",
@@ -260,12 +270,34 @@ pub fn api_group(group: &str) -> PathItem {
     }
 }
 
-/// Every path of a (cluster-scoped) resource in one version.
+/// Every path of a resource in one version: for a namespaced kind, the paths under
+/// `/namespaces/{namespace}/` (operation ids `...Namespaced<Kind>...`, as kube-apiserver's)
+/// and its list and watch across all namespaces (`...ForAllNamespaces`).
 pub fn resource_paths(info: &ResourceInfo, version: &str, definition: &str) -> Vec<PathItem> {
     let g = group_camel(info.group);
     let v = capitalize(version);
+    let namespaced_kind = format!("Namespaced{}", info.kind);
     let kind = info.kind;
-    let base = format!("/apis/{}/{version}/{}", info.group, info.plural);
+    // What operation ids call the kind.
+    let op_kind: &str = if info.namespaced {
+        &namespaced_kind
+    } else {
+        kind
+    };
+    let scope = if info.namespaced {
+        "namespaces/{namespace}/"
+    } else {
+        ""
+    };
+    // The path parameters every item carries before its own.
+    let scope_params = || {
+        if info.namespaced {
+            vec![namespace_param()]
+        } else {
+            Vec::new()
+        }
+    };
+    let base = format!("/apis/{}/{version}/{scope}{}", info.group, info.plural);
     let tag = tag(info.group, version);
     let gvk = json!({"group": info.group, "kind": kind, "version": version});
     let list_def = format!("{definition}List");
@@ -299,7 +331,7 @@ pub fn resource_paths(info: &ResourceInfo, version: &str, definition: &str) -> V
     let mut list = op(
         "get",
         "list",
-        kind,
+        op_kind,
         format!("list or watch objects of kind {kind}"),
         "list",
     );
@@ -307,7 +339,13 @@ pub fn resource_paths(info: &ResourceInfo, version: &str, definition: &str) -> V
     list.responses = vec![(200, "OK", list_def.clone())];
     list.produces = vec![JSON, YAML, JSON_WATCH];
 
-    let mut create = op("post", "create", kind, format!("create a {kind}"), "post");
+    let mut create = op(
+        "post",
+        "create",
+        op_kind,
+        format!("create a {kind}"),
+        "post",
+    );
     create.params = write_params();
     create.body = Some((definition.to_string(), vec![JSON, YAML]));
     create.responses = vec![
@@ -319,7 +357,7 @@ pub fn resource_paths(info: &ResourceInfo, version: &str, definition: &str) -> V
     let mut delete_collection = op(
         "delete",
         "delete",
-        &format!("Collection{kind}"),
+        &format!("Collection{op_kind}"),
         format!("delete collection of {kind}"),
         "deletecollection",
     );
@@ -331,7 +369,7 @@ pub fn resource_paths(info: &ResourceInfo, version: &str, definition: &str) -> V
     let mut read = op(
         "get",
         "read",
-        kind,
+        op_kind,
         format!("read the specified {kind}"),
         "get",
     );
@@ -340,7 +378,7 @@ pub fn resource_paths(info: &ResourceInfo, version: &str, definition: &str) -> V
     let mut replace = op(
         "put",
         "replace",
-        kind,
+        op_kind,
         format!("replace the specified {kind}"),
         "put",
     );
@@ -354,7 +392,7 @@ pub fn resource_paths(info: &ResourceInfo, version: &str, definition: &str) -> V
     let mut patch = op(
         "patch",
         "patch",
-        kind,
+        op_kind,
         format!("partially update the specified {kind}"),
         "patch",
     );
@@ -368,7 +406,7 @@ pub fn resource_paths(info: &ResourceInfo, version: &str, definition: &str) -> V
     let mut delete = op(
         "delete",
         "delete",
-        kind,
+        op_kind,
         format!("delete a {kind}"),
         "delete",
     );
@@ -379,21 +417,26 @@ pub fn resource_paths(info: &ResourceInfo, version: &str, definition: &str) -> V
         (202, "Accepted", meta("Status")),
     ];
 
+    let with_scope = |params: Vec<Param>| {
+        let mut all = scope_params();
+        all.extend(params);
+        all
+    };
     let mut items = vec![
         PathItem {
             path: base.clone(),
-            params: vec![pretty()],
+            params: with_scope(vec![pretty()]),
             ops: vec![list, create, delete_collection],
         },
         PathItem {
             path: format!("{base}/{{name}}"),
-            params: vec![name_param(), pretty()],
+            params: with_scope(vec![name_param(), pretty()]),
             ops: vec![read, replace, patch, delete],
         },
     ];
 
     if info.has_status_subresource {
-        let status = format!("{kind}Status");
+        let status = format!("{op_kind}Status");
         let mut read_status = op(
             "get",
             "read",
@@ -430,17 +473,20 @@ pub fn resource_paths(info: &ResourceInfo, version: &str, definition: &str) -> V
         ];
         items.push(PathItem {
             path: format!("{base}/{{name}}/status"),
-            params: vec![name_param(), pretty()],
+            params: with_scope(vec![name_param(), pretty()]),
             ops: vec![read_status, replace_status, patch_status],
         });
     }
 
     // The deprecated watch paths kube-apiserver still documents.
-    let watch_base = format!("/apis/{}/{version}/watch/{}", info.group, info.plural);
+    let watch_base = format!(
+        "/apis/{}/{version}/watch/{scope}{}",
+        info.group, info.plural
+    );
     let mut watch_list = op(
         "get",
         "watch",
-        &format!("{kind}List"),
+        &format!("{op_kind}List"),
         format!(
             "watch individual changes to a list of {kind}. deprecated: use the 'watch' parameter with a list operation instead."
         ),
@@ -452,7 +498,7 @@ pub fn resource_paths(info: &ResourceInfo, version: &str, definition: &str) -> V
     let mut watch_one = op(
         "get",
         "watch",
-        kind,
+        op_kind,
         format!(
             "watch changes to an object of kind {kind}. deprecated: use the 'watch' parameter with a list operation instead, filtered to a single item with the 'fieldSelector' parameter."
         ),
@@ -463,14 +509,48 @@ pub fn resource_paths(info: &ResourceInfo, version: &str, definition: &str) -> V
     watch_one.produces = vec![JSON, YAML, JSON_WATCH];
     items.push(PathItem {
         path: watch_base.clone(),
-        params: vec![pretty()],
+        params: with_scope(vec![pretty()]),
         ops: vec![watch_list],
     });
     items.push(PathItem {
         path: format!("{watch_base}/{{name}}"),
-        params: vec![name_param(), pretty()],
+        params: with_scope(vec![name_param(), pretty()]),
         ops: vec![watch_one],
     });
+    if info.namespaced {
+        let mut list_all = op(
+            "get",
+            "list",
+            &format!("{kind}ForAllNamespaces"),
+            format!("list or watch objects of kind {kind}"),
+            "list",
+        );
+        list_all.params = list_params();
+        list_all.responses = vec![(200, "OK", list_def.clone())];
+        list_all.produces = vec![JSON, YAML, JSON_WATCH];
+        let mut watch_all = op(
+            "get",
+            "watch",
+            &format!("{kind}ListForAllNamespaces"),
+            format!(
+                "watch individual changes to a list of {kind}. deprecated: use the 'watch' parameter with a list operation instead."
+            ),
+            "watchlist",
+        );
+        watch_all.params = list_params();
+        watch_all.responses = vec![(200, "OK", meta("WatchEvent"))];
+        watch_all.produces = vec![JSON, YAML, JSON_WATCH];
+        items.push(PathItem {
+            path: format!("/apis/{}/{version}/{}", info.group, info.plural),
+            params: vec![pretty()],
+            ops: vec![list_all],
+        });
+        items.push(PathItem {
+            path: format!("/apis/{}/{version}/watch/{}", info.group, info.plural),
+            params: vec![pretty()],
+            ops: vec![watch_all],
+        });
+    }
     items
 }
 

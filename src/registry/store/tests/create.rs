@@ -1,3 +1,4 @@
+use crate::registry::ObjectRef;
 use serde_json::json;
 
 use super::*;
@@ -168,6 +169,7 @@ async fn dry_run_runs_everything_but_the_write() {
     let written = RestStorage::create(
         &store,
         "v1",
+        None,
         body("dry", 1),
         &opts(FieldValidation::Warn, true),
     )
@@ -185,6 +187,7 @@ async fn dry_run_runs_everything_but_the_write() {
     let err = RestStorage::create(
         &store,
         "v1",
+        None,
         body("taken", 1),
         &opts(FieldValidation::Warn, true),
     )
@@ -194,6 +197,7 @@ async fn dry_run_runs_everything_but_the_write() {
     let err = RestStorage::create(
         &store,
         "v1",
+        None,
         body("x", -5),
         &opts(FieldValidation::Warn, true),
     )
@@ -204,10 +208,9 @@ async fn dry_run_runs_everything_but_the_write() {
     // generateName with dry run: a name is generated, nothing persisted (recording 17b).
     let generated = RestStorage::create(
         &store,
-        "v1",
+        "v1", None,
         json!({"apiVersion": "test.example.io/v1", "kind": "Widget", "metadata": {"generateName": "gen-"}, "spec": {"size": 1}}),
-        &opts(FieldValidation::Warn, true),
-    )
+        &opts(FieldValidation::Warn, true),)
     .await
     .expect("generated");
     let name = generated.object["metadata"]["name"].as_str().expect("name");
@@ -234,7 +237,7 @@ async fn type_meta_must_name_this_kind_and_version() {
         ),
     ];
     for (body, message) in cases {
-        let err = RestStorage::create(&store, "v1", body, &opts)
+        let err = RestStorage::create(&store, "v1", None, body, &opts)
             .await
             .expect_err("wrong type meta");
         assert_eq!(err.code(), 400);
@@ -244,6 +247,7 @@ async fn type_meta_must_name_this_kind_and_version() {
     let written = RestStorage::create(
         &store,
         "v1",
+        None,
         json!({"metadata": {"name": "plain", "namespace": "ns"}, "spec": {"size": 2}}),
         &opts,
     )
@@ -270,6 +274,7 @@ async fn field_validation_strict_warn_and_ignore() {
     let err = RestStorage::create(
         &store,
         "v1",
+        None,
         with_unknown("s"),
         &opts(FieldValidation::Strict, false),
     )
@@ -285,6 +290,7 @@ async fn field_validation_strict_warn_and_ignore() {
     let warned = RestStorage::create(
         &store,
         "v1",
+        None,
         with_unknown("w"),
         &opts(FieldValidation::Warn, false),
     )
@@ -304,6 +310,7 @@ async fn field_validation_strict_warn_and_ignore() {
     let ignored = RestStorage::create(
         &store,
         "v1",
+        None,
         with_unknown("i"),
         &opts(FieldValidation::Ignore, false),
     )
@@ -318,14 +325,13 @@ async fn versions_convert_through_the_internal_form() {
     let store = store();
     let written = RestStorage::create(
         &store,
-        "v1beta1",
+        "v1beta1", None,
         json!({"apiVersion": "test.example.io/v1beta1", "kind": "Widget", "metadata": {"name": "b"}, "spec": {"count": 4}}),
-        &opts(FieldValidation::Strict, false),
-    )
+        &opts(FieldValidation::Strict, false),)
     .await
     .expect("created in v1beta1");
     assert_eq!(written.object["spec"]["count"], 4);
-    let v1 = RestStorage::get(&store, "v1", "b", &Default::default())
+    let v1 = RestStorage::get(&store, "v1", ObjectRef::from("b"), &Default::default())
         .await
         .expect("get in v1");
     assert_eq!(v1["apiVersion"], "test.example.io/v1");
@@ -333,17 +339,16 @@ async fn versions_convert_through_the_internal_form() {
     // `size` is unknown in v1beta1.
     let err = RestStorage::create(
         &store,
-        "v1beta1",
+        "v1beta1", None,
         json!({"apiVersion": "test.example.io/v1beta1", "kind": "Widget", "metadata": {"name": "c"}, "spec": {"size": 4}}),
-        &opts(FieldValidation::Strict, false),
-    )
+        &opts(FieldValidation::Strict, false),)
     .await
     .expect_err("v1 field in v1beta1");
     assert!(
         err.to_string().contains("unknown field \"spec.size\""),
         "{err}"
     );
-    let err = RestStorage::get(&store, "v2", "b", &Default::default())
+    let err = RestStorage::get(&store, "v2", ObjectRef::from("b"), &Default::default())
         .await
         .expect_err("unserved version");
     assert_eq!(err.code(), 404);

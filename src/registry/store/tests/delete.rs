@@ -1,3 +1,4 @@
+use crate::registry::ObjectRef;
 use serde_json::json;
 
 use super::*;
@@ -135,11 +136,11 @@ async fn dry_run_deletes_nothing() {
         ..Default::default()
     };
     let before = current_revision(&store).await;
-    let plain = RestStorage::delete(&store, "v1", "plain", &opts)
+    let plain = RestStorage::delete(&store, "v1", ObjectRef::from("plain"), &opts)
         .await
         .expect("dry delete");
     assert!(plain.gone);
-    let held = RestStorage::delete(&store, "v1", "held", &opts)
+    let held = RestStorage::delete(&store, "v1", ObjectRef::from("held"), &opts)
         .await
         .expect("dry mark");
     assert!(!held.gone);
@@ -168,6 +169,7 @@ async fn delete_collection_deletes_what_the_selectors_match() {
     let deleted = RestStorage::delete_collection(
         &store,
         "v1",
+        None,
         &ListParams {
             label_selector: Some("team=x".into()),
             ..Default::default()
@@ -184,6 +186,7 @@ async fn delete_collection_deletes_what_the_selectors_match() {
     let none = RestStorage::delete_collection(
         &store,
         "v1",
+        None,
         &ListParams {
             label_selector: Some("team=z".into()),
             ..Default::default()
@@ -205,7 +208,7 @@ async fn propagation_policies_set_the_garbage_collectors_finalizers() {
                 propagation_policy: Some(policy.into()),
                 ..Default::default()
             };
-            RestStorage::delete(store, "v1", name, &opts).await
+            RestStorage::delete(store, "v1", ObjectRef::from(name), &opts).await
         }
     };
     store.create(widget("fg", 1)).await.expect("fg");

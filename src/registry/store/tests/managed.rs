@@ -1,6 +1,7 @@
 //! managedFields through the store: every write recorded, applies merged, and the
 //! controllers' typed writes taking nothing a user applied.
 
+use crate::registry::ObjectRef;
 use serde_json::{Value, json};
 
 use super::*;
@@ -25,7 +26,7 @@ async fn apply(
     RestStorage::patch(
         store,
         "v1",
-        "a",
+        ObjectRef::from("a"),
         subresource,
         PatchType::Apply,
         body.to_string().as_bytes(),
@@ -117,6 +118,7 @@ async fn every_write_is_recorded_for_its_manager() {
     let created = RestStorage::create(
         &store,
         "v1",
+        None,
         body("a", 1),
         &WriteOptions {
             user_agent: Some("kubectl-create/v1.37.0 (linux/amd64)".into()),
@@ -132,7 +134,7 @@ async fn every_write_is_recorded_for_its_manager() {
     let patched = RestStorage::patch(
         &store,
         "v1beta1",
-        "a",
+        ObjectRef::from("a"),
         Subresource::Main,
         PatchType::Merge,
         br#"{"metadata": {"labels": {"x": "y"}}}"#,

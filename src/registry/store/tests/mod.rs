@@ -4,6 +4,7 @@
 mod create;
 mod delete;
 mod managed;
+mod namespaced;
 mod on_etcd;
 mod over_http;
 mod patch;

@@ -27,6 +27,7 @@ async fn the_store_behaves_the_same_on_etcd() {
     let first = RestStorage::list(
         &store,
         "v1",
+        None,
         &ListParams {
             limit: Some(2),
             ..Default::default()
@@ -42,7 +43,7 @@ async fn the_store_behaves_the_same_on_etcd() {
         resource_version: Some(start.to_string()),
         ..Default::default()
     };
-    let mut events = RestStorage::watch(&store, "v1", &params)
+    let mut events = RestStorage::watch(&store, "v1", None, &params)
         .await
         .expect("watch");
 
@@ -88,6 +89,7 @@ async fn the_store_behaves_the_same_on_etcd() {
     let err = RestStorage::list(
         &store,
         "v1",
+        None,
         &ListParams {
             limit: Some(2),
             continue_token: first["metadata"]["continue"].as_str().map(str::to_string),
@@ -107,6 +109,7 @@ async fn the_store_behaves_the_same_on_etcd() {
     let rest = RestStorage::list(
         &store,
         "v1",
+        None,
         &ListParams {
             limit: Some(2),
             continue_token: token.as_str().map(str::to_string),

@@ -1,3 +1,4 @@
+use crate::registry::ObjectRef;
 use serde_json::json;
 
 use super::*;
@@ -13,7 +14,7 @@ async fn patch(
     RestStorage::patch(
         store,
         "v1",
-        "a",
+        ObjectRef::from("a"),
         subresource,
         patch_type,
         body.as_bytes(),
@@ -197,7 +198,7 @@ async fn patch_errors() {
     let missing = RestStorage::patch(
         &store,
         "v1",
-        "missing",
+        ObjectRef::from("missing"),
         Subresource::Main,
         PatchType::Merge,
         b"{}",
@@ -256,7 +257,7 @@ async fn field_validation_applies_to_the_patched_object() {
     let strict = RestStorage::patch(
         &store,
         "v1",
-        "a",
+        ObjectRef::from("a"),
         Subresource::Main,
         PatchType::Merge,
         unknown.as_bytes(),

@@ -1,3 +1,4 @@
+use crate::registry::ObjectRef;
 use serde_json::json;
 
 use super::*;
@@ -35,7 +36,7 @@ async fn get_honours_the_resource_version_parameter() {
             resource_version: rv.map(str::to_string),
         };
         let store = &store;
-        async move { RestStorage::get(store, "v1", "a", &opts).await }
+        async move { RestStorage::get(store, "v1", ObjectRef::from("a"), &opts).await }
     };
     let created_rv = rv(&created);
     for requested in [None, Some(""), Some("0"), Some(created_rv.as_str())] {
@@ -52,15 +53,20 @@ async fn get_honours_the_resource_version_parameter() {
     );
     assert_eq!(get(Some("abc")).await.expect_err("bad rv").code(), 400);
 
-    let missing = RestStorage::get(&store, "v1", "nope", &GetOptions::default())
-        .await
-        .expect_err("missing");
+    let missing = RestStorage::get(
+        &store,
+        "v1",
+        ObjectRef::from("nope"),
+        &GetOptions::default(),
+    )
+    .await
+    .expect_err("missing");
     assert_eq!(missing.code(), 404);
     assert_eq!(
         missing.to_string(),
         "widgets.test.example.io \"nope\" not found"
     );
-    let bad = RestStorage::get(&store, "v1", "..", &GetOptions::default())
+    let bad = RestStorage::get(&store, "v1", ObjectRef::from(".."), &GetOptions::default())
         .await
         .expect_err("bad name");
     assert_eq!(bad.code(), 400);
@@ -69,7 +75,7 @@ async fn get_honours_the_resource_version_parameter() {
 #[tokio::test]
 async fn an_empty_list_has_items_and_type_meta() {
     let store = store();
-    let list = RestStorage::list(&store, "v1beta1", &ListParams::default())
+    let list = RestStorage::list(&store, "v1beta1", None, &ListParams::default())
         .await
         .expect("list");
     assert_eq!(list["kind"], "WidgetList");
@@ -85,7 +91,7 @@ async fn an_empty_list_has_items_and_type_meta() {
 async fn list_items_carry_no_type_meta_and_list_rv_is_the_read_revision() {
     let store = store();
     seed(&store, &["b", "a", "c"]).await;
-    let list = RestStorage::list(&store, "v1", &ListParams::default())
+    let list = RestStorage::list(&store, "v1", None, &ListParams::default())
         .await
         .expect("list");
     assert_eq!(names(&list), vec!["a", "b", "c"]);
@@ -104,7 +110,7 @@ async fn list_items_carry_no_type_meta_and_list_rv_is_the_read_revision() {
 async fn pages_are_consistent_across_writes() {
     let store = store();
     seed(&store, &["a", "b", "c", "d", "e"]).await;
-    let first = RestStorage::list(&store, "v1", &limit(2))
+    let first = RestStorage::list(&store, "v1", None, &limit(2))
         .await
         .expect("page 1");
     assert_eq!(names(&first), vec!["a", "b"]);
@@ -129,9 +135,14 @@ async fn pages_are_consistent_across_writes() {
         .await
         .expect("delete d");
 
-    let second = RestStorage::list(&store, "v1", &with_continue(&first["metadata"]["continue"]))
-        .await
-        .expect("page 2");
+    let second = RestStorage::list(
+        &store,
+        "v1",
+        None,
+        &with_continue(&first["metadata"]["continue"]),
+    )
+    .await
+    .expect("page 2");
     assert_eq!(names(&second), vec!["c", "d"]);
     assert_eq!(rv_of(&second), list_rv);
     assert_eq!(second["items"][0]["spec"]["size"], 1, "old state of c");
@@ -140,6 +151,7 @@ async fn pages_are_consistent_across_writes() {
     let third = RestStorage::list(
         &store,
         "v1",
+        None,
         &with_continue(&second["metadata"]["continue"]),
     )
     .await
@@ -165,20 +177,26 @@ async fn selectors_fill_pages_and_hide_the_remaining_count() {
         continue_token: token.and_then(Value::as_str).map(str::to_string),
         ..Default::default()
     };
-    let first = RestStorage::list(&store, "v1", &params(None))
+    let first = RestStorage::list(&store, "v1", None, &params(None))
         .await
         .expect("page 1");
     assert_eq!(names(&first), vec!["w0", "w3", "w6"]);
     assert!(first["metadata"].get("remainingItemCount").is_none());
-    let second = RestStorage::list(&store, "v1", &params(Some(&first["metadata"]["continue"])))
-        .await
-        .expect("page 2");
+    let second = RestStorage::list(
+        &store,
+        "v1",
+        None,
+        &params(Some(&first["metadata"]["continue"])),
+    )
+    .await
+    .expect("page 2");
     assert_eq!(names(&second), vec!["w9"]);
     assert!(second["metadata"].get("continue").is_none());
 
     let by_field = RestStorage::list(
         &store,
         "v1",
+        None,
         &ListParams {
             field_selector: Some("spec.color=blue,metadata.name!=w1".into()),
             ..Default::default()
@@ -190,6 +208,7 @@ async fn selectors_fill_pages_and_hide_the_remaining_count() {
     let by_name = RestStorage::list(
         &store,
         "v1",
+        None,
         &ListParams {
             field_selector: Some("metadata.name=w7".into()),
             label_selector: Some("color in (blue, green)".into()),
@@ -219,7 +238,7 @@ async fn bad_selectors_are_400() {
             field_selector: field.map(str::to_string),
             ..Default::default()
         };
-        let err = RestStorage::list(&store, "v1", &params)
+        let err = RestStorage::list(&store, "v1", None, &params)
             .await
             .expect_err("bad selector");
         assert_eq!(err.code(), 400);
@@ -243,7 +262,7 @@ async fn resource_version_and_match_semantics() {
             ..Default::default()
         };
         let store = &store;
-        async move { RestStorage::list(store, "v1", &params).await }
+        async move { RestStorage::list(store, "v1", None, &params).await }
     };
     // Exact reads the past.
     let exact = list(&at_a, Some("Exact"), None).await.expect("exact");
@@ -280,12 +299,13 @@ async fn resource_version_and_match_semantics() {
     assert_eq!(list("x", None, None).await.expect_err("bad rv").code(), 400);
 
     // A continue token and a resourceVersion do not mix.
-    let page = RestStorage::list(&store, "v1", &limit(1))
+    let page = RestStorage::list(&store, "v1", None, &limit(1))
         .await
         .expect("page");
     let err = RestStorage::list(
         &store,
         "v1",
+        None,
         &ListParams {
             limit: Some(1),
             continue_token: page["metadata"]["continue"].as_str().map(str::to_string),
@@ -316,7 +336,7 @@ async fn resource_version_and_match_semantics() {
 async fn an_expired_continue_token_offers_an_inconsistent_one() {
     let store = store();
     seed(&store, &["a", "b", "c", "d"]).await;
-    let first = RestStorage::list(&store, "v1", &limit(2))
+    let first = RestStorage::list(&store, "v1", None, &limit(2))
         .await
         .expect("page 1");
     store
@@ -330,9 +350,14 @@ async fn an_expired_continue_token_offers_an_inconsistent_one() {
     let now = current_revision(&store).await;
     store.storage.compact(now).await.expect("compact");
 
-    let err = RestStorage::list(&store, "v1", &with_continue(&first["metadata"]["continue"]))
-        .await
-        .expect_err("expired");
+    let err = RestStorage::list(
+        &store,
+        "v1",
+        None,
+        &with_continue(&first["metadata"]["continue"]),
+    )
+    .await
+    .expect_err("expired");
     assert_eq!(err.code(), 410);
     let status = err.to_status();
     assert!(status["message"].as_str().expect("message").starts_with(
@@ -344,7 +369,7 @@ async fn an_expired_continue_token_offers_an_inconsistent_one() {
     assert_eq!(token.start, "b\0");
 
     // The inconsistent token continues after "b" in the current state.
-    let next = RestStorage::list(&store, "v1", &with_continue(&inconsistent))
+    let next = RestStorage::list(&store, "v1", None, &with_continue(&inconsistent))
         .await
         .expect("continues");
     assert_eq!(names(&next), vec!["bz", "d"]);
@@ -358,6 +383,7 @@ async fn malformed_continue_tokens_are_400() {
     let err = RestStorage::list(
         &store,
         "v1",
+        None,
         &ListParams {
             continue_token: Some("garbage!".into()),
             ..Default::default()
@@ -373,7 +399,7 @@ async fn malformed_continue_tokens_are_400() {
 async fn table_rows_accept_list_items_without_type_meta() {
     let store = store();
     seed(&store, &["a"]).await;
-    let list = RestStorage::list(&store, "v1", &ListParams::default())
+    let list = RestStorage::list(&store, "v1", None, &ListParams::default())
         .await
         .expect("list");
     let row = RestStorage::table_row(&store, "v1", &list["items"][0]).expect("row");

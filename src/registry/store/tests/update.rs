@@ -1,3 +1,4 @@
+use crate::registry::ObjectRef;
 use serde_json::json;
 
 use super::*;
@@ -167,9 +168,16 @@ async fn kind_update_validation_and_dry_run() {
         ..Default::default()
     };
     let before = current_revision(&store).await;
-    let written = RestStorage::update(&store, "v1", "a", Subresource::Main, body, &opts)
-        .await
-        .expect("dry run update");
+    let written = RestStorage::update(
+        &store,
+        "v1",
+        ObjectRef::from("a"),
+        Subresource::Main,
+        body,
+        &opts,
+    )
+    .await
+    .expect("dry run update");
     assert!(!written.created);
     assert_eq!(written.object["spec"]["size"], 7);
     assert_eq!(current_revision(&store).await, before);
@@ -183,7 +191,7 @@ async fn rest_update_checks_the_name() {
     let err = RestStorage::update(
         &store,
         "v1",
-        "a",
+        ObjectRef::from("a"),
         Subresource::Main,
         body("b", 1),
         &WriteOptions::default(),
@@ -209,7 +217,7 @@ async fn concurrent_patches_all_land_through_the_retry_loop() {
             RestStorage::patch(
                 &*store,
                 "v1",
-                "a",
+                ObjectRef::from("a"),
                 Subresource::Main,
                 crate::registry::rest::PatchType::Merge,
                 patch.to_string().as_bytes(),
@@ -240,7 +248,7 @@ async fn odd_update_bodies_are_400_not_panics() {
         let err = RestStorage::update(
             &store,
             "v1",
-            "a",
+            ObjectRef::from("a"),
             Subresource::Main,
             body.clone(),
             &WriteOptions::default(),
@@ -255,7 +263,7 @@ async fn odd_update_bodies_are_400_not_panics() {
     let written = RestStorage::update(
         &store,
         "v1",
-        "a",
+        ObjectRef::from("a"),
         Subresource::Main,
         nameless,
         &WriteOptions::default(),

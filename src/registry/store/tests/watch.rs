@@ -60,7 +60,7 @@ async fn typed_watch_delivers_changes_after_a_revision() {
 async fn rest_watch_from_a_revision_sends_only_later_events() {
     let store = store();
     let old = store.create(widget("old", 1)).await.expect("old");
-    let mut events = RestStorage::watch(&store, "v1beta1", &from(&rv(&old)))
+    let mut events = RestStorage::watch(&store, "v1beta1", None, &from(&rv(&old)))
         .await
         .expect("watch");
     store.create(widget("new", 3)).await.expect("new");
@@ -76,7 +76,7 @@ async fn legacy_watch_starts_with_synthetic_added_events() {
     let store = store();
     store.create(widget("a", 1)).await.expect("a");
     store.create(widget("b", 1)).await.expect("b");
-    let mut events = RestStorage::watch(&store, "v1", &WatchParams::default())
+    let mut events = RestStorage::watch(&store, "v1", None, &WatchParams::default())
         .await
         .expect("watch");
     let first = next_event(&mut events).await;
@@ -107,7 +107,7 @@ async fn a_compacted_revision_is_one_error_event_then_the_end() {
         .expect("n")
         - 1)
     .to_string();
-    let events: Vec<WatchEvent> = RestStorage::watch(&store, "v1", &from(&stale))
+    let events: Vec<WatchEvent> = RestStorage::watch(&store, "v1", None, &from(&stale))
         .await
         .expect("the watch starts")
         .collect()
@@ -137,7 +137,7 @@ async fn send_initial_events_ends_with_the_initial_events_end_bookmark() {
         allow_watch_bookmarks: true,
         ..Default::default()
     };
-    let mut events = RestStorage::watch(&store, "v1", &params)
+    let mut events = RestStorage::watch(&store, "v1", None, &params)
         .await
         .expect("watch");
     assert_eq!(next_event(&mut events).await.event_type, "ADDED");
@@ -170,7 +170,7 @@ async fn initial_events_without_bookmarks_have_no_end_marker() {
         resource_version_match: Some("NotOlderThan".into()),
         ..Default::default()
     };
-    let mut events = RestStorage::watch(&store, "v1", &params)
+    let mut events = RestStorage::watch(&store, "v1", None, &params)
         .await
         .expect("watch");
     assert_eq!(next_event(&mut events).await.event_type, "ADDED");
@@ -190,7 +190,7 @@ async fn send_initial_events_requires_not_older_than() {
         allow_watch_bookmarks: true,
         ..Default::default()
     };
-    let err = RestStorage::watch(&store, "v1", &params)
+    let err = RestStorage::watch(&store, "v1", None, &params)
         .await
         .err()
         .expect("422");
@@ -210,7 +210,7 @@ async fn selectors_turn_transitions_into_added_and_deleted() {
         label_selector: Some("app=x".into()),
         ..Default::default()
     };
-    let mut events = RestStorage::watch(&store, "v1", &params)
+    let mut events = RestStorage::watch(&store, "v1", None, &params)
         .await
         .expect("watch");
     let plain = store
@@ -268,7 +268,7 @@ async fn bookmarks_follow_storage_progress_when_allowed() {
         allow_watch_bookmarks: true,
         ..Default::default()
     };
-    let mut events = RestStorage::watch(&store, "v1", &params)
+    let mut events = RestStorage::watch(&store, "v1", None, &params)
         .await
         .expect("watch");
     let bookmark = next_event(&mut events).await;
@@ -286,7 +286,7 @@ async fn timeout_seconds_ends_the_stream() {
         timeout_seconds: Some(1),
         ..Default::default()
     };
-    let events = RestStorage::watch(&store, "v1", &params)
+    let events = RestStorage::watch(&store, "v1", None, &params)
         .await
         .expect("watch");
     let collected: Vec<WatchEvent> =
@@ -299,7 +299,7 @@ async fn timeout_seconds_ends_the_stream() {
 #[tokio::test]
 async fn watch_parameters_are_checked() {
     let store = store();
-    let bad_rv = RestStorage::watch(&store, "v1", &from("abc"))
+    let bad_rv = RestStorage::watch(&store, "v1", None, &from("abc"))
         .await
         .err()
         .expect("400");
@@ -307,6 +307,7 @@ async fn watch_parameters_are_checked() {
     let bad_selector = RestStorage::watch(
         &store,
         "v1",
+        None,
         &WatchParams {
             label_selector: Some("a in".into()),
             ..Default::default()
