@@ -67,6 +67,10 @@ struct ServeArgs {
     auth: AuthOptions,
     #[command(flatten)]
     controllers: ControllerOptions,
+    /// Serve storage.svm-apiserver.io VolumeClaimMigrations (alpha: the API only; the
+    /// controller that resizes claims is not written yet).
+    #[arg(long)]
+    enable_volume_claim_migrations: bool,
 }
 
 #[derive(clap::Args)]
@@ -207,7 +211,10 @@ async fn serve(mut args: ServeArgs) -> anyhow::Result<()> {
     delegate_to_the_migrated_cluster(&mut args);
     let auth = Arc::new(Auth::from_options(&args.auth).await?);
     let storage = args.storage.open().await?;
-    let api = svm_apiserver::api::install(storage.clone(), &args.storage.etcd_prefix);
+    let kinds = svm_apiserver::api::Kinds {
+        volume_claim_migrations: args.enable_volume_claim_migrations,
+    };
+    let api = svm_apiserver::api::install(storage.clone(), &args.storage.etcd_prefix, kinds);
     let compaction = tokio::spawn(compactor::run(
         storage.clone(),
         args.storage.compaction_interval,

@@ -15,15 +15,24 @@ pub struct Installed {
     pub registry: Registry,
     pub migrations: Arc<Store<MigrationStrategy>>,
     pub states: Arc<Store<StorageStateStrategy>>,
-    /// `storage.svm-apiserver.io` VolumeClaimMigrations (namespaced).
-    pub volume_migrations: Arc<Store<VolumeClaimMigrationStrategy>>,
+    /// `storage.svm-apiserver.io` VolumeClaimMigrations (namespaced), when served.
+    pub volume_migrations: Option<Arc<Store<VolumeClaimMigrationStrategy>>>,
+}
+
+/// Which optional kinds to serve.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Kinds {
+    /// VolumeClaimMigration (alpha): its controller is not written yet, so the kind is served
+    /// only when asked for (`--enable-volume-claim-migrations`), never to a user who would
+    /// wait on it.
+    pub volume_claim_migrations: bool,
 }
 
 /// Objects live under `<prefix>/storageversionmigrations/` and `<prefix>/storagestates/`.
 /// StorageStates are served twice over the same keys: in `storagemigration.k8s.io` and in
 /// the project group `storage.svm-apiserver.io` — one set of objects, two names.
 /// VolumeClaimMigrations (namespaced) live under `<prefix>/volumeclaimmigrations/<namespace>/`.
-pub fn install(storage: Arc<dyn Storage>, prefix: &str) -> Installed {
+pub fn install(storage: Arc<dyn Storage>, prefix: &str, kinds: Kinds) -> Installed {
     let migrations = Arc::new(Store::new(MigrationStrategy, storage.clone(), prefix));
     let states = Arc::new(Store::new(
         StorageStateStrategy::default(),
@@ -35,12 +44,15 @@ pub fn install(storage: Arc<dyn Storage>, prefix: &str) -> Installed {
         storage.clone(),
         prefix,
     ));
-    let volume_migrations = Arc::new(Store::new(VolumeClaimMigrationStrategy, storage, prefix));
     let mut registry = Registry::new();
     registry.register(migrations.clone());
     registry.register(states.clone());
     registry.register(project_states);
-    registry.register(volume_migrations.clone());
+    let volume_migrations = kinds.volume_claim_migrations.then(|| {
+        let store = Arc::new(Store::new(VolumeClaimMigrationStrategy, storage, prefix));
+        registry.register(store.clone());
+        store
+    });
     Installed {
         registry,
         migrations,

@@ -11,7 +11,7 @@ pub mod migration;
 pub mod storagestate;
 pub mod volumes;
 
-pub use install::{Installed, install};
+pub use install::{Installed, Kinds, install};
 
 /// The API group served.
 pub const GROUP: &str = "storagemigration.k8s.io";

@@ -22,7 +22,8 @@ fn migration(name: &str, namespace: Option<&str>, storage: &str) -> String {
 
 #[test]
 fn kubectl_serves_a_namespaced_kind() {
-    let server = ServerProcess::start(Backend::Embedded);
+    let server =
+        ServerProcess::start_with(Backend::Embedded, &["--enable-volume-claim-migrations"]);
     let k = Kubectl::new(&server.kubeconfig);
 
     let out = k.ok_stdin(
