@@ -34,6 +34,20 @@ pub struct RequestAttributes {
 const NAMESPACE_SUBRESOURCES: [&str; 2] = ["status", "finalize"];
 
 impl RequestAttributes {
+    /// The request's attributes as the outermost layer resolved them once
+    /// (`server::request_info::resolve`), or resolved now where that layer is not installed
+    /// (a layer tested on its own).
+    pub fn of<B>(request: &http::Request<B>) -> Self {
+        match request.extensions().get::<RequestAttributes>() {
+            Some(attributes) => attributes.clone(),
+            None => Self::from_request(
+                request.method(),
+                request.uri().path(),
+                request.uri().query(),
+            ),
+        }
+    }
+
     /// Resolve the attributes of a request from its method, path and query string.
     pub fn from_request(method: &Method, path: &str, query: Option<&str>) -> Self {
         let non_resource = || RequestAttributes {

@@ -263,11 +263,7 @@ impl Auth {
 }
 
 fn attributes_of<B>(request: &http::Request<B>) -> RequestAttributes {
-    RequestAttributes::from_request(
-        request.method(),
-        request.uri().path(),
-        request.uri().query(),
-    )
+    RequestAttributes::of(request)
 }
 
 /// Builds an [`Auth`]; defaults are the flags' defaults.

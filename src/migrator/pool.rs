@@ -10,6 +10,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument;
 
 use super::events::Reason;
 use super::metrics::ManagerLabel;
@@ -226,17 +227,24 @@ impl Migrator {
                     cancel: cancel.clone(),
                 },
             );
-            tracing::info!(migration = %name, resource = %resource_key(m), "starting migration");
+            // Every log line of the run carries the migration and its resource.
+            let span =
+                tracing::info_span!("migration", migration = %name, resource = %resource_key(m));
+            span.in_scope(|| tracing::info!("starting migration"));
             let shared = self.shared.clone();
-            workers.spawn(async move {
-                // A panic in a worker must not take the pool down: its migration waits and
-                // resumes from its checkpoint like any other interrupted one.
-                let run = std::panic::AssertUnwindSafe(runner::run(shared, name.clone(), cancel));
-                let outcome = run.catch_unwind().await.unwrap_or_else(|_| {
-                    Outcome::RetryLater("the migration worker panicked".into())
-                });
-                (name, outcome)
-            });
+            workers.spawn(
+                async move {
+                    // A panic in a worker must not take the pool down: its migration waits
+                    // and resumes from its checkpoint like any other interrupted one.
+                    let run =
+                        std::panic::AssertUnwindSafe(runner::run(shared, name.clone(), cancel));
+                    let outcome = run.catch_unwind().await.unwrap_or_else(|_| {
+                        Outcome::RetryLater("the migration worker panicked".into())
+                    });
+                    (name, outcome)
+                }
+                .instrument(span),
+            );
         }
         self.shared
             .metrics

@@ -75,6 +75,17 @@ enum StreamEnd {
 }
 
 impl StreamEnd {
+    /// Whether the stream served the resource (all of it, or some before it was cut).
+    fn served(&self) -> bool {
+        !matches!(
+            self,
+            StreamEnd::Cut {
+                progressed: false,
+                ..
+            }
+        )
+    }
+
     fn out_of_order(err: &super::window::OutOfOrder) -> Self {
         StreamEnd::OutOfOrder(format!(
             "the stream is not in key order ({:?} after {:?})",
@@ -265,11 +276,14 @@ impl Runner {
                 Ok(events) => events,
                 Err(StreamUnavailable(why)) => return Ok(Streamed::Page(why)),
             };
-            if !counted {
+            let end = self.pipeline(resource, label, progress, events).await?;
+            // A read by stream is one that served: an apiserver that cannot stream (etcd 3.4)
+            // opens it and sends an ERROR event first, and the read is counted as pages.
+            if !counted && end.served() {
                 counted = true;
                 self.shared.metrics.count_read(&label.resource, "stream");
             }
-            match self.pipeline(resource, label, progress, events).await? {
+            match end {
                 StreamEnd::Complete(_) => return Ok(Streamed::Complete),
                 StreamEnd::Cut { why, progressed } if progressed => {
                     tracing::info!(migration = %self.name, %why, through = %progress.migrated_through, "the stream was cut; streaming the rest");

@@ -7,7 +7,6 @@
 
 use std::time::Duration;
 
-use futures::StreamExt;
 use kube::api::DynamicObject;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
@@ -16,7 +15,6 @@ use super::status::FIELD_MANAGER;
 use crate::api::GROUP;
 use crate::api::migration::{MigrationStrategy, StorageVersionMigration};
 use crate::cluster::{BuiltinMigrations, ClusterError};
-use crate::registry::store::StoreEvent;
 use crate::registry::{ApiError, Fence, Guarded};
 use crate::trigger::watches::Update;
 
@@ -128,61 +126,8 @@ impl Source {
         resync: Duration,
     ) -> JoinHandle<()> {
         match self {
-            Source::Ours(store) => tokio::spawn(feed_ours(store.clone(), out, resync)),
+            Source::Ours(store) => store.list_and_watch(resync, out, |update| update),
             Source::Cluster { builtin, .. } => feed_cluster(builtin.clone(), out),
-        }
-    }
-}
-
-async fn feed_ours(
-    store: Guarded<MigrationStrategy>,
-    out: mpsc::Sender<Update<StorageVersionMigration>>,
-    resync: Duration,
-) {
-    loop {
-        let (all, revision) = match store.list_all().await {
-            Ok(listed) => listed,
-            Err(err) => {
-                if out.send(Update::Failed(err.to_string())).await.is_err() {
-                    return;
-                }
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                continue;
-            }
-        };
-        if out.send(Update::Relisted(all)).await.is_err() {
-            return;
-        }
-        let mut changes = match store.watch(revision).await {
-            Ok(changes) => changes,
-            Err(err) => {
-                if out.send(Update::Failed(err.to_string())).await.is_err() {
-                    return;
-                }
-                continue;
-            }
-        };
-        // A relist every `resync` is a safety net under the watch.
-        let relist = tokio::time::sleep(resync);
-        tokio::pin!(relist);
-        loop {
-            let update = tokio::select! {
-                _ = &mut relist => break,
-                change = changes.next() => match change {
-                    Some(Ok(StoreEvent::Added(m) | StoreEvent::Modified(m))) => Update::Applied(m),
-                    Some(Ok(StoreEvent::Deleted(m))) => Update::Deleted(m),
-                    Some(Ok(StoreEvent::Progress(_))) => continue,
-                    Some(Err(err)) => Update::Failed(err.to_string()),
-                    None => break,
-                },
-            };
-            let failed = matches!(update, Update::Failed(_));
-            if out.send(update).await.is_err() {
-                return;
-            }
-            if failed {
-                break;
-            }
         }
     }
 }

@@ -21,7 +21,7 @@ use std::sync::Arc;
 pub use error::{ApiError, ApiResult, FieldError};
 pub use fence::{Fence, Record};
 pub use rest::RestStorage;
-pub use store::{Guarded, ObjectRef, Store, now as now_time, now_text};
+pub use store::{Guarded, ObjectRef, Store, Update, now as now_time, now_text};
 pub use strategy::{ListMerge, ResourceInfo, Strategy, TableColumn};
 
 /// Every served resource, by (group, plural).

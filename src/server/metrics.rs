@@ -18,7 +18,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use super::AppState;
-use super::params::Query;
+use crate::auth::RequestAttributes;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
@@ -181,14 +181,14 @@ impl Metrics {
 /// LIST / WATCH for collection GETs, APPLY for server-side apply.
 pub fn request_labels(
     method: &Method,
-    path: &str,
-    query: &Query,
+    request: &RequestAttributes,
     content_type: &str,
 ) -> DurationLabels {
-    // The resource a path names, by the one resolver authorization uses too.
-    let attributes = crate::auth::RequestAttributes::from_request(method, path, None)
+    // Only our own groups are labelled (the core group's paths are not ours).
+    let attributes = request
         .resource
-        .filter(|_| path.starts_with("/apis/"))
+        .clone()
+        .filter(|_| request.path.starts_with("/apis/"))
         .unwrap_or_default();
     let (group, version, resource, subresource) = (
         attributes.group.as_str(),
@@ -200,7 +200,7 @@ pub fn request_labels(
     let is_resource = !resource.is_empty();
     let verb = match *method {
         Method::GET if is_resource && name.is_none() => {
-            if query.is_watch() {
+            if request.verb == "watch" {
                 "WATCH"
             } else {
                 "LIST"
@@ -230,19 +230,14 @@ pub fn request_labels(
 
 /// Middleware: counts and times every request.
 pub async fn track(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let query = Query::parse(request.uri().query());
+    let attributes = RequestAttributes::of(&request);
     let content_type = request
         .headers()
         .get(http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_string();
-    let mut labels = request_labels(
-        request.method(),
-        request.uri().path(),
-        &query,
-        &content_type,
-    );
+    let mut labels = request_labels(request.method(), &attributes, &content_type);
     if !serves(&state, &labels) {
         // Keep label values bounded: unknown paths must not mint new series.
         labels.group.clear();
@@ -276,31 +271,33 @@ fn record_with(metrics: &Arc<Metrics>, labels: DurationLabels, code: u16, starte
 mod tests {
     use super::*;
 
+    fn labels(method: &Method, path: &str, query: Option<&str>, ct: &str) -> DurationLabels {
+        request_labels(
+            method,
+            &RequestAttributes::from_request(method, path, query),
+            ct,
+        )
+    }
+
     #[test]
     fn labels_follow_request_info() {
-        let q = Query::parse(Some("watch=1"));
-        let l = request_labels(&Method::GET, "/apis/g.io/v1/things", &q, "");
+        let l = labels(&Method::GET, "/apis/g.io/v1/things", Some("watch=1"), "");
         assert_eq!((l.verb.as_str(), l.resource.as_str()), ("WATCH", "things"));
-        let l = request_labels(&Method::GET, "/apis/g.io/v1/things", &Query::default(), "");
+        let l = labels(&Method::GET, "/apis/g.io/v1/things", None, "");
         assert_eq!(l.verb, "LIST");
-        let l = request_labels(
-            &Method::GET,
-            "/apis/g.io/v1/things/a/status",
-            &Query::default(),
-            "",
-        );
+        let l = labels(&Method::GET, "/apis/g.io/v1/things/a/status", None, "");
         assert_eq!((l.verb.as_str(), l.subresource.as_str()), ("GET", "status"));
-        let l = request_labels(
+        let l = labels(
             &Method::PATCH,
             "/apis/g.io/v1/things/a",
-            &Query::default(),
+            None,
             "application/apply-patch+yaml",
         );
         assert_eq!(l.verb, "APPLY");
-        let l = request_labels(&Method::GET, "/healthz", &Query::default(), "");
+        let l = labels(&Method::GET, "/healthz", None, "");
         assert_eq!((l.verb.as_str(), l.group.as_str()), ("GET", ""));
         let custom = Method::from_bytes(b"BREW").expect("method");
-        let l = request_labels(&custom, "/apis/g.io/v1/things", &Query::default(), "");
+        let l = labels(&custom, "/apis/g.io/v1/things", None, "");
         assert_eq!(l.verb, "OTHER");
     }
 

@@ -17,6 +17,7 @@ mod nonresource;
 mod openapi;
 mod options;
 mod params;
+mod request_info;
 mod status;
 mod table;
 mod watch;
@@ -214,6 +215,7 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             metrics::track,
         ))
+        .layer(axum::middleware::from_fn(request_info::resolve))
         .layer(TraceLayer::new_for_http())
         .with_state(state)
 }

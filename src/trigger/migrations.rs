@@ -7,7 +7,6 @@
 
 use std::time::Duration;
 
-use futures::StreamExt;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
@@ -119,40 +118,14 @@ impl Migrations {
     /// `wake` is closed.
     pub fn wake_on_changes(&self, wake: mpsc::Sender<()>) -> JoinHandle<()> {
         match self {
-            Migrations::Ours(store) => tokio::spawn(watch_ours(store.clone(), wake)),
+            Migrations::Ours(store) => store.list_and_watch(RESYNC, wake, |_| ()),
             Migrations::Cluster { builtin, .. } => builtin.watch(Some(&selector()), wake, |_| ()),
         }
     }
 }
 
-/// Wakes the trigger on every change of a migration in our store (a success narrows
-/// persisted hashes at once), relisting after a gap.
-async fn watch_ours(migrations: Guarded<MigrationStrategy>, wake: mpsc::Sender<()>) {
-    loop {
-        let Ok((_, revision)) = migrations.list_all().await else {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            continue;
-        };
-        if wake.send(()).await.is_err() {
-            return;
-        }
-        let Ok(mut changes) = migrations.watch(revision).await else {
-            tokio::time::sleep(Duration::from_secs(1)).await;
-            continue;
-        };
-        while let Some(change) = changes.next().await {
-            match change {
-                Ok(crate::registry::store::StoreEvent::Progress(_)) => {}
-                Ok(_) => {
-                    if wake.send(()).await.is_err() {
-                        return;
-                    }
-                }
-                Err(_) => break,
-            }
-        }
-    }
-}
+/// A wake-up at least this often even when no event came: a safety net under the watch.
+const RESYNC: Duration = Duration::from_secs(60);
 
 #[cfg(test)]
 mod tests {

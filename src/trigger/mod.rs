@@ -319,7 +319,18 @@ impl World {
             Update::Applied(crd) => {
                 let name = crd.metadata.name.clone().unwrap_or_default();
                 self.changed(last_written(&crd.metadata));
-                self.crds.insert(name, CrdInfo::of(crd));
+                let info = CrdInfo::of(crd);
+                // Two storage moves between passes (A→B→A) leave only A in the latest event;
+                // the versions objects were written in are still in status.storedVersions, so
+                // the next pass reads them (otherwise only a relist does).
+                if self.crds.get(&name).is_none_or(|old| {
+                    info.stored_versions
+                        .iter()
+                        .any(|v| !old.stored_versions.contains(v))
+                }) {
+                    self.resync_crds = true;
+                }
+                self.crds.insert(name, info);
             }
             Update::Deleted(crd) => {
                 self.crds

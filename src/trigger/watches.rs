@@ -16,15 +16,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 /// What a watch reports.
-#[derive(Debug)]
-pub enum Update<K> {
-    Applied(K),
-    Deleted(K),
-    /// A complete list (the first one, or after a gap).
-    Relisted(Vec<K>),
-    /// The watch failed; it retries with backoff and relists.
-    Failed(String),
-}
+pub use crate::registry::Update;
 
 /// The trigger's inputs from the cluster.
 #[derive(Debug)]

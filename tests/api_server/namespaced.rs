@@ -2,7 +2,8 @@
 //! namespace (the namespace defaulted from the request), the same name in two namespaces,
 //! `get -n`, `get -A` with the NAMESPACE column and the kind's Table, a field selector on
 //! metadata.namespace, a body naming another namespace refused with a Status, validation,
-//! discovery (`namespaced: true`), `kubectl explain`, delete in one namespace only.
+//! discovery (`namespaced: true`), `kubectl explain`, delete in one namespace only; `get -w`
+//! in one namespace and across all.
 
 use serde_json::Value;
 
@@ -208,4 +209,101 @@ fn kubectl_serves_a_namespaced_kind() {
     k.ok(&["delete", "vcm", "grow", "-n", "team-a"]);
     assert!(!k.run(&["get", "vcm", "grow", "-n", "team-a"]).ok);
     assert!(k.run(&["get", "vcm", "grow", "-n", "team-b"]).ok);
+}
+
+/// `kubectl get -w` on a namespaced kind: within one namespace it sees only that namespace's
+/// changes; across all namespaces (`-A`) it sees every one, with its namespace.
+#[test]
+fn kubectl_watches_a_namespaced_kind_in_one_namespace_and_in_all() {
+    let server =
+        ServerProcess::start_with(Backend::Embedded, &["--enable-volume-claim-migrations"]);
+    let k = Kubectl::new(&server.kubeconfig);
+    for (namespace, name) in [("team-a", "grow"), ("team-b", "logs")] {
+        k.ok_stdin(
+            &["create", "-n", namespace, "-f", "-"],
+            &migration(name, None, "10Gi"),
+        );
+    }
+    let mut one = watch(&k, &["-n", "team-a"]);
+    let mut all = watch(&k, &["-A"]);
+    assert!(one.next_line().starts_with("EVENT"));
+    assert!(one.next_line().starts_with("ADDED"));
+    let header = all.next_line();
+    assert!(header.contains("NAMESPACE"), "{header}");
+    let mut listed = vec![all.next_line(), all.next_line()];
+    listed.sort();
+    assert!(
+        listed[0].contains("team-a") && listed[0].contains("grow"),
+        "{listed:?}"
+    );
+    assert!(
+        listed[1].contains("team-b") && listed[1].contains("logs"),
+        "{listed:?}"
+    );
+
+    // A change in team-b first: the team-a watch must not see it, so its next line is
+    // the team-a change that follows.
+    k.ok(&["label", "vcm", "logs", "-n", "team-b", "step=1"]);
+    k.ok(&["label", "vcm", "grow", "-n", "team-a", "step=2"]);
+    let seen = one.next_line();
+    assert!(
+        seen.starts_with("MODIFIED") && seen.contains("grow"),
+        "{seen}"
+    );
+    let first = all.next_line();
+    assert!(
+        first.starts_with("MODIFIED") && first.contains("team-b"),
+        "{first}"
+    );
+    let second = all.next_line();
+    assert!(
+        second.starts_with("MODIFIED") && second.contains("team-a"),
+        "{second}"
+    );
+}
+
+/// A running `kubectl get vcm -w --output-watch-events`, read line by line.
+struct Watch {
+    child: std::process::Child,
+    lines: std::io::Lines<std::io::BufReader<std::process::ChildStdout>>,
+}
+
+impl Watch {
+    /// The next line; the request timeout ends the watch (and fails here) rather than hang.
+    fn next_line(&mut self) -> String {
+        self.lines
+            .next()
+            .expect("kubectl ended its watch before the expected event")
+            .expect("a line")
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn watch(k: &Kubectl, scope: &[&str]) -> Watch {
+    use std::io::BufRead;
+    let mut args = vec![
+        "get",
+        "vcm",
+        "-w",
+        "--output-watch-events",
+        "--request-timeout=120s",
+    ];
+    args.extend_from_slice(scope);
+    let mut child = k
+        .command(&args)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("kubectl starts");
+    let stdout = child.stdout.take().expect("stdout");
+    Watch {
+        child,
+        lines: std::io::BufReader::new(stdout).lines(),
+    }
 }

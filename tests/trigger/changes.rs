@@ -124,11 +124,18 @@ async fn a_crd_flipping_a_to_b_to_a_records_each_move_and_narrows_stored_version
     w.h.double
         .set_storage_version("widgets.example.test", "v1")
         .unwrap();
-    w.wait_history("example.test", "widgets", "three entries", |h| h.len() >= 3)
-        .await;
+    w.wait_history("example.test", "widgets", "v2 recorded", |h| {
+        h.iter().any(|e| e.hash == v2)
+    })
+    .await;
     w.wait_safe("widgets.example.test", &v1, WAIT).await;
     let history = w.history("example.test", "widgets").await;
-    assert_eq!(hashes(&history), [v1.as_str(), v2.as_str(), v1.as_str()]);
+    // Each move as it came, or — when both events landed between two passes — v2 read from
+    // the CRD's status.storedVersions: either way v2 is recorded and migrated away from.
+    let moves = [v1.as_str(), v2.as_str(), v1.as_str()];
+    let coalesced = [v1.as_str(), v2.as_str()];
+    let seen = hashes(&history);
+    assert!(seen == moves || seen == coalesced, "{history:#?}");
     assert!(
         history
             .iter()

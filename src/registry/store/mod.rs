@@ -17,6 +17,7 @@
 mod create;
 mod delete;
 mod guarded;
+mod list_watch;
 mod managed;
 mod read;
 mod rest;
@@ -44,6 +45,7 @@ use crate::storage::{Compare, KeyValue, Op, Revision, Storage, StorageError, Txn
 
 pub use delete::Deletion;
 pub use guarded::Guarded;
+pub use list_watch::Update;
 pub use managed::{DEFAULT_FIELD_MANAGER, ManagedBy};
 pub use read::ListPage;
 pub use watch::{StoreEvent, StoreEventStream};
