@@ -225,7 +225,10 @@ impl Auth {
         {
             Authentication::User(user) => user,
             Authentication::NoCredentials
-                if self.anonymous || self.authorizer.always_allowed(&attributes_of(request)) =>
+                if self.anonymous
+                    || self
+                        .authorizer
+                        .always_allowed(&RequestAttributes::of(request)) =>
             {
                 UserInfo::anonymous()
             }
@@ -248,7 +251,7 @@ impl Auth {
         request: &http::Request<B>,
     ) -> impl Future<Output = Result<(), Rejection>> + Send + 'a {
         // Read from the request now: the future does not hold it.
-        let attributes = attributes_of(request);
+        let attributes = RequestAttributes::of(request);
         async move {
             match self.authorizer.authorize(user, &attributes).await {
                 Ok(Decision::Allow) => Ok(()),
@@ -260,10 +263,6 @@ impl Auth {
             }
         }
     }
-}
-
-fn attributes_of<B>(request: &http::Request<B>) -> RequestAttributes {
-    RequestAttributes::of(request)
 }
 
 /// Builds an [`Auth`]; defaults are the flags' defaults.
