@@ -3,7 +3,7 @@
 //! grant used by some entry). [`ClusterClient`](super::ClusterClient) refuses a request that is
 //! not listed, so the list cannot fall behind the code.
 
-use http::Method;
+use crate::auth::RequestAttributes;
 
 /// Which part of the server makes the request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -276,80 +276,6 @@ pub const CLUSTER_ACCESS: &[Access] = &[
     ),
 ];
 
-/// A request as kube-apiserver's RequestInfoFactory sees it.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct RequestAttributes {
-    pub is_resource: bool,
-    pub verb: String,
-    pub group: String,
-    pub version: String,
-    pub resource: String,
-    pub subresource: String,
-    pub namespace: Option<String>,
-    pub name: Option<String>,
-    pub path: String,
-}
-
-/// Attributes of `method path?query`, as k8s.io/apiserver's RequestInfoFactory derives them:
-/// `/api/v1/...` and `/apis/<group>/<version>/...` are resource requests (a GET of a collection
-/// is `list`, or `watch` with `watch=true`; of an object `get`; POST `create`, PUT `update`,
-/// PATCH `patch`, DELETE `delete` or `deletecollection`); everything else is a non-resource
-/// request with the lower-cased method as its verb.
-pub fn request_attributes(method: &Method, path: &str, query: Option<&str>) -> RequestAttributes {
-    let segments: Vec<&str> = path
-        .trim_matches('/')
-        .split('/')
-        .filter(|s| !s.is_empty())
-        .collect();
-    let non_resource = || RequestAttributes {
-        is_resource: false,
-        verb: method.as_str().to_ascii_lowercase(),
-        path: path.to_string(),
-        ..Default::default()
-    };
-    let (group, version, rest) = match segments.as_slice() {
-        ["api", version, rest @ ..] if !rest.is_empty() => ("", *version, rest),
-        ["apis", group, version, rest @ ..] if !rest.is_empty() => (*group, *version, rest),
-        _ => return non_resource(),
-    };
-    let (namespace, rest) = match rest {
-        ["namespaces", ns, tail @ ..] if !tail.is_empty() => (Some(ns.to_string()), tail),
-        // `/api/v1/namespaces/<name>` is the namespace object itself.
-        _ => (None, rest),
-    };
-    let (resource, name, subresource) = match rest {
-        [r] => (*r, None, ""),
-        [r, n] => (*r, Some(n.to_string()), ""),
-        [r, n, s, ..] => (*r, Some(n.to_string()), *s),
-        [] => return non_resource(),
-    };
-    let watch = query.is_some_and(|q| {
-        form_urlencoded::parse(q.as_bytes()).any(|(k, v)| k == "watch" && (v == "true" || v == "1"))
-    });
-    let verb = match *method {
-        Method::GET | Method::HEAD if watch => "watch",
-        Method::GET | Method::HEAD if name.is_none() => "list",
-        Method::GET | Method::HEAD => "get",
-        Method::POST => "create",
-        Method::PUT => "update",
-        Method::PATCH => "patch",
-        Method::DELETE if name.is_none() => "deletecollection",
-        Method::DELETE => "delete",
-        _ => "",
-    };
-    RequestAttributes {
-        is_resource: true,
-        verb: verb.into(),
-        group: group.into(),
-        version: version.into(),
-        resource: resource.into(),
-        subresource: subresource.into(),
-        namespace,
-        name,
-        path: path.to_string(),
-    }
-}
-
 fn matches(pattern: &str, value: &str) -> bool {
     pattern == "*" || pattern == value
 }
@@ -357,30 +283,31 @@ fn matches(pattern: &str, value: &str) -> bool {
 impl Access {
     /// Whether this entry covers the request.
     pub fn covers(&self, attrs: &RequestAttributes) -> bool {
-        match self.target {
-            Target::NonResource { path } => {
-                !attrs.is_resource
-                    && self.verb == attrs.verb
-                    && match path.strip_suffix('*') {
-                        Some(prefix) => attrs.path.starts_with(prefix),
-                        None => attrs.path == path,
-                    }
+        if self.verb != attrs.verb {
+            return false;
+        }
+        match (self.target, &attrs.resource) {
+            (Target::NonResource { path }, None) => match path.strip_suffix('*') {
+                Some(prefix) => attrs.path.starts_with(prefix),
+                None => attrs.path == path,
+            },
+            (
+                Target::Resource {
+                    group,
+                    resource,
+                    subresource,
+                    namespace,
+                    name,
+                },
+                Some(asked),
+            ) => {
+                matches(group, &asked.group)
+                    && matches(resource, &asked.resource)
+                    && subresource == asked.subresource
+                    && namespace.is_none_or(|ns| asked.namespace == ns)
+                    && name.is_none_or(|n| asked.name == n)
             }
-            Target::Resource {
-                group,
-                resource,
-                subresource,
-                namespace,
-                name,
-            } => {
-                attrs.is_resource
-                    && self.verb == attrs.verb
-                    && matches(group, &attrs.group)
-                    && matches(resource, &attrs.resource)
-                    && subresource == attrs.subresource
-                    && namespace.is_none_or(|ns| attrs.namespace.as_deref() == Some(ns))
-                    && name.is_none_or(|n| attrs.name.as_deref() == Some(n))
-            }
+            _ => false,
         }
     }
 }
@@ -392,6 +319,8 @@ pub fn catalogued(attrs: &RequestAttributes) -> Option<&'static Access> {
 
 #[cfg(test)]
 mod tests {
+    use http::Method;
+
     use super::*;
 
     fn attrs(method: Method, target: &str) -> RequestAttributes {
@@ -399,85 +328,7 @@ mod tests {
             Some((p, q)) => (p, Some(q)),
             None => (target, None),
         };
-        request_attributes(&method, path, query)
-    }
-
-    #[test]
-    fn request_info_like_kube_apiserver() {
-        let a = attrs(Method::GET, "/api/v1/configmaps?limit=500");
-        assert_eq!(
-            (
-                a.verb.as_str(),
-                a.group.as_str(),
-                a.resource.as_str(),
-                a.namespace.as_deref(),
-                a.name.as_deref()
-            ),
-            ("list", "", "configmaps", None, None)
-        );
-        let a = attrs(
-            Method::GET,
-            "/api/v1/namespaces/kube-system/configmaps/extension-apiserver-authentication",
-        );
-        assert_eq!(
-            (a.verb.as_str(), a.namespace.as_deref(), a.name.as_deref()),
-            (
-                "get",
-                Some("kube-system"),
-                Some("extension-apiserver-authentication")
-            )
-        );
-        let a = attrs(
-            Method::PATCH,
-            "/apis/example.test/v1/namespaces/demo/widgets/w1",
-        );
-        assert_eq!(
-            (
-                a.verb.as_str(),
-                a.group.as_str(),
-                a.version.as_str(),
-                a.resource.as_str()
-            ),
-            ("patch", "example.test", "v1", "widgets")
-        );
-        let a = attrs(
-            Method::GET,
-            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions?watch=true&resourceVersion=5",
-        );
-        assert_eq!(a.verb, "watch");
-        let a = attrs(
-            Method::PUT,
-            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/widgets.example.test/status",
-        );
-        assert_eq!(
-            (a.verb.as_str(), a.subresource.as_str(), a.name.as_deref()),
-            ("update", "status", Some("widgets.example.test"))
-        );
-        let a = attrs(
-            Method::POST,
-            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
-        );
-        assert_eq!(
-            (a.verb.as_str(), a.resource.as_str()),
-            ("create", "subjectaccessreviews")
-        );
-        let a = attrs(Method::DELETE, "/api/v1/namespaces/demo/configmaps");
-        assert_eq!(a.verb, "deletecollection");
-        let a = attrs(Method::GET, "/api/v1/namespaces/demo");
-        assert_eq!(
-            (
-                a.verb.as_str(),
-                a.resource.as_str(),
-                a.name.as_deref(),
-                a.namespace.as_deref()
-            ),
-            ("get", "namespaces", Some("demo"), None)
-        );
-        for discovery in ["/api", "/api/v1", "/apis", "/apis/apps", "/apis/apps/v1"] {
-            let a = attrs(Method::GET, discovery);
-            assert!(!a.is_resource, "{discovery}");
-            assert_eq!(a.verb, "get");
-        }
+        RequestAttributes::from_request(&method, path, query)
     }
 
     #[test]

@@ -240,7 +240,8 @@ fn catalogue_guard(
     request: Request<kube::client::Body>,
 ) -> Result<Request<kube::client::Body>, NotCatalogued> {
     let uri = request.uri();
-    let attributes = access::request_attributes(request.method(), uri.path(), uri.query());
+    let attributes =
+        crate::auth::RequestAttributes::from_request(request.method(), uri.path(), uri.query());
     if access::catalogued(&attributes).is_some() {
         Ok(request)
     } else {

@@ -9,9 +9,8 @@
 
 use http::Method;
 use k8s_openapi::api::rbac::v1::PolicyRule;
-use svm_apiserver::cluster::access::{
-    CLUSTER_ACCESS, RequestAttributes, Target, request_attributes,
-};
+use svm_apiserver::auth::RequestAttributes;
+use svm_apiserver::cluster::access::{CLUSTER_ACCESS, Target};
 
 use crate::kustomize::{decode_all, name_of, namespace_of, render, subject_is_our_service_account};
 
@@ -162,7 +161,7 @@ fn rule_allows(rule: &PolicyRule, attrs: &RequestAttributes) -> bool {
     if !rule.verbs.iter().any(|v| v == "*" || *v == attrs.verb) {
         return false;
     }
-    if !attrs.is_resource {
+    let Some(asked) = &attrs.resource else {
         return rule
             .non_resource_urls
             .as_deref()
@@ -175,11 +174,11 @@ fn rule_allows(rule: &PolicyRule, attrs: &RequestAttributes) -> bool {
                         .strip_suffix('*')
                         .is_some_and(|prefix| attrs.path.starts_with(prefix))
             });
-    }
-    let combined = if attrs.subresource.is_empty() {
-        attrs.resource.clone()
+    };
+    let combined = if asked.subresource.is_empty() {
+        asked.resource.clone()
     } else {
-        format!("{}/{}", attrs.resource, attrs.subresource)
+        format!("{}/{}", asked.resource, asked.subresource)
     };
     let resource_matches = rule
         .resources
@@ -189,24 +188,21 @@ fn rule_allows(rule: &PolicyRule, attrs: &RequestAttributes) -> bool {
         .any(|r| {
             r == "*"
                 || *r == combined
-                || (attrs.subresource.is_empty() && *r == attrs.resource)
-                || r.strip_prefix("*/").is_some_and(|s| s == attrs.subresource)
+                || (asked.subresource.is_empty() && *r == asked.resource)
+                || r.strip_prefix("*/").is_some_and(|s| s == asked.subresource)
         });
     let name_matches = match rule.resource_names.as_deref() {
         None | Some([]) => true,
-        Some(names) => attrs
-            .name
-            .as_deref()
-            .is_some_and(|n| names.iter().any(|x| x == n)),
+        Some(names) => names.contains(&asked.name),
     };
-    has(&rule.api_groups, &attrs.group) && resource_matches && name_matches
+    has(&rule.api_groups, &asked.group) && resource_matches && name_matches
 }
 
 fn allowed_by<'a>(grants: &'a [Grant], attrs: &RequestAttributes) -> Option<&'a Grant> {
     grants.iter().find(|g| {
         let in_scope = match &g.namespace {
             None => true,
-            Some(ns) => attrs.namespace.as_deref() == Some(ns.as_str()),
+            Some(ns) => attrs.resource.as_ref().is_some_and(|r| r.namespace == *ns),
         };
         in_scope && rule_allows(&g.rule, attrs)
     })
@@ -225,7 +221,7 @@ fn samples(entry: &svm_apiserver::cluster::access::Access) -> Vec<RequestAttribu
     match entry.target {
         Target::NonResource { path } => {
             let path = path.replace('*', "v1");
-            vec![request_attributes(&method, &path, query)]
+            vec![RequestAttributes::from_request(&method, &path, query)]
         }
         Target::Resource {
             group,
@@ -276,7 +272,7 @@ fn samples(entry: &svm_apiserver::cluster::access::Access) -> Vec<RequestAttribu
                         path.push('/');
                         path.push_str(subresource);
                     }
-                    request_attributes(&method, &path, query)
+                    RequestAttributes::from_request(&method, &path, query)
                 })
                 .collect()
         }
@@ -367,7 +363,7 @@ fn coverage(overlay: &str) {
         ),
     ];
     for (method, target) in denied {
-        let attrs = request_attributes(&method, target, None);
+        let attrs = RequestAttributes::from_request(&method, target, None);
         assert!(
             allowed_by(&grants, &attrs).is_none(),
             "{method} {target} should be denied but {:?} allows it",
