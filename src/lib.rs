@@ -2,13 +2,13 @@
 #![forbid(unsafe_code)]
 
 pub mod api;
-pub mod apimode;
+pub(crate) mod apimode;
 pub mod auth;
 pub mod cluster;
 pub mod controller;
 pub mod flags;
 pub mod ksvm;
-pub mod migrator;
+pub(crate) mod migrator;
 pub mod registry;
 pub mod server;
 pub mod storage;

@@ -5,11 +5,11 @@
 //! live (VolumeClaimMigration; StorageState, also served there so that it stays reachable on clusters that serve
 //! `storagemigration.k8s.io` themselves; see [`ApiGroup`]).
 
-pub mod common;
+pub(crate) mod common;
 pub mod install;
 pub mod migration;
-pub mod storagestate;
-pub mod volumes;
+pub(crate) mod storagestate;
+pub(crate) mod volumes;
 
 pub use install::{Installed, Kinds, install};
 

@@ -3,12 +3,12 @@
 //! PATCH").
 
 pub mod access;
-pub mod builtin;
-pub mod client;
-pub mod error;
-pub mod objects;
-pub mod resources;
-pub mod wire;
+pub(crate) mod builtin;
+pub(crate) mod client;
+pub(crate) mod error;
+pub(crate) mod objects;
+pub(crate) mod resources;
+pub(crate) mod wire;
 
 pub use builtin::BuiltinMigrations;
 pub use client::ClusterClient;

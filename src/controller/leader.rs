@@ -39,18 +39,6 @@ pub struct ElectionConfig {
     pub retry_period: Duration,
 }
 
-impl ElectionConfig {
-    /// client-go's defaults for controllers: 15 s lease, 10 s renew deadline, 2 s retry.
-    pub fn new(identity: String) -> Self {
-        Self {
-            identity,
-            lease_duration: Duration::from_secs(15),
-            renew_deadline: Duration::from_secs(10),
-            retry_period: Duration::from_secs(2),
-        }
-    }
-}
-
 /// The record under `<prefix>/leader` (the fields of a coordination.k8s.io Lease's spec).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

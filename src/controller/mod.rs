@@ -3,8 +3,8 @@
 //! among the replicas, and runs the trigger and the migrator on the leader only. Controllers talk
 //! to our own objects only through the registry.
 
-pub mod leader;
-pub mod metrics;
+pub(crate) mod leader;
+pub(crate) mod metrics;
 mod term;
 
 use std::path::PathBuf;

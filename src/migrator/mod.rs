@@ -22,11 +22,10 @@ use crate::cluster::ClusterClient;
 
 pub use concurrency::Mode as ConcurrencyMode;
 pub use events::Events;
-pub use limiter::{Backoff, RateLimiter};
+pub use limiter::Backoff;
 pub use metrics::MigratorMetrics;
 pub use pool::Migrator;
 pub use pressure::Pressure;
-pub use runner::Outcome;
 pub use source::Source;
 
 /// The migrator's knobs (flags of `serve`).

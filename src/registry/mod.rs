@@ -1,19 +1,19 @@
 //! The generic REST registry: one `Store<S>` over the `Storage` trait, driven by a per-kind
 //! `Strategy` (k8s.io/apiserver's `genericregistry.Store` + `strategy.go`).
 
-pub mod continue_token;
-pub mod error;
+pub(crate) mod continue_token;
+pub(crate) mod error;
 pub mod fence;
-pub mod field_validation;
-pub mod managed_fields;
-pub mod metadata;
-pub mod openapi_meta;
-pub mod patch;
-pub mod rest;
-pub mod selectors;
-pub mod store;
-pub mod strategy;
-pub mod validation;
+pub(crate) mod field_validation;
+pub(crate) mod managed_fields;
+pub(crate) mod metadata;
+pub(crate) mod openapi_meta;
+pub(crate) mod patch;
+pub(crate) mod rest;
+pub(crate) mod selectors;
+pub(crate) mod store;
+pub(crate) mod strategy;
+pub(crate) mod validation;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -21,14 +21,14 @@
 //! subresources, and not resources that are never stored, such as reviews) that can be listed
 //! and patched, outside this server's own group and `--trigger-ignore-resources`.
 
-pub mod apiservers;
-pub mod discovery;
+pub(crate) mod apiservers;
+pub(crate) mod discovery;
 pub mod history;
-pub mod metrics;
-pub mod migrations;
-pub mod plan;
+pub(crate) mod metrics;
+pub(crate) mod migrations;
+pub(crate) mod plan;
 mod reconcile;
-pub mod watches;
+pub(crate) mod watches;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;

@@ -374,7 +374,6 @@ impl Write<'_> {
 /// A kind's field manager: its typed schema per API version and the fields its strategy
 /// resets (status on the main resource; spec and metadata on `/status`).
 pub struct FieldManager {
-    group: &'static str,
     kind: &'static str,
     schemas: BTreeMap<String, TypedSchema>,
     reset_main: Set,
@@ -420,7 +419,6 @@ impl FieldManager {
         let reset_status =
             Set::from_paths([field("spec").as_slice(), field("metadata").as_slice()]);
         FieldManager {
-            group,
             kind,
             schemas: schemas
                 .into_iter()
@@ -429,10 +427,6 @@ impl FieldManager {
             reset_main,
             reset_status,
         }
-    }
-
-    pub fn schema(&self, version: &str) -> Option<&TypedSchema> {
-        self.schemas.get(&format!("{}/{version}", self.group))
     }
 
     /// Record a create, update or non-apply patch: `new` (the object the request makes, in

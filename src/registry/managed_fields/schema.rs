@@ -285,6 +285,7 @@ impl TypedSchema {
     }
 
     /// The type of field or key `name` of the map type `id` (`None`: not declared).
+    #[cfg(test)]
     pub fn field_type(&self, id: TypeId, name: &str) -> Option<TypeId> {
         match self.atom(id) {
             Atom::Map(map) => map.fields.get(name).copied().or(map.element),
@@ -294,6 +295,7 @@ impl TypedSchema {
     }
 
     /// Whether `name` is a declared field (not merely a map key) of the map type `id`.
+    #[cfg(test)]
     pub fn is_named_field(&self, id: TypeId, name: &str) -> bool {
         matches!(self.atom(id), Atom::Map(map) if map.fields.contains_key(name))
     }

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 
 use serde_json::{Map, Value};
 
-use super::fieldpath::{OrderedValue, Path, PathElement, Set, path_string, values_equal};
+use super::fieldpath::{OrderedValue, Path, PathElement, Set, values_equal};
 use super::schema::{Atom, ListKind, ListType, MapType, Scalar, TypeId, TypedSchema};
 
 /// One problem of a value against its schema: `.spec.bogus: field not declared in schema`.
@@ -46,6 +46,7 @@ pub struct Comparison {
 }
 
 impl Comparison {
+    #[cfg(test)]
     pub fn is_same(&self) -> bool {
         self.added.is_empty() && self.modified.is_empty() && self.removed.is_empty()
     }
@@ -788,11 +789,6 @@ pub fn strip_nulls(value: &mut Value) {
         Value::Array(items) => items.iter_mut().for_each(strip_nulls),
         _ => {}
     }
-}
-
-/// `path` as conflicts print it.
-pub fn display(path: &[PathElement]) -> String {
-    path_string(path)
 }
 
 #[cfg(test)]

@@ -19,15 +19,6 @@ pub enum Operation {
     Update,
 }
 
-impl Operation {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Operation::Apply => "Apply",
-            Operation::Update => "Update",
-        }
-    }
-}
-
 /// A manager's identity: its name, operation and subresource, and for an Update also the
 /// API version it wrote in (an applier is one manager whatever version it applies in).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]

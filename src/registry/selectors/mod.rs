@@ -4,5 +4,5 @@
 mod field;
 mod label;
 
-pub use field::{FieldSelector, FieldTerm};
-pub use label::{LabelSelector, Operator, Requirement};
+pub use field::FieldSelector;
+pub use label::LabelSelector;

@@ -46,8 +46,6 @@ use crate::storage::{Compare, KeyValue, Op, Revision, Storage, StorageError, Txn
 pub use delete::Deletion;
 pub use guarded::Guarded;
 pub use list_watch::Update;
-pub use managed::{DEFAULT_FIELD_MANAGER, ManagedBy};
-pub use read::ListPage;
 pub use watch::{StoreEvent, StoreEventStream};
 
 /// Where an object lives: its namespace (namespaced kinds only) and name. A bare `&str` is a

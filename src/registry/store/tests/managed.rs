@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 use super::*;
 use crate::registry::RestStorage;
 use crate::registry::rest::{FieldValidation, PatchType, Subresource, WriteOptions, Written};
-use crate::registry::store::DEFAULT_FIELD_MANAGER;
+use crate::registry::store::managed::DEFAULT_FIELD_MANAGER;
 
 fn opts(manager: &str) -> WriteOptions {
     WriteOptions {
