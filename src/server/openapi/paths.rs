@@ -274,284 +274,274 @@ pub fn api_group(group: &str) -> PathItem {
 /// `/namespaces/{namespace}/` (operation ids `...Namespaced<Kind>...`, as kube-apiserver's)
 /// and its list and watch across all namespaces (`...ForAllNamespaces`).
 pub fn resource_paths(info: &ResourceInfo, version: &str, definition: &str) -> Vec<PathItem> {
-    let g = group_camel(info.group);
-    let v = capitalize(version);
-    let namespaced_kind = format!("Namespaced{}", info.kind);
-    let kind = info.kind;
-    // What operation ids call the kind.
-    let op_kind: &str = if info.namespaced {
-        &namespaced_kind
-    } else {
-        kind
-    };
-    let scope = if info.namespaced {
-        "namespaces/{namespace}/"
-    } else {
-        ""
-    };
-    // The path parameters every item carries before its own.
-    let scope_params = || {
-        if info.namespaced {
-            vec![namespace_param()]
+    let r = ResourceOps::new(info, version, definition);
+    let mut items = vec![r.collection_item(), r.object_item()];
+    if info.has_status_subresource {
+        items.push(r.status_item());
+    }
+    items.extend(r.watch_items());
+    if info.namespaced {
+        items.extend(r.all_namespaces_items());
+    }
+    items
+}
+
+/// An operation's HTTP method, the verb its id starts with, and its `x-kubernetes-action`.
+type Verb = (&'static str, &'static str, &'static str);
+const LIST: Verb = ("get", "list", "list");
+const READ: Verb = ("get", "read", "get");
+const WATCH: Verb = ("get", "watch", "watch");
+const WATCH_LIST: Verb = ("get", "watch", "watchlist");
+const CREATE: Verb = ("post", "create", "post");
+const REPLACE: Verb = ("put", "replace", "put");
+const PATCH: Verb = ("patch", "patch", "patch");
+const DELETE: Verb = ("delete", "delete", "delete");
+const DELETE_COLLECTION: Verb = ("delete", "delete", "deletecollection");
+
+/// How one resource in one version names and describes its operations.
+struct ResourceOps<'a> {
+    info: &'a ResourceInfo,
+    version: &'a str,
+    /// The object's definition name; `<definition>List` is its list's.
+    definition: &'a str,
+    /// `<Group><Version>`, after the verb in every operation id.
+    group_version: String,
+    /// What operation ids call the kind: `Namespaced<Kind>` for a namespaced one.
+    op_kind: String,
+    /// `namespaces/{namespace}/` for a namespaced kind.
+    scope: &'static str,
+    tag: String,
+    gvk: Value,
+}
+
+impl<'a> ResourceOps<'a> {
+    fn new(info: &'a ResourceInfo, version: &'a str, definition: &'a str) -> Self {
+        let (op_kind, scope) = if info.namespaced {
+            (
+                format!("Namespaced{}", info.kind),
+                "namespaces/{namespace}/",
+            )
         } else {
-            Vec::new()
+            (info.kind.to_string(), "")
+        };
+        Self {
+            info,
+            version,
+            definition,
+            group_version: format!("{}{}", group_camel(info.group), capitalize(version)),
+            op_kind,
+            scope,
+            tag: tag(info.group, version),
+            gvk: json!({"group": info.group, "kind": info.kind, "version": version}),
         }
-    };
-    let base = format!("/apis/{}/{version}/{scope}{}", info.group, info.plural);
-    let tag = tag(info.group, version);
-    let gvk = json!({"group": info.group, "kind": kind, "version": version});
-    let list_def = format!("{definition}List");
-    let op = |method: &'static str,
-              verb: &str,
-              suffix: &str,
-              description: String,
-              action: &'static str| Operation {
-        method,
-        operation_id: format!("{verb}{g}{v}{suffix}"),
-        description,
-        action: Some(action),
-        tag: tag.clone(),
-        params: Vec::new(),
-        body: None,
-        responses: Vec::new(),
-        produces: vec![JSON, YAML],
-        gvk: Some(gvk.clone()),
-    };
-    let write_params = || vec![dry_run(), field_manager(), field_validation()];
-    let patch_params = || {
-        let mut p = write_params();
-        p.push(query(
+    }
+
+    /// One operation: `verb` and `suffix` make its id, `action` is its `x-kubernetes-action`.
+    fn op(&self, (method, verb, action): Verb, suffix: &str, description: String) -> Operation {
+        Operation {
+            method,
+            operation_id: format!("{verb}{}{suffix}", self.group_version),
+            description,
+            action: Some(action),
+            tag: self.tag.clone(),
+            params: Vec::new(),
+            body: None,
+            responses: Vec::new(),
+            produces: vec![JSON, YAML],
+            gvk: Some(self.gvk.clone()),
+        }
+    }
+
+    /// The resource's path, under `/watch/` for the deprecated watch paths.
+    fn base(&self, watch: bool) -> String {
+        let watch = if watch { "watch/" } else { "" };
+        let (group, version, plural) = (self.info.group, self.version, self.info.plural);
+        format!("/apis/{group}/{version}/{watch}{}{plural}", self.scope)
+    }
+
+    /// Path-level parameters: the namespace (for a namespaced kind) before `params`.
+    fn scoped(&self, params: Vec<Param>) -> Vec<Param> {
+        let mut all = Vec::new();
+        if self.info.namespaced {
+            all.push(namespace_param());
+        }
+        all.extend(params);
+        all
+    }
+
+    fn answers_object(&self, mut op: Operation, codes: &[(u16, &'static str)]) -> Operation {
+        op.responses = codes
+            .iter()
+            .map(|&(code, text)| (code, text, self.definition.to_string()))
+            .collect();
+        op
+    }
+
+    fn list(&self, suffix: &str) -> Operation {
+        let description = format!("list or watch objects of kind {}", self.info.kind);
+        let mut list = self.op(LIST, suffix, description);
+        list.params = list_params();
+        list.responses = vec![(200, "OK", format!("{}List", self.definition))];
+        list.produces = vec![JSON, YAML, JSON_WATCH];
+        list
+    }
+
+    fn watch(&self, verb: Verb, suffix: &str, description: String) -> Operation {
+        let mut watch = self.op(verb, suffix, description);
+        watch.params = list_params();
+        watch.responses = vec![(200, "OK", meta("WatchEvent"))];
+        watch.produces = vec![JSON, YAML, JSON_WATCH];
+        watch
+    }
+
+    fn watch_list(&self, suffix: &str) -> Operation {
+        let kind = self.info.kind;
+        self.watch(
+            WATCH_LIST,
+            suffix,
+            format!(
+                "watch individual changes to a list of {kind}. deprecated: use the 'watch' parameter with a list operation instead."
+            ),
+        )
+    }
+
+    fn read(&self, suffix: &str, description: String) -> Operation {
+        self.answers_object(self.op(READ, suffix, description), &[(200, "OK")])
+    }
+
+    fn replace(&self, suffix: &str, description: String) -> Operation {
+        let mut replace = self.op(REPLACE, suffix, description);
+        replace.params = write_params();
+        replace.body = Some((self.definition.to_string(), vec![JSON, YAML]));
+        self.answers_object(replace, &[(200, "OK"), (201, "Created")])
+    }
+
+    fn patch(&self, suffix: &str, description: String) -> Operation {
+        let mut patch = self.op(PATCH, suffix, description);
+        patch.params = write_params();
+        patch.params.push(query(
             "force",
             ParamType::Boolean,
             "Force is going to \"force\" Apply requests: take over fields owned by other managers.",
         ));
-        p
-    };
-
-    let mut list = op(
-        "get",
-        "list",
-        op_kind,
-        format!("list or watch objects of kind {kind}"),
-        "list",
-    );
-    list.params = list_params();
-    list.responses = vec![(200, "OK", list_def.clone())];
-    list.produces = vec![JSON, YAML, JSON_WATCH];
-
-    let mut create = op(
-        "post",
-        "create",
-        op_kind,
-        format!("create a {kind}"),
-        "post",
-    );
-    create.params = write_params();
-    create.body = Some((definition.to_string(), vec![JSON, YAML]));
-    create.responses = vec![
-        (200, "OK", definition.to_string()),
-        (201, "Created", definition.to_string()),
-        (202, "Accepted", definition.to_string()),
-    ];
-
-    let mut delete_collection = op(
-        "delete",
-        "delete",
-        &format!("Collection{op_kind}"),
-        format!("delete collection of {kind}"),
-        "deletecollection",
-    );
-    delete_collection.params = delete_params();
-    delete_collection.params.extend(list_params());
-    delete_collection.body = Some((meta("DeleteOptions"), vec![JSON, YAML]));
-    delete_collection.responses = vec![(200, "OK", meta("Status"))];
-
-    let mut read = op(
-        "get",
-        "read",
-        op_kind,
-        format!("read the specified {kind}"),
-        "get",
-    );
-    read.responses = vec![(200, "OK", definition.to_string())];
-
-    let mut replace = op(
-        "put",
-        "replace",
-        op_kind,
-        format!("replace the specified {kind}"),
-        "put",
-    );
-    replace.params = write_params();
-    replace.body = Some((definition.to_string(), vec![JSON, YAML]));
-    replace.responses = vec![
-        (200, "OK", definition.to_string()),
-        (201, "Created", definition.to_string()),
-    ];
-
-    let mut patch = op(
-        "patch",
-        "patch",
-        op_kind,
-        format!("partially update the specified {kind}"),
-        "patch",
-    );
-    patch.params = patch_params();
-    patch.body = Some((meta("Patch"), PATCH_TYPES.to_vec()));
-    patch.responses = vec![
-        (200, "OK", definition.to_string()),
-        (201, "Created", definition.to_string()),
-    ];
-
-    let mut delete = op(
-        "delete",
-        "delete",
-        op_kind,
-        format!("delete a {kind}"),
-        "delete",
-    );
-    delete.params = delete_params();
-    delete.body = Some((meta("DeleteOptions"), vec![JSON, YAML]));
-    delete.responses = vec![
-        (200, "OK", meta("Status")),
-        (202, "Accepted", meta("Status")),
-    ];
-
-    let with_scope = |params: Vec<Param>| {
-        let mut all = scope_params();
-        all.extend(params);
-        all
-    };
-    let mut items = vec![
-        PathItem {
-            path: base.clone(),
-            params: with_scope(vec![pretty()]),
-            ops: vec![list, create, delete_collection],
-        },
-        PathItem {
-            path: format!("{base}/{{name}}"),
-            params: with_scope(vec![name_param(), pretty()]),
-            ops: vec![read, replace, patch, delete],
-        },
-    ];
-
-    if info.has_status_subresource {
-        let status = format!("{op_kind}Status");
-        let mut read_status = op(
-            "get",
-            "read",
-            &status,
-            format!("read status of the specified {kind}"),
-            "get",
-        );
-        read_status.responses = vec![(200, "OK", definition.to_string())];
-        let mut replace_status = op(
-            "put",
-            "replace",
-            &status,
-            format!("replace status of the specified {kind}"),
-            "put",
-        );
-        replace_status.params = write_params();
-        replace_status.body = Some((definition.to_string(), vec![JSON, YAML]));
-        replace_status.responses = vec![
-            (200, "OK", definition.to_string()),
-            (201, "Created", definition.to_string()),
-        ];
-        let mut patch_status = op(
-            "patch",
-            "patch",
-            &status,
-            format!("partially update status of the specified {kind}"),
-            "patch",
-        );
-        patch_status.params = patch_params();
-        patch_status.body = Some((meta("Patch"), PATCH_TYPES.to_vec()));
-        patch_status.responses = vec![
-            (200, "OK", definition.to_string()),
-            (201, "Created", definition.to_string()),
-        ];
-        items.push(PathItem {
-            path: format!("{base}/{{name}}/status"),
-            params: with_scope(vec![name_param(), pretty()]),
-            ops: vec![read_status, replace_status, patch_status],
-        });
+        patch.body = Some((meta("Patch"), PATCH_TYPES.to_vec()));
+        self.answers_object(patch, &[(200, "OK"), (201, "Created")])
     }
 
-    // The deprecated watch paths kube-apiserver still documents.
-    let watch_base = format!(
-        "/apis/{}/{version}/watch/{scope}{}",
-        info.group, info.plural
-    );
-    let mut watch_list = op(
-        "get",
-        "watch",
-        &format!("{op_kind}List"),
-        format!(
-            "watch individual changes to a list of {kind}. deprecated: use the 'watch' parameter with a list operation instead."
-        ),
-        "watchlist",
-    );
-    watch_list.params = list_params();
-    watch_list.responses = vec![(200, "OK", meta("WatchEvent"))];
-    watch_list.produces = vec![JSON, YAML, JSON_WATCH];
-    let mut watch_one = op(
-        "get",
-        "watch",
-        op_kind,
-        format!(
-            "watch changes to an object of kind {kind}. deprecated: use the 'watch' parameter with a list operation instead, filtered to a single item with the 'fieldSelector' parameter."
-        ),
-        "watch",
-    );
-    watch_one.params = list_params();
-    watch_one.responses = vec![(200, "OK", meta("WatchEvent"))];
-    watch_one.produces = vec![JSON, YAML, JSON_WATCH];
-    items.push(PathItem {
-        path: watch_base.clone(),
-        params: with_scope(vec![pretty()]),
-        ops: vec![watch_list],
-    });
-    items.push(PathItem {
-        path: format!("{watch_base}/{{name}}"),
-        params: with_scope(vec![name_param(), pretty()]),
-        ops: vec![watch_one],
-    });
-    if info.namespaced {
-        let mut list_all = op(
-            "get",
-            "list",
-            &format!("{kind}ForAllNamespaces"),
-            format!("list or watch objects of kind {kind}"),
-            "list",
+    /// `.../<plural>`: list, create, delete the collection.
+    fn collection_item(&self) -> PathItem {
+        let (kind, op_kind) = (self.info.kind, self.op_kind.as_str());
+        let mut create = self.op(CREATE, op_kind, format!("create a {kind}"));
+        create.params = write_params();
+        create.body = Some((self.definition.to_string(), vec![JSON, YAML]));
+        let create =
+            self.answers_object(create, &[(200, "OK"), (201, "Created"), (202, "Accepted")]);
+        let description = format!("delete collection of {kind}");
+        let mut delete_collection = self.op(
+            DELETE_COLLECTION,
+            &format!("Collection{op_kind}"),
+            description,
         );
-        list_all.params = list_params();
-        list_all.responses = vec![(200, "OK", list_def.clone())];
-        list_all.produces = vec![JSON, YAML, JSON_WATCH];
-        let mut watch_all = op(
-            "get",
-            "watch",
-            &format!("{kind}ListForAllNamespaces"),
+        delete_collection.params = delete_params();
+        delete_collection.params.extend(list_params());
+        delete_collection.body = Some((meta("DeleteOptions"), vec![JSON, YAML]));
+        delete_collection.responses = vec![(200, "OK", meta("Status"))];
+        PathItem {
+            path: self.base(false),
+            params: self.scoped(vec![pretty()]),
+            ops: vec![self.list(op_kind), create, delete_collection],
+        }
+    }
+
+    /// `.../<plural>/{name}`: read, replace, patch, delete.
+    fn object_item(&self) -> PathItem {
+        let (kind, op_kind) = (self.info.kind, self.op_kind.as_str());
+        let mut delete = self.op(DELETE, op_kind, format!("delete a {kind}"));
+        delete.params = delete_params();
+        delete.body = Some((meta("DeleteOptions"), vec![JSON, YAML]));
+        delete.responses = vec![
+            (200, "OK", meta("Status")),
+            (202, "Accepted", meta("Status")),
+        ];
+        PathItem {
+            path: format!("{}/{{name}}", self.base(false)),
+            params: self.scoped(vec![name_param(), pretty()]),
+            ops: vec![
+                self.read(op_kind, format!("read the specified {kind}")),
+                self.replace(op_kind, format!("replace the specified {kind}")),
+                self.patch(op_kind, format!("partially update the specified {kind}")),
+                delete,
+            ],
+        }
+    }
+
+    /// `.../<plural>/{name}/status`: read, replace, patch the status.
+    fn status_item(&self) -> PathItem {
+        let kind = self.info.kind;
+        let status = format!("{}Status", self.op_kind);
+        PathItem {
+            path: format!("{}/{{name}}/status", self.base(false)),
+            params: self.scoped(vec![name_param(), pretty()]),
+            ops: vec![
+                self.read(&status, format!("read status of the specified {kind}")),
+                self.replace(&status, format!("replace status of the specified {kind}")),
+                self.patch(
+                    &status,
+                    format!("partially update status of the specified {kind}"),
+                ),
+            ],
+        }
+    }
+
+    /// The deprecated watch paths kube-apiserver still documents.
+    fn watch_items(&self) -> [PathItem; 2] {
+        let (kind, op_kind) = (self.info.kind, self.op_kind.as_str());
+        let watch_one = self.watch(
+            WATCH,
+            op_kind,
             format!(
-                "watch individual changes to a list of {kind}. deprecated: use the 'watch' parameter with a list operation instead."
+                "watch changes to an object of kind {kind}. deprecated: use the 'watch' parameter with a list operation instead, filtered to a single item with the 'fieldSelector' parameter."
             ),
-            "watchlist",
         );
-        watch_all.params = list_params();
-        watch_all.responses = vec![(200, "OK", meta("WatchEvent"))];
-        watch_all.produces = vec![JSON, YAML, JSON_WATCH];
-        items.push(PathItem {
-            path: format!("/apis/{}/{version}/{}", info.group, info.plural),
-            params: vec![pretty()],
-            ops: vec![list_all],
-        });
-        items.push(PathItem {
-            path: format!("/apis/{}/{version}/watch/{}", info.group, info.plural),
-            params: vec![pretty()],
-            ops: vec![watch_all],
-        });
+        [
+            PathItem {
+                path: self.base(true),
+                params: self.scoped(vec![pretty()]),
+                ops: vec![self.watch_list(&format!("{op_kind}List"))],
+            },
+            PathItem {
+                path: format!("{}/{{name}}", self.base(true)),
+                params: self.scoped(vec![name_param(), pretty()]),
+                ops: vec![watch_one],
+            },
+        ]
     }
-    items
+
+    /// A namespaced kind's list and watch across all namespaces.
+    fn all_namespaces_items(&self) -> [PathItem; 2] {
+        let (group, version, plural, kind) = (
+            self.info.group,
+            self.version,
+            self.info.plural,
+            self.info.kind,
+        );
+        [
+            PathItem {
+                path: format!("/apis/{group}/{version}/{plural}"),
+                params: vec![pretty()],
+                ops: vec![self.list(&format!("{kind}ForAllNamespaces"))],
+            },
+            PathItem {
+                path: format!("/apis/{group}/{version}/watch/{plural}"),
+                params: vec![pretty()],
+                ops: vec![self.watch_list(&format!("{kind}ListForAllNamespaces"))],
+            },
+        ]
+    }
+}
+
+fn write_params() -> Vec<Param> {
+    vec![dry_run(), field_manager(), field_validation()]
 }
 
 fn type_name(t: ParamType) -> &'static str {
