@@ -99,107 +99,130 @@ pub fn plan_state(
     unvouched: Option<&str>,
     include_stored: bool,
 ) -> StatePlan {
-    let (mut persisted, recorded_current) = match state {
-        Some(state) => (
-            state.status.persisted_storage_version_hashes.clone(),
-            state.status.current_storage_version_hash.clone(),
-        ),
-        // A new StorageState: nothing is known about objects written before now.
-        None => (vec![UNKNOWN_HASH.to_string()], String::new()),
-    };
-    if persisted.is_empty() {
-        persisted.push(UNKNOWN_HASH.to_string());
-    }
-    let mut entries = Vec::new();
+    let mut plan = StatePlan::starting_from(state);
+    let recorded_current = state.map_or("", |s| s.status.current_storage_version_hash.as_str());
     if let Some(reason) = unvouched {
-        entries.push(NewEntry {
+        plan.unvouched(reason);
+    }
+    if include_stored {
+        plan.still_stored(observed);
+    }
+    plan.current = match &observed.view {
+        View::Agreed(encoding) => {
+            let reason = agreed_reason(state.is_some(), recorded_current, encoding);
+            plan.agreed(observed.source, encoding, reason)
+        }
+        View::Disagreed(encodings) => {
+            // Entering disagreement records every encoding; staying in it, only new ones.
+            let entering = recorded_current != UNKNOWN_HASH;
+            plan.disagreed(observed.source, encodings, entering)
+        }
+    };
+    plan
+}
+
+/// Why the agreed encoding is recorded, or `None` when it is the one already current.
+fn agreed_reason(known: bool, recorded_current: &str, encoding: &Encoding) -> Option<String> {
+    if recorded_current == encoding.hash {
+        None
+    } else if !known {
+        Some(format!("first seen, encoded as {}", describe(encoding)))
+    } else if recorded_current == UNKNOWN_HASH {
+        Some(format!("apiservers agree on {}", describe(encoding)))
+    } else {
+        Some(format!(
+            "storage version hash changed from {recorded_current} to {} ({})",
+            encoding.hash,
+            describe(encoding)
+        ))
+    }
+}
+
+impl StatePlan {
+    /// The state's persisted hashes, or `Unknown` alone for a new StorageState: nothing is
+    /// known about objects written before now.
+    fn starting_from(state: Option<&StorageState>) -> Self {
+        let mut persisted = state
+            .map(|s| s.status.persisted_storage_version_hashes.clone())
+            .unwrap_or_default();
+        if persisted.is_empty() {
+            persisted.push(UNKNOWN_HASH.to_string());
+        }
+        StatePlan {
+            entries: Vec::new(),
+            current: String::new(),
+            persisted,
+        }
+    }
+
+    fn record(&mut self, source: Source, encoding: &Encoding, reason: String) {
+        self.entries.push(NewEntry {
+            hash: encoding.hash.clone(),
+            source,
+            apiserver: encoding.apiserver.clone(),
+            encoding_version: version_field(encoding),
+            reason,
+        });
+    }
+
+    fn unvouched(&mut self, reason: &str) {
+        self.entries.push(NewEntry {
             hash: UNKNOWN_HASH.into(),
             source: Source::Unvouched,
             apiserver: None,
             encoding_version: None,
             reason: reason.to_string(),
         });
-        push_unique(&mut persisted, UNKNOWN_HASH);
+        push_unique(&mut self.persisted, UNKNOWN_HASH);
     }
-    let current_hashes: Vec<&str> = match &observed.view {
-        View::Agreed(e) => vec![e.hash.as_str()],
-        View::Disagreed(all) => all.iter().map(|e| e.hash.as_str()).collect(),
-    };
-    if include_stored {
+
+    /// Encodings objects may still be stored in (`status.storedVersions`) that are neither
+    /// persisted already nor current.
+    fn still_stored(&mut self, observed: &Observed) {
+        let current: Vec<&str> = match &observed.view {
+            View::Agreed(e) => vec![e.hash.as_str()],
+            View::Disagreed(all) => all.iter().map(|e| e.hash.as_str()).collect(),
+        };
         for stored in &observed.stored {
-            if !persisted.contains(&stored.hash) && !current_hashes.contains(&stored.hash.as_str())
-            {
-                entries.push(NewEntry {
-                    hash: stored.hash.clone(),
-                    source: observed.source,
-                    apiserver: stored.apiserver.clone(),
-                    encoding_version: version_field(stored),
-                    reason: format!(
-                        "objects may still be stored as {} (status.storedVersions)",
-                        stored.encoding_version
-                    ),
-                });
-                push_unique(&mut persisted, &stored.hash);
+            if self.persisted.contains(&stored.hash) || current.contains(&stored.hash.as_str()) {
+                continue;
             }
+            let reason = format!(
+                "objects may still be stored as {} (status.storedVersions)",
+                stored.encoding_version
+            );
+            self.record(observed.source, stored, reason);
+            push_unique(&mut self.persisted, &stored.hash);
         }
     }
-    let current = match &observed.view {
-        View::Agreed(encoding) => {
-            if recorded_current != encoding.hash {
-                let reason = if state.is_none() {
-                    format!("first seen, encoded as {}", describe(encoding))
-                } else if recorded_current == UNKNOWN_HASH {
-                    format!("apiservers agree on {}", describe(encoding))
-                } else {
-                    format!(
-                        "storage version hash changed from {recorded_current} to {} ({})",
-                        encoding.hash,
-                        describe(encoding)
-                    )
-                };
-                entries.push(NewEntry {
-                    hash: encoding.hash.clone(),
-                    source: observed.source,
-                    apiserver: encoding.apiserver.clone(),
-                    encoding_version: version_field(encoding),
-                    reason,
-                });
-            }
-            push_unique(&mut persisted, &encoding.hash);
-            encoding.hash.clone()
+
+    /// Every apiserver encodes the same way: that is the current hash.
+    fn agreed(&mut self, source: Source, encoding: &Encoding, reason: Option<String>) -> String {
+        if let Some(reason) = reason {
+            self.record(source, encoding, reason);
         }
-        View::Disagreed(encodings) => {
-            let summary = encodings
-                .iter()
-                .map(|e| {
-                    format!(
-                        "{} encodes {}",
-                        e.apiserver.as_deref().unwrap_or("an apiserver"),
-                        describe(e)
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join(", ");
-            let entering = recorded_current != UNKNOWN_HASH;
-            for encoding in encodings {
-                if entering || !persisted.contains(&encoding.hash) {
-                    entries.push(NewEntry {
-                        hash: encoding.hash.clone(),
-                        source: observed.source,
-                        apiserver: encoding.apiserver.clone(),
-                        encoding_version: version_field(encoding),
-                        reason: format!("apiservers disagree: {summary}"),
-                    });
-                }
-                push_unique(&mut persisted, &encoding.hash);
+        push_unique(&mut self.persisted, &encoding.hash);
+        encoding.hash.clone()
+    }
+
+    /// Apiservers encode differently: every encoding may be persisted, and the current hash
+    /// is `Unknown` until they agree.
+    fn disagreed(&mut self, source: Source, encodings: &[Encoding], entering: bool) -> String {
+        let summary = encodings
+            .iter()
+            .map(|e| {
+                let who = e.apiserver.as_deref().unwrap_or("an apiserver");
+                format!("{who} encodes {}", describe(e))
+            })
+            .collect::<Vec<_>>()
+            .join(", ");
+        for encoding in encodings {
+            if entering || !self.persisted.contains(&encoding.hash) {
+                self.record(source, encoding, format!("apiservers disagree: {summary}"));
             }
-            UNKNOWN_HASH.to_string()
+            push_unique(&mut self.persisted, &encoding.hash);
         }
-    };
-    StatePlan {
-        entries,
-        current,
-        persisted,
+        UNKNOWN_HASH.to_string()
     }
 }
 
