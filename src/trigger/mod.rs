@@ -50,7 +50,7 @@ use crate::registry::Guarded;
 use crate::storage::Storage;
 
 use apiservers::Instances;
-use discovery::{Discovery, Look};
+use discovery::{DiscoveredResource, Discovery, Look};
 use history::{HashHistory, Source};
 use metrics::{ResultLabel, TriggerMetrics};
 pub use migrations::Migrations;
@@ -141,6 +141,42 @@ impl CrdInfo {
             apiserver: None,
         }
     }
+
+    fn key(&self) -> (String, String) {
+        (self.group.clone(), self.plural.clone())
+    }
+
+    /// The CRD's storage version is what every apiserver encodes; its storedVersions are what
+    /// objects may still be stored as.
+    fn observed(&self, storage_version: &str) -> Observed {
+        Observed {
+            group: self.group.clone(),
+            resource: self.plural.clone(),
+            view: View::Agreed(self.encoding(storage_version)),
+            source: Source::CustomResourceDefinition,
+            stored: self
+                .stored_versions
+                .iter()
+                .map(|v| self.encoding(v))
+                .collect(),
+        }
+    }
+}
+
+/// One view of the apiservers' encodings: agreed when they all hash the same (then no one
+/// apiserver is named, unless there is only one).
+fn agreement(mut encodings: Vec<Encoding>) -> View {
+    let distinct: BTreeSet<&str> = encodings.iter().map(|e| e.hash.as_str()).collect();
+    if distinct.len() != 1 {
+        return View::Disagreed(encodings);
+    }
+    let several = encodings.len() > 1;
+    // One distinct hash: there is a first encoding.
+    let mut agreed = encodings.swap_remove(0);
+    if several {
+        agreed.apiserver = None;
+    }
+    View::Agreed(agreed)
 }
 
 /// What the trigger knows of the cluster.
@@ -203,103 +239,85 @@ impl World {
             .find(|c| c.group == group && c.plural == resource)
     }
 
-    /// What the cluster shows now, per tracked resource.
+    /// What the cluster shows now, per tracked resource: CRDs from their watch, every other
+    /// resource from discovery or, where apiservers publish them, StorageVersions.
     fn observe(&self, settings: &Settings) -> BTreeMap<(String, String), Observed> {
-        let mut out = BTreeMap::new();
-        for crd in self.crds.values() {
-            let Some(version) = &crd.storage_version else {
-                continue;
-            };
-            if settings
-                .ignored
-                .contains(&(crd.group.clone(), crd.plural.clone()))
-            {
-                continue;
-            }
-            out.insert(
-                (crd.group.clone(), crd.plural.clone()),
-                Observed {
-                    group: crd.group.clone(),
-                    resource: crd.plural.clone(),
-                    view: View::Agreed(crd.encoding(version)),
-                    source: Source::CustomResourceDefinition,
-                    stored: crd
-                        .stored_versions
-                        .iter()
-                        .map(|v| crd.encoding(v))
-                        .collect(),
-                },
-            );
-        }
+        let mut out: BTreeMap<_, _> = self
+            .crds
+            .values()
+            .filter_map(|crd| Some((crd, crd.storage_version.as_ref()?)))
+            .filter(|(crd, _)| !settings.ignored.contains(&crd.key()))
+            .map(|(crd, version)| (crd.key(), crd.observed(version)))
+            .collect();
         let Some(look) = &self.look else {
             return out;
         };
-        let sole = self.instances.sole();
         for (key, found) in &look.resources {
             let Some(hash) = &found.storage_version_hash else {
                 continue;
             };
-            if out.contains_key(key)
-                || settings.own_groups.contains(&found.group)
-                || settings.ignored.contains(key)
-                || !["list", "patch"]
-                    .iter()
-                    .all(|verb| found.verbs.iter().any(|v| v == verb))
-            {
+            if out.contains_key(key) || !self.tracks(settings, key, found) {
                 continue;
             }
-            let per_apiserver = self
-                .storage_versions
-                .get(key)
-                .filter(|entries| self.storage_versions_synced && !entries.is_empty());
-            let (view, source) = match per_apiserver {
-                Some(entries) => {
-                    let encodings: Vec<Encoding> = entries
-                        .iter()
-                        .map(|(apiserver, encoding)| Encoding {
-                            hash: storage_version_hash(
-                                &found.group,
-                                version_of(encoding),
-                                &found.kind,
-                            ),
-                            encoding_version: encoding.clone(),
-                            apiserver: Some(apiserver.clone()),
-                        })
-                        .collect();
-                    let distinct: BTreeSet<&str> =
-                        encodings.iter().map(|e| e.hash.as_str()).collect();
-                    let view = if distinct.len() == 1 {
-                        let mut agreed = encodings[0].clone();
-                        if encodings.len() > 1 {
-                            agreed.apiserver = None;
-                        }
-                        View::Agreed(agreed)
-                    } else {
-                        View::Disagreed(encodings)
-                    };
-                    (view, Source::StorageVersionApi)
-                }
-                None => (
-                    View::Agreed(Encoding {
-                        hash: hash.clone(),
-                        encoding_version: String::new(),
-                        apiserver: sole.clone(),
-                    }),
-                    Source::Discovery,
-                ),
+            let (view, source) = match self.published_encodings(key, found) {
+                Some(encodings) => (agreement(encodings), Source::StorageVersionApi),
+                None => (self.discovered(hash), Source::Discovery),
             };
-            out.insert(
-                key.clone(),
-                Observed {
-                    group: found.group.clone(),
-                    resource: found.resource.clone(),
-                    view,
-                    source,
-                    stored: Vec::new(),
-                },
-            );
+            let observed = Observed {
+                group: found.group.clone(),
+                resource: found.resource.clone(),
+                view,
+                source,
+                stored: Vec::new(),
+            };
+            out.insert(key.clone(), observed);
         }
         out
+    }
+
+    /// Whether a discovered resource is one the trigger keeps a StorageState for: not ours,
+    /// not ignored, and migratable (list and patch).
+    fn tracks(
+        &self,
+        settings: &Settings,
+        key: &(String, String),
+        found: &DiscoveredResource,
+    ) -> bool {
+        let migratable = ["list", "patch"]
+            .iter()
+            .all(|verb| found.verbs.iter().any(|v| v == verb));
+        migratable && !settings.own_groups.contains(&found.group) && !settings.ignored.contains(key)
+    }
+
+    /// The encodings the apiservers publish for a resource (StorageVersion API), once that
+    /// watch has listed and only where it says something.
+    fn published_encodings(
+        &self,
+        key: &(String, String),
+        found: &DiscoveredResource,
+    ) -> Option<Vec<Encoding>> {
+        let entries = self
+            .storage_versions
+            .get(key)
+            .filter(|entries| self.storage_versions_synced && !entries.is_empty())?;
+        let encodings = entries
+            .iter()
+            .map(|(apiserver, encoding)| Encoding {
+                hash: storage_version_hash(&found.group, version_of(encoding), &found.kind),
+                encoding_version: encoding.clone(),
+                apiserver: Some(apiserver.clone()),
+            })
+            .collect();
+        Some(encodings)
+    }
+
+    /// Discovery's hash alone: it does not say which apiserver, unless there is only one.
+    fn discovered(&self, hash: &str) -> View {
+        View::Agreed(Encoding {
+            hash: hash.to_string(),
+            encoding_version: String::new(),
+            apiserver: self.instances.sole(),
+        })
     }
 
     /// Whether a resource with a StorageState but no observation is known to be gone (and not
