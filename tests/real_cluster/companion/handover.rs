@@ -1,0 +1,282 @@
+//! Handing over: the upgrade to a cluster that serves the group under a running server, and our unfinished migrations moving to the cluster's API.
+
+use super::*;
+
+/// The upgrade: svm-apiserver owns the group (deploy/), then the cluster starts serving it
+/// (kube-apiserver restarted with the group on, as an upgrade to 1.37 does). Our APIServices
+/// shadow the cluster's, so kube-controller-manager's migrator reaches our migrations through
+/// them: the guard sees its status write on a migration ours is running, stops ours and says
+/// so; the trigger follows the other migrator's success. Then the documented path — our
+/// APIServices of the group deleted, the project group kept, kube-apiserver restarted — and
+/// the server (auto) moves to companion mode by itself, with its StorageStates and history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_upgrade_to_a_cluster_that_serves_the_group_hands_over_without_two_migrators() {
+    let Some(mut cluster) = RealCluster::start(
+        "the_upgrade_to_a_cluster_that_serves_the_group_hands_over_without_two_migrators",
+        &[],
+        // Slow enough that the widgets' migration is still running when the cluster upgrades.
+        &["--api-mode=auto", "--qps=4", "--burst=4", "--chunk-size=10"],
+    ) else {
+        return;
+    };
+    let client = cluster.plane.client().await;
+    wait_for_mode(&cluster, "owner").await;
+    install_widgets_in(&cluster, 400).await;
+    let migration = wait_for(
+        Duration::from_secs(240),
+        "the widgets' migration running in svm-apiserver",
+        || {
+            items(&cluster, "storageversionmigrations")
+                .into_iter()
+                .find(|m| {
+                    name(m).starts_with(&format!("{WIDGETS}-"))
+                        && m["status"]["progress"]["migratedObjects"]
+                            .as_i64()
+                            .unwrap_or(0)
+                            > 0
+                })
+        },
+        || crate::world::describe_state(&cluster, WIDGETS),
+    );
+    let migration_name = name(&migration);
+    let prefix = cluster.svm.etcd_prefix().expect("on etcd").to_string();
+    let history_before = cluster
+        .plane
+        .etcd_get_prefix(&format!("{prefix}/hashhistory/"))
+        .await;
+    let state_before = storage_state(&cluster, WIDGETS).expect("widgets state");
+
+    // The upgrade: kube-apiserver restarts serving the group itself. Ours shadow it.
+    cluster.plane.restart_apiserver(&BUILTIN_ON);
+    let local = cluster.kubectl().ok(&[
+        "get",
+        "apiservice",
+        "v1beta1.storagemigration.k8s.io",
+        "-o",
+        "jsonpath={.spec.service.name}",
+    ]);
+    assert_eq!(
+        local.trim(),
+        "svm-apiserver",
+        "ours still routes the version"
+    );
+    let client = {
+        drop(client);
+        cluster.plane.client().await
+    };
+
+    // kube-controller-manager's migrator, through our APIService, takes the running migration
+    // (as its typed client writes status: no `progress`, which its Go type lacks).
+    let path =
+        format!("/apis/storagemigration.k8s.io/v1beta1/storageversionmigrations/{migration_name}");
+    let theirs = wait_for_async(Duration::from_secs(120), || {
+        kcm_writes(
+            &client,
+            &path,
+            json!({
+                "progress": null,
+                "conditions": [condition("Running", "True", "StorageVersionMigrationInProgress")],
+            }),
+        )
+    })
+    .await;
+    assert_eq!(theirs["metadata"]["name"], migration_name.as_str());
+
+    // Ours notices, stops, and says so.
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while metric(
+        &cluster,
+        "svm_migrations_yielded_total",
+        &["manager=\"kube-controller-manager\""],
+    )
+    .await
+        < 1.0
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no yield within 2 min; svm-apiserver log:\n{}",
+            cluster.svm.log()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let log = cluster.svm.log();
+    assert!(
+        log.contains("another migrator works on this migration"),
+        "{log}"
+    );
+    assert!(log.contains(DOCS), "{log}");
+    let yielded_at = get_json(&client, &path).await;
+    // From now on svm-apiserver's migrator writes nothing to it: after a while its status is
+    // still what kube-controller-manager left (no progress of ours comes back).
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let later = get_json(&client, &path).await;
+    assert_eq!(
+        later["metadata"]["resourceVersion"],
+        yielded_at["metadata"]["resourceVersion"]
+    );
+    assert!(later["status"]["progress"].is_null(), "{later}");
+    // kube-controller-manager finishes it; the trigger follows that success.
+    kcm_writes(&client, &path, finished_by_kcm(&later))
+        .await
+        .expect("KCM's success");
+    wait_for(
+        Duration::from_secs(120),
+        "the widgets StorageState safe after kube-controller-manager's success",
+        || storage_state(&cluster, WIDGETS).filter(is_safe),
+        || crate::world::describe_state(&cluster, WIDGETS),
+    );
+
+    // The documented path: our APIServices of the group go, the project group's stays. The
+    // server sees it at once and moves to companion mode.
+    cluster.register_as_companion();
+    wait_for_mode(&cluster, "companion").await;
+    assert!(cluster.svm.log().contains("the API mode changed"));
+    // ... and kube-apiserver registers its own APIService on its next start.
+    cluster.plane.restart_apiserver(&BUILTIN_ON);
+    cluster.wait_available();
+    let registered = cluster.kubectl().ok(&[
+        "get",
+        "apiservice",
+        "v1beta1.storagemigration.k8s.io",
+        "-o",
+        "jsonpath={.metadata.labels}",
+    ]);
+    assert!(
+        registered.contains("kube-aggregator.kubernetes.io/automanaged"),
+        "{registered}"
+    );
+    wait_for_mode(&cluster, "companion").await;
+    let client = cluster.plane.client().await;
+
+    // StorageStates and the history came through: the same objects, the same entries.
+    let state_after = storage_state(&cluster, WIDGETS).expect("widgets state");
+    assert_eq!(
+        state_after["apiVersion"],
+        "storage.svm-apiserver.io/v1alpha1"
+    );
+    assert_eq!(
+        state_after["metadata"]["uid"],
+        state_before["metadata"]["uid"]
+    );
+    let history_after = cluster
+        .plane
+        .etcd_get_prefix(&format!("{prefix}/hashhistory/"))
+        .await;
+    for (key, value) in &history_before {
+        assert!(
+            history_after.iter().any(|(k, v)| k == key && v == value),
+            "history entry {key} changed or went"
+        );
+    }
+
+    // From now on the trigger's migrations are the cluster's.
+    let kcm = Kcm::start(client.clone());
+    let before_hash = state_after["status"]["currentStorageVersionHash"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    move_widgets_storage_to_v2(&cluster);
+    let moved = widgets_safe_after_a_builtin_migration(&cluster, &client, &before_hash).await;
+    assert_eq!(stored_versions(&cluster), r#"["v2"]"#);
+    eprintln!(
+        "upgrade under a running server: migration {migration_name} left to \
+         kube-controller-manager when it wrote the status, the state narrowed on its success; \
+         after the documented switch, companion mode with {} history entries kept, the CRD move \
+         {before_hash} -> {} narrowed through a built-in migration",
+        history_before.len(),
+        moved["status"]["currentStorageVersionHash"]
+    );
+    drop(kcm);
+}
+
+/// Entering companion mode, the unfinished migrations of our own store move: a user's is
+/// carried over to the cluster's API (same name, labels, resource), the trigger's are dropped
+/// and created anew on the cluster's API for the newest history entries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unfinished_migrations_of_our_store_move_to_the_clusters_api() {
+    let Some(mut cluster) = RealCluster::start(
+        "unfinished_migrations_of_our_store_move_to_the_clusters_api",
+        &[],
+        // No migrator: everything stays unfinished in our store.
+        &["--api-mode=auto", "--controllers=trigger"],
+    ) else {
+        return;
+    };
+    wait_for_mode(&cluster, "owner").await;
+    let kubectl = cluster.kubectl();
+    kubectl.ok_stdin(
+        &["create", "-f", "-"],
+        r#"{"apiVersion": "storagemigration.k8s.io/v1", "kind": "StorageVersionMigration",
+            "metadata": {"name": "rotate-secrets", "labels": {"team": "storage"}},
+            "spec": {"resource": {"group": "", "resource": "secrets"}}}"#,
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    while !in_our_store(&cluster)
+        .await
+        .iter()
+        .any(|n| n.starts_with("secrets-"))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no trigger migration in our store; log:\n{}",
+            cluster.svm.log()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    cluster.plane.restart_apiserver(&BUILTIN_ON);
+    cluster.register_as_companion();
+    wait_for_mode(&cluster, "companion").await;
+    let client = cluster.plane.client().await;
+    let moved = wait_for_async(Duration::from_secs(120), || async {
+        let found = builtin_migrations(&client)
+            .await
+            .into_iter()
+            .find(|m| name(m) == "rotate-secrets");
+        found.ok_or_else(|| "not carried over yet".to_string())
+    })
+    .await;
+    assert_eq!(moved["metadata"]["labels"]["team"], "storage");
+    assert_eq!(
+        moved["metadata"]["annotations"]["storage.svm-apiserver.io/carried-over-from"],
+        "svm-apiserver"
+    );
+    assert_eq!(
+        moved["spec"]["resource"],
+        json!({"group": "", "resource": "secrets"})
+    );
+    // Our store keeps nothing unfinished (here: nothing at all; nothing ever finished).
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !in_our_store(&cluster).await.is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "left in our store: {:?}",
+            in_our_store(&cluster).await
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // The trigger's own are on the cluster's API now.
+    let triggers = wait_for_async(Duration::from_secs(120), || async {
+        let found: Vec<Value> = builtin_migrations(&client)
+            .await
+            .into_iter()
+            .filter(|m| name(m).starts_with("secrets-"))
+            .collect();
+        if found.is_empty() {
+            Err("no trigger migration of secrets on the built-in API yet".to_string())
+        } else {
+            Ok(json!(found))
+        }
+    })
+    .await;
+    assert!(
+        triggers[0]["metadata"]["labels"]["app.kubernetes.io/managed-by"]
+            == "svm-apiserver-trigger",
+        "{triggers}"
+    );
+    assert!(
+        cluster.svm.log().contains("carried"),
+        "{}",
+        cluster.svm.log()
+    );
+}
