@@ -60,7 +60,7 @@ impl Default for ConnectionLimits {
 }
 
 /// What every connection task shares.
-pub(super) struct Shared {
+pub(super) struct ConnectionContext {
     pub tls: TlsAcceptor,
     pub app: axum::Router,
     pub limits: ConnectionLimits,
@@ -71,7 +71,7 @@ pub(super) struct Shared {
     http2: auto::Builder<TokioExecutor>,
 }
 
-impl Shared {
+impl ConnectionContext {
     pub fn new(
         tls: TlsAcceptor,
         app: axum::Router,
@@ -90,7 +90,7 @@ impl Shared {
             .max_concurrent_streams(HTTP2_MAX_CONCURRENT_STREAMS)
             .keep_alive_interval(HTTP2_KEEP_ALIVE.0)
             .keep_alive_timeout(HTTP2_KEEP_ALIVE.1);
-        Shared {
+        ConnectionContext {
             tls,
             app,
             limits,
@@ -134,7 +134,7 @@ impl ConnectionControl {
 pub(super) async fn serve(
     tcp: TcpStream,
     peer: SocketAddr,
-    shared: Arc<Shared>,
+    shared: Arc<ConnectionContext>,
     permit: OwnedSemaphorePermit,
 ) {
     let _slot = OpenConnection::new(permit, &shared.metrics);

@@ -26,7 +26,7 @@ use crate::registry::{ApiError, ObjectRef, RestStorage};
 type HandlerResult = Result<Response, HttpError>;
 
 /// Everything a resource handler needs about the request.
-struct Call {
+struct ResourceRequest {
     state: AppState,
     resource: Arc<dyn RestStorage>,
     version: String,
@@ -41,7 +41,7 @@ struct Call {
     connection: Option<ConnectionControl>,
 }
 
-impl Call {
+impl ResourceRequest {
     fn negotiate(&self, endpoint: Endpoint) -> Result<Negotiated, ApiError> {
         negotiate::negotiate(&self.headers, self.query.get("pretty"), endpoint)
     }
@@ -124,7 +124,7 @@ fn call(
     uri: &Uri,
     headers: HeaderMap,
     body: Body,
-) -> Result<Call, Box<Response>> {
+) -> Result<ResourceRequest, Box<Response>> {
     let not_found = || {
         Box::new(status::not_found(
             |g| state.discovery.group(g).is_some(),
@@ -143,7 +143,7 @@ fn call(
         }
         _ => {}
     }
-    Ok(Call {
+    Ok(ResourceRequest {
         state,
         resource,
         namespace: target.namespace,
@@ -352,7 +352,7 @@ fn respond(
     response
 }
 
-fn table_writer(call: &Call, target: Target) -> Result<Option<TableWriter>, ApiError> {
+fn table_writer(call: &ResourceRequest, target: Target) -> Result<Option<TableWriter>, ApiError> {
     match target {
         Target::Table(meta) => {
             let include = params::include_object(&call.query)?;
@@ -367,7 +367,7 @@ fn table_writer(call: &Call, target: Target) -> Result<Option<TableWriter>, ApiE
     }
 }
 
-async fn get(call: Call, name: &str) -> HandlerResult {
+async fn get(call: ResourceRequest, name: &str) -> HandlerResult {
     let negotiated = call.negotiate(Endpoint::Read)?;
     let table = table_writer(&call, negotiated.target)?;
     let opts = params::get_options(&call.query);
@@ -387,7 +387,7 @@ async fn get(call: Call, name: &str) -> HandlerResult {
     Ok(respond(StatusCode::OK, &negotiated, &value, &[]))
 }
 
-async fn list(call: Call) -> HandlerResult {
+async fn list(call: ResourceRequest) -> HandlerResult {
     let negotiated = call.negotiate(Endpoint::Read)?;
     if let Target::PartialObjectMetadata(_) = negotiated.target {
         return Err(ApiError::NotAcceptable(format!(
@@ -410,7 +410,7 @@ async fn list(call: Call) -> HandlerResult {
     Ok(respond(StatusCode::OK, &negotiated, &value, &[]))
 }
 
-async fn watch(call: Call) -> HandlerResult {
+async fn watch(call: ResourceRequest) -> HandlerResult {
     let negotiated = call.negotiate(Endpoint::Read)?;
     // Watches stream JSON only; YAML has no stream framing (kube-apiserver answers 406 too).
     if negotiated.encoding == negotiate::Encoding::Yaml
@@ -455,7 +455,7 @@ async fn watch(call: Call) -> HandlerResult {
 /// Decode a create/update body, applying `fieldValidation` to duplicate keys (the registry
 /// handles unknown fields).
 fn decode_write_body(
-    call: &Call,
+    call: &ResourceRequest,
     format: BodyFormat,
     bytes: &[u8],
     validation: FieldValidation,
@@ -493,7 +493,7 @@ fn written(
     respond(code, negotiated, &written.object, &warnings)
 }
 
-async fn create(mut call: Call) -> HandlerResult {
+async fn create(mut call: ResourceRequest) -> HandlerResult {
     let negotiated = call.negotiate(Endpoint::Plain)?;
     let format = negotiate::body_format(&call.headers)?;
     let bytes = call.read_body().await?;
@@ -506,7 +506,7 @@ async fn create(mut call: Call) -> HandlerResult {
     Ok(written(StatusCode::OK, &negotiated, warnings, result))
 }
 
-async fn update(mut call: Call, name: &str, subresource: Subresource) -> HandlerResult {
+async fn update(mut call: ResourceRequest, name: &str, subresource: Subresource) -> HandlerResult {
     let negotiated = call.negotiate(Endpoint::Plain)?;
     let format = negotiate::body_format(&call.headers)?;
     let bytes = call.read_body().await?;
@@ -534,7 +534,7 @@ async fn update(mut call: Call, name: &str, subresource: Subresource) -> Handler
     Ok(written(StatusCode::OK, &negotiated, warnings, result))
 }
 
-async fn patch(mut call: Call, name: &str, subresource: Subresource) -> HandlerResult {
+async fn patch(mut call: ResourceRequest, name: &str, subresource: Subresource) -> HandlerResult {
     let negotiated = call.negotiate(Endpoint::Plain)?;
     let patch_type = negotiate::patch_type(&call.headers)?;
     let bytes = call.read_body().await?;
@@ -554,7 +554,9 @@ async fn patch(mut call: Call, name: &str, subresource: Subresource) -> HandlerR
 }
 
 /// DeleteOptions may come as a body (kubectl sends one); its format defaults to JSON.
-async fn delete_options(call: &mut Call) -> Result<crate::registry::rest::DeleteOptions, ApiError> {
+async fn delete_options(
+    call: &mut ResourceRequest,
+) -> Result<crate::registry::rest::DeleteOptions, ApiError> {
     let bytes = call.read_body().await?;
     let format = if bytes.iter().all(u8::is_ascii_whitespace) {
         BodyFormat::Json
@@ -568,7 +570,7 @@ async fn delete_options(call: &mut Call) -> Result<crate::registry::rest::Delete
     params::delete_options(&call.query, body.as_ref())
 }
 
-async fn delete(mut call: Call, name: &str) -> HandlerResult {
+async fn delete(mut call: ResourceRequest, name: &str) -> HandlerResult {
     let negotiated = call.negotiate(Endpoint::Plain)?;
     let opts = delete_options(&mut call).await?;
     let deleted = call
@@ -587,7 +589,7 @@ async fn delete(mut call: Call, name: &str) -> HandlerResult {
     Ok(respond(StatusCode::OK, &negotiated, &value, &[]))
 }
 
-async fn delete_collection(mut call: Call) -> HandlerResult {
+async fn delete_collection(mut call: ResourceRequest) -> HandlerResult {
     let negotiated = call.negotiate(Endpoint::Plain)?;
     let list_params = params::list_params(&call.query)?;
     let opts = delete_options(&mut call).await?;

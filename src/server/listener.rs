@@ -18,7 +18,7 @@ use tokio::sync::Semaphore;
 use tokio_rustls::TlsAcceptor;
 
 use super::certs::{ensure_dev_certs, server_config, write_kubeconfig};
-use super::connection::{self, ConnectionLimits, Shared};
+use super::connection::{self, ConnectionContext, ConnectionLimits};
 use super::{AppState, ServeOptions, router};
 
 pub use crate::auth::PeerCertificates;
@@ -163,7 +163,7 @@ impl Serving {
         );
         let slots = u32::try_from(self.limits.max_open_connections).unwrap_or(u32::MAX);
         let connections = Arc::new(Semaphore::new(slots as usize));
-        let shared = Arc::new(Shared::new(
+        let shared = Arc::new(ConnectionContext::new(
             self.tls.clone(),
             router(self.state.clone()),
             self.limits.clone(),

@@ -54,10 +54,10 @@ impl Default for EmbeddedOptions {
 /// The embedded store. Cheap to clone; clones share one store.
 #[derive(Clone)]
 pub struct EmbeddedStorage {
-    shared: Arc<Shared>,
+    shared: Arc<StoreState>,
 }
 
-struct Shared {
+struct StoreState {
     mvcc: RwLock<Mvcc>,
     /// Serializes writers. `None` for an in-memory store.
     log: Mutex<Option<Wal>>,
@@ -99,7 +99,7 @@ impl EmbeddedStorage {
     fn build(mvcc: Mvcc, wal: Option<Wal>, options: EmbeddedOptions) -> Self {
         let (feed, _) = broadcast::channel(options.watch_buffer.max(1));
         Self {
-            shared: Arc::new(Shared {
+            shared: Arc::new(StoreState {
                 mvcc: RwLock::new(mvcc),
                 durable: wal.is_some(),
                 log: Mutex::new(wal),
@@ -113,7 +113,7 @@ impl EmbeddedStorage {
     /// if the caller stops waiting.
     async fn write<T: Send + 'static>(
         &self,
-        work: impl FnOnce(&Shared) -> Result<T> + Send + 'static,
+        work: impl FnOnce(&StoreState) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         if !self.shared.durable {
             return work(&self.shared);
@@ -125,7 +125,7 @@ impl EmbeddedStorage {
     }
 }
 
-impl Shared {
+impl StoreState {
     fn read(&self) -> Result<RwLockReadGuard<'_, Mvcc>> {
         self.mvcc.read().map_err(|_| poisoned())
     }

@@ -37,7 +37,7 @@ pub struct DiscoveredResource {
 
 /// The result of a look.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Look {
+pub struct DiscoverySnapshot {
     pub resources: BTreeMap<(String, String), DiscoveredResource>,
     /// Every group-version document answered (a failed one, e.g. an unavailable aggregated
     /// API, leaves its resources out: they must not be taken for gone).
@@ -263,13 +263,13 @@ impl Discovery {
     }
 
     /// Reads every group's legacy documents for storage-version hashes.
-    pub async fn look(&mut self) -> Result<Look, ClusterError> {
+    pub async fn look(&mut self) -> Result<DiscoverySnapshot, ClusterError> {
         if self.groups.iter().all(Vec::is_empty) {
             self.poll().await?;
         }
-        let mut look = Look {
+        let mut look = DiscoverySnapshot {
             complete: true,
-            ..Look::default()
+            ..DiscoverySnapshot::default()
         };
         for group in self.groups.concat() {
             let mut seen: Vec<String> = Vec::new();

@@ -50,7 +50,7 @@ use crate::registry::Guarded;
 use crate::storage::Storage;
 
 use apiservers::Instances;
-use discovery::{DiscoveredResource, Discovery, Look};
+use discovery::{DiscoveredResource, Discovery, DiscoverySnapshot};
 use history::{HashHistory, Source};
 use metrics::{ResultLabel, TriggerMetrics};
 pub use migrations::Migrations;
@@ -181,7 +181,7 @@ fn agreement(mut encodings: Vec<Encoding>) -> View {
 
 /// What the trigger knows of the cluster.
 #[derive(Default)]
-struct World {
+struct ClusterView {
     crds: BTreeMap<String, CrdInfo>,
     crds_synced: bool,
     /// The next reconcile counts CRDs' storedVersions (first sync, or after a watch gap).
@@ -193,7 +193,7 @@ struct World {
     /// `(group, resource)` → `(apiserver id, encoding group/version)`.
     storage_versions: BTreeMap<(String, String), Vec<(String, String)>>,
     storage_versions_synced: bool,
-    look: Option<Look>,
+    look: Option<DiscoverySnapshot>,
     need_look: bool,
     /// When the earliest change not yet reconciled happened in the cluster, as the cluster
     /// stamped it (for the detection-lag metric).
@@ -225,7 +225,7 @@ fn version_of(encoding_version: &str) -> &str {
         .map_or(encoding_version, |(_, v)| v)
 }
 
-impl World {
+impl ClusterView {
     /// Remembers that something changed at `at` (the earliest wins until reconciled).
     fn changed(&mut self, at: Option<jiff::Timestamp>) {
         if let Some(at) = at {
@@ -528,7 +528,7 @@ impl Trigger {
     pub async fn run(self, shutdown: CancellationToken) {
         let mut inputs = self.open_inputs();
         let mut term = Term {
-            world: World::default(),
+            world: ClusterView::default(),
             discovery: Discovery::new(self.cluster.clone()),
             reconciler: reconcile::Reconciler::new(&self),
         };
@@ -604,7 +604,7 @@ impl Trigger {
     /// Compares the instances seen now with the ones the last term vouched for.
     fn account_for_apiservers(
         &self,
-        world: &mut World,
+        world: &mut ClusterView,
         record: Option<history::ObserverRecord>,
         ran_before: bool,
     ) {
@@ -744,7 +744,7 @@ impl Trigger {
     }
 
     /// One look at every group's hashes. Returns whether it succeeded.
-    async fn look(&self, world: &mut World, discovery: &mut Discovery, first: bool) -> bool {
+    async fn look(&self, world: &mut ClusterView, discovery: &mut Discovery, first: bool) -> bool {
         let ticket = world.instances.start_look();
         let result = if first {
             match discovery.poll().await {
@@ -791,7 +791,7 @@ impl Trigger {
 
 /// What one term of the trigger works on.
 struct Term {
-    world: World,
+    world: ClusterView,
     discovery: Discovery,
     reconciler: reconcile::Reconciler,
 }
@@ -825,7 +825,7 @@ impl Inputs {
 /// first look sees the cluster as it is. `None`: shut down meanwhile.
 async fn wait_for_first_lists(
     inputs: &mut Inputs,
-    world: &mut World,
+    world: &mut ClusterView,
     shutdown: &CancellationToken,
 ) -> Option<()> {
     let (mut crds, mut leases) = (false, false);
@@ -854,7 +854,7 @@ async fn wait_for_first_lists(
 /// failure. `None`: shut down meanwhile.
 async fn wait_for_storage_versions(
     inputs: &mut Inputs,
-    world: &mut World,
+    world: &mut ClusterView,
     shutdown: &CancellationToken,
 ) -> Option<()> {
     let deadline = Instant::now() + FIRST_LIST_WAIT;

@@ -26,7 +26,7 @@ use super::plan::{
     HASH_ANNOTATION, HISTORY_SEQ_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL, Observed,
     OwnedMigration, StatePlan, plan_migrations, plan_state,
 };
-use super::{CrdInfo, Migrations, Settings, Trigger, World};
+use super::{ClusterView, CrdInfo, Migrations, Settings, Trigger};
 
 /// The newest history entry of a resource, as the reconciler needs it.
 #[derive(Clone, Copy, Debug, Default)]
@@ -154,7 +154,7 @@ impl Reconciler {
 
     /// One pass over every resource. Returns whether everything was done (otherwise the
     /// caller comes back soon: a conflict, a storage hiccup).
-    pub(super) async fn reconcile(&mut self, world: &mut World) -> bool {
+    pub(super) async fn reconcile(&mut self, world: &mut ClusterView) -> bool {
         let observed = world.observe(&self.settings);
         self.pending_change = world.changed_at;
         if world.look.is_some() {
@@ -564,7 +564,7 @@ impl Reconciler {
 
     /// Writes what is vouched for, when everything is accounted for, at heartbeat pace or when
     /// the instances changed.
-    async fn maybe_write_record(&mut self, world: &World) {
+    async fn maybe_write_record(&mut self, world: &ClusterView) {
         if !world.leases_synced || !world.instances.all_accounted() || !self.owed_unknown.is_empty()
         {
             return;
