@@ -108,12 +108,21 @@ enum PathKind {
     Item,
 }
 
-/// The path's group, version, resource and namespace.
-struct ResourcePath {
+/// A resource path's parameters, by their names in the routes (`src/server/mod.rs`): every
+/// route to a resource, cluster-wide or under `/namespaces/{namespace}/`, a collection or an
+/// item (`{name}`, `{subresource}`), extracts into this one shape.
+#[derive(serde::Deserialize)]
+pub struct ResourcePath {
     group: String,
     version: String,
+    #[serde(rename = "resource")]
     plural: String,
+    #[serde(default)]
     namespace: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    subresource: Option<String>,
 }
 
 fn call(
@@ -156,39 +165,16 @@ fn call(
     })
 }
 
+/// `.../{resource}`, cluster-wide or in a namespace.
 pub async fn collection(
     State(state): State<AppState>,
-    Path((group, version, plural)): Path<(String, String, String)>,
+    Path(target): Path<ResourcePath>,
     connection: Option<Extension<ConnectionControl>>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let target = ResourcePath {
-        group,
-        version,
-        plural,
-        namespace: None,
-    };
-    serve_collection(state, target, connection, method, uri, headers, body).await
-}
-
-pub async fn namespaced_collection(
-    State(state): State<AppState>,
-    Path((group, version, namespace, plural)): Path<(String, String, String, String)>,
-    connection: Option<Extension<ConnectionControl>>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let target = ResourcePath {
-        group,
-        version,
-        plural,
-        namespace: Some(namespace),
-    };
     serve_collection(state, target, connection, method, uri, headers, body).await
 }
 
@@ -224,89 +210,32 @@ async fn serve_collection(
     result.unwrap_or_else(IntoResponse::into_response)
 }
 
+/// `.../{resource}/{name}` and `.../{resource}/{name}/{subresource}`, cluster-wide or in a
+/// namespace.
 pub async fn item(
     State(state): State<AppState>,
-    Path((group, version, plural, name)): Path<(String, String, String, String)>,
+    Path(target): Path<ResourcePath>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let target = ResourcePath {
-        group,
-        version,
-        plural,
-        namespace: None,
-    };
-    serve_item(state, target, name, None, method, uri, headers, body).await
+    serve_item(state, target, method, uri, headers, body).await
 }
 
-pub async fn namespaced_item(
-    State(state): State<AppState>,
-    Path((group, version, namespace, plural, name)): Path<(String, String, String, String, String)>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let target = ResourcePath {
-        group,
-        version,
-        plural,
-        namespace: Some(namespace),
-    };
-    serve_item(state, target, name, None, method, uri, headers, body).await
-}
-
-pub async fn subresource(
-    State(state): State<AppState>,
-    Path((group, version, plural, name, sub)): Path<(String, String, String, String, String)>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let target = ResourcePath {
-        group,
-        version,
-        plural,
-        namespace: None,
-    };
-    serve_item(state, target, name, Some(sub), method, uri, headers, body).await
-}
-
-/// The path `/apis/{group}/{version}/namespaces/{namespace}/{resource}/{name}/{subresource}`.
-type NamespacedSubresourcePath = (String, String, String, String, String, String);
-
-pub async fn namespaced_subresource(
-    State(state): State<AppState>,
-    Path((group, version, namespace, plural, name, sub)): Path<NamespacedSubresourcePath>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let target = ResourcePath {
-        group,
-        version,
-        plural,
-        namespace: Some(namespace),
-    };
-    serve_item(state, target, name, Some(sub), method, uri, headers, body).await
-}
-
-/// An object, or (`sub`) one of its subresources; `/status` is the only one there is.
-#[allow(clippy::too_many_arguments)]
+/// An object, or one of its subresources; `/status` is the only one there is.
 async fn serve_item(
     state: AppState,
-    target: ResourcePath,
-    name: String,
-    sub: Option<String>,
+    mut target: ResourcePath,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    let (name, sub) = (
+        target.name.take().unwrap_or_default(),
+        target.subresource.take(),
+    );
     let call = match call(state, target, PathKind::Item, method, &uri, headers, body) {
         Ok(call) => call,
         Err(not_found) => return *not_found,

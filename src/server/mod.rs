@@ -167,20 +167,20 @@ pub fn router(state: AppState) -> Router {
         )
         .route(
             "/apis/{group}/{version}/{resource}/{name}/{subresource}",
-            any(handlers::subresource),
+            any(handlers::item),
         )
         // Namespaced kinds; `namespaces` is matched before a `{resource}` of that name.
         .route(
             "/apis/{group}/{version}/namespaces/{namespace}/{resource}",
-            any(handlers::namespaced_collection),
+            any(handlers::collection),
         )
         .route(
             "/apis/{group}/{version}/namespaces/{namespace}/{resource}/{name}",
-            any(handlers::namespaced_item),
+            any(handlers::item),
         )
         .route(
             "/apis/{group}/{version}/namespaces/{namespace}/{resource}/{name}/{subresource}",
-            any(handlers::namespaced_subresource),
+            any(handlers::item),
         )
         .route("/openapi/v2", any(nonresource::openapi_v2))
         .route("/openapi/v3", any(nonresource::openapi_v3_index))
