@@ -13,18 +13,21 @@ mod support;
 #[allow(dead_code)]
 mod client;
 
+#[path = "../tests/edge/watch_load.rs"]
+#[allow(dead_code)]
+mod watch_load;
+
 use std::time::{Duration, Instant};
 
-use futures::StreamExt;
-use serde_json::json;
 use support::server::{Backend, ServerProcess};
+use watch_load::{reading_watches, stalled_watches, write_padded};
 
-const SVMS: &str = "/apis/storagemigration.k8s.io/v1/storageversionmigrations";
 const READERS: usize = 900;
 const NON_READERS: usize = 100;
-const STREAMS_PER_CONNECTION: usize = 100;
 const WRITES: usize = 200;
 const PADDING: usize = 1 << 10;
+/// The stream window a non-reader grants, and never gives back.
+const STALLED_WINDOW: u32 = 1024;
 
 fn rss(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
@@ -41,96 +44,21 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted.get(idx).copied().unwrap_or_default()
 }
 
-async fn write_all(server: &ServerProcess, prefix: &str) -> Vec<Duration> {
-    let client = server.http_client();
-    let mut latencies = Vec::with_capacity(WRITES);
-    for i in 0..WRITES {
-        let object = json!({
-            "apiVersion": "storagemigration.k8s.io/v1",
-            "kind": "StorageVersionMigration",
-            "metadata": {"name": format!("{prefix}-{i:04}"), "annotations": {"padding": "p".repeat(PADDING)}},
-            "spec": {"resource": {"group": "apps", "resource": "deployments"}}
-        });
-        let started = Instant::now();
-        let response = client
-            .post(format!("{}{SVMS}", server.url))
-            .json(&object)
-            .send()
-            .await
-            .expect("create");
-        assert_eq!(response.status(), 201);
-        latencies.push(started.elapsed());
-    }
-    latencies.sort();
-    latencies
-}
-
-async fn count_events(response: reqwest::Response, expected: usize) -> usize {
-    let mut stream = response.bytes_stream();
-    let mut seen = 0;
-    while seen < expected {
-        match stream.next().await {
-            Some(Ok(chunk)) => seen += chunk.iter().filter(|b| **b == b'\n').count(),
-            _ => break,
-        }
-    }
-    seen
-}
-
-async fn stalled(
-    server: &ServerProcess,
-    config: std::sync::Arc<rustls::ClientConfig>,
-) -> h2::RecvStream {
-    let tls = client::connect(server, config).await;
-    let (send, connection) = h2::client::Builder::new()
-        .initial_window_size(1024)
-        .handshake::<_, bytes::Bytes>(tls)
-        .await
-        .expect("h2");
-    tokio::spawn(connection);
-    let request = http::Request::get(format!("{}{SVMS}?watch=1", server.url))
-        .body(())
-        .expect("request");
-    let mut send = send.ready().await.expect("ready");
-    let (response, _) = send.send_request(request, true).expect("send");
-    response.await.expect("response").into_body()
-}
-
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let server = ServerProcess::start(Backend::Embedded);
     let pid = server.pid().expect("pid");
-    let quiet = write_all(&server, "quiet").await;
+    let quiet = write_padded(&server, "quiet", WRITES, PADDING).await;
     let idle_rss = rss(pid, "VmRSS:");
 
-    let config = client::tls_config(&server, true, &[b"h2"]);
-    let mut non_readers = Vec::new();
-    for _ in 0..NON_READERS {
-        non_readers.push(stalled(&server, config.clone()).await);
-    }
-    let clients: Vec<reqwest::Client> = (0..READERS.div_ceil(STREAMS_PER_CONNECTION))
-        .map(|_| {
-            server
-                .admin_http_client_builder()
-                .http2_prior_knowledge()
-                .build()
-                .expect("client")
-        })
-        .collect();
-    let mut readers = Vec::new();
-    for i in 0..READERS {
-        let response = clients[i / STREAMS_PER_CONNECTION]
-            .get(format!("{}{SVMS}?watch=1&resourceVersion=0", server.url))
-            .send()
-            .await
-            .expect("watch");
-        readers.push(tokio::spawn(count_events(response, 2 * WRITES)));
-    }
+    let non_readers = stalled_watches(&server, NON_READERS, STALLED_WINDOW).await;
+    // From resourceVersion 0: the quiet writes arrive first, then the busy ones.
+    let readers = reading_watches(&server, READERS, "&resourceVersion=0", 2 * WRITES).await;
     // Let every watcher take its initial events.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let watching_rss = rss(pid, "VmRSS:");
     let started = Instant::now();
-    let busy = write_all(&server, "busy").await;
+    let busy = write_padded(&server, "busy", WRITES, PADDING).await;
     let writes_took = started.elapsed();
     let delivered =
         tokio::time::timeout(Duration::from_secs(600), futures::future::join_all(readers))

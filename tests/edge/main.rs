@@ -16,6 +16,7 @@ mod delivery;
 mod etcd_tls;
 mod slowloris;
 mod tokens;
+mod watch_load;
 mod watchers;
 
 /// Held by each heavy test for its whole run.
