@@ -164,6 +164,28 @@ async fn a_double_answer_unlike_the_recording_is_reported() {
     let differences = compare(&exchange, &answer);
     assert_eq!(differences.len(), 1, "{differences:?}");
     assert!(differences[0].contains("reason"), "{differences:?}");
+
+    // A list whose items come back as `null` where the real server said `[]` (or the reverse:
+    // the bug the real-cluster suite found first) is caught by its type.
+    let list = recordings::all()
+        .into_iter()
+        .find(|e| e.file.starts_with("04-") && e.step == 1)
+        .expect("04 step 1: a list of ConfigMaps");
+    let mut answer = replay(&double, &list, &mut Bindings::default()).await;
+    assert!(
+        compare(&list, &answer).is_empty(),
+        "the real answer matches"
+    );
+    if let Some(Value::Object(body)) = &mut answer.json {
+        body.insert("items".into(), Value::Null);
+    }
+    let differences = compare(&list, &answer);
+    assert!(
+        differences
+            .iter()
+            .any(|d| d == "items is null (real: an array)"),
+        "{differences:?}"
+    );
 }
 
 /// Namespace `demo`, ConfigMaps cm1..cm5 (created) and Widgets w1..w3 (applied), as the
@@ -380,15 +402,33 @@ fn compare_keys(prefix: &str, recorded: &Value, ours: &Value, out: &mut Vec<Stri
     let (real, our) = (keys(recorded), keys(ours));
     let missing: Vec<_> = real.difference(&our).collect();
     let extra: Vec<_> = our.difference(&real).collect();
+    let place = if prefix.is_empty() {
+        "the body"
+    } else {
+        prefix
+    };
     if !missing.is_empty() || !extra.is_empty() {
         out.push(format!(
-            "fields of {}: missing {missing:?}, not in the real answer {extra:?}",
-            if prefix.is_empty() {
-                "the body"
-            } else {
-                prefix
-            }
+            "fields of {place}: missing {missing:?}, not in the real answer {extra:?}"
         ));
+    }
+    // Values differ between runs, but not their JSON type: `"items": null` is not `[]`.
+    for key in real.intersection(&our) {
+        let (theirs, mine) = (json_type(&recorded[key]), json_type(&ours[key]));
+        if theirs != mine {
+            out.push(format!("{prefix}{key} is {mine} (real: {theirs})"));
+        }
+    }
+}
+
+fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
     }
 }
 
