@@ -32,7 +32,7 @@ test:
 	@assets=$$(hack/envtest.sh); \
 	if [ -n "$$assets" ]; then export KUBEBUILDER_ASSETS="$$assets"; else export SVM_REAL_CLUSTER=skip; fi; \
 	echo "KUBEBUILDER_ASSETS=$${KUBEBUILDER_ASSETS:-(none: the real-cluster suite is NOT RUN)}"; \
-	SVM_KUBECTL=$(KUBECTL) $(CARGO) test --workspace --no-fail-fast; status=$$?; \
+	SVM_KUBECTL=$(KUBECTL) CARGO=$(CARGO) hack/test.sh; status=$$?; \
 	[ -n "$$assets" ] || hack/envtest.sh >/dev/null; \
 	exit $$status
 
