@@ -530,100 +530,21 @@ impl FieldManager {
     ) -> Result<Value, ApiError> {
         let mut managed = Managed::decode(entries_of(live))
             .map_err(|e| ApiError::Unknown(format!("failed to decode managed fields: {e}")))?;
-        let text = |key: &str| config.get(key).and_then(Value::as_str).unwrap_or_default();
-        let (group, version) = match text("apiVersion").rsplit_once('/') {
-            Some((g, v)) => (g.to_string(), v.to_string()),
-            None => (String::new(), text("apiVersion").to_string()),
-        };
-        let gvk = format!("{group}/{version}, Kind={}", text("kind"));
-        if format!("{group}/{version}") != write.api_version || text("kind") != self.kind {
-            return Err(ApiError::BadRequest(format!("invalid object type: {gvk}")));
-        }
-        if config.pointer("/metadata/managedFields").is_some() {
-            return Err(ApiError::BadRequest(
-                "metadata.managedFields must be nil".into(),
-            ));
-        }
+        let gvk = self.check_apply_body(write, config)?;
         let schema = self
             .schemas
             .get(write.api_version)
             .ok_or_else(|| ApiError::Internal(format!("no schema for {}", write.api_version)))?;
         let typed = Typed::new(schema);
-        let object_name = format!(
-            "{}/{}; {gvk}",
-            config
-                .pointer("/metadata/namespace")
-                .and_then(Value::as_str)
-                .unwrap_or_default(),
-            config
-                .pointer("/metadata/name")
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-        );
-        let errors = typed.validate(config, false);
-        if !errors.is_empty() {
-            return Err(ApiError::Unknown(format!(
-                "failed to create typed patch object ({object_name}): {}",
-                render_errors(&errors)
-            )));
-        }
-        let mut live = live.clone();
-        remove_entries(&mut live);
-        let errors = typed.validate(&live, true);
-        if !errors.is_empty() {
-            return Err(ApiError::Unknown(format!(
-                "failed to create typed live object ({object_name}): {}",
-                render_errors(&errors)
-            )));
-        }
+        let live = typed_inputs(&typed, config, live, &gvk)?;
         let id = ManagerId::new(
             write.manager,
             Operation::Apply,
             "",
             write.subresource_name(),
         );
-        let versions = KindVersions {
-            manager: self,
-            write,
-        };
-        let updater = Updater {
-            versions: &versions,
-        };
-        let live_v = Versioned {
-            value: live.clone(),
-            api_version: write.api_version.to_string(),
-        };
-        let config_v = Versioned {
-            value: config.clone(),
-            api_version: write.api_version.to_string(),
-        };
-        let mut fields = managed.fields.clone();
-        let mut outcome = updater.apply(&live_v, &config_v, &mut fields, &id, force);
-        if let Err(UpdateError::Conflicts(conflicts)) = &outcome
-            && write.manager == KUBECTL
-        {
-            // kubectl moving from client-side apply: conflicts its last-applied record
-            // already agrees with are forced (upstream's last-applied manager).
-            let allowed = last_applied_agreement(&typed, write.api_version, &live);
-            let remaining: Vec<(ManagerId, Path)> = conflicts
-                .iter()
-                .filter(|(_, path)| !allowed.has(path))
-                .cloned()
-                .collect();
-            outcome = if remaining.is_empty() {
-                fields = managed.fields.clone();
-                updater.apply(&live_v, &config_v, &mut fields, &id, true)
-            } else {
-                Err(UpdateError::Conflicts(remaining))
-            };
-        }
-        let applied = match outcome {
-            Ok(applied) => applied,
-            Err(UpdateError::Conflicts(conflicts)) => {
-                return Err(conflict_error(&conflicts, &managed));
-            }
-            Err(UpdateError::Internal(e)) => return Err(ApiError::Unknown(e)),
-        };
+        let (fields, applied) =
+            self.merge_apply(&typed, write, &managed, &live, config, &id, force)?;
         managed.fields = fields;
         let mut object = match applied {
             Some(new) => {
@@ -641,6 +562,116 @@ impl FieldManager {
         set_entries(&mut object, managed.encode());
         Ok(object)
     }
+
+    /// An apply body must be of the request's kind and version and must not set
+    /// managedFields. Returns its `group/version, Kind=kind` for messages.
+    fn check_apply_body(&self, write: &Write<'_>, config: &Value) -> Result<String, ApiError> {
+        let text = |key: &str| config.get(key).and_then(Value::as_str).unwrap_or_default();
+        let (group, version) = match text("apiVersion").rsplit_once('/') {
+            Some((g, v)) => (g.to_string(), v.to_string()),
+            None => (String::new(), text("apiVersion").to_string()),
+        };
+        let gvk = format!("{group}/{version}, Kind={}", text("kind"));
+        if format!("{group}/{version}") != write.api_version || text("kind") != self.kind {
+            return Err(ApiError::BadRequest(format!("invalid object type: {gvk}")));
+        }
+        if config.pointer("/metadata/managedFields").is_some() {
+            return Err(ApiError::BadRequest(
+                "metadata.managedFields must be nil".into(),
+            ));
+        }
+        Ok(gvk)
+    }
+
+    /// The structured merge of `config` into `live`, as `id`: the new managers' field sets
+    /// and the merged object (`None`: nothing changed). A conflict is the 409 upstream
+    /// answers, except that kubectl moving from client-side apply has the conflicts its
+    /// last-applied record already agrees with forced (upstream's last-applied manager).
+    #[allow(clippy::too_many_arguments)]
+    fn merge_apply(
+        &self,
+        typed: &Typed<'_>,
+        write: &Write<'_>,
+        managed: &Managed,
+        live: &Value,
+        config: &Value,
+        id: &ManagerId,
+        force: bool,
+    ) -> Result<(ManagedFields, Option<Versioned>), ApiError> {
+        let versions = KindVersions {
+            manager: self,
+            write,
+        };
+        let updater = Updater {
+            versions: &versions,
+        };
+        let versioned = |value: &Value| Versioned {
+            value: value.clone(),
+            api_version: write.api_version.to_string(),
+        };
+        let (live_v, config_v) = (versioned(live), versioned(config));
+        let mut fields = managed.fields.clone();
+        let mut outcome = updater.apply(&live_v, &config_v, &mut fields, id, force);
+        if let Err(UpdateError::Conflicts(conflicts)) = &outcome
+            && write.manager == KUBECTL
+        {
+            let allowed = last_applied_agreement(typed, write.api_version, live);
+            let remaining: Vec<(ManagerId, Path)> = conflicts
+                .iter()
+                .filter(|(_, path)| !allowed.has(path))
+                .cloned()
+                .collect();
+            outcome = if remaining.is_empty() {
+                fields = managed.fields.clone();
+                updater.apply(&live_v, &config_v, &mut fields, id, true)
+            } else {
+                Err(UpdateError::Conflicts(remaining))
+            };
+        }
+        match outcome {
+            Ok(applied) => Ok((fields, applied)),
+            Err(UpdateError::Conflicts(conflicts)) => Err(conflict_error(&conflicts, managed)),
+            Err(UpdateError::Internal(e)) => Err(ApiError::Unknown(e)),
+        }
+    }
+}
+
+/// Both sides of an apply, checked against the schema: the body as a partial object, the live
+/// object (without its managed fields) as a complete one. Returns the live object so cleaned.
+fn typed_inputs(
+    typed: &Typed<'_>,
+    config: &Value,
+    live: &Value,
+    gvk: &str,
+) -> Result<Value, ApiError> {
+    let text = |pointer: &str| {
+        config
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+    };
+    let object_name = format!(
+        "{}/{}; {gvk}",
+        text("/metadata/namespace"),
+        text("/metadata/name")
+    );
+    let errors = typed.validate(config, false);
+    if !errors.is_empty() {
+        return Err(ApiError::Unknown(format!(
+            "failed to create typed patch object ({object_name}): {}",
+            render_errors(&errors)
+        )));
+    }
+    let mut live = live.clone();
+    remove_entries(&mut live);
+    let errors = typed.validate(&live, true);
+    if !errors.is_empty() {
+        return Err(ApiError::Unknown(format!(
+            "failed to create typed live object ({object_name}): {}",
+            render_errors(&errors)
+        )));
+    }
+    Ok(live)
 }
 
 /// The fields of the live object's `last-applied-configuration` whose values the object
