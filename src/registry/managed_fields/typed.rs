@@ -12,6 +12,9 @@ use serde_json::{Map, Value};
 use super::fieldpath::{OrderedValue, Path, PathElement, Set, values_equal};
 use super::schema::{Atom, ListKind, ListType, MapType, Scalar, TypeId, TypedSchema};
 
+/// A list's path elements in order, and its distinct keys with their items.
+type IndexedItems = (Vec<PathElement>, Vec<(PathElement, Option<Value>)>);
+
 /// One problem of a value against its schema: `.spec.bogus: field not declared in schema`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ValidationError {
@@ -567,6 +570,46 @@ impl<'s> Typed<'s> {
         }
     }
 
+    /// A list's items by key, in order: every item's path element, and each distinct key
+    /// once with its item (`None` for a key the live object holds twice, which is not merged).
+    /// A key the configuration repeats, or an item without its key, is an error.
+    fn index_items(
+        &self,
+        list: &ListType,
+        items: Option<&Vec<Value>>,
+        allow_duplicates: bool,
+        path: &str,
+        errors: &mut Vec<ValidationError>,
+    ) -> IndexedItems {
+        let mut pes = Vec::new();
+        let mut observed: Vec<(PathElement, Option<Value>)> = Vec::new();
+        for (i, item) in items.into_iter().flatten().enumerate() {
+            let pe = match self.item_element(list, item) {
+                Ok(pe) => pe,
+                Err(message) => {
+                    errors.push(ValidationError {
+                        path: path.to_string(),
+                        message: format!("element {i}: {message}"),
+                    });
+                    continue;
+                }
+            };
+            match observed.iter_mut().find(|(p, _)| *p == pe) {
+                Some(_) if !allow_duplicates => {
+                    errors.push(ValidationError {
+                        path: path.to_string(),
+                        message: format!("duplicate entries for key {pe}"),
+                    });
+                    continue;
+                }
+                Some(entry) => entry.1 = None,
+                None => observed.push((pe.clone(), Some(item.clone()))),
+            }
+            pes.push(pe);
+        }
+        (pes, observed)
+    }
+
     /// Merge two associative lists (structured-merge-diff's order: live items keep their
     /// place, items only in the configuration follow the configuration's order around the
     /// items both share).
@@ -578,42 +621,9 @@ impl<'s> Typed<'s> {
         path: &str,
         errors: &mut Vec<ValidationError>,
     ) -> Option<Value> {
-        let index = |items: Option<&Vec<Value>>,
-                     allow_duplicates: bool,
-                     errors: &mut Vec<ValidationError>|
-         -> (Vec<PathElement>, Vec<(PathElement, Option<Value>)>) {
-            let mut pes = Vec::new();
-            let mut observed: Vec<(PathElement, Option<Value>)> = Vec::new();
-            for (i, item) in items.into_iter().flatten().enumerate() {
-                let pe = match self.item_element(list, item) {
-                    Ok(pe) => pe,
-                    Err(message) => {
-                        errors.push(ValidationError {
-                            path: path.to_string(),
-                            message: format!("element {i}: {message}"),
-                        });
-                        continue;
-                    }
-                };
-                match observed.iter_mut().find(|(p, _)| *p == pe) {
-                    Some(_) if !allow_duplicates => {
-                        errors.push(ValidationError {
-                            path: path.to_string(),
-                            message: format!("duplicate entries for key {pe}"),
-                        });
-                        continue;
-                    }
-                    // A duplicated live item is not merged with the configuration's.
-                    Some(entry) => entry.1 = None,
-                    None => observed.push((pe.clone(), Some(item.clone()))),
-                }
-                pes.push(pe);
-            }
-            (pes, observed)
-        };
         let before = errors.len();
-        let (rhs_pes, observed_rhs) = index(rhs, false, errors);
-        let (lhs_pes, observed_lhs) = index(lhs, true, errors);
+        let (rhs_pes, observed_rhs) = self.index_items(list, rhs, false, path, errors);
+        let (lhs_pes, observed_lhs) = self.index_items(list, lhs, true, path, errors);
         if errors.len() > before {
             return None;
         }
