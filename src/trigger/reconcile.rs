@@ -158,18 +158,7 @@ impl Reconciler {
         let observed = world.observe(&self.settings);
         self.pending_change = world.changed_at;
         if world.look.is_some() {
-            let reasons = world.instances.take_unvouched();
-            if !reasons.is_empty() {
-                tracing::warn!(?reasons, "recording Unknown for every built-in resource");
-                for (key, o) in &observed {
-                    if o.source != Source::CustomResourceDefinition {
-                        self.owed_unknown
-                            .entry(key.clone())
-                            .or_default()
-                            .extend(reasons.iter().cloned());
-                    }
-                }
-            }
+            self.owe_unknown(world, &observed);
         }
         let (states, migrations) = match (
             self.states.list_all().await,
@@ -181,51 +170,110 @@ impl Reconciler {
                 return false;
             }
         };
+        self.publish_oldest_heartbeat(&states);
+        let tracked_done = self
+            .reconcile_tracked(world, &observed, &states, &migrations)
+            .await;
+        let gone_done = self
+            .forget_gone(world, &observed, &states, &migrations)
+            .await;
+        self.drop_untracked_metrics(&observed);
+        let done = tracked_done && gone_done;
+        if done {
+            world.resync_crds = false;
+            world.changed_at = None;
+        }
+        self.metrics.resources.set(observed.len() as i64);
+        self.maybe_write_record(world).await;
+        done
+    }
+
+    /// The apiserver instances the trigger cannot vouch for owe an `Unknown` entry to every
+    /// built-in resource (a CRD's storage is known from the CRD itself).
+    fn owe_unknown(
+        &mut self,
+        world: &mut ClusterView,
+        observed: &BTreeMap<(String, String), Observed>,
+    ) {
+        let reasons = world.instances.take_unvouched();
+        if reasons.is_empty() {
+            return;
+        }
+        tracing::warn!(?reasons, "recording Unknown for every built-in resource");
+        for (key, o) in observed {
+            if o.source != Source::CustomResourceDefinition {
+                self.owed_unknown
+                    .entry(key.clone())
+                    .or_default()
+                    .extend(reasons.iter().cloned());
+            }
+        }
+    }
+
+    /// Every observed resource reconciled; whether all were done.
+    async fn reconcile_tracked(
+        &mut self,
+        world: &ClusterView,
+        observed: &BTreeMap<(String, String), Observed>,
+        states: &[StorageState],
+        migrations: &[StorageVersionMigration],
+    ) -> bool {
         let by_name: BTreeMap<String, &StorageState> = states
             .iter()
             .map(|s| (s.metadata.name.clone().unwrap_or_default(), s))
             .collect();
-        self.publish_oldest_heartbeat(&states);
         let mut done = true;
         let mut safe_count = 0;
-        for (key, observed) in &observed {
+        for (key, observed) in observed {
+            let name = StorageState::name_for(&observed.group, &observed.resource);
             let crd = world
                 .crd_backed(&observed.group, &observed.resource)
                 .cloned();
+            let state = by_name.get(&name).copied();
+            let resync = world.resync_crds;
             match self
-                .reconcile_one(
-                    observed,
-                    by_name
-                        .get(&StorageState::name_for(&observed.group, &observed.resource))
-                        .copied(),
-                    &migrations,
-                    crd.as_ref(),
-                    world.resync_crds,
-                )
+                .reconcile_one(observed, state, migrations, crd.as_ref(), resync)
                 .await
             {
                 Ok(status) => {
                     safe_count += i64::from(safe(&status));
-                    let name = StorageState::name_for(&observed.group, &observed.resource);
                     self.publish_safety(key, &name, &status);
                 }
                 Err(err) => {
-                    tracing::info!(resource = %StorageState::name_for(&observed.group, &observed.resource), error = %err, "reconcile deferred");
+                    tracing::info!(resource = %name, error = %err, "reconcile deferred");
                     done = false;
                 }
             }
         }
-        for state in &states {
+        self.metrics.safe_resources.set(safe_count);
+        done
+    }
+
+    /// StorageStates of resources known to be gone are removed; whether all were.
+    async fn forget_gone(
+        &mut self,
+        world: &ClusterView,
+        observed: &BTreeMap<(String, String), Observed>,
+        states: &[StorageState],
+        migrations: &[StorageVersionMigration],
+    ) -> bool {
+        let mut done = true;
+        for state in states {
             let resource = &state.spec.resource;
             let key = (resource.group.clone(), resource.resource.clone());
             if !observed.contains_key(&key)
                 && world.known_gone(&key.0, &key.1)
-                && let Err(err) = self.forget(state, &migrations).await
+                && let Err(err) = self.forget(state, migrations).await
             {
                 tracing::info!(error = %err, "removing a StorageState deferred");
                 done = false;
             }
         }
+        done
+    }
+
+    /// The unsafe-since gauge of a resource no longer tracked goes away with it.
+    fn drop_untracked_metrics(&mut self, observed: &BTreeMap<(String, String), Observed>) {
         let tracked: Vec<String> = observed
             .values()
             .map(|o| StorageState::name_for(&o.group, &o.resource))
@@ -242,14 +290,6 @@ impl Reconciler {
                 .unsafe_since
                 .remove(&StorageStateLabel { storagestate: name });
         }
-        if done {
-            world.resync_crds = false;
-            world.changed_at = None;
-        }
-        self.metrics.resources.set(observed.len() as i64);
-        self.metrics.safe_resources.set(safe_count);
-        self.maybe_write_record(world).await;
-        done
     }
 
     /// Plans and applies one resource: its StorageState (with the history entries the change
