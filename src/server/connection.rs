@@ -143,23 +143,8 @@ pub(super) async fn serve(
     if let Err(err) = tcp.set_nodelay(true) {
         tracing::debug!(%peer, error = %err, "could not set TCP_NODELAY");
     }
-    let handshake =
-        tokio::time::timeout(shared.limits.tls_handshake_timeout, shared.tls.accept(tcp));
-    let stream = tokio::select! {
-        done = handshake => match done {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(err)) => {
-                tracing::debug!(%peer, error = %err, "TLS handshake failed");
-                shared.closed("tls_handshake_failed");
-                return;
-            }
-            Err(_) => {
-                tracing::debug!(%peer, "TLS handshake timed out");
-                shared.closed("tls_handshake_timeout");
-                return;
-            }
-        },
-        () = shared.closing.cancelled() => return,
+    let Some(stream) = handshake(tcp, peer, &shared).await else {
+        return;
     };
     let http2 = stream.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
     let certificates = PeerCertificates::of(stream.get_ref().1);
@@ -169,26 +154,13 @@ pub(super) async fn serve(
         kill: CancellationToken::new(),
         http1: !http2,
     };
-    let app = shared.app.clone();
-    let request_control = control.clone();
-    let service = tower::service_fn(move |mut request: http::Request<Incoming>| {
-        let extensions = request.extensions_mut();
-        extensions.insert(certificates.clone());
-        extensions.insert(ConnectInfo(peer));
-        extensions.insert(request_control.clone());
-        let in_flight = InFlight::begin(activity.clone());
-        let app = app.clone();
-        async move {
-            let response = app.oneshot(request.map(Body::new)).await?;
-            // The request counts as in flight until its response body is sent (a watch).
-            Ok::<_, std::convert::Infallible>(response.map(|body| {
-                Body::new(Tracked {
-                    body,
-                    _in_flight: in_flight,
-                })
-            }))
-        }
-    });
+    let service = request_service(
+        shared.app.clone(),
+        peer,
+        certificates,
+        control.clone(),
+        activity,
+    );
     let builder = if http2 { &shared.http2 } else { &shared.http1 };
     let connection = builder.serve_connection(
         TokioIo::new(Lingering::new(stream)),
@@ -227,6 +199,68 @@ pub(super) async fn serve(
             }
         }
     }
+}
+
+/// The TLS handshake, within `--tls-handshake-timeout`; `None` when it failed, timed out or
+/// the server is shutting down.
+async fn handshake(
+    tcp: TcpStream,
+    peer: SocketAddr,
+    shared: &ConnectionContext,
+) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
+    let handshake =
+        tokio::time::timeout(shared.limits.tls_handshake_timeout, shared.tls.accept(tcp));
+    tokio::select! {
+        done = handshake => match done {
+            Ok(Ok(stream)) => Some(stream),
+            Ok(Err(err)) => {
+                tracing::debug!(%peer, error = %err, "TLS handshake failed");
+                shared.closed("tls_handshake_failed");
+                None
+            }
+            Err(_) => {
+                tracing::debug!(%peer, "TLS handshake timed out");
+                shared.closed("tls_handshake_timeout");
+                None
+            }
+        },
+        () = shared.closing.cancelled() => None,
+    }
+}
+
+/// The router as the connection's service: each request carries the client's certificates,
+/// its address and the connection's control, and counts as in flight until its response
+/// body is sent (a watch, for as long as it streams).
+fn request_service(
+    app: axum::Router,
+    peer: SocketAddr,
+    certificates: PeerCertificates,
+    control: ConnectionControl,
+    activity: Arc<watch::Sender<usize>>,
+) -> impl tower::Service<
+    http::Request<Incoming>,
+    Response = http::Response<Body>,
+    Error = std::convert::Infallible,
+    Future = impl Future<Output = Result<http::Response<Body>, std::convert::Infallible>> + Send,
+> + Clone
++ Send {
+    tower::service_fn(move |mut request: http::Request<Incoming>| {
+        let extensions = request.extensions_mut();
+        extensions.insert(certificates.clone());
+        extensions.insert(ConnectInfo(peer));
+        extensions.insert(control.clone());
+        let in_flight = InFlight::begin(activity.clone());
+        let app = app.clone();
+        async move {
+            let response = app.oneshot(request.map(Body::new)).await?;
+            Ok::<_, std::convert::Infallible>(response.map(|body| {
+                Body::new(Tracked {
+                    body,
+                    _in_flight: in_flight,
+                })
+            }))
+        }
+    })
 }
 
 /// Counts the connection as open while it lives.
