@@ -95,53 +95,8 @@ impl Auth {
         let authz_client = cluster_client(opts.authorization_kubeconfig.as_deref())
             .await
             .context("--authorization-kubeconfig")?;
-
-        let mut client_ca = opts
-            .client_ca_file
-            .as_deref()
-            .map(CaBundle::from_file)
-            .transpose()
-            .context("--client-ca-file")?;
-        let mut request_header = match &opts.requestheader_client_ca_file {
-            None => None,
-            Some(file) => Some(RequestHeaderConfig {
-                client_ca: CaBundle::from_file(file).context("--requestheader-client-ca-file")?,
-                allowed_names: opts.requestheader_allowed_names.clone(),
-                username_headers: opts.requestheader_username_headers.clone(),
-                group_headers: opts.requestheader_group_headers.clone(),
-                extra_headers_prefixes: opts.requestheader_extra_headers_prefix.clone(),
-            }),
-        };
-
-        let incomplete = client_ca.is_none() || request_header.is_none();
-        match (
-            &authn_client,
-            opts.authentication_skip_lookup || !incomplete,
-        ) {
-            (_, true) => {}
-            (None, false) => tracing::warn!(
-                "no --authentication-kubeconfig and not in a cluster: {}/{} not read, client \
-                 certificates are trusted only from the CA files given",
-                lookup::NAMESPACE,
-                lookup::NAME
-            ),
-            (Some(client), false) => match ClusterAuthentication::fetch(client).await {
-                Ok(published) => {
-                    client_ca = client_ca.or(published.client_ca);
-                    request_header = request_header.or(published.request_header);
-                }
-                Err(err) if opts.authentication_tolerate_lookup_failure => tracing::warn!(
-                    error = %format!("{err:#}"),
-                    "starting without the cluster's authentication settings"
-                ),
-                Err(err) => {
-                    return Err(err.context(
-                        "reading the cluster's authentication settings (--authentication-skip-lookup \
-                         to not read them, --authentication-tolerate-lookup-failure to start anyway)",
-                    ));
-                }
-            },
-        }
+        let (client_ca, request_header) =
+            client_certificate_settings(opts, authn_client.as_ref()).await?;
         if authn_client.is_none() {
             tracing::warn!("no cluster for TokenReview: bearer tokens will be rejected");
         }
@@ -150,8 +105,26 @@ impl Auth {
                 "no cluster for SubjectAccessReview: only system:masters and the always-allowed paths are authorized"
             );
         }
+        let mut builder = Auth::builder_from(opts);
+        if let Some(ca) = client_ca {
+            builder = builder.client_ca(ca);
+        }
+        if let Some(rh) = request_header {
+            builder = builder.request_header(rh);
+        }
+        if let Some(client) = authn_client {
+            builder = builder.token_review(client);
+        }
+        if let Some(client) = authz_client {
+            builder = builder.subject_access_review(client);
+        }
+        builder.build()
+    }
 
-        let mut builder = Auth::builder()
+    /// What the flags set directly: anonymous access, always-allowed paths, the webhook
+    /// caches and the TokenReview budget.
+    fn builder_from(opts: &AuthOptions) -> AuthBuilder {
+        Auth::builder()
             .anonymous(opts.anonymous_auth)
             .always_allow_paths(opts.authorization_always_allow_paths.clone())
             .token_cache_ttl(opts.authentication_token_webhook_cache_ttl)
@@ -167,20 +140,7 @@ impl Auth {
             .authorization_cache_ttls(
                 opts.authorization_webhook_cache_authorized_ttl,
                 opts.authorization_webhook_cache_unauthorized_ttl,
-            );
-        if let Some(ca) = client_ca {
-            builder = builder.client_ca(ca);
-        }
-        if let Some(rh) = request_header {
-            builder = builder.request_header(rh);
-        }
-        if let Some(client) = authn_client {
-            builder = builder.token_review(client);
-        }
-        if let Some(client) = authz_client {
-            builder = builder.subject_access_review(client);
-        }
-        builder.build()
+            )
     }
 
     /// Explicit configuration (tests, embedding); the flags go through [`Auth::from_options`].
@@ -263,6 +223,61 @@ impl Auth {
             }
         }
     }
+}
+
+/// The client CA and the front proxy's settings: from the CA files given, and what they
+/// leave out from kube-system/extension-apiserver-authentication (as kube's delegated
+/// authentication does), unless `--authentication-skip-lookup`.
+async fn client_certificate_settings(
+    opts: &AuthOptions,
+    authn_client: Option<&kube::Client>,
+) -> Result<(Option<CaBundle>, Option<RequestHeaderConfig>)> {
+    let mut client_ca = opts
+        .client_ca_file
+        .as_deref()
+        .map(CaBundle::from_file)
+        .transpose()
+        .context("--client-ca-file")?;
+    let mut request_header = match &opts.requestheader_client_ca_file {
+        None => None,
+        Some(file) => Some(RequestHeaderConfig {
+            client_ca: CaBundle::from_file(file).context("--requestheader-client-ca-file")?,
+            allowed_names: opts.requestheader_allowed_names.clone(),
+            username_headers: opts.requestheader_username_headers.clone(),
+            group_headers: opts.requestheader_group_headers.clone(),
+            extra_headers_prefixes: opts.requestheader_extra_headers_prefix.clone(),
+        }),
+    };
+    let complete = client_ca.is_some() && request_header.is_some();
+    if opts.authentication_skip_lookup || complete {
+        return Ok((client_ca, request_header));
+    }
+    let Some(client) = authn_client else {
+        tracing::warn!(
+            "no --authentication-kubeconfig and not in a cluster: {}/{} not read, client \
+             certificates are trusted only from the CA files given",
+            lookup::NAMESPACE,
+            lookup::NAME
+        );
+        return Ok((client_ca, request_header));
+    };
+    match ClusterAuthentication::fetch(client).await {
+        Ok(published) => {
+            client_ca = client_ca.or(published.client_ca);
+            request_header = request_header.or(published.request_header);
+        }
+        Err(err) if opts.authentication_tolerate_lookup_failure => tracing::warn!(
+            error = %format!("{err:#}"),
+            "starting without the cluster's authentication settings"
+        ),
+        Err(err) => {
+            return Err(err.context(
+                "reading the cluster's authentication settings (--authentication-skip-lookup \
+                 to not read them, --authentication-tolerate-lookup-failure to start anyway)",
+            ));
+        }
+    }
+    Ok((client_ca, request_header))
 }
 
 /// Builds an [`Auth`]; defaults are the flags' defaults.
