@@ -35,72 +35,102 @@ pub struct OpenApi {
 impl OpenApi {
     pub fn build(registry: &Registry, server_version: &str) -> Self {
         let group_versions = group_versions(registry);
-        let meta = meta::definitions(&group_versions);
-
-        let mut all_schemas = Map::new();
-        let mut v3_docs = BTreeMap::new();
-        let mut all_paths = Map::new();
-        let mut groups: BTreeSet<String> = BTreeSet::new();
+        let mut docs = Documents {
+            server_version,
+            meta: meta::definitions(&group_versions),
+            schemas: Map::new(),
+            paths: Map::new(),
+            v3_docs: BTreeMap::new(),
+        };
         for (group, version) in &group_versions {
-            groups.insert(group.clone());
-            let resources: Vec<&std::sync::Arc<dyn RestStorage>> = registry
-                .iter()
-                .filter(|r| {
-                    r.info().group == group && r.info().versions.contains(&version.as_str())
-                })
-                .collect();
-            let mut schemas = Map::new();
-            for resource in &resources {
-                for (name, schema) in resource_definitions(resource.as_ref(), version) {
-                    schemas.insert(name, schema);
-                }
-            }
-            for (name, schema) in &meta {
-                if !schemas.contains_key(name) {
-                    schemas.insert(name.clone(), schema.clone());
-                }
-            }
-            let mut path_ops = Vec::new();
-            path_ops.push(paths::api_resources(group, version));
-            for resource in &resources {
-                let def = resource.definition_name(version);
-                path_ops.extend(paths::resource_paths(resource.info(), version, &def));
-            }
-            let v3_paths = paths::render_v3(&path_ops);
-            let v2_paths = paths::render_v2(&path_ops);
-            for (path, item) in v2_paths {
-                all_paths.insert(path, item);
-            }
-            let referenced = referenced_closure(&v3_paths, &schemas);
-            let doc = v3_document(server_version, v3_paths, referenced);
-            let hash = hash_hex(&doc);
-            v3_docs.insert(format!("apis/{group}/{version}"), V3Doc { doc, hash });
-            for (name, schema) in schemas {
-                all_schemas.entry(name).or_insert(schema);
-            }
+            docs.add_group_version(registry, group, version);
         }
-        for group in &groups {
-            let ops = vec![paths::api_group(group)];
-            let v3_paths = paths::render_v3(&ops);
-            for (path, item) in paths::render_v2(&ops) {
-                all_paths.insert(path, item);
-            }
-            let meta_map: Map<String, Value> = meta.iter().cloned().collect();
-            let referenced = referenced_closure(&v3_paths, &meta_map);
-            let doc = v3_document(server_version, v3_paths, referenced);
-            let hash = hash_hex(&doc);
-            v3_docs.insert(format!("apis/{group}"), V3Doc { doc, hash });
+        let groups: BTreeSet<&String> = group_versions.iter().map(|(g, _)| g).collect();
+        for group in groups {
+            docs.add_group(group);
         }
-        for (name, schema) in &meta {
-            all_schemas.entry(name.clone()).or_insert(schema.clone());
-        }
+        docs.finish()
+    }
 
-        let mut definitions = Value::Object(all_schemas);
+    /// The v3 document at `apis/<group>[/<version>]`.
+    pub fn v3(&self, path: &str) -> Option<&V3Doc> {
+        self.v3_docs.get(path)
+    }
+}
+
+/// The documents as they are built: the v2 document's paths and definitions, one v3 document
+/// per group and per group-version.
+struct Documents<'a> {
+    server_version: &'a str,
+    /// The apimachinery definitions every document may reference.
+    meta: Vec<(String, Value)>,
+    schemas: Map<String, Value>,
+    paths: Map<String, Value>,
+    v3_docs: BTreeMap<String, V3Doc>,
+}
+
+impl Documents<'_> {
+    /// `/apis/<group>/<version>/` and every resource path of the version, with the
+    /// definitions they use.
+    fn add_group_version(&mut self, registry: &Registry, group: &str, version: &str) {
+        let resources: Vec<&std::sync::Arc<dyn RestStorage>> = registry
+            .iter()
+            .filter(|r| r.info().group == group && r.info().versions.contains(&version))
+            .collect();
+        let mut schemas = Map::new();
+        for resource in &resources {
+            for (name, schema) in resource_definitions(resource.as_ref(), version) {
+                schemas.insert(name, schema);
+            }
+        }
+        for (name, schema) in &self.meta {
+            if !schemas.contains_key(name) {
+                schemas.insert(name.clone(), schema.clone());
+            }
+        }
+        let mut path_ops = vec![paths::api_resources(group, version)];
+        for resource in &resources {
+            let def = resource.definition_name(version);
+            path_ops.extend(paths::resource_paths(resource.info(), version, &def));
+        }
+        self.add_v3(format!("apis/{group}/{version}"), &path_ops, &schemas);
+        for (name, schema) in schemas {
+            self.schemas.entry(name).or_insert(schema);
+        }
+    }
+
+    /// `/apis/<group>/`.
+    fn add_group(&mut self, group: &str) {
+        let meta: Map<String, Value> = self.meta.iter().cloned().collect();
+        self.add_v3(format!("apis/{group}"), &[paths::api_group(group)], &meta);
+    }
+
+    /// The paths into the v2 document, and a v3 document of them with the schemas they
+    /// reference.
+    fn add_v3(
+        &mut self,
+        index_path: String,
+        ops: &[paths::PathItem],
+        schemas: &Map<String, Value>,
+    ) {
+        let v3_paths = paths::render_v3(ops);
+        self.paths.extend(paths::render_v2(ops));
+        let referenced = referenced_closure(&v3_paths, schemas);
+        let doc = v3_document(self.server_version, v3_paths, referenced);
+        let hash = hash_hex(&doc);
+        self.v3_docs.insert(index_path, V3Doc { doc, hash });
+    }
+
+    fn finish(mut self) -> OpenApi {
+        for (name, schema) in &self.meta {
+            self.schemas.entry(name.clone()).or_insert(schema.clone());
+        }
+        let mut definitions = Value::Object(self.schemas);
         to_v2_schema(&mut definitions);
         let v2 = json!({
             "swagger": "2.0",
-            "info": {"title": "Kubernetes", "version": server_version},
-            "paths": all_paths,
+            "info": {"title": "Kubernetes", "version": self.server_version},
+            "paths": self.paths,
             "definitions": definitions,
             "securityDefinitions": {
                 "BearerToken": {"description": "Bearer Token authentication", "type": "apiKey", "name": "authorization", "in": "header"}
@@ -108,7 +138,8 @@ impl OpenApi {
             "security": [{"BearerToken": []}],
         });
         let v2_etag = format!("\"{}\"", hash_hex(&v2));
-        let index_paths: Map<String, Value> = v3_docs
+        let index_paths: Map<String, Value> = self
+            .v3_docs
             .iter()
             .map(|(path, doc)| {
                 (
@@ -117,17 +148,12 @@ impl OpenApi {
                 )
             })
             .collect();
-        Self {
+        OpenApi {
             v2,
             v2_etag,
             v3_index: json!({"paths": index_paths}),
-            v3_docs,
+            v3_docs: self.v3_docs,
         }
-    }
-
-    /// The v3 document at `apis/<group>[/<version>]`.
-    pub fn v3(&self, path: &str) -> Option<&V3Doc> {
-        self.v3_docs.get(path)
     }
 }
 
