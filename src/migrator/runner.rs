@@ -161,59 +161,9 @@ impl Runner {
         if let Some(foreign) = check(&self.guard, &migration) {
             return Err(RunError::Yielded(foreign));
         }
-        let spec = &migration.spec.resource;
-        let label = group_resource(&spec.group, &spec.resource);
-        let resource = self
-            .with_retries(&label, "discovery", || {
-                let cluster = &self.shared.cluster;
-                async move {
-                    match resolve(cluster, &spec.group, &spec.version, &spec.resource).await {
-                        Ok(found) => Ok(Ok(found)),
-                        Err(ResolveError::Unmigratable(message)) => Ok(Err(message)),
-                        Err(ResolveError::Cluster(err)) => Err(err),
-                    }
-                }
-            })
-            .await
-            .map_err(|err| self.classify(err, "DiscoveryFailed", &format!("discovering {label}")))?
-            .map_err(|message| RunError::Fatal {
-                reason: "ResourceNotMigratable",
-                message,
-            })?;
-
+        let resource = self.discover(&migration).await?;
         let mut progress = migration.status.progress.clone().unwrap_or_default();
-        if migration.condition_true(RUNNING).is_none() {
-            let message = format!(
-                "migrating {} ({} objects between checkpoints)",
-                resource.group_resource(),
-                self.shared.settings.chunk_size
-            );
-            write_status(
-                &self.shared.migrations,
-                &self.name,
-                &self.guard,
-                |status, generation| {
-                    set_condition(
-                        status,
-                        RUNNING,
-                        true,
-                        "MigrationStarted",
-                        &message,
-                        generation,
-                    );
-                },
-            )
-            .await?;
-            self.shared
-                .event(&migration, Reason::Started, message)
-                .await;
-        } else {
-            tracing::info!(
-                migration = %self.name,
-                migrated = progress.migrated_objects,
-                "resuming from the checkpoint"
-            );
-        }
+        self.mark_running(&migration, &resource, &progress).await?;
 
         let resource_label = ResourceLabel {
             resource: resource.group_resource(),
@@ -238,6 +188,73 @@ impl Runner {
         self.migrate_paged(&resource, &resource_label, &mut progress, token)
             .await?;
         self.succeed(&resource, &progress).await
+    }
+
+    /// The migration's resource as the cluster serves it (retried like any request); a
+    /// resource that cannot be migrated (no list or patch) fails the migration.
+    async fn discover(
+        &self,
+        migration: &StorageVersionMigration,
+    ) -> Result<ResolvedResource, RunError> {
+        let spec = &migration.spec.resource;
+        let label = group_resource(&spec.group, &spec.resource);
+        self.with_retries(&label, "discovery", || {
+            let cluster = &self.shared.cluster;
+            async move {
+                match resolve(cluster, &spec.group, &spec.version, &spec.resource).await {
+                    Ok(found) => Ok(Ok(found)),
+                    Err(ResolveError::Unmigratable(message)) => Ok(Err(message)),
+                    Err(ResolveError::Cluster(err)) => Err(err),
+                }
+            }
+        })
+        .await
+        .map_err(|err| self.classify(err, "DiscoveryFailed", &format!("discovering {label}")))?
+        .map_err(|message| RunError::Fatal {
+            reason: "ResourceNotMigratable",
+            message,
+        })
+    }
+
+    /// A migration starting says so (condition Running, an Event); one resuming from its
+    /// checkpoint only logs it.
+    async fn mark_running(
+        &self,
+        migration: &StorageVersionMigration,
+        resource: &ResolvedResource,
+        progress: &MigrationProgress,
+    ) -> Result<(), RunError> {
+        if migration.condition_true(RUNNING).is_some() {
+            tracing::info!(
+                migration = %self.name,
+                migrated = progress.migrated_objects,
+                "resuming from the checkpoint"
+            );
+            return Ok(());
+        }
+        let message = format!(
+            "migrating {} ({} objects between checkpoints)",
+            resource.group_resource(),
+            self.shared.settings.chunk_size
+        );
+        write_status(
+            &self.shared.migrations,
+            &self.name,
+            &self.guard,
+            |status, generation| {
+                set_condition(
+                    status,
+                    RUNNING,
+                    true,
+                    "MigrationStarted",
+                    &message,
+                    generation,
+                );
+            },
+        )
+        .await?;
+        self.shared.event(migration, Reason::Started, message).await;
+        Ok(())
     }
 
     /// Opens the watch-list stream, through the pool's pressure and the retry loop like any
