@@ -67,7 +67,7 @@ impl Default for Settings {
 }
 
 /// What every worker shares.
-pub(crate) struct Shared {
+pub(crate) struct MigratorContext {
     pub cluster: ClusterClient,
     /// Where the migrations are: our store, or the cluster's built-in API.
     pub migrations: Source,
@@ -78,7 +78,7 @@ pub(crate) struct Shared {
     pub settings: Settings,
 }
 
-impl Shared {
+impl MigratorContext {
     pub async fn event(
         &self,
         migration: &StorageVersionMigration,

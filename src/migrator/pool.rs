@@ -16,14 +16,14 @@ use super::events::Reason;
 use super::metrics::ManagerLabel;
 use super::runner::{self, Outcome, retry_delay};
 use super::source::Source;
-use super::{Events, MigratorMetrics, Pressure, Settings, Shared};
+use super::{Events, MigratorContext, MigratorMetrics, Pressure, Settings};
 use crate::api::migration::{FAILED, SUCCEEDED, StorageVersionMigration};
 use crate::apimode::DOCS;
 use crate::cluster::ClusterClient;
 use crate::trigger::watches::Update;
 
 pub struct Migrator {
-    shared: Arc<Shared>,
+    shared: Arc<MigratorContext>,
 }
 
 struct Running {
@@ -143,7 +143,7 @@ impl Migrator {
     ) -> Self {
         let pressure = Pressure::new(settings.qps, settings.burst, settings.concurrency);
         Self {
-            shared: Arc::new(Shared {
+            shared: Arc::new(MigratorContext {
                 cluster,
                 // Its status writes are recorded for the migrator in managedFields.
                 migrations: migrations.into().managed_by(super::status::FIELD_MANAGER),

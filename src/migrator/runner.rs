@@ -13,7 +13,7 @@ use futures::{StreamExt, TryStreamExt, stream};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::Shared;
+use super::MigratorContext;
 use super::events::Reason;
 use super::metrics::{MigrationLabels, ResourceLabel, RetryLabels};
 use super::status::{
@@ -119,7 +119,11 @@ impl From<StatusWriteError> for RunError {
     }
 }
 
-pub(crate) async fn run(shared: Arc<Shared>, name: String, cancel: CancellationToken) -> Outcome {
+pub(crate) async fn run(
+    shared: Arc<MigratorContext>,
+    name: String,
+    cancel: CancellationToken,
+) -> Outcome {
     let runner = Runner {
         shared,
         name,
@@ -136,7 +140,7 @@ pub(crate) async fn run(shared: Arc<Shared>, name: String, cancel: CancellationT
 }
 
 struct Runner {
-    shared: Arc<Shared>,
+    shared: Arc<MigratorContext>,
     name: String,
     cancel: CancellationToken,
     /// What this run wrote of the status, to notice another migrator's writes.
