@@ -189,74 +189,29 @@ impl Discovery {
             };
             self.counts.fetched += 1;
             changed = true;
-            let content_type = answer
-                .headers
-                .get(http::header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
+            let header = |name| {
+                answer
+                    .headers
+                    .get(name)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string)
+            };
+            let content_type = header(http::header::CONTENT_TYPE)
                 .unwrap_or_default()
                 .replace(' ', "");
             if content_type.starts_with(AGGREGATED) {
                 self.legacy = false;
-                self.etags[index] = answer
-                    .headers
-                    .get(http::header::ETAG)
-                    .and_then(|v| v.to_str().ok())
-                    .map(str::to_string);
-                let list: AggregatedList = decode(path, &answer.body)?;
-                self.groups[index] = list
-                    .items
-                    .into_iter()
-                    .map(|g| GroupVersions {
-                        group: g.metadata.name,
-                        versions: g
-                            .versions
-                            .into_iter()
-                            .map(|v| {
-                                let names = v.resources.into_iter().map(|r| r.resource).collect();
-                                (v.version, names)
-                            })
-                            .collect(),
-                    })
-                    .collect();
+                self.etags[index] = header(http::header::ETAG);
+                self.groups[index] = aggregated_groups(decode(path, &answer.body)?);
             } else {
                 // Legacy APIVersions / APIGroupList: no ETag to ask with next time.
                 self.legacy = true;
                 self.etags[index] = None;
-                if index == 0 {
-                    let versions: LegacyApiVersions = decode(path, &answer.body)?;
-                    self.groups[index] = vec![GroupVersions {
-                        group: String::new(),
-                        versions: versions
-                            .versions
-                            .into_iter()
-                            .map(|v| (v, Vec::new()))
-                            .collect(),
-                    }];
+                self.groups[index] = if index == 0 {
+                    core_versions(decode(path, &answer.body)?)
                 } else {
-                    let list: LegacyGroupList = decode(path, &answer.body)?;
-                    self.groups[index] = list
-                        .groups
-                        .into_iter()
-                        .map(|g| {
-                            let mut versions: Vec<LegacyVersion> = Vec::new();
-                            if let Some(preferred) = g.preferred_version.clone() {
-                                versions.push(preferred);
-                            }
-                            for v in g.versions {
-                                if !versions.iter().any(|x| x.version == v.version) {
-                                    versions.push(v);
-                                }
-                            }
-                            GroupVersions {
-                                group: g.name,
-                                versions: versions
-                                    .into_iter()
-                                    .map(|v| (v.version, Vec::new()))
-                                    .collect(),
-                            }
-                        })
-                        .collect();
-                }
+                    legacy_groups(decode(path, &answer.body)?)
+                };
             }
         }
         Ok(changed || self.legacy)
@@ -320,5 +275,142 @@ impl Discovery {
             }
         }
         Ok(look)
+    }
+}
+
+/// Each group's versions and their resources, from aggregated discovery.
+fn aggregated_groups(list: AggregatedList) -> Vec<GroupVersions> {
+    list.items
+        .into_iter()
+        .map(|g| GroupVersions {
+            group: g.metadata.name,
+            versions: g
+                .versions
+                .into_iter()
+                .map(|v| {
+                    let names = v.resources.into_iter().map(|r| r.resource).collect();
+                    (v.version, names)
+                })
+                .collect(),
+        })
+        .collect()
+}
+
+/// The core group's versions, from a legacy `/api` APIVersions.
+fn core_versions(versions: LegacyApiVersions) -> Vec<GroupVersions> {
+    vec![GroupVersions {
+        group: String::new(),
+        versions: versions
+            .versions
+            .into_iter()
+            .map(|v| (v, Vec::new()))
+            .collect(),
+    }]
+}
+
+/// Each group's versions, preferred first, from a legacy `/apis` APIGroupList.
+fn legacy_groups(list: LegacyGroupList) -> Vec<GroupVersions> {
+    list.groups
+        .into_iter()
+        .map(|g| {
+            let mut versions: Vec<LegacyVersion> = Vec::new();
+            if let Some(preferred) = g.preferred_version.clone() {
+                versions.push(preferred);
+            }
+            for v in g.versions {
+                if !versions.iter().any(|x| x.version == v.version) {
+                    versions.push(v);
+                }
+            }
+            GroupVersions {
+                group: g.name,
+                versions: versions
+                    .into_iter()
+                    .map(|v| (v.version, Vec::new()))
+                    .collect(),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn versions(groups: &[GroupVersions]) -> Vec<(String, Vec<String>)> {
+        groups
+            .iter()
+            .map(|g| {
+                let names = g.versions.iter().map(|(v, _)| v.clone()).collect();
+                (g.group.clone(), names)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_legacy_group_list_puts_the_preferred_version_first_once() {
+        let list: LegacyGroupList = serde_json::from_value(json!({
+            "kind": "APIGroupList",
+            "groups": [
+                {"name": "apps", "versions": [{"groupVersion": "apps/v1", "version": "v1"}],
+                 "preferredVersion": {"groupVersion": "apps/v1", "version": "v1"}},
+                {"name": "example.test",
+                 "versions": [{"version": "v1"}, {"version": "v2"}],
+                 "preferredVersion": {"version": "v2"}},
+                {"name": "no.preference", "versions": [{"version": "v1beta1"}]}
+            ]
+        }))
+        .unwrap();
+        let groups = legacy_groups(list);
+        assert_eq!(
+            versions(&groups),
+            vec![
+                ("apps".to_string(), vec!["v1".to_string()]),
+                ("example.test".into(), vec!["v2".into(), "v1".into()]),
+                ("no.preference".into(), vec!["v1beta1".into()]),
+            ]
+        );
+        // Legacy documents do not list resources.
+        assert!(
+            groups
+                .iter()
+                .all(|g| g.versions.iter().all(|(_, r)| r.is_empty()))
+        );
+    }
+
+    #[test]
+    fn legacy_core_versions_are_the_unnamed_group() {
+        let core: LegacyApiVersions =
+            serde_json::from_value(json!({"kind": "APIVersions", "versions": ["v1"]})).unwrap();
+        assert_eq!(
+            versions(&core_versions(core)),
+            vec![(String::new(), vec!["v1".to_string()])]
+        );
+    }
+
+    #[test]
+    fn aggregated_discovery_keeps_each_versions_resources_and_reads_null_as_empty() {
+        let list: AggregatedList = serde_json::from_value(json!({
+            "kind": "APIGroupDiscoveryList",
+            "items": [
+                {"metadata": {"name": "apps"}, "versions": [
+                    {"version": "v1", "resources": [{"resource": "deployments"}, {"resource": "statefulsets"}]}
+                ]},
+                {"metadata": {"name": "empty.test"}, "versions": [{"version": "v1", "resources": null}]}
+            ]
+        }))
+        .unwrap();
+        let groups = aggregated_groups(list);
+        assert_eq!(groups[0].group, "apps");
+        assert_eq!(
+            groups[0].versions,
+            vec![(
+                "v1".to_string(),
+                vec!["deployments".to_string(), "statefulsets".to_string()]
+            )]
+        );
+        assert_eq!(groups[1].versions, vec![("v1".to_string(), Vec::new())]);
     }
 }
