@@ -13,3 +13,4 @@ pub mod registry;
 pub mod server;
 pub mod storage;
 pub mod trigger;
+pub(crate) mod volumes;

@@ -137,6 +137,21 @@ pub struct ClaimStatus {
     pub phase: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub last_error: String,
+    /// The claim's uid when the controller first saw it: `OnDelete` resizes a claim only once
+    /// its uid changed (deleted and re-created).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub uid: String,
+    /// When the current resize was issued (RFC 3339): `maxWaitTime` counts from here.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub resize_start_time: String,
+    /// The uid of the pod deleted so that its file system is resized on restart: deleted
+    /// once, never again for the same resize.
+    #[serde(
+        default,
+        rename = "restartedPodUID",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub restarted_pod_uid: String,
 }
 
 impl k8s_openapi::Resource for VolumeClaimMigration {
@@ -675,6 +690,9 @@ fn definitions(version: &str) -> Vec<(String, Value)> {
                     "capacity": s("Its capacity as last seen."),
                     "phase": s("Pending, Resizing, FileSystemResizePending, Resized or Failed."),
                     "lastError": s("The last error seen for it."),
+                    "uid": s("The claim's uid when first seen (OnDelete resizes it once the uid changed)."),
+                    "resizeStartTime": s("When the current resize was issued (RFC 3339); maxWaitTime counts from here."),
+                    "restartedPodUID": s("The pod deleted so that the file system is resized on restart."),
                 },
             }),
         ),

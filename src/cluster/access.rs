@@ -18,6 +18,8 @@ pub enum Component {
     Trigger,
     /// Which part of `storagemigration.k8s.io` the server plays (`src/apimode`).
     ApiMode,
+    /// Resizing a StatefulSet's claims for VolumeClaimMigrations (`src/volumes`).
+    Volumes,
 }
 
 /// What a request touches.
@@ -273,6 +275,55 @@ pub const CLUSTER_ACCESS: &[Access] = &[
         "events.k8s.io",
         "events",
         "a repeated event becomes a series (kube's recorder patches it)",
+    ),
+    resource(
+        Component::Volumes,
+        "get",
+        "apps",
+        "statefulsets",
+        "a VolumeClaimMigration's target: its replicas and volumeClaimTemplates",
+    ),
+    resource(
+        Component::Volumes,
+        "get",
+        "apps.kruise.io",
+        "statefulsets",
+        "a VolumeClaimMigration's target when it is an OpenKruise Advanced StatefulSet",
+    ),
+    resource(
+        Component::Volumes,
+        "get",
+        "",
+        "persistentvolumeclaims",
+        "each claim of the target, by name: its request, capacity and resize conditions",
+    ),
+    resource(
+        Component::Volumes,
+        "patch",
+        "",
+        "persistentvolumeclaims",
+        "a claim's storage request raised (or lowered after a failed resize)",
+    ),
+    resource(
+        Component::Volumes,
+        "get",
+        "storage.k8s.io",
+        "storageclasses",
+        "whether a claim's StorageClass allows volume expansion",
+    ),
+    resource(
+        Component::Volumes,
+        "get",
+        "",
+        "pods",
+        "the pod of a claim whose file system waits for a restart: its uid and readiness",
+    ),
+    resource(
+        Component::Volumes,
+        "delete",
+        "",
+        "pods",
+        "that pod deleted so the kubelet resizes the file system when it starts again",
     ),
 ];
 

@@ -25,6 +25,7 @@ use crate::registry::Fence;
 use crate::server::Metrics;
 use crate::storage::Storage;
 use crate::trigger;
+use crate::volumes::{self, VolumeMetrics};
 use leader::{ElectionConfig, LeaderElector};
 use metrics::LeaderMetrics;
 
@@ -36,9 +37,14 @@ pub struct ControllerOptions {
     #[arg(long)]
     pub kubeconfig: Option<PathBuf>,
     /// Controllers to run, comma-separated: `trigger` (keeps StorageStates true and creates
-    /// migrations), `migrator` (runs StorageVersionMigrations); `migrator` alone runs manual
-    /// migrations only, an empty value none (API only).
-    #[arg(long, value_delimiter = ',', default_value = "trigger,migrator")]
+    /// migrations), `migrator` (runs StorageVersionMigrations), `volumes` (runs
+    /// VolumeClaimMigrations, when `--enable-volume-claim-migrations` serves them); `migrator`
+    /// alone runs manual migrations only, an empty value none (API only).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "trigger,migrator,volumes"
+    )]
     pub controllers: Vec<String>,
     /// Which part of storagemigration.k8s.io this server plays: `owner` serves the group (and
     /// refuses to run where kube-apiserver serves it itself), `companion` leaves the group to
@@ -55,6 +61,10 @@ pub struct ControllerOptions {
     /// How often the trigger polls aggregated discovery (an unchanged cluster answers 304).
     #[arg(long, default_value = "10s", value_parser = crate::flags::go_duration)]
     pub discovery_interval: Duration,
+    /// How often every VolumeClaimMigration is looked at again when nothing of its own changed
+    /// (claims and pods change without telling it).
+    #[arg(long, default_value = "10s", value_parser = crate::flags::go_duration)]
+    pub volume_resync_interval: Duration,
     /// How often each StorageState's lastHeartbeatTime is refreshed while nothing changes.
     #[arg(long, default_value = "5m", value_parser = crate::flags::go_duration)]
     pub heartbeat_interval: Duration,
@@ -117,17 +127,22 @@ impl ControllerOptions {
     fn validate(&self) -> anyhow::Result<()> {
         for name in &self.controllers {
             let name = name.trim();
-            if !name.is_empty() && name != "migrator" && name != "trigger" {
+            if !name.is_empty() && !["migrator", "trigger", "volumes"].contains(&name) {
                 anyhow::bail!(
-                    "--controllers: unknown controller {name:?} (known: trigger, migrator)"
+                    "--controllers: unknown controller {name:?} (known: trigger, migrator, volumes)"
                 );
             }
         }
         if self.qps < 0.0 || !self.qps.is_finite() {
             anyhow::bail!("--qps must be 0 (unlimited) or positive");
         }
-        if self.discovery_interval.is_zero() || self.heartbeat_interval.is_zero() {
-            anyhow::bail!("--discovery-interval and --heartbeat-interval must be positive");
+        if self.discovery_interval.is_zero()
+            || self.heartbeat_interval.is_zero()
+            || self.volume_resync_interval.is_zero()
+        {
+            anyhow::bail!(
+                "--discovery-interval, --heartbeat-interval and --volume-resync-interval must be positive"
+            );
         }
         if self.workers == 0 {
             anyhow::bail!("--workers must be at least 1");
@@ -208,7 +223,11 @@ pub async fn start(
     options.validate()?;
     let mut tasks = Vec::new();
     let (run_trigger, run_migrator) = (options.wants("trigger"), options.wants("migrator"));
-    if !run_trigger && !run_migrator {
+    let volume_store = api
+        .volume_migrations
+        .clone()
+        .filter(|_| options.wants("volumes"));
+    if !run_trigger && !run_migrator && volume_store.is_none() {
         return Ok(Controllers { tasks });
     }
     let Some(cluster) = ClusterClient::connect(options.kubeconfig.as_deref())
@@ -223,7 +242,11 @@ pub async fn start(
     let trigger_metrics = trigger::Metrics::default();
     let mode_metrics = ApiModeMetrics::default();
     let leader_metrics = LeaderMetrics::default();
+    let volume_metrics = VolumeMetrics::default();
     if let Ok(mut registry) = metrics.registry.lock() {
+        if volume_store.is_some() {
+            volume_metrics.register(&mut registry);
+        }
         leader_metrics.register(&mut registry);
         if run_migrator {
             migrator_metrics.register(&mut registry);
@@ -259,6 +282,13 @@ pub async fn start(
         migrator_metrics,
         mode_metrics,
         instance: std::env::var("POD_NAME").ok().or_else(hostname),
+        volumes: volume_store.map(|store| term::VolumesTerm {
+            store,
+            settings: volumes::Settings {
+                resync: options.volume_resync_interval,
+            },
+            metrics: volume_metrics,
+        }),
     });
     let lead = move |fence: Fence| {
         let held = leader_metrics.term();

@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::api::migration::MigrationStrategy;
 use crate::api::storagestate::StorageStateStrategy;
+use crate::api::volumes::VolumeClaimMigrationStrategy;
 use crate::api::{GROUP, PROJECT};
 use crate::apimode::metrics::ApiModeMetrics;
 use crate::apimode::{self, ApiMode, CompanionMigrator, Decision, GroupServing, carry};
@@ -21,6 +22,7 @@ use crate::migrator::{self, Events, Migrator, MigratorMetrics, Source};
 use crate::registry::{Fence, Guarded, Store};
 use crate::storage::Storage;
 use crate::trigger::{self, Migrations, Trigger};
+use crate::volumes::{self, VolumeMetrics};
 
 /// Everything a term needs, shared by every term of this process.
 pub(super) struct Term {
@@ -39,6 +41,16 @@ pub(super) struct Term {
     pub migrator_metrics: MigratorMetrics,
     pub mode_metrics: ApiModeMetrics,
     pub instance: Option<String>,
+    /// VolumeClaimMigrations and their controller's settings, when the kind is served and
+    /// its controller asked for.
+    pub volumes: Option<VolumesTerm>,
+}
+
+/// What the volume-claim controller needs, each term.
+pub(super) struct VolumesTerm {
+    pub store: Arc<Store<VolumeClaimMigrationStrategy>>,
+    pub settings: volumes::Settings,
+    pub metrics: VolumeMetrics,
 }
 
 /// Waits for one of `tasks` to end (never, when there are none) and removes it.
@@ -203,7 +215,20 @@ impl Term {
                     }));
                 }
             }
-            Decision::Waiting { .. } | Decision::Refused { .. } => {}
+            Decision::Waiting { .. } | Decision::Refused { .. } => return tasks,
+        }
+        // Volume claims are not storagemigration.k8s.io's: whoever serves that group, the
+        // leader resizes them.
+        if let Some(volumes) = &self.volumes {
+            let controller = volumes::Controller::new(
+                Guarded::new(volumes.store.clone(), fence.clone()),
+                self.cluster.clone(),
+                volumes.metrics.clone(),
+                volumes.settings.clone(),
+                self.instance.clone(),
+            );
+            tracing::info!(resync = ?volumes.settings.resync, "volume-claim controller started");
+            tasks.push(tokio::spawn(controller.run(work.clone())));
         }
         tasks
     }

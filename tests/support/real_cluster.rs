@@ -244,6 +244,7 @@ pub fn install_rbac(plane: &ControlPlane) {
         "rbac-delegation.yaml",
         "rbac-migrator.yaml",
         "rbac-trigger.yaml",
+        "rbac-volumes.yaml",
         "rbac-companion.yaml",
     ] {
         kubectl.ok(&["apply", "-f", &repo_file(&format!("deploy/base/{file}"))]);
