@@ -615,3 +615,6 @@ enum Step {
 fn count<T>(items: impl Iterator<Item = T>) -> i32 {
     i32::try_from(items.count()).unwrap_or(i32::MAX)
 }
+
+#[cfg(test)]
+mod tests;
