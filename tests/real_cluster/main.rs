@@ -19,4 +19,5 @@ mod fidelity;
 mod first_start;
 mod flow_control;
 mod ksvm_import;
+mod volumes;
 mod world;

@@ -1,0 +1,570 @@
+//! VolumeClaimMigrations on the real kube-apiserver, whose validation is what matters here:
+//! expansion only where the StorageClass allows it (the PersistentVolumeClaimResize admission),
+//! no request below a claim's capacity. The suite has no kube-controller-manager, scheduler or
+//! kubelet, so [`Node`] plays them in each namespace: the StatefulSet controller (pods
+//! `<sts>-<ordinal>`, re-created when deleted, Ready), the PV binder (claims bound at their
+//! size) and the external resizer and kubelet (a grown request becomes the claim's capacity;
+//! for chosen claims first `FileSystemResizePending`, finished only once the pod was
+//! re-created). One cluster serves every scenario, each in its own namespace.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+
+use crate::support::kubectl::Kubectl;
+use crate::support::real_cluster::RealCluster;
+
+const TEST: &str = "volume_claim_migrations_resize_claims_as_the_real_apiserver_allows";
+/// A hang guard, not a speed check.
+const LIMIT: Duration = Duration::from_secs(240);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn volume_claim_migrations_resize_claims_as_the_real_apiserver_allows() {
+    let Some(cluster) = RealCluster::start(
+        TEST,
+        &[],
+        &[
+            "--enable-volume-claim-migrations",
+            "--volume-resync-interval=1s",
+            "--controllers=volumes",
+        ],
+    ) else {
+        return;
+    };
+    let kubectl = cluster.kubectl();
+    kubectl.ok_stdin(&["apply", "-f", "-"], STORAGE_CLASSES);
+    let client = cluster.plane.client().await;
+
+    rolling_update_ordinal_by_ordinal(&cluster, &kubectl, &client).await;
+    a_class_without_expansion_is_refused_up_front(&kubectl, &client).await;
+    on_delete_waits_for_a_recreated_claim(&kubectl, &client).await;
+}
+
+/// 5 replicas, 2 templates, `OnPodRollingUpdate`: ordinal by ordinal from the highest, one
+/// claim's file system resized through a pod restart; kubectl sees it all.
+async fn rolling_update_ordinal_by_ordinal(
+    cluster: &RealCluster,
+    kubectl: &Kubectl,
+    client: &kube::Client,
+) {
+    let ns = "rolling";
+    let node = Node::start(client, kubectl, ns, 5, &["data", "logs"], "expandable").await;
+    node.file_system_resize_for("data-db-1");
+    let pod_before = node.pod_uid("db-1").await;
+    kubectl.ok_stdin(
+        &["create", "-f", "-"],
+        &migration(
+            ns,
+            "grow",
+            "OnPodRollingUpdate",
+            &[("data", "20Gi"), ("logs", "20Gi")],
+        ),
+    );
+    let done = kubectl.run(&[
+        "wait",
+        "-n",
+        ns,
+        "--for=condition=Succeeded",
+        "vcm/grow",
+        "--timeout=240s",
+    ]);
+    assert!(
+        done.ok,
+        "kubectl wait: {}{}\n{}\n{}",
+        done.stdout,
+        done.stderr,
+        kubectl
+            .run(&["get", "vcm", "-n", ns, "grow", "-o", "yaml"])
+            .stdout,
+        cluster.svm.log()
+    );
+    // Ordinals were resized from the highest, one at a time (maxUnavailable 1): every claim of
+    // an ordinal was asked before any claim of the next.
+    let order = node.resize_order();
+    println!("resized in this order: {order:?}");
+    let ordinals: Vec<char> = order
+        .iter()
+        .map(|claim| claim.chars().last().unwrap_or('?'))
+        .collect();
+    let mut sorted = ordinals.clone();
+    sorted.sort_by(|a, b| b.cmp(a));
+    assert_eq!(ordinals, sorted, "resize order: {order:?}");
+    assert_eq!(order.len(), 10, "{order:?}");
+    for claim in node.claims().await {
+        assert_eq!(
+            claim.1,
+            ("20Gi".to_string(), "20Gi".to_string()),
+            "{}",
+            claim.0
+        );
+    }
+    assert_ne!(node.pod_uid("db-1").await, pod_before, "db-1 was restarted");
+
+    let table = kubectl.ok(&["get", "vcm", "-n", ns]);
+    println!("{table}");
+    for column in [
+        "NAME",
+        "TARGET",
+        "TEMPLATES",
+        "COMPATIBLE",
+        "READY",
+        "STATUS",
+        "AGE",
+    ] {
+        assert!(table.contains(column), "{table}");
+    }
+    assert!(table.contains("Succeeded"), "{table}");
+    let described = kubectl.ok(&["describe", "vcm", "-n", ns, "grow"]);
+    for reason in ["ResizeStarted", "PodRestarted", "Succeeded"] {
+        assert!(described.contains(reason), "{described}");
+    }
+    let on_statefulset = kubectl.ok(&["describe", "statefulset", "-n", ns, "db"]);
+    assert!(on_statefulset.contains("ResizeStarted"), "{on_statefulset}");
+    node.stop();
+}
+
+/// A StorageClass without `allowVolumeExpansion`: refused before any claim is patched.
+async fn a_class_without_expansion_is_refused_up_front(kubectl: &Kubectl, client: &kube::Client) {
+    let ns = "refused";
+    let node = Node::start(client, kubectl, ns, 2, &["data"], "fixed").await;
+    kubectl.ok_stdin(
+        &["create", "-f", "-"],
+        &migration(ns, "grow", "OnPodRollingUpdate", &[("data", "20Gi")]),
+    );
+    let vcm = wait_until(kubectl, ns, "grow", |vcm| {
+        condition(vcm, "Failed") == Some(("True".into(), "ExpansionNotAllowed".into()))
+    })
+    .await;
+    assert!(
+        condition_message(&vcm, "Failed").contains("fixed"),
+        "{vcm:#}"
+    );
+    for (name, sizes) in node.claims().await {
+        assert_eq!(sizes.0, "10Gi", "{name} was patched");
+    }
+    assert!(node.resize_order().is_empty());
+    node.stop();
+}
+
+/// `OnDelete`: nothing is touched until a claim is deleted and re-created; then only that one.
+async fn on_delete_waits_for_a_recreated_claim(kubectl: &Kubectl, client: &kube::Client) {
+    let ns = "ondelete";
+    let node = Node::start(client, kubectl, ns, 2, &["data"], "expandable").await;
+    kubectl.ok_stdin(
+        &["create", "-f", "-"],
+        &migration(ns, "grow", "OnDelete", &[("data", "20Gi")]),
+    );
+    // Its status says it saw both claims (their uids remembered), and nothing was patched.
+    let vcm = wait_until(kubectl, ns, "grow", |vcm| {
+        vcm["status"]["claims"]
+            .as_array()
+            .is_some_and(|c| c.len() == 2 && c.iter().all(|c| c["uid"].is_string()))
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(node.resize_order().is_empty(), "{vcm:#}");
+    node.delete_claim("data-db-0").await;
+    node.create_claim("data-db-0").await;
+    wait_until(kubectl, ns, "grow", |vcm| {
+        vcm["status"]["claims"].as_array().is_some_and(|claims| {
+            claims
+                .iter()
+                .any(|c| c["name"] == "data-db-0" && c["phase"] == "Resized")
+        })
+    })
+    .await;
+    assert_eq!(node.resize_order(), vec!["data-db-0".to_string()]);
+    let claims = node.claims().await;
+    assert_eq!(
+        claims["data-db-1"].0, "10Gi",
+        "the other claim is untouched"
+    );
+    node.stop();
+}
+
+const STORAGE_CLASSES: &str = r#"
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: expandable}
+provisioner: example.test/fake
+allowVolumeExpansion: true
+---
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata: {name: fixed}
+provisioner: example.test/fake
+"#;
+
+fn migration(ns: &str, name: &str, strategy: &str, sizes: &[(&str, &str)]) -> String {
+    let templates: Vec<Value> = sizes
+        .iter()
+        .map(|(name, storage)| json!({"name": name, "storage": storage}))
+        .collect();
+    json!({
+        "apiVersion": "storage.svm-apiserver.io/v1alpha1",
+        "kind": "VolumeClaimMigration",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "target": {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db"},
+            "templates": templates,
+            "volumeClaimUpdateStrategy": strategy,
+            "maxWaitTime": "120s",
+        }
+    })
+    .to_string()
+}
+
+async fn wait_until(
+    kubectl: &Kubectl,
+    ns: &str,
+    name: &str,
+    done: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let out = kubectl.run(&["get", "vcm", "-n", ns, name, "-o", "json"]);
+        let vcm: Value = serde_json::from_str(&out.stdout).unwrap_or(Value::Null);
+        if done(&vcm) {
+            return vcm;
+        }
+        assert!(Instant::now() < deadline, "{ns}/{name}: {vcm:#}");
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+fn condition(vcm: &Value, type_: &str) -> Option<(String, String)> {
+    vcm["status"]["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .map(|c| {
+            (
+                c["status"].as_str().unwrap_or_default().to_string(),
+                c["reason"].as_str().unwrap_or_default().to_string(),
+            )
+        })
+}
+
+fn condition_message(vcm: &Value, type_: &str) -> String {
+    vcm["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == type_)
+        .and_then(|c| c["message"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The cluster's controllers and kubelet for one namespace's StatefulSet `db`.
+struct Node {
+    ns: String,
+    claims: Api<PersistentVolumeClaim>,
+    pods: Api<Pod>,
+    kubectl: Kubectl,
+    class: String,
+    state: Arc<Mutex<NodeState>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+#[derive(Default)]
+struct NodeState {
+    /// Claims in the order the resizer saw their request grow (or shrink).
+    resized: Vec<String>,
+    /// Claims whose next resize needs the pod restarted, and the pod uid seen when it did.
+    file_system: BTreeMap<String, Option<String>>,
+}
+
+impl Node {
+    async fn start(
+        client: &kube::Client,
+        kubectl: &Kubectl,
+        ns: &str,
+        replicas: i32,
+        templates: &[&str],
+        class: &str,
+    ) -> Node {
+        kubectl.ok(&["create", "namespace", ns]);
+        // No controller-manager makes the namespace's default ServiceAccount.
+        kubectl.ok(&["create", "serviceaccount", "default", "-n", ns]);
+        kubectl.ok_stdin(
+            &["create", "-f", "-"],
+            &statefulset(ns, replicas, templates, class),
+        );
+        let node = Node {
+            ns: ns.to_string(),
+            claims: Api::namespaced(client.clone(), ns),
+            pods: Api::namespaced(client.clone(), ns),
+            kubectl: kubectl.clone(),
+            class: class.to_string(),
+            state: Arc::default(),
+            task: tokio::spawn(async {}),
+        };
+        for ordinal in 0..replicas {
+            for template in templates {
+                node.create_claim(&format!("{template}-db-{ordinal}")).await;
+            }
+        }
+        let task = tokio::spawn(run(
+            node.claims.clone(),
+            node.pods.clone(),
+            node.state.clone(),
+            replicas,
+        ));
+        Node { task, ..node }
+    }
+
+    fn file_system_resize_for(&self, claim: &str) {
+        if let Ok(mut state) = self.state.lock() {
+            state.file_system.insert(claim.to_string(), None);
+        }
+    }
+
+    fn resize_order(&self) -> Vec<String> {
+        self.state
+            .lock()
+            .map(|s| s.resized.clone())
+            .unwrap_or_default()
+    }
+
+    /// A claim bound at 10Gi, as the StatefulSet controller and the binder leave it.
+    async fn create_claim(&self, name: &str) {
+        let claim = json!({
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": name, "namespace": self.ns},
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "storageClassName": self.class,
+                "volumeName": format!("pv-{}-{name}", self.ns),
+                "resources": {"requests": {"storage": "10Gi"}},
+            }
+        });
+        self.kubectl
+            .ok_stdin(&["create", "-f", "-"], &claim.to_string());
+        let status = json!({"status": {"phase": "Bound", "accessModes": ["ReadWriteOnce"], "capacity": {"storage": "10Gi"}}});
+        self.claims
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            .unwrap_or_else(|e| panic!("binding {name}: {e}"));
+    }
+
+    /// Deleted as kube-controller-manager would let it go: the `kubernetes.io/pvc-protection`
+    /// finalizer the admission adds is removed at once (no pod uses it here).
+    async fn delete_claim(&self, name: &str) {
+        self.kubectl
+            .ok(&["delete", "pvc", "-n", &self.ns, name, "--wait=false"]);
+        self.kubectl.ok(&[
+            "patch",
+            "pvc",
+            "-n",
+            &self.ns,
+            name,
+            "--type=merge",
+            "-p",
+            r#"{"metadata":{"finalizers":null}}"#,
+        ]);
+        let deadline = Instant::now() + LIMIT;
+        while self.claims.get_opt(name).await.ok().flatten().is_some() {
+            assert!(Instant::now() < deadline, "claim {name} never went");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Each claim's (request, capacity).
+    async fn claims(&self) -> BTreeMap<String, (String, String)> {
+        let list = self
+            .claims
+            .list(&ListParams::default())
+            .await
+            .expect("claims");
+        list.items
+            .into_iter()
+            .map(|c| {
+                let size = |q: Option<&k8s_openapi::apimachinery::pkg::api::resource::Quantity>| {
+                    q.map(|q| q.0.clone()).unwrap_or_default()
+                };
+                let spec = c.spec.as_ref().and_then(|s| s.resources.as_ref());
+                let requested = size(spec.and_then(|r| r.requests.as_ref()?.get("storage")));
+                let status = c.status.as_ref().and_then(|s| s.capacity.as_ref());
+                let capacity = size(status.and_then(|c| c.get("storage")));
+                (c.metadata.name.unwrap_or_default(), (requested, capacity))
+            })
+            .collect()
+    }
+
+    async fn pod_uid(&self, name: &str) -> String {
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            if let Ok(pod) = self.pods.get(name).await
+                && pod.metadata.deletion_timestamp.is_none()
+            {
+                return pod.metadata.uid.unwrap_or_default();
+            }
+            assert!(Instant::now() < deadline, "pod {name} never came");
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    fn stop(self) {
+        self.task.abort();
+    }
+}
+
+fn statefulset(ns: &str, replicas: i32, templates: &[&str], class: &str) -> String {
+    let claims: Vec<Value> = templates
+        .iter()
+        .map(|t| {
+            json!({
+                "metadata": {"name": t},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": class,
+                    "resources": {"requests": {"storage": "10Gi"}},
+                }
+            })
+        })
+        .collect();
+    json!({
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": {"name": "db", "namespace": ns},
+        "spec": {
+            "replicas": replicas,
+            "serviceName": "db",
+            "selector": {"matchLabels": {"app": "db"}},
+            "template": {
+                "metadata": {"labels": {"app": "db"}},
+                "spec": {"containers": [{"name": "db", "image": "example.test/db:1"}]},
+            },
+            "volumeClaimTemplates": claims,
+        }
+    })
+    .to_string()
+}
+
+/// The loop of the played controllers and kubelet, every 100 ms.
+async fn run(
+    claims: Api<PersistentVolumeClaim>,
+    pods: Api<Pod>,
+    state: Arc<Mutex<NodeState>>,
+    replicas: i32,
+) {
+    loop {
+        keep_pods(&pods, replicas).await;
+        resize(&claims, &pods, &state).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The StatefulSet controller and the kubelet: every pod exists and is Ready.
+async fn keep_pods(pods: &Api<Pod>, replicas: i32) {
+    let Ok(list) = pods.list(&ListParams::default()).await else {
+        return;
+    };
+    let present: BTreeSet<String> = list
+        .items
+        .iter()
+        .filter_map(|p| p.metadata.name.clone())
+        .collect();
+    for ordinal in 0..replicas {
+        let name = format!("db-{ordinal}");
+        if present.contains(&name) {
+            continue;
+        }
+        let pod: Pod = serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": {"app": "db"}},
+            "spec": {"containers": [{"name": "db", "image": "example.test/db:1"}]},
+        }))
+        .expect("pod");
+        if pods.create(&Default::default(), &pod).await.is_ok() {
+            let ready = json!({"status": {"phase": "Running", "conditions": [
+                {"type": "Ready", "status": "True"}
+            ]}});
+            let _ = pods
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&ready))
+                .await;
+        }
+    }
+}
+
+/// The external resizer and the kubelet's file-system resize.
+async fn resize(
+    claims: &Api<PersistentVolumeClaim>,
+    pods: &Api<Pod>,
+    state: &Arc<Mutex<NodeState>>,
+) {
+    let Ok(list) = claims.list(&ListParams::default()).await else {
+        return;
+    };
+    for claim in list.items {
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        let requested = claim.spec.as_ref().and_then(|s| {
+            s.resources
+                .as_ref()?
+                .requests
+                .as_ref()?
+                .get("storage")
+                .cloned()
+        });
+        let capacity = claim
+            .status
+            .as_ref()
+            .and_then(|s| s.capacity.as_ref()?.get("storage").cloned());
+        let (Some(requested), Some(capacity)) = (requested, capacity) else {
+            continue;
+        };
+        let pending_fs = state
+            .lock()
+            .ok()
+            .and_then(|s| s.file_system.get(&name).cloned());
+        if requested != capacity {
+            if let Ok(mut s) = state.lock() {
+                s.resized.push(name.clone());
+            }
+            let mut status = json!({"status": {"capacity": {"storage": requested.0}}});
+            if pending_fs.is_some() {
+                // The volume grew; the file system waits for the pod to restart.
+                status["status"]["conditions"] =
+                    json!([{"type": "FileSystemResizePending", "status": "True"}]);
+                let pod = pod_of(&name);
+                let uid = pods.get(&pod).await.ok().and_then(|p| p.metadata.uid);
+                if let Ok(mut s) = state.lock() {
+                    s.file_system.insert(name.clone(), uid);
+                }
+            }
+            let _ = claims
+                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+                .await;
+            continue;
+        }
+        if let Some(Some(old_uid)) = pending_fs {
+            let now = pods
+                .get(&pod_of(&name))
+                .await
+                .ok()
+                .and_then(|p| p.metadata.uid);
+            if now.is_some_and(|uid| uid != old_uid) {
+                let done = json!({"status": {"conditions": []}});
+                if claims
+                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&done))
+                    .await
+                    .is_ok()
+                    && let Ok(mut s) = state.lock()
+                {
+                    s.file_system.remove(&name);
+                }
+            }
+        }
+    }
+}
+
+/// `data-db-1` → `db-1`.
+fn pod_of(claim: &str) -> String {
+    let ordinal = claim.rsplit('-').next().unwrap_or_default();
+    format!("db-{ordinal}")
+}
