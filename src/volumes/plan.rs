@@ -364,12 +364,13 @@ impl<'a> Planner<'a> {
         if claim.capacity_bytes().is_some_and(|c| c >= template.bytes) {
             return self.resized(entry, &claim);
         }
-        if let Some(message) = &claim.infeasible {
-            entry.phase = CLAIM_FAILED.into();
-            entry.last_error = message.clone();
-            return Step::Blocked(format!("claim {}: {message}", entry.name));
-        }
         if claim.requested_bytes() == Some(template.bytes) {
+            // An infeasible mark stays until the request changes: it is about this size.
+            if let Some(message) = &claim.infeasible {
+                entry.phase = CLAIM_FAILED.into();
+                entry.last_error = message.clone();
+                return Step::Blocked(format!("claim {}: {message}", entry.name));
+            }
             return self.follow(entry, &claim);
         }
         // Below the size, or above it after a failed resize whose spec was lowered (with

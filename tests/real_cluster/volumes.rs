@@ -42,6 +42,8 @@ async fn volume_claim_migrations_resize_claims_as_the_real_apiserver_allows() {
     rolling_update_ordinal_by_ordinal(&cluster, &kubectl, &client).await;
     a_class_without_expansion_is_refused_up_front(&kubectl, &client).await;
     on_delete_waits_for_a_recreated_claim(&kubectl, &client).await;
+    a_quota_stops_the_rollout_until_it_is_raised(&kubectl, &client).await;
+    a_size_lowered_after_a_failure_is_honoured(&kubectl, &client).await;
 }
 
 /// 5 replicas, 2 templates, `OnPodRollingUpdate`: ordinal by ordinal from the highest, one
@@ -186,6 +188,142 @@ async fn on_delete_waits_for_a_recreated_claim(kubectl: &Kubectl, client: &kube:
     node.stop();
 }
 
+/// A ResourceQuota refuses ordinal 1's PATCH (kube-apiserver's quota admission): the rollout
+/// stops there with a Warning Event, ordinal 0 untouched, and resumes once the quota is raised.
+async fn a_quota_stops_the_rollout_until_it_is_raised(kubectl: &Kubectl, client: &kube::Client) {
+    let ns = "quota";
+    let node = Node::start(client, kubectl, ns, 3, &["data"], "expandable").await;
+    // 30Gi used; room for one claim to grow by 10Gi. No quota controller runs here, so the
+    // test writes the quota's status as it would.
+    kubectl.ok_stdin(
+        &["create", "-f", "-"],
+        &json!({"apiVersion": "v1", "kind": "ResourceQuota",
+                "metadata": {"name": "storage", "namespace": ns},
+                "spec": {"hard": {"requests.storage": "45Gi"}}})
+        .to_string(),
+    );
+    let quota_status = |hard: &str| {
+        json!({"status": {"hard": {"requests.storage": hard}, "used": {"requests.storage": "30Gi"}}})
+            .to_string()
+    };
+    kubectl.ok(&[
+        "patch",
+        "resourcequota",
+        "storage",
+        "-n",
+        ns,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &quota_status("45Gi"),
+    ]);
+    kubectl.ok_stdin(
+        &["create", "-f", "-"],
+        &migration(ns, "grow", "OnPodRollingUpdate", &[("data", "20Gi")]),
+    );
+    let blocked = wait_until(kubectl, ns, "grow", |vcm| {
+        condition(vcm, "Running") == Some(("False".into(), "Blocked".into()))
+    })
+    .await;
+    let message = condition_message(&blocked, "Running");
+    assert!(
+        message.contains("data-db-1") && message.contains("exceeded quota"),
+        "{blocked:#}"
+    );
+    let claims = node.claims().await;
+    assert_eq!(claims["data-db-2"].1, "20Gi", "{claims:?}");
+    assert_eq!(
+        claims["data-db-0"].0, "10Gi",
+        "ordinal 0 untouched: {claims:?}"
+    );
+    let described = kubectl.ok(&["describe", "vcm", "-n", ns, "grow"]);
+    assert!(
+        described.contains("Warning") && described.contains("ResizeFailed"),
+        "{described}"
+    );
+    kubectl.ok(&[
+        "patch",
+        "resourcequota",
+        "storage",
+        "-n",
+        ns,
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"hard":{"requests.storage":"100Gi"}}}"#,
+    ]);
+    kubectl.ok(&[
+        "patch",
+        "resourcequota",
+        "storage",
+        "-n",
+        ns,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        &quota_status("100Gi"),
+    ]);
+    wait_until(kubectl, ns, "grow", |vcm| {
+        condition(vcm, "Succeeded") == Some(("True".into(), "Resized".into()))
+    })
+    .await;
+    let described = kubectl.ok(&["describe", "vcm", "-n", ns, "grow"]);
+    assert!(described.contains("Resumed"), "{described}");
+    node.stop();
+}
+
+/// 100Gi asked; ordinal 1's resize is infeasible (the resizer says so). The migration is
+/// lowered to 20Gi: with RecoverVolumeExpansionFailure (GA) kube-apiserver lets the request come
+/// down to any size ≥ the capacity, so ordinal 1 goes to 20Gi, ordinal 2 keeps its 100Gi and
+/// ordinal 0 goes to 20Gi.
+async fn a_size_lowered_after_a_failure_is_honoured(kubectl: &Kubectl, client: &kube::Client) {
+    let ns = "recover";
+    let node = Node::start(client, kubectl, ns, 3, &["data"], "expandable").await;
+    node.infeasible_at("data-db-1", "100Gi");
+    kubectl.ok_stdin(
+        &["create", "-f", "-"],
+        &migration(ns, "grow", "OnPodRollingUpdate", &[("data", "100Gi")]),
+    );
+    let blocked = wait_until(kubectl, ns, "grow", |vcm| {
+        condition(vcm, "Running") == Some(("False".into(), "Blocked".into()))
+    })
+    .await;
+    assert!(
+        condition_message(&blocked, "Running").contains("Infeasible"),
+        "{blocked:#}"
+    );
+    kubectl.ok(&[
+        "patch",
+        "vcm",
+        "grow",
+        "-n",
+        ns,
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"templates":[{"name":"data","storage":"20Gi"}]}}"#,
+    ]);
+    wait_until(kubectl, ns, "grow", |vcm| {
+        condition(vcm, "Succeeded") == Some(("True".into(), "Resized".into()))
+    })
+    .await;
+    let claims = node.claims().await;
+    assert_eq!(
+        claims["data-db-2"],
+        ("100Gi".into(), "100Gi".into()),
+        "{claims:?}"
+    );
+    assert_eq!(
+        claims["data-db-1"],
+        ("20Gi".into(), "20Gi".into()),
+        "{claims:?}"
+    );
+    assert_eq!(
+        claims["data-db-0"],
+        ("20Gi".into(), "20Gi".into()),
+        "{claims:?}"
+    );
+    node.stop();
+}
+
 const STORAGE_CLASSES: &str = r#"
 apiVersion: storage.k8s.io/v1
 kind: StorageClass
@@ -277,6 +415,8 @@ struct NodeState {
     resized: Vec<String>,
     /// Claims whose next resize needs the pod restarted, and the pod uid seen when it did.
     file_system: BTreeMap<String, Option<String>>,
+    /// Claims whose resize to the given size the resizer declares infeasible.
+    infeasible: BTreeMap<String, String>,
 }
 
 impl Node {
@@ -321,6 +461,12 @@ impl Node {
     fn file_system_resize_for(&self, claim: &str) {
         if let Ok(mut state) = self.state.lock() {
             state.file_system.insert(claim.to_string(), None);
+        }
+    }
+
+    fn infeasible_at(&self, claim: &str, size: &str) {
+        if let Ok(mut state) = self.state.lock() {
+            state.infeasible.insert(claim.to_string(), size.to_string());
         }
     }
 
@@ -522,11 +668,43 @@ async fn resize(
             .lock()
             .ok()
             .and_then(|s| s.file_system.get(&name).cloned());
+        let infeasible = state
+            .lock()
+            .ok()
+            .and_then(|s| s.infeasible.get(&name).cloned())
+            .is_some_and(|size| size == requested.0);
+        let said_infeasible = claim
+            .status
+            .as_ref()
+            .and_then(|s| {
+                s.allocated_resource_statuses
+                    .as_ref()?
+                    .get("storage")
+                    .cloned()
+            })
+            .is_some();
+        if infeasible {
+            if !said_infeasible {
+                let status = json!({"status": {
+                    "allocatedResourceStatuses": {"storage": "ControllerResizeInfeasible"},
+                    "conditions": [{"type": "ControllerResizeError", "status": "True",
+                                    "message": "the backend has no room for this size"}]
+                }});
+                let _ = claims
+                    .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+                    .await;
+            }
+            continue;
+        }
         if requested != capacity {
             if let Ok(mut s) = state.lock() {
                 s.resized.push(name.clone());
             }
-            let mut status = json!({"status": {"capacity": {"storage": requested.0}}});
+            let mut status = json!({"status": {
+                "capacity": {"storage": requested.0},
+                "allocatedResourceStatuses": null,
+                "conditions": null,
+            }});
             if pending_fs.is_some() {
                 // The volume grew; the file system waits for the pod to restart.
                 status["status"]["conditions"] =
