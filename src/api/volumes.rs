@@ -106,7 +106,30 @@ pub struct VolumeClaimMigrationStatus {
     pub claims: Vec<ClaimStatus>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
+    /// `spec.recreateStatefulSet`: how far the StatefulSet's replacement is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recreate: Option<RecreateStatus>,
 }
+
+/// The replacement of an apps/v1 StatefulSet by one whose templates say the new sizes. The
+/// object to create is saved here before the old one is deleted, so that a restart between
+/// the deletion and the creation loses nothing.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecreateStatus {
+    /// `Deleting` (the old object is being deleted with orphan cascade) or `Recreated`.
+    #[serde(default)]
+    pub phase: String,
+    /// The uid of the StatefulSet being replaced: the deletion's precondition.
+    #[serde(default, rename = "statefulSetUID")]
+    pub stateful_set_uid: String,
+    /// The StatefulSet to create in its place; dropped once it exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifest: Option<Value>,
+}
+
+pub const RECREATE_DELETING: &str = "Deleting";
+pub const RECREATE_DONE: &str = "Recreated";
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -660,6 +683,19 @@ fn definitions(version: &str) -> Vec<(String, Value)> {
                         "x-kubernetes-list-type": "map",
                         "x-kubernetes-list-map-keys": ["type"],
                     },
+                    "recreate": {"allOf": [{"$ref": format!("#/components/schemas/{name}RecreateStatus")}], "description": "spec.recreateStatefulSet: how far the StatefulSet's replacement is."},
+                },
+            }),
+        ),
+        (
+            format!("{name}RecreateStatus"),
+            json!({
+                "description": "The replacement of an apps/v1 StatefulSet by one whose volumeClaimTemplates say the new sizes (deleted with orphan cascade, created again from the saved manifest).",
+                "type": "object",
+                "properties": {
+                    "phase": s("Deleting or Recreated."),
+                    "statefulSetUID": s("The uid of the StatefulSet being replaced."),
+                    "manifest": {"type": "object", "x-kubernetes-preserve-unknown-fields": true, "x-kubernetes-embedded-resource": true, "description": "The StatefulSet to create in its place, saved before the old one is deleted."},
                 },
             }),
         ),

@@ -325,6 +325,20 @@ pub const CLUSTER_ACCESS: &[Access] = &[
         "pods",
         "that pod deleted so the kubelet resizes the file system when it starts again",
     ),
+    resource(
+        Component::Volumes,
+        "delete",
+        "apps",
+        "statefulsets",
+        "spec.recreateStatefulSet: the old StatefulSet deleted with orphan cascade",
+    ),
+    resource(
+        Component::Volumes,
+        "create",
+        "apps",
+        "statefulsets",
+        "spec.recreateStatefulSet: the same StatefulSet created with the new templates",
+    ),
 ];
 
 fn matches(pattern: &str, value: &str) -> bool {

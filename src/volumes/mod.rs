@@ -11,6 +11,7 @@
 pub(crate) mod conditions;
 pub(crate) mod metrics;
 pub(crate) mod plan;
+mod recreate;
 mod target;
 
 use std::collections::BTreeMap;
@@ -127,49 +128,104 @@ impl Controller {
 
     /// The plan's actions, in order; a refused PATCH stops the rollout at that claim.
     async fn perform(&self, vcm: &VolumeClaimMigration, plan: &mut Plan) {
-        let namespace = vcm.metadata.namespace.clone().unwrap_or_default();
         for action in plan.actions.clone() {
-            match action {
+            let go_on = match action {
                 Action::Resize { claim, storage } => {
-                    match target::resize(&self.cluster, &namespace, &claim, &storage).await {
-                        Ok(()) => {
-                            self.metrics.resizes_started.inc();
-                            plan.notes.push(Note {
-                                warning: false,
-                                reason: "ResizeStarted",
-                                message: format!("claim {claim}: requested {storage}"),
-                            });
-                        }
-                        Err(err) => {
-                            self.metrics.resize_failure(&err);
-                            refused(plan, &claim, &err, vcm);
-                            return;
-                        }
-                    }
+                    self.resize_claim(vcm, plan, &claim, &storage).await
                 }
                 Action::RestartPod { pod, claim } => {
-                    match target::delete_pod(&self.cluster, &namespace, &pod).await {
-                        Ok(()) => {
-                            self.metrics.pod_restarts.inc();
-                            plan.notes.push(Note {
-                                warning: false,
-                                reason: "PodRestarted",
-                                message: format!(
-                                    "pod {pod} deleted so that claim {claim}'s file system is \
-                                     resized when it starts again"
-                                ),
-                            });
-                        }
-                        Err(err) => {
-                            tracing::info!(error = %err, %pod, "restarting the pod deferred");
-                            forget_restart(plan, &claim);
-                        }
-                    }
+                    self.restart_pod(vcm, plan, &pod, &claim).await;
+                    true
                 }
+                Action::DeleteStatefulSet { uid } => {
+                    self.delete_statefulset(vcm, plan, &uid).await;
+                    true
+                }
+                Action::CreateStatefulSet { manifest } => {
+                    // The next pass sees the new uid and says so (StatefulSetRecreated).
+                    if let Err(err) =
+                        target::create_statefulset(&self.cluster, vcm, &manifest).await
+                    {
+                        tracing::info!(error = %err, "creating the StatefulSet deferred");
+                    }
+                    true
+                }
+            };
+            if !go_on {
+                break;
             }
         }
         let resized = plan.notes.iter().filter(|n| n.reason == "Resized").count();
         self.metrics.claims_resized.inc_by(resized as u64);
+    }
+
+    /// Returns whether the rollout goes on (the server accepted the PATCH).
+    async fn resize_claim(
+        &self,
+        vcm: &VolumeClaimMigration,
+        plan: &mut Plan,
+        claim: &str,
+        storage: &str,
+    ) -> bool {
+        let namespace = vcm.metadata.namespace.as_deref().unwrap_or_default();
+        match target::resize(&self.cluster, namespace, claim, storage).await {
+            Ok(()) => {
+                self.metrics.resizes_started.inc();
+                plan.notes.push(Note {
+                    warning: false,
+                    reason: "ResizeStarted",
+                    message: format!("claim {claim}: requested {storage}"),
+                });
+                true
+            }
+            Err(err) => {
+                self.metrics.resize_failure(&err);
+                refused(plan, claim, &err, vcm);
+                false
+            }
+        }
+    }
+
+    async fn restart_pod(
+        &self,
+        vcm: &VolumeClaimMigration,
+        plan: &mut Plan,
+        pod: &str,
+        claim: &str,
+    ) {
+        let namespace = vcm.metadata.namespace.as_deref().unwrap_or_default();
+        match target::delete_pod(&self.cluster, namespace, pod).await {
+            Ok(()) => {
+                self.metrics.pod_restarts.inc();
+                plan.notes.push(Note {
+                    warning: false,
+                    reason: "PodRestarted",
+                    message: format!(
+                        "pod {pod} deleted so that claim {claim}'s file system is resized when \
+                         it starts again"
+                    ),
+                });
+            }
+            Err(err) => {
+                tracing::info!(error = %err, %pod, "restarting the pod deferred");
+                forget_restart(plan, claim);
+            }
+        }
+    }
+
+    /// The old StatefulSet goes with orphan cascade; a failure (a conflict: someone else
+    /// acted first) is decided again on the next pass.
+    async fn delete_statefulset(&self, vcm: &VolumeClaimMigration, plan: &mut Plan, uid: &str) {
+        match target::delete_statefulset(&self.cluster, vcm, uid).await {
+            Ok(()) => plan.notes.push(Note {
+                warning: false,
+                reason: "RecreatingStatefulSet",
+                message: "StatefulSet deleted with orphan cascade (its pods and claims stay); \
+                          it is created again with the new volumeClaimTemplates"
+                    .into(),
+            }),
+            Err(err) => tracing::info!(error = %err, "deleting the StatefulSet deferred"),
+        }
     }
 
     /// An Event on the migration, and the same on the StatefulSet.

@@ -7,9 +7,10 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use super::recreate::Next;
 use crate::api::volumes::{
-    ClaimStatus, FAILED, ON_DELETE, PAUSED, RUNNING, SUCCEEDED, TemplateStatus,
-    VolumeClaimMigration, VolumeClaimMigrationStatus, quantity_bytes,
+    ClaimStatus, FAILED, ON_DELETE, PAUSED, RECREATE_DONE, RUNNING, RecreateStatus, SUCCEEDED,
+    TemplateStatus, VolumeClaimMigration, VolumeClaimMigrationStatus, quantity_bytes,
 };
 
 /// Claim phases (`status.claims[].phase`).
@@ -74,6 +75,8 @@ pub struct Observed {
     pub storage_classes: BTreeMap<String, bool>,
     /// By pod name.
     pub pods: BTreeMap<String, PodView>,
+    /// The StatefulSet itself; absent while it is being replaced (`spec.recreateStatefulSet`).
+    pub statefulset: Option<super::recreate::Seen>,
 }
 
 /// What the controller does, in order.
@@ -83,6 +86,10 @@ pub enum Action {
     Resize { claim: String, storage: String },
     /// Delete the pod so that its file system is resized when it starts again.
     RestartPod { pod: String, claim: String },
+    /// Delete the StatefulSet with orphan cascade, if it still has this uid.
+    DeleteStatefulSet { uid: String },
+    /// Create the StatefulSet saved in `status.recreate`.
+    CreateStatefulSet { manifest: serde_json::Value },
 }
 
 /// An Event to record, on the migration and on the StatefulSet.
@@ -122,7 +129,10 @@ pub fn plan(vcm: &VolumeClaimMigration, observed: &Observed, now: jiff::Timestam
         planner.set_conditions(Outcome::Refused(refusal));
         return planner.finish();
     }
-    let outcome = planner.roll_out();
+    let mut outcome = planner.roll_out();
+    if matches!(outcome, Outcome::Done) && vcm.spec.recreate_stateful_set {
+        outcome = planner.recreate();
+    }
     planner.set_conditions(outcome);
     planner.finish()
 }
@@ -143,6 +153,8 @@ enum Outcome {
     TimedOut(String),
     Done,
     InProgress,
+    /// Every claim is resized; the StatefulSet is being replaced (the reason says how far).
+    Recreating(&'static str),
 }
 
 struct Planner<'a> {
@@ -155,6 +167,7 @@ struct Planner<'a> {
     before: BTreeMap<&'a str, &'a ClaimStatus>,
     claims: Vec<ClaimStatus>,
     conditions: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+    recreate: Option<RecreateStatus>,
     actions: Vec<Action>,
     notes: Vec<Note>,
 }
@@ -177,6 +190,7 @@ impl<'a> Planner<'a> {
                 .collect(),
             claims: Vec::new(),
             conditions: vcm.status.conditions.clone(),
+            recreate: vcm.status.recreate.clone(),
             actions: Vec::new(),
             notes: Vec::new(),
         }
@@ -463,6 +477,41 @@ impl<'a> Planner<'a> {
         Step::Done
     }
 
+    /// Every claim is resized: the StatefulSet's replacement takes its next step.
+    fn recreate(&mut self) -> Outcome {
+        let next = super::recreate::next(
+            self.recreate.as_ref(),
+            self.observed.statefulset.as_ref(),
+            &self.observed.templates,
+        );
+        match next {
+            Next::Done(status) => {
+                if status.as_ref().is_some_and(|s| s.phase == RECREATE_DONE)
+                    && self
+                        .recreate
+                        .as_ref()
+                        .is_none_or(|s| s.phase != RECREATE_DONE)
+                {
+                    self.notes.push(Note {
+                        warning: false,
+                        reason: "StatefulSetRecreated",
+                        message:
+                            "the StatefulSet was re-created with the new volumeClaimTemplates; \
+                                  its pods and claims were kept"
+                                .into(),
+                    });
+                }
+                self.recreate = status;
+                return Outcome::Done;
+            }
+            Next::Wait(reason) => return Outcome::Recreating(reason),
+            Next::Save(status) => self.recreate = Some(status),
+            Next::Delete { uid } => self.actions.push(Action::DeleteStatefulSet { uid }),
+            Next::Create { manifest } => self.actions.push(Action::CreateStatefulSet { manifest }),
+        }
+        Outcome::Recreating("re-creating the StatefulSet so that its templates say the new sizes")
+    }
+
     fn all_resized(&self) -> bool {
         let replicas = usize::try_from(self.observed.replicas.max(0)).unwrap_or(0);
         self.claims.len() == replicas * self.observed.templates.len()
@@ -531,6 +580,12 @@ impl<'a> Planner<'a> {
                 );
                 set(SUCCEEDED, false, "Resizing", "");
             }
+            Outcome::Recreating(message) => {
+                set(PAUSED, false, "Resumed", "");
+                set(FAILED, false, "Resized", "");
+                set(RUNNING, true, "RecreatingStatefulSet", message);
+                set(SUCCEEDED, false, "RecreatingStatefulSet", "");
+            }
         }
     }
 
@@ -591,6 +646,7 @@ impl<'a> Planner<'a> {
             templates: self.template_counts(),
             claims: self.claims,
             conditions: self.conditions,
+            recreate: self.recreate,
         };
         Plan {
             status,

@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use serde_json::{Value, json};
 
 use super::plan::{self, ClaimView, PodView, TemplateTarget};
+use super::recreate;
 use crate::api::volumes::{VolumeClaimMigration, quantity_bytes};
 use crate::cluster::{ClusterClient, ClusterError};
 
@@ -27,19 +28,34 @@ pub async fn observe(
 ) -> Result<Observed, ClusterError> {
     let namespace = vcm.metadata.namespace.as_deref().unwrap_or_default();
     let target = &vcm.spec.target;
-    let sts: Value = cluster
-        .get_json(&format!(
-            "/apis/{}/namespaces/{namespace}/statefulsets/{}",
-            target.api_version, target.name
-        ))
-        .await?;
+    let path = statefulset_path(vcm, namespace);
+    // While the StatefulSet is replaced, the saved manifest says what it will be.
+    let saved = vcm
+        .status
+        .recreate
+        .as_ref()
+        .and_then(|r| r.manifest.as_ref());
+    let served = match cluster.get_json::<Value>(&path).await {
+        Ok(found) => Some(found),
+        Err(err) if err.code() == Some(404) && saved.is_some() => None,
+        Err(err) => return Err(err),
+    };
+    let seen = served.as_ref().map(|object| recreate::Seen {
+        uid: text_at(object, "/metadata/uid"),
+        deleting: object.pointer("/metadata/deletionTimestamp").is_some(),
+        object: object.clone(),
+    });
+    let Some(sts) = served.as_ref().or(saved) else {
+        return Err(ClusterError::Decode(format!("{path}: no StatefulSet")));
+    };
     let mut view = plan::Observed {
         replicas: sts
             .pointer("/spec/replicas")
             .and_then(Value::as_i64)
             .and_then(|r| i32::try_from(r).ok())
             .unwrap_or(1),
-        templates: templates(vcm, &sts),
+        templates: templates(vcm, sts),
+        statefulset: seen,
         ..Default::default()
     };
     for ordinal in 0..view.replicas.max(0) {
@@ -75,13 +91,26 @@ pub async fn observe(
         kind: Some(target.kind.clone()),
         name: Some(target.name.clone()),
         namespace: Some(namespace.to_string()),
-        uid: sts
-            .pointer("/metadata/uid")
-            .and_then(Value::as_str)
-            .map(str::to_string),
+        uid: Some(text_at(sts, "/metadata/uid")).filter(|u| !u.is_empty()),
         ..Default::default()
     };
     Ok(Observed { view, statefulset })
+}
+
+fn statefulset_path(vcm: &VolumeClaimMigration, namespace: &str) -> String {
+    let target = &vcm.spec.target;
+    format!(
+        "/apis/{}/namespaces/{namespace}/statefulsets/{}",
+        target.api_version, target.name
+    )
+}
+
+fn text_at(object: &Value, pointer: &str) -> String {
+    object
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
 }
 
 /// The sizes asked for: the migration's `spec.templates`, or (empty, for an Advanced
@@ -246,4 +275,58 @@ pub async fn delete_pod(
         Err(err) if err.code() == Some(404) => Ok(()),
         Err(err) => Err(err),
     }
+}
+
+/// Deletes the StatefulSet with orphan cascade (its pods and claims stay) if it still has
+/// `uid`; gone already is as good.
+pub async fn delete_statefulset(
+    cluster: &ClusterClient,
+    vcm: &VolumeClaimMigration,
+    uid: &str,
+) -> Result<(), ClusterError> {
+    let namespace = vcm.metadata.namespace.as_deref().unwrap_or_default();
+    let options = json!({
+        "apiVersion": "v1",
+        "kind": "DeleteOptions",
+        "propagationPolicy": "Orphan",
+        "preconditions": {"uid": uid},
+    });
+    let body = serde_json::to_vec(&options).map_err(|e| ClusterError::Decode(e.to_string()))?;
+    let path = statefulset_path(vcm, namespace);
+    match cluster
+        .request(
+            Method::DELETE,
+            &path,
+            "application/json",
+            Some(("application/json", body)),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(err) if err.code() == Some(404) => Ok(()),
+        Err(err) => Err(err),
+    }
+}
+
+/// Creates the saved StatefulSet.
+pub async fn create_statefulset(
+    cluster: &ClusterClient,
+    vcm: &VolumeClaimMigration,
+    manifest: &Value,
+) -> Result<(), ClusterError> {
+    let namespace = vcm.metadata.namespace.as_deref().unwrap_or_default();
+    let body = serde_json::to_vec(manifest).map_err(|e| ClusterError::Decode(e.to_string()))?;
+    let path = format!(
+        "/apis/{}/namespaces/{namespace}/statefulsets",
+        vcm.spec.target.api_version
+    );
+    cluster
+        .request(
+            Method::POST,
+            &path,
+            "application/json",
+            Some(("application/json", body)),
+        )
+        .await
+        .map(drop)
 }

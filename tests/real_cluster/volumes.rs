@@ -11,6 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
@@ -44,6 +45,7 @@ async fn volume_claim_migrations_resize_claims_as_the_real_apiserver_allows() {
     on_delete_waits_for_a_recreated_claim(&kubectl, &client).await;
     a_quota_stops_the_rollout_until_it_is_raised(&kubectl, &client).await;
     a_size_lowered_after_a_failure_is_honoured(&kubectl, &client).await;
+    an_apps_v1_statefulset_is_recreated_keeping_pods_and_claims(&kubectl, &client).await;
 }
 
 /// 5 replicas, 2 templates, `OnPodRollingUpdate`: ordinal by ordinal from the highest, one
@@ -324,6 +326,84 @@ async fn a_size_lowered_after_a_failure_is_honoured(kubectl: &Kubectl, client: &
     node.stop();
 }
 
+/// `recreateStatefulSet`: once every claim is resized the StatefulSet is deleted with orphan
+/// cascade (the played garbage collector sees the `orphan` finalizer kube-apiserver adds for
+/// it; a cascading deletion would have taken the pods) and created again with the new sizes.
+/// Every pod and claim keeps its uid; the new StatefulSet adopts the pods.
+async fn an_apps_v1_statefulset_is_recreated_keeping_pods_and_claims(
+    kubectl: &Kubectl,
+    client: &kube::Client,
+) {
+    let ns = "recreate";
+    let node = Node::start(client, kubectl, ns, 3, &["data"], "expandable").await;
+    let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
+    let old = statefulsets.get("db").await.expect("statefulset");
+    let old_uid = old.metadata.uid.clone().unwrap_or_default();
+    let deadline = Instant::now() + LIMIT;
+    let mut pods_before = node.owned_pods(&old_uid).await;
+    while pods_before.len() < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "pods never came: {pods_before:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        pods_before = node.owned_pods(&old_uid).await;
+    }
+    let claims_before = node.claim_uids().await;
+    let mut vcm: Value = serde_json::from_str(&migration(
+        ns,
+        "grow",
+        "OnPodRollingUpdate",
+        &[("data", "20Gi")],
+    ))
+    .expect("migration");
+    vcm["spec"]["recreateStatefulSet"] = json!(true);
+    kubectl.ok_stdin(&["create", "-f", "-"], &vcm.to_string());
+    let done = wait_until(kubectl, ns, "grow", |vcm| {
+        condition(vcm, "Succeeded") == Some(("True".into(), "Resized".into()))
+    })
+    .await;
+    assert_eq!(done["status"]["recreate"]["phase"], "Recreated", "{done:#}");
+    let new = statefulsets
+        .get("db")
+        .await
+        .expect("re-created statefulset");
+    let new_uid = new.metadata.uid.clone().unwrap_or_default();
+    assert_ne!(new_uid, old_uid, "a new object");
+    let spec = new.spec;
+    assert_eq!(spec.replicas, Some(3));
+    let sizes: Vec<String> = spec
+        .volume_claim_templates
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|t| {
+            let requests = t.spec.as_ref()?.resources.as_ref()?.requests.as_ref()?;
+            Some(requests.get("storage")?.0.clone())
+        })
+        .collect();
+    assert_eq!(sizes, ["20Gi"]);
+    assert_eq!(
+        node.orphaned(),
+        vec![old_uid.clone()],
+        "deleted with orphan cascade"
+    );
+    assert_eq!(node.claim_uids().await, claims_before, "claims kept");
+    while node.owned_pods(&new_uid).await != pods_before {
+        assert!(
+            Instant::now() < deadline,
+            "pods kept and adopted: {pods_before:?} vs {:?}",
+            node.owned_pods(&new_uid).await
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let described = kubectl.ok(&["describe", "vcm", "-n", ns, "grow"]);
+    assert!(
+        described.contains("RecreatingStatefulSet") && described.contains("StatefulSetRecreated"),
+        "{described}"
+    );
+    node.stop();
+}
+
 const STORAGE_CLASSES: &str = r#"
 apiVersion: storage.k8s.io/v1
 kind: StorageClass
@@ -417,6 +497,8 @@ struct NodeState {
     file_system: BTreeMap<String, Option<String>>,
     /// Claims whose resize to the given size the resizer declares infeasible.
     infeasible: BTreeMap<String, String>,
+    /// StatefulSets the garbage collector orphaned (deleted with the `orphan` finalizer).
+    orphaned: Vec<String>,
 }
 
 impl Node {
@@ -450,6 +532,7 @@ impl Node {
             }
         }
         let task = tokio::spawn(run(
+            Api::namespaced(client.clone(), ns),
             node.claims.clone(),
             node.pods.clone(),
             node.state.clone(),
@@ -468,6 +551,45 @@ impl Node {
         if let Ok(mut state) = self.state.lock() {
             state.infeasible.insert(claim.to_string(), size.to_string());
         }
+    }
+
+    fn orphaned(&self) -> Vec<String> {
+        self.state
+            .lock()
+            .map(|s| s.orphaned.clone())
+            .unwrap_or_default()
+    }
+
+    /// Pod name → uid of the pods whose controller is the StatefulSet `owner`.
+    async fn owned_pods(&self, owner: &str) -> BTreeMap<String, String> {
+        let list = self.pods.list(&ListParams::default()).await.expect("pods");
+        list.items
+            .into_iter()
+            .filter(|p| controller_uid(p).as_deref() == Some(owner))
+            .map(|p| {
+                (
+                    p.metadata.name.unwrap_or_default(),
+                    p.metadata.uid.unwrap_or_default(),
+                )
+            })
+            .collect()
+    }
+
+    async fn claim_uids(&self) -> BTreeMap<String, String> {
+        let list = self
+            .claims
+            .list(&ListParams::default())
+            .await
+            .expect("claims");
+        list.items
+            .into_iter()
+            .map(|c| {
+                (
+                    c.metadata.name.unwrap_or_default(),
+                    c.metadata.uid.unwrap_or_default(),
+                )
+            })
+            .collect()
     }
 
     fn resize_order(&self) -> Vec<String> {
@@ -595,23 +717,94 @@ fn statefulset(ns: &str, replicas: i32, templates: &[&str], class: &str) -> Stri
 
 /// The loop of the played controllers and kubelet, every 100 ms.
 async fn run(
+    statefulsets: Api<StatefulSet>,
     claims: Api<PersistentVolumeClaim>,
     pods: Api<Pod>,
     state: Arc<Mutex<NodeState>>,
     replicas: i32,
 ) {
     loop {
-        keep_pods(&pods, replicas).await;
+        let owner = collect_garbage(&statefulsets, &pods, &state).await;
+        if let Some(owner) = owner {
+            keep_pods(&pods, &owner, replicas).await;
+        }
         resize(&claims, &pods, &state).await;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
-/// The StatefulSet controller and the kubelet: every pod exists and is Ready.
-async fn keep_pods(pods: &Api<Pod>, replicas: i32) {
+/// The garbage collector: a StatefulSet deleted with the `orphan` finalizer loses it once its
+/// pods' owner references are removed; pods whose owner is gone otherwise are deleted (a
+/// cascading deletion). Returns the StatefulSet's uid while it exists and is not deleted.
+async fn collect_garbage(
+    statefulsets: &Api<StatefulSet>,
+    pods: &Api<Pod>,
+    state: &Arc<Mutex<NodeState>>,
+) -> Option<String> {
+    let current = statefulsets.get_opt("db").await.ok()?;
+    let uid = current.as_ref().and_then(|s| s.metadata.uid.clone());
+    let list = pods.list(&ListParams::default()).await.ok()?;
+    let finalizers = current
+        .as_ref()
+        .and_then(|s| s.metadata.finalizers.clone())
+        .unwrap_or_default();
+    let deleting = current
+        .as_ref()
+        .is_some_and(|s| s.metadata.deletion_timestamp.is_some());
+    if deleting && finalizers.iter().any(|f| f == "orphan") {
+        for pod in &list.items {
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            let orphan = json!({"metadata": {"ownerReferences": null}});
+            let _ = pods
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&orphan))
+                .await;
+        }
+        let rest: Vec<&String> = finalizers.iter().filter(|f| *f != "orphan").collect();
+        let release = json!({"metadata": {"finalizers": rest}});
+        if statefulsets
+            .patch("db", &PatchParams::default(), &Patch::Merge(&release))
+            .await
+            .is_ok()
+            && let (Ok(mut state), Some(uid)) = (state.lock(), uid.clone())
+        {
+            state.orphaned.push(uid);
+        }
+        return None;
+    }
+    for pod in &list.items {
+        let owner = controller_uid(pod);
+        if owner.is_some() && owner != uid {
+            let name = pod.metadata.name.clone().unwrap_or_default();
+            let _ = pods.delete(&name, &Default::default()).await;
+        }
+    }
+    uid.filter(|_| !deleting)
+}
+
+fn controller_uid(pod: &Pod) -> Option<String> {
+    pod.metadata
+        .owner_references
+        .as_ref()?
+        .iter()
+        .find(|r| r.controller == Some(true))
+        .map(|r| r.uid.clone())
+}
+
+/// The StatefulSet controller and the kubelet: every pod exists, is Ready and is owned by
+/// the StatefulSet (orphans are adopted).
+async fn keep_pods(pods: &Api<Pod>, owner: &str, replicas: i32) {
     let Ok(list) = pods.list(&ListParams::default()).await else {
         return;
     };
+    let reference = json!([{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db",
+                            "uid": owner, "controller": true, "blockOwnerDeletion": true}]);
+    for pod in list.items.iter().filter(|p| controller_uid(p).is_none()) {
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let adopt = json!({"metadata": {"ownerReferences": reference}});
+        let _ = pods
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&adopt))
+            .await;
+    }
     let present: BTreeSet<String> = list
         .items
         .iter()
@@ -623,7 +816,7 @@ async fn keep_pods(pods: &Api<Pod>, replicas: i32) {
             continue;
         }
         let pod: Pod = serde_json::from_value(json!({
-            "metadata": {"name": name, "labels": {"app": "db"}},
+            "metadata": {"name": name, "labels": {"app": "db"}, "ownerReferences": reference},
             "spec": {"containers": [{"name": "db", "image": "example.test/db:1"}]},
         }))
         .expect("pod");

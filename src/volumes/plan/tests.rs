@@ -72,7 +72,7 @@ fn resized_claims(plan: &Plan) -> Vec<String> {
         .iter()
         .filter_map(|a| match a {
             Action::Resize { claim, .. } => Some(claim.clone()),
-            Action::RestartPod { .. } => None,
+            _ => None,
         })
         .collect()
 }
@@ -420,4 +420,65 @@ fn a_claim_not_created_yet_is_pending_and_never_done() {
         .unwrap();
     assert_eq!(logs.phase, PENDING);
     assert_eq!(condition(&plan, SUCCEEDED).0, "False");
+}
+
+/// Every claim resized and `recreateStatefulSet`: the manifest is saved first, the old
+/// object deleted on the next pass, the saved one created once it is gone; Succeeded only
+/// when the replacement exists.
+#[test]
+fn recreate_saves_deletes_creates_and_only_then_succeeds() {
+    let mut migration = vcm(ON_POD_ROLLING_UPDATE, &[("data", "20Gi"), ("logs", "20Gi")]);
+    migration.spec.recreate_stateful_set = true;
+    let mut observed = grown(
+        cluster(1, 20 * GI),
+        &["data-db-0".into(), "logs-db-0".into()],
+        "20Gi",
+    );
+    let served = |uid: &str, size: &str| super::super::recreate::Seen {
+        uid: uid.into(),
+        deleting: false,
+        object: serde_json::json!({"metadata": {"name": "db", "uid": uid},
+            "spec": {"volumeClaimTemplates": [
+                {"metadata": {"name": "data"}, "spec": {"resources": {"requests": {"storage": size}}}},
+                {"metadata": {"name": "logs"}, "spec": {"resources": {"requests": {"storage": size}}}}]}}),
+    };
+    observed.statefulset = Some(served("old", "10Gi"));
+    let saving = plan(&migration, &observed, now());
+    assert!(saving.actions.is_empty(), "nothing deleted before the save");
+    assert_eq!(
+        condition(&saving, RUNNING),
+        ("True", "RecreatingStatefulSet")
+    );
+    assert_eq!(
+        condition(&saving, SUCCEEDED),
+        ("False", "RecreatingStatefulSet")
+    );
+    let migration = next(migration, &saving);
+    let deleting = plan(&migration, &observed, now());
+    assert_eq!(
+        deleting.actions,
+        vec![Action::DeleteStatefulSet { uid: "old".into() }]
+    );
+    observed.statefulset = None;
+    let creating = plan(&migration, &observed, now());
+    let Some(Action::CreateStatefulSet { manifest }) = creating.actions.first() else {
+        panic!("{:?}", creating.actions);
+    };
+    assert_eq!(
+        manifest["spec"]["volumeClaimTemplates"][1]["spec"]["resources"]["requests"]["storage"],
+        "20Gi"
+    );
+    observed.statefulset = Some(served("new", "20Gi"));
+    let done = plan(&migration, &observed, now());
+    assert!(done.actions.is_empty());
+    assert_eq!(condition(&done, SUCCEEDED), ("True", "Resized"));
+    assert_eq!(
+        done.status.recreate.as_ref().map(|r| r.phase.as_str()),
+        Some(crate::api::volumes::RECREATE_DONE)
+    );
+    assert!(
+        done.notes
+            .iter()
+            .any(|n| n.reason == "StatefulSetRecreated")
+    );
 }
