@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{
+    Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
+};
 use serde_json::{Value, json};
 
 use crate::support::kubectl::Kubectl;
@@ -46,6 +48,7 @@ async fn volume_claim_migrations_resize_claims_as_the_real_apiserver_allows() {
     a_quota_stops_the_rollout_until_it_is_raised(&kubectl, &client).await;
     a_size_lowered_after_a_failure_is_honoured(&kubectl, &client).await;
     an_apps_v1_statefulset_is_recreated_keeping_pods_and_claims(&kubectl, &client).await;
+    an_advanced_statefulset_is_resized_to_its_own_templates(&kubectl, &client).await;
 }
 
 /// 5 replicas, 2 templates, `OnPodRollingUpdate`: ordinal by ordinal from the highest, one
@@ -404,6 +407,110 @@ async fn an_apps_v1_statefulset_is_recreated_keeping_pods_and_claims(
     node.stop();
 }
 
+/// OpenKruise's Advanced StatefulSet (its CRD in tests/fixtures/kruise): its templates may be
+/// edited, so the migration names no sizes and reads them from the target; 3 replicas, 2
+/// templates, highest ordinal first. Re-creating is refused for it (nothing to re-create).
+async fn an_advanced_statefulset_is_resized_to_its_own_templates(
+    kubectl: &Kubectl,
+    client: &kube::Client,
+) {
+    let crd = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/kruise/statefulsets.apps.kruise.io.yaml"
+    );
+    kubectl.ok(&["apply", "-f", crd]);
+    kubectl.ok(&[
+        "wait",
+        "crd/statefulsets.apps.kruise.io",
+        "--for=condition=Established",
+        "--timeout=60s",
+    ]);
+    let ns = "kruise";
+    let shape = Shape {
+        api_version: "apps.kruise.io/v1beta1",
+        replicas: 3,
+        templates: &["data", "logs"],
+        class: "expandable",
+    };
+    let node = Node::start_as(client, kubectl, ns, &shape).await;
+    let grow = r#"[
+        {"op": "replace", "path": "/spec/volumeClaimTemplates/0/spec/resources/requests/storage", "value": "20Gi"},
+        {"op": "replace", "path": "/spec/volumeClaimTemplates/1/spec/resources/requests/storage", "value": "30Gi"}]"#;
+    kubectl.ok(&[
+        "patch",
+        "statefulsets.apps.kruise.io",
+        "db",
+        "-n",
+        ns,
+        "--type=json",
+        "-p",
+        grow,
+    ]);
+    let mut vcm = json!({
+        "apiVersion": "storage.svm-apiserver.io/v1alpha1",
+        "kind": "VolumeClaimMigration",
+        "metadata": {"name": "grow", "namespace": ns},
+        "spec": {
+            "target": {"apiVersion": "apps.kruise.io/v1beta1", "kind": "StatefulSet", "name": "db"},
+            "volumeClaimUpdateStrategy": "OnPodRollingUpdate",
+            "recreateStatefulSet": true,
+        }
+    });
+    let refused = kubectl.run_with_stdin(&["create", "-f", "-"], Some(&vcm.to_string()));
+    assert!(
+        !refused.ok && refused.stderr.contains("spec.recreateStatefulSet"),
+        "{refused:?}"
+    );
+    vcm["spec"]["recreateStatefulSet"] = json!(false);
+    kubectl.ok_stdin(&["create", "-f", "-"], &vcm.to_string());
+    let done = wait_until(kubectl, ns, "grow", |vcm| {
+        condition(vcm, "Succeeded") == Some(("True".into(), "Resized".into()))
+    })
+    .await;
+    let counts: Vec<(String, i64, i64)> = done["status"]["templates"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|t| {
+            let n = |k: &str| t[k].as_i64().unwrap_or(-1);
+            let name = t["templateName"].as_str().unwrap_or_default().to_string();
+            (name, n("compatibleReplicas"), n("compatibleReadyReplicas"))
+        })
+        .collect();
+    assert_eq!(
+        counts,
+        [("data".into(), 3, 3), ("logs".into(), 3, 3)],
+        "{done:#}"
+    );
+    let claims = node.claims().await;
+    for ordinal in 0..3 {
+        assert_eq!(
+            claims[&format!("data-db-{ordinal}")].1,
+            "20Gi",
+            "{claims:?}"
+        );
+        assert_eq!(
+            claims[&format!("logs-db-{ordinal}")].1,
+            "30Gi",
+            "{claims:?}"
+        );
+    }
+    let order = node.resize_order();
+    let ordinals: Vec<&str> = order.iter().filter_map(|c| c.rsplit('-').next()).collect();
+    assert_eq!(ordinals, ["2", "2", "1", "1", "0", "0"], "{order:?}");
+    let table = kubectl.ok(&["get", "vcm", "-n", ns]);
+    assert!(
+        table.contains("StatefulSet/db") && table.contains("<target's>"),
+        "{table}"
+    );
+    let described = kubectl.ok(&["describe", "statefulsets.apps.kruise.io", "-n", ns, "db"]);
+    assert!(
+        described.contains("ResizeStarted"),
+        "events on the target: {described}"
+    );
+    node.stop();
+}
+
 const STORAGE_CLASSES: &str = r#"
 apiVersion: storage.k8s.io/v1
 kind: StorageClass
@@ -502,6 +609,7 @@ struct NodeState {
 }
 
 impl Node {
+    /// An apps/v1 StatefulSet `db`.
     async fn start(
         client: &kube::Client,
         kubectl: &Kubectl,
@@ -510,13 +618,31 @@ impl Node {
         templates: &[&str],
         class: &str,
     ) -> Node {
+        let shape = Shape {
+            api_version: "apps/v1",
+            replicas,
+            templates,
+            class,
+        };
+        Node::start_as(client, kubectl, ns, &shape).await
+    }
+
+    async fn start_as(
+        client: &kube::Client,
+        kubectl: &Kubectl,
+        ns: &str,
+        shape: &Shape<'_>,
+    ) -> Node {
+        let Shape {
+            api_version,
+            replicas,
+            templates,
+            class,
+        } = *shape;
         kubectl.ok(&["create", "namespace", ns]);
         // No controller-manager makes the namespace's default ServiceAccount.
         kubectl.ok(&["create", "serviceaccount", "default", "-n", ns]);
-        kubectl.ok_stdin(
-            &["create", "-f", "-"],
-            &statefulset(ns, replicas, templates, class),
-        );
+        kubectl.ok_stdin(&["create", "-f", "-"], &statefulset(ns, shape));
         let node = Node {
             ns: ns.to_string(),
             claims: Api::namespaced(client.clone(), ns),
@@ -531,8 +657,11 @@ impl Node {
                 node.create_claim(&format!("{template}-db-{ordinal}")).await;
             }
         }
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let kind = GroupVersionKind::gvk(group, version, "StatefulSet");
+        let statefulsets = Api::namespaced_with(client.clone(), ns, &ApiResource::from_gvk(&kind));
         let task = tokio::spawn(run(
-            Api::namespaced(client.clone(), ns),
+            statefulsets,
             node.claims.clone(),
             node.pods.clone(),
             node.state.clone(),
@@ -683,7 +812,22 @@ impl Node {
     }
 }
 
-fn statefulset(ns: &str, replicas: i32, templates: &[&str], class: &str) -> String {
+/// The StatefulSet `db` a Node plays the controllers of.
+#[derive(Clone, Copy)]
+struct Shape<'a> {
+    api_version: &'a str,
+    replicas: i32,
+    templates: &'a [&'a str],
+    class: &'a str,
+}
+
+fn statefulset(ns: &str, shape: &Shape<'_>) -> String {
+    let Shape {
+        api_version,
+        replicas,
+        templates,
+        class,
+    } = *shape;
     let claims: Vec<Value> = templates
         .iter()
         .map(|t| {
@@ -698,7 +842,7 @@ fn statefulset(ns: &str, replicas: i32, templates: &[&str], class: &str) -> Stri
         })
         .collect();
     json!({
-        "apiVersion": "apps/v1",
+        "apiVersion": api_version,
         "kind": "StatefulSet",
         "metadata": {"name": "db", "namespace": ns},
         "spec": {
@@ -717,7 +861,7 @@ fn statefulset(ns: &str, replicas: i32, templates: &[&str], class: &str) -> Stri
 
 /// The loop of the played controllers and kubelet, every 100 ms.
 async fn run(
-    statefulsets: Api<StatefulSet>,
+    statefulsets: Api<DynamicObject>,
     claims: Api<PersistentVolumeClaim>,
     pods: Api<Pod>,
     state: Arc<Mutex<NodeState>>,
@@ -725,8 +869,8 @@ async fn run(
 ) {
     loop {
         let owner = collect_garbage(&statefulsets, &pods, &state).await;
-        if let Some(owner) = owner {
-            keep_pods(&pods, &owner, replicas).await;
+        if let Some((api_version, uid)) = owner {
+            keep_pods(&pods, &api_version, &uid, replicas).await;
         }
         resize(&claims, &pods, &state).await;
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -735,14 +879,20 @@ async fn run(
 
 /// The garbage collector: a StatefulSet deleted with the `orphan` finalizer loses it once its
 /// pods' owner references are removed; pods whose owner is gone otherwise are deleted (a
-/// cascading deletion). Returns the StatefulSet's uid while it exists and is not deleted.
+/// cascading deletion). Returns the StatefulSet's apiVersion and uid while it exists and is
+/// not deleted.
 async fn collect_garbage(
-    statefulsets: &Api<StatefulSet>,
+    statefulsets: &Api<DynamicObject>,
     pods: &Api<Pod>,
     state: &Arc<Mutex<NodeState>>,
-) -> Option<String> {
+) -> Option<(String, String)> {
     let current = statefulsets.get_opt("db").await.ok()?;
     let uid = current.as_ref().and_then(|s| s.metadata.uid.clone());
+    let owner_api_version = current
+        .as_ref()
+        .and_then(|s| s.types.as_ref())
+        .map(|t| t.api_version.clone())
+        .unwrap_or_default();
     let list = pods.list(&ListParams::default()).await.ok()?;
     let finalizers = current
         .as_ref()
@@ -779,6 +929,7 @@ async fn collect_garbage(
         }
     }
     uid.filter(|_| !deleting)
+        .map(|uid| (owner_api_version, uid))
 }
 
 fn controller_uid(pod: &Pod) -> Option<String> {
@@ -792,11 +943,11 @@ fn controller_uid(pod: &Pod) -> Option<String> {
 
 /// The StatefulSet controller and the kubelet: every pod exists, is Ready and is owned by
 /// the StatefulSet (orphans are adopted).
-async fn keep_pods(pods: &Api<Pod>, owner: &str, replicas: i32) {
+async fn keep_pods(pods: &Api<Pod>, api_version: &str, owner: &str, replicas: i32) {
     let Ok(list) = pods.list(&ListParams::default()).await else {
         return;
     };
-    let reference = json!([{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db",
+    let reference = json!([{"apiVersion": api_version, "kind": "StatefulSet", "name": "db",
                             "uid": owner, "controller": true, "blockOwnerDeletion": true}]);
     for pod in list.items.iter().filter(|p| controller_uid(p).is_none()) {
         let name = pod.metadata.name.clone().unwrap_or_default();

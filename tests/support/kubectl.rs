@@ -11,6 +11,7 @@ pub struct Kubectl {
     kubeconfig: PathBuf,
 }
 
+#[derive(Debug)]
 pub struct Output {
     pub ok: bool,
     pub stdout: String,
