@@ -67,8 +67,7 @@ struct ServeArgs {
     auth: AuthOptions,
     #[command(flatten)]
     controllers: ControllerOptions,
-    /// Serve storage.svm-apiserver.io VolumeClaimMigrations (alpha: the API only; the
-    /// controller that resizes claims is not written yet).
+    /// Serve storage.svm-apiserver.io VolumeClaimMigrations and run their controller (alpha).
     #[arg(long)]
     enable_volume_claim_migrations: bool,
 }

@@ -22,9 +22,8 @@ pub struct Installed {
 /// Which optional kinds to serve.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Kinds {
-    /// VolumeClaimMigration (alpha): its controller is not written yet, so the kind is served
-    /// only when asked for (`--enable-volume-claim-migrations`), never to a user who would
-    /// wait on it.
+    /// VolumeClaimMigration (alpha): served, and its controller run, only when asked for
+    /// (`--enable-volume-claim-migrations`).
     pub volume_claim_migrations: bool,
 }
 

@@ -4,7 +4,8 @@
 //!
 //! Each pass reads the cluster ([`target`]), decides in a pure function ([`plan`]), performs
 //! the actions (a merge PATCH of a claim's request, the deletion of a pod whose file system
-//! waits for a restart), records Events and writes the status through the registry. Passes
+//! waits for a restart, the steps of an orphan re-create of the StatefulSet, [`recreate`]),
+//! records Events and writes the status through the registry. Passes
 //! run on every change of a migration and every `--volume-resync-interval`, on the leader
 //! only. Nothing here deletes a claim or any data.
 
