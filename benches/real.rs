@@ -15,7 +15,8 @@
 //!
 //! `SVM_BENCH_REAL_OBJECTS` (default 10000) sets N; 100 KiB objects use N/10 (N of them
 //! would pass etcd's 2 GiB quota once rewritten). `SVM_BENCH_REAL_SIZES` (KiB, default
-//! `1,10,100`) picks the sizes. Creating objects is the slow part (~a few hundred a second).
+//! `1,10,100`) picks the sizes, `SVM_BENCH_REAL_RUNS` (default `auto,16,64,getput,qps,load`) the
+//! runs. Creating objects is the slow part (~a few hundred a second).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -43,12 +44,14 @@ struct Row {
     bytes: u64,
     rss_kib: Option<u64>,
     kas_cpu: f64,
+    /// The median of our PATCH limit sampled every 0.5 s (ours only).
+    limit: Option<f64>,
 }
 
 fn print(title: &str, rows: &[Row]) {
     println!("\n{title}\n");
     println!(
-        "| {:<34} | {:>4} | {:>6} | {:>7} | {:>6} | {:>8} | {:>9} | {:>9} | {:>14} |",
+        "| {:<34} | {:>4} | {:>6} | {:>7} | {:>6} | {:>8} | {:>9} | {:>9} | {:>14} | {:>11} |",
         "strategy",
         "KiB",
         "N",
@@ -57,13 +60,14 @@ fn print(title: &str, rows: &[Row]) {
         "req/obj",
         "bytes/obj",
         "our RSS",
-        "kas CPU s/1000"
+        "kas CPU s/1000",
+        "PATCH limit"
     );
-    println!("|{}|", ["-"; 9].map(|_| "----------").join("|"));
+    println!("|{}|", ["-"; 10].map(|_| "----------").join("|"));
     for r in rows {
         let n = r.objects as f64;
         println!(
-            "| {:<34} | {:>4} | {:>6} | {:>7.1} | {:>6.0} | {:>8.2} | {:>9.0} | {:>9} | {:>14.2} |",
+            "| {:<34} | {:>4} | {:>6} | {:>7.1} | {:>6.0} | {:>8.2} | {:>9.0} | {:>9} | {:>14.2} | {:>11} |",
             r.strategy,
             r.kib,
             r.objects,
@@ -74,6 +78,7 @@ fn print(title: &str, rows: &[Row]) {
             r.rss_kib
                 .map_or_else(|| "—".into(), |k| format!("{:.0} MiB", k as f64 / 1024.0)),
             r.kas_cpu / n * 1000.0,
+            r.limit.map_or_else(|| "—".into(), |l| format!("{l:.0}")),
         );
     }
 }
@@ -289,7 +294,7 @@ impl Bench {
                 assert!(m.to_string().contains("\"Succeeded\""), "{m:#}");
                 break;
             }
-            if load {
+            {
                 let metrics = http
                     .get(format!("{}/metrics", server.url))
                     .send()
@@ -315,7 +320,10 @@ impl Bench {
         if let Some(loader) = loader {
             let _ = loader.await;
         }
+        let mut limits: Vec<f64> = samples.iter().map(|(_, limit, _)| *limit).collect();
+        limits.sort_by(f64::total_cmp);
         let row = Row {
+            limit: limits.get(limits.len() / 2).copied(),
             strategy: label.to_string(),
             kib: blobs.kib,
             objects: blobs.objects,
@@ -371,6 +379,7 @@ impl Bench {
             bytes: io_bytes(me) - io,
             rss_kib: None,
             kas_cpu: cpu_seconds(self.kas_pid) - cpu,
+            limit: None,
         }
     }
 }
@@ -390,6 +399,12 @@ async fn main() {
         .split(',')
         .filter_map(|s| s.trim().parse().ok())
         .collect();
+    let runs: Vec<String> = std::env::var("SVM_BENCH_REAL_RUNS")
+        .unwrap_or_else(|_| "auto,16,64,getput,qps,load".into())
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .collect();
+    let run = |name: &str| runs.iter().any(|r| r == name);
     let plane = ControlPlane::start(&assets, &[]);
     let kas_pid = plane.apiserver_pid().expect("kube-apiserver pid");
     let client = plane.client().await;
@@ -407,25 +422,39 @@ async fn main() {
     for kib in sizes {
         let objects = if kib >= 100 { n / 10 } else { n };
         let mut blobs = bench.install(kib, objects).await;
-        for (label, flags) in [
+        for (_, label, flags) in [
             (
+                "auto",
                 "ours, --object-concurrency auto",
                 "--object-concurrency=auto",
             ),
-            ("ours, --object-concurrency 16", "--object-concurrency=16"),
-            ("ours, --object-concurrency 64", "--object-concurrency=64"),
-        ] {
+            (
+                "16",
+                "ours, --object-concurrency 16",
+                "--object-concurrency=16",
+            ),
+            (
+                "64",
+                "ours, --object-concurrency 64",
+                "--object-concurrency=64",
+            ),
+        ]
+        .into_iter()
+        .filter(|(name, ..)| run(name))
+        {
             let (row, _) = bench
                 .ours(&mut blobs, label, &["--qps=0", flags], false)
                 .await;
             rows.push(row);
         }
-        rows.push(bench.get_put(&mut blobs).await);
+        if run("getput") {
+            rows.push(bench.get_put(&mut blobs).await);
+        }
         print(
             "Migration on the real kube-apiserver (every object rewritten; unthrottled)",
             &rows,
         );
-        if kib == 1 {
+        if kib == 1 && run("qps") {
             let qps = 200;
             let (row, _) = bench
                 .ours(
@@ -441,6 +470,8 @@ async fn main() {
                 row.seconds,
                 row.objects as f64 / qps as f64
             );
+        }
+        if kib == 1 && run("load") {
             let (row, samples) = bench
                 .ours(
                     &mut blobs,
