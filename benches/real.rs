@@ -220,8 +220,9 @@ impl Bench {
         std::thread::sleep(Duration::from_secs(3));
     }
 
-    /// Ours, a fresh process with `flags`; `during` runs beside the migration (its samples of
-    /// our `/metrics` come back).
+    /// Ours, a fresh process with `flags`; with `load`, a second client runs beside the
+    /// migration. Samples of our `/metrics` (every 0.5 s: migrated, PATCH limit, loaded) come
+    /// back.
     async fn ours(
         &self,
         blobs: &mut Blobs,
@@ -294,25 +295,23 @@ impl Bench {
                 assert!(m.to_string().contains("\"Succeeded\""), "{m:#}");
                 break;
             }
-            {
-                let metrics = http
-                    .get(format!("{}/metrics", server.url))
-                    .send()
-                    .await
-                    .expect("metrics")
-                    .text()
-                    .await
-                    .unwrap_or_default();
-                let limit = metrics
-                    .lines()
-                    .find(|l| l.starts_with("svm_migrator_patch_concurrency "))
-                    .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-                    .unwrap_or(0.0);
-                let migrated = m["status"]["progress"]["migratedObjects"]
-                    .as_f64()
-                    .unwrap_or(0.0);
-                samples.push((migrated, limit, loading.load(Ordering::Relaxed)));
-            }
+            let metrics = http
+                .get(format!("{}/metrics", server.url))
+                .send()
+                .await
+                .expect("metrics")
+                .text()
+                .await
+                .unwrap_or_default();
+            let limit = metrics
+                .lines()
+                .find(|l| l.starts_with("svm_migrator_patch_concurrency "))
+                .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+                .unwrap_or(0.0);
+            let migrated = m["status"]["progress"]["migratedObjects"]
+                .as_f64()
+                .unwrap_or(0.0);
+            samples.push((migrated, limit, loading.load(Ordering::Relaxed)));
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
         let seconds = started.elapsed().as_secs_f64();
@@ -422,28 +421,12 @@ async fn main() {
     for kib in sizes {
         let objects = if kib >= 100 { n / 10 } else { n };
         let mut blobs = bench.install(kib, objects).await;
-        for (_, label, flags) in [
-            (
-                "auto",
-                "ours, --object-concurrency auto",
-                "--object-concurrency=auto",
-            ),
-            (
-                "16",
-                "ours, --object-concurrency 16",
-                "--object-concurrency=16",
-            ),
-            (
-                "64",
-                "ours, --object-concurrency 64",
-                "--object-concurrency=64",
-            ),
-        ]
-        .into_iter()
-        .filter(|(name, ..)| run(name))
-        {
+        // The run's name in SVM_BENCH_REAL_RUNS is the --object-concurrency value.
+        for concurrency in ["auto", "16", "64"].into_iter().filter(|c| run(c)) {
+            let label = format!("ours, --object-concurrency {concurrency}");
+            let flag = format!("--object-concurrency={concurrency}");
             let (row, _) = bench
-                .ours(&mut blobs, label, &["--qps=0", flags], false)
+                .ours(&mut blobs, &label, &["--qps=0", &flag], false)
                 .await;
             rows.push(row);
         }
