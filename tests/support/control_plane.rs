@@ -20,6 +20,9 @@ use crate::support::kubectl::Kubectl;
 
 /// How long kube-apiserver gets to become ready (a hang guard; it takes ~10 s idle).
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
+/// A port found free can be taken by another process before kube-apiserver binds it: then
+/// start again (on a fresh port for a first start, on the same one for a restart).
+const START_ATTEMPTS: usize = 5;
 
 /// The binaries of the envtest layout.
 #[derive(Clone, Debug)]
@@ -153,29 +156,34 @@ impl ControlPlane {
     pub fn start(assets: &Assets, extra_flags: &[&str]) -> ControlPlane {
         let dir = tempfile::tempdir().expect("temp dir");
         let pki = Pki::generate(dir.path());
-        let port = free_port();
         let kubeconfig = dir.path().join("admin.kubeconfig");
-        std::fs::write(
-            &kubeconfig,
-            kubeconfig_yaml(
-                &format!("https://127.0.0.1:{port}"),
-                &pki.ca_cert,
-                User::Cert(&pki.admin_cert, &pki.admin_key),
-            ),
-        )
-        .expect("admin kubeconfig");
         let mut plane = ControlPlane {
             etcd: EtcdServer::start(),
             apiserver: None,
             dir,
             pki,
-            port,
+            port: 0,
             assets: assets.clone(),
             extra_flags: extra_flags.iter().map(|s| s.to_string()).collect(),
             kubeconfig,
         };
-        plane.spawn();
-        plane
+        for _ in 0..START_ATTEMPTS {
+            plane.port = free_port();
+            plane.write_admin_kubeconfig();
+            if plane.spawn_until_bound() {
+                return plane;
+            }
+        }
+        panic!("kube-apiserver found its port taken {START_ATTEMPTS} times in a row");
+    }
+
+    fn write_admin_kubeconfig(&self) {
+        let yaml = kubeconfig_yaml(
+            &self.url(),
+            &self.pki.ca_cert,
+            User::Cert(&self.pki.admin_cert, &self.pki.admin_key),
+        );
+        std::fs::write(&self.kubeconfig, yaml).expect("admin kubeconfig");
     }
 
     pub fn url(&self) -> String {
@@ -219,12 +227,12 @@ impl ControlPlane {
     pub fn restart_apiserver(&mut self, extra_flags: &[&str]) {
         self.stop_apiserver();
         self.extra_flags = extra_flags.iter().map(|s| s.to_string()).collect();
-        self.spawn();
+        self.spawn_on_same_port();
     }
 
     /// Start kube-apiserver again after [`ControlPlane::kill_apiserver`], with the same flags.
     pub fn start_apiserver_again(&mut self) {
-        self.spawn();
+        self.spawn_on_same_port();
     }
 
     fn stop_apiserver(&mut self) {
@@ -247,12 +255,31 @@ impl ControlPlane {
         let _ = child.wait();
     }
 
-    fn spawn(&mut self) {
+    /// Clients already hold this port: if someone took it while kube-apiserver was down, wait
+    /// for it to be released rather than move.
+    fn spawn_on_same_port(&mut self) {
+        for _ in 0..START_ATTEMPTS {
+            if self.spawn_until_bound() {
+                return;
+            }
+            std::thread::sleep(Duration::from_secs(1));
+        }
+        panic!(
+            "kube-apiserver found port {} taken {START_ATTEMPTS} times in a row",
+            self.port
+        );
+    }
+
+    /// Start kube-apiserver and wait until it is ready: false when it exited because its
+    /// port was taken (the caller decides where to try again); any other exit panics.
+    fn spawn_until_bound(&mut self) -> bool {
+        let log_path = self.dir.path().join("kube-apiserver.log");
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(self.dir.path().join("kube-apiserver.log"))
+            .open(&log_path)
             .expect("kube-apiserver log");
+        let earlier_log = self.log().len();
         let child = Command::new(&self.assets.kube_apiserver)
             .args(self.flags())
             .stdin(Stdio::null())
@@ -261,7 +288,22 @@ impl ControlPlane {
             .spawn()
             .unwrap_or_else(|e| panic!("starting {}: {e}", self.assets.kube_apiserver.display()));
         self.apiserver = Some(child);
-        self.wait_ready();
+        match self.wait_ready() {
+            Ok(()) => true,
+            Err(status) => {
+                let this_run = self.log().get(earlier_log..).unwrap_or_default().to_owned();
+                assert!(
+                    this_run.contains("address already in use"),
+                    "kube-apiserver exited ({status}); its log:\n{}",
+                    tail(&this_run, 60)
+                );
+                eprintln!(
+                    "kube-apiserver: port {} was taken before it could bind it; trying again",
+                    self.port
+                );
+                false
+            }
+        }
     }
 
     /// What any control plane needs (envtest's README), on loopback: a serving certificate,
@@ -317,20 +359,19 @@ impl ControlPlane {
         flags
     }
 
-    fn wait_ready(&mut self) {
+    /// Poll `/readyz` until it says ok; the exit status if kube-apiserver exits first.
+    fn wait_ready(&mut self) -> Result<(), std::process::ExitStatus> {
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             if let Some(Ok(Some(status))) = self.apiserver.as_mut().map(Child::try_wait) {
-                panic!(
-                    "kube-apiserver exited ({status}); its log:\n{}",
-                    tail(&self.log(), 60)
-                );
+                self.apiserver = None;
+                return Err(status);
             }
             let out = self
                 .kubectl()
                 .run(&["get", "--raw=/readyz", "--request-timeout=5s"]);
             if out.ok && out.stdout.trim() == "ok" {
-                return;
+                return Ok(());
             }
             assert!(
                 Instant::now() < deadline,
