@@ -77,6 +77,9 @@ pub struct MigratorMetrics {
     pub migrations: Family<MigrationLabels, Gauge>,
     pub request_duration: Family<RequestLabels, Histogram, fn() -> Histogram>,
     pub retries: Family<RetryLabels, Counter>,
+    /// Requests whose retriable error outlived their retries (the migration pauses and
+    /// resumes from its checkpoint), by resource and reason.
+    pub retries_exhausted: Family<RetryLabels, Counter>,
     /// How each migration read its resource: one watch-list stream, or pages.
     pub reads: Family<ReadLabels, Counter>,
     /// Migrations being worked on now.
@@ -113,6 +116,7 @@ impl MigratorMetrics {
             migrations: Family::default(),
             request_duration: Family::new_with_constructor(latency_histogram),
             retries: Family::default(),
+            retries_exhausted: Family::default(),
             reads: Family::default(),
             running: Gauge::default(),
             yielded,
@@ -148,6 +152,12 @@ impl MigratorMetrics {
             "storage_migrator_core_migrator_retries",
             "Requests retried after a retriable error, by resource and reason.",
             self.retries.clone(),
+        );
+        registry.register(
+            "svm_migrator_retries_exhausted",
+            "Requests whose retriable error outlived their retries, by resource and reason; \
+             their migration pauses and resumes from its checkpoint.",
+            self.retries_exhausted.clone(),
         );
         registry.register(
             "svm_migrations_yielded",

@@ -724,18 +724,21 @@ impl Runner {
                 tracing::debug!(%resource, ?step, limit = pressure.concurrency(), "PATCH concurrency");
             }
             match result {
-                Err(err)
-                    if err.is_retriable() && attempt < backoff.max_retries && !self.stopped() =>
-                {
-                    metrics
-                        .retries
-                        .get_or_create(&RetryLabels {
-                            resource: resource.to_string(),
-                            reason: err
-                                .code()
-                                .map_or_else(|| "transport".into(), |c| c.to_string()),
-                        })
-                        .inc();
+                Err(err) if err.is_retriable() && !self.stopped() => {
+                    let labels = RetryLabels {
+                        resource: resource.to_string(),
+                        reason: err
+                            .code()
+                            .map_or_else(|| "transport".into(), |c| c.to_string()),
+                    };
+                    if attempt >= backoff.max_retries {
+                        // Left to the migration-level retry (a pause, then on from the
+                        // checkpoint): counted apart, so every retriable answer is in one of
+                        // the two counters.
+                        metrics.retries_exhausted.get_or_create(&labels).inc();
+                        return Err(err);
+                    }
+                    metrics.retries.get_or_create(&labels).inc();
                     let delay = backoff.delay(attempt, err.retry_after());
                     tracing::debug!(%resource, verb, attempt, ?delay, error = %err, "retrying");
                     tokio::select! {
