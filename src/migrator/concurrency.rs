@@ -15,6 +15,12 @@
 //! window: the requests rejected together are one congestion event. The window latencies are
 //! medians so that one slow answer (a GC pause, a compaction) moves nothing.
 //!
+//! Every limit is an *epoch*, and a PATCH's answer counts only in the epoch it was sent in:
+//! right after a change, the answers still coming are those of requests sent under the old
+//! limit (a whole window of them after a large one), and counting them would judge the new
+//! limit by the old one's latency — a probe at half the limit would measure nothing but the
+//! queue it means to drain.
+//!
 //! The baseline must stay what an unqueued PATCH costs. A limit that holds steady above the
 //! apiserver's capacity would otherwise, once the low medians age out, make its own queueing
 //! the baseline and creep upwards; so before the lowest median ages out, one window runs at
@@ -50,6 +56,10 @@ pub enum Mode {
     Fixed(usize),
 }
 
+/// Which limit a request was sent under: it changes with every move of the limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Epoch(u64);
+
 /// What the last window decided (for logs and tests).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Step {
@@ -66,6 +76,7 @@ pub enum Step {
 pub struct AdaptiveLimit {
     mode: Mode,
     limit: usize,
+    epoch: Epoch,
     slow_start: bool,
     window: Vec<Duration>,
     /// Some request of this window found every slot taken.
@@ -88,6 +99,7 @@ impl AdaptiveLimit {
         Self {
             mode,
             limit,
+            epoch: Epoch(0),
             slow_start: true,
             window: Vec::with_capacity(MIN_WINDOW),
             saturated: false,
@@ -101,6 +113,21 @@ impl AdaptiveLimit {
     /// PATCHes allowed in flight now.
     pub fn limit(&self) -> usize {
         self.limit
+    }
+
+    /// The epoch a request sent now belongs to.
+    pub fn epoch(&self) -> Epoch {
+        self.epoch
+    }
+
+    /// Moves the limit and opens a new epoch: the window's answers so far were to requests
+    /// sent under the old limit.
+    fn set_limit(&mut self, limit: usize) {
+        if limit != self.limit {
+            self.limit = limit;
+            self.epoch = Epoch(self.epoch.0 + 1);
+            self.window.clear();
+        }
     }
 
     fn ceiling(&self) -> usize {
@@ -120,9 +147,13 @@ impl AdaptiveLimit {
         self.saturated = true;
     }
 
-    /// An answer that says nothing about overload (2xx, 404, 409) took `latency`. Returns the
-    /// window's decision when this answer closed one.
-    pub fn on_latency(&mut self, latency: Duration) -> Option<Step> {
+    /// An answer that says nothing about overload (2xx, 404, 409) to a request sent in
+    /// `sent_in` took `latency`. Returns the window's decision when this answer closed one;
+    /// an answer from an earlier epoch is not counted.
+    pub fn on_latency(&mut self, latency: Duration, sent_in: Epoch) -> Option<Step> {
+        if sent_in != self.epoch {
+            return None;
+        }
         self.window.push(latency);
         if self.window.len() < self.limit.max(MIN_WINDOW) {
             return None;
@@ -136,7 +167,7 @@ impl AdaptiveLimit {
         if !self.backed_off {
             self.backed_off = true;
             self.slow_start = false;
-            self.limit = (self.limit / 2).max(1);
+            self.set_limit((self.limit / 2).max(1));
         }
         Step::BackedOff
     }
@@ -146,7 +177,9 @@ impl AdaptiveLimit {
         let before = self.baseline();
         let step = if let Some(limit) = self.probing.take() {
             // Back to where it was (or to the half, if an overload came meanwhile).
-            self.limit = if self.backed_off { self.limit } else { limit };
+            if !self.backed_off {
+                self.set_limit(limit);
+            }
             Step::Probed
         } else if self.backed_off {
             Step::BackedOff
@@ -171,7 +204,7 @@ impl AdaptiveLimit {
         if self.baseline_ages_soon() && matches!(self.mode, Mode::Adaptive { .. }) {
             self.since_probe = 0;
             self.probing = Some(self.limit);
-            self.limit = (self.limit / 2).max(1);
+            self.set_limit((self.limit / 2).max(1));
         }
         step
     }
@@ -204,7 +237,7 @@ impl AdaptiveLimit {
         if self.limit >= n {
             return Step::Held;
         }
-        self.limit = (self.limit + (self.limit / 8).max(1)).min(n);
+        self.set_limit((self.limit + (self.limit / 8).max(1)).min(n));
         Step::Grew
     }
 
@@ -216,7 +249,7 @@ impl AdaptiveLimit {
         let ratio = median.as_secs_f64() / baseline.as_secs_f64();
         if ratio >= SHRINK_ABOVE {
             self.slow_start = false;
-            self.limit = (self.limit - self.limit / 4).max(1);
+            self.set_limit((self.limit - self.limit / 4).max(1));
             Step::Shrank
         } else if ratio <= GROW_BELOW && self.saturated && self.limit < self.ceiling() {
             let more = if self.slow_start {
@@ -224,7 +257,7 @@ impl AdaptiveLimit {
             } else {
                 (self.limit / 8).max(1)
             };
-            self.limit = (self.limit + more).min(self.ceiling());
+            self.set_limit((self.limit + more).min(self.ceiling()));
             Step::Grew
         } else {
             Step::Held
@@ -279,13 +312,14 @@ mod tests {
     /// slot is used and more wait), each answered by `server`.
     fn round(limit: &mut AdaptiveLimit, server: &mut Apiserver) {
         let in_flight = limit.limit();
+        let sent_in = limit.epoch();
         limit.note_saturated();
         for _ in 0..in_flight {
             if server.reject_above.is_some_and(|max| in_flight > max) {
                 limit.on_overload();
             } else {
                 let latency = server.latency(in_flight);
-                limit.on_latency(latency);
+                limit.on_latency(latency, sent_in);
             }
         }
     }
@@ -417,7 +451,7 @@ mod tests {
         // slot, so the limit stays where it started whatever the latency says.
         for _ in 0..200 {
             let latency = server.latency(2);
-            limit.on_latency(latency);
+            limit.on_latency(latency, limit.epoch());
         }
         assert_eq!(limit.limit(), INITIAL);
     }
@@ -444,7 +478,9 @@ mod tests {
             let n = limit.limit().max(MIN_WINDOW);
             let mut step = None;
             for _ in 0..n {
-                step = limit.on_latency(Duration::from_millis(latency_ms)).or(step);
+                step = limit
+                    .on_latency(Duration::from_millis(latency_ms), limit.epoch())
+                    .or(step);
             }
             step
         };
@@ -464,6 +500,42 @@ mod tests {
     }
 
     #[test]
+    fn answers_to_requests_sent_under_an_earlier_limit_do_not_count_in_the_new_one() {
+        let mut limit = AdaptiveLimit::new(Mode::Fixed(64));
+        limit.mode = Mode::Adaptive { ceiling: 256 };
+        let fill = |limit: &mut AdaptiveLimit, sent_in: Epoch, latency_ms: u64| {
+            limit.note_saturated();
+            (0..64)
+                .filter_map(|_| limit.on_latency(Duration::from_millis(latency_ms), sent_in))
+                .last()
+        };
+        let first = limit.epoch();
+        assert_eq!(fill(&mut limit, first, 10), Some(Step::Held));
+        assert_eq!(fill(&mut limit, first, 10), Some(Step::Grew));
+        assert_eq!(limit.limit(), 128);
+        // 128 are in flight now, and the 64 sent before the growth answer first, slower (they
+        // queued behind the new ones): they close no window and move nothing.
+        let grown = limit.epoch();
+        assert_ne!(grown, first);
+        assert_eq!(fill(&mut limit, first, 30), None);
+        assert_eq!(limit.limit(), 128);
+        // The window of the new limit is judged on its own answers.
+        assert_eq!(fill(&mut limit, grown, 11), None);
+        assert_eq!(fill(&mut limit, grown, 11), Some(Step::Grew));
+        assert_eq!(limit.limit(), 256);
+
+        // An overload opens an epoch too: the answers of the window so far are dropped.
+        let before = limit.epoch();
+        for _ in 0..100 {
+            limit.on_latency(Duration::from_millis(50), before);
+        }
+        limit.on_overload();
+        assert_eq!(limit.limit(), 128);
+        assert_ne!(limit.epoch(), before);
+        assert_eq!(fill(&mut limit, before, 50), None);
+    }
+
+    #[test]
     fn the_ceiling_and_the_floor_hold() {
         let mut server = Apiserver::new(1000.0, 17);
         let mut limit = AdaptiveLimit::new(Mode::Adaptive { ceiling: 10 });
@@ -473,7 +545,7 @@ mod tests {
         for _ in 0..20 {
             limit.on_overload();
             for _ in 0..MIN_WINDOW {
-                limit.on_latency(Duration::from_millis(10));
+                limit.on_latency(Duration::from_millis(10), limit.epoch());
             }
         }
         assert_eq!(limit.limit(), 1);

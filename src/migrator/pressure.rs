@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::concurrency::{AdaptiveLimit, Mode, Step};
+use super::concurrency::{AdaptiveLimit, Epoch, Mode, Step};
 use super::limiter::RateLimiter;
 use crate::cluster::ClusterError;
 
@@ -48,6 +48,14 @@ pub struct Pressure {
 #[must_use]
 pub struct Slot<'a> {
     pressure: &'a Pressure,
+    sent_in: Epoch,
+}
+
+impl Slot<'_> {
+    /// The limit's epoch when the slot was taken: its answer counts in that one only.
+    pub fn epoch(&self) -> Epoch {
+        self.sent_in
+    }
 }
 
 impl Drop for Slot<'_> {
@@ -92,7 +100,10 @@ impl Pressure {
                     if waited || slots.in_flight == slots.limit.limit() {
                         slots.limit.note_saturated();
                     }
-                    return Slot { pressure: self };
+                    return Slot {
+                        pressure: self,
+                        sent_in: slots.limit.epoch(),
+                    };
                 }
             }
             waited = true;
@@ -106,19 +117,19 @@ impl Pressure {
     }
 
     /// What the answer to a request says about the apiserver: `latency` of an answer that
-    /// was not an overload feeds the PATCH limit when `sample` (PATCHes only: a page of 500
-    /// takes longer for other reasons); an overload answer backs off.
+    /// was not an overload feeds the PATCH limit for a PATCH (`sent_in`: its slot's epoch; a
+    /// page of 500 takes longer for other reasons); an overload answer backs off.
     pub fn answered<T>(
         &self,
         result: &Result<T, ClusterError>,
         latency: Duration,
-        sample: bool,
+        sent_in: Option<Epoch>,
     ) -> Reaction {
         let mut reaction = Reaction::default();
         let err = match result {
             Ok(_) => {
-                if sample {
-                    reaction.step = self.sample(latency);
+                if let Some(epoch) = sent_in {
+                    reaction.step = self.sample(latency, epoch);
                 }
                 return reaction;
             }
@@ -138,8 +149,8 @@ impl Pressure {
         reaction
     }
 
-    fn sample(&self, latency: Duration) -> Option<Step> {
-        let step = self.lock().limit.on_latency(latency);
+    fn sample(&self, latency: Duration, sent_in: Epoch) -> Option<Step> {
+        let step = self.lock().limit.on_latency(latency, sent_in);
         if step == Some(Step::Grew) || step == Some(Step::Probed) {
             self.freed.notify_waiters();
         }
@@ -208,7 +219,7 @@ mod tests {
     async fn an_apf_rejection_pauses_lowers_the_rate_and_halves_the_concurrency() {
         let pressure = Pressure::new(100.0, 10, Mode::Fixed(16));
         let rejected: Result<(), _> = Err(api(429, Some(2), true));
-        let reaction = pressure.answered(&rejected, Duration::from_millis(5), true);
+        let reaction = pressure.answered(&rejected, Duration::from_millis(5), None);
         assert_eq!(reaction.paused, Some(Duration::from_secs(2)));
         assert_eq!(reaction.apf, Some(("level-uid".to_string(), 50.0)));
         assert_eq!(reaction.step, Some(Step::BackedOff));
@@ -223,17 +234,17 @@ mod tests {
     async fn other_overloads_halve_the_concurrency_only_and_refusals_change_nothing() {
         let pressure = Pressure::new(100.0, 10, Mode::Fixed(16));
         let unavailable: Result<(), _> = Err(api(503, None, false));
-        pressure.answered(&unavailable, Duration::ZERO, true);
+        pressure.answered(&unavailable, Duration::ZERO, None);
         assert_eq!((pressure.concurrency(), pressure.rate()), (8, 100.0));
         let pressure = Pressure::new(100.0, 10, Mode::Fixed(16));
         let reset: Result<(), _> = Err(ClusterError::Transport("reset".into()));
-        pressure.answered(&reset, Duration::ZERO, true);
+        pressure.answered(&reset, Duration::ZERO, None);
         assert_eq!(pressure.concurrency(), 8);
         let pressure = Pressure::new(100.0, 10, Mode::Fixed(16));
         for refused in [403, 404, 409, 422] {
             let answer: Result<(), _> = Err(api(refused, None, false));
             assert_eq!(
-                pressure.answered(&answer, Duration::ZERO, true),
+                pressure.answered(&answer, Duration::ZERO, None),
                 Reaction::default()
             );
         }
@@ -252,7 +263,7 @@ mod tests {
                     let slot = pressure.slot().await;
                     tokio::time::sleep(Duration::from_millis(10)).await;
                     let ok: Result<(), ClusterError> = Ok(());
-                    pressure.answered(&ok, Duration::from_millis(10), true);
+                    pressure.answered(&ok, Duration::from_millis(10), Some(slot.epoch()));
                     drop(slot);
                 }
             }));

@@ -16,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 use super::MigratorContext;
 use super::events::Reason;
 use super::metrics::{MigrationLabels, ResourceLabel, RetryLabels};
+use super::pressure::Slot;
 use super::status::{
     StatusWriteError, bounded_message, check, set_condition, write_progress, write_status,
 };
@@ -706,6 +707,7 @@ impl Runner {
             let started = Instant::now();
             let result = call().await;
             let latency = started.elapsed();
+            let sent_in = slot.as_ref().map(Slot::epoch);
             drop(slot);
             let metrics = &self.shared.metrics;
             let code = match &result {
@@ -713,7 +715,7 @@ impl Runner {
                 Err(err) => err.code(),
             };
             metrics.observe_request(verb, code, latency.as_secs_f64());
-            let reaction = pressure.answered(&result, latency, patch);
+            let reaction = pressure.answered(&result, latency, sent_in);
             metrics.rate_limit.set(pressure.rate());
             metrics.patch_concurrency.set(count(pressure.concurrency()));
             if let Some((level, rate)) = &reaction.apf {
