@@ -38,7 +38,11 @@ pub struct RateLimiter {
 
 #[derive(Debug)]
 struct BucketState {
+    /// Below zero while requests hold reservations: each waits for its own turn, so a
+    /// late wake-up (timers round up) costs that request, not the rate.
     tokens: f64,
+    /// Counts pauses: a reservation made before one is void, and its request queues again.
+    pauses: u64,
     refilled: Instant,
     paused_until: Option<Instant>,
     /// The rate in force: `qps`, or lower after APF rejections.
@@ -57,6 +61,7 @@ impl RateLimiter {
             burst,
             state: Mutex::new(BucketState {
                 tokens: burst,
+                pauses: 0,
                 refilled: Instant::now(),
                 paused_until: None,
                 rate: qps,
@@ -73,25 +78,35 @@ impl RateLimiter {
     /// Wait for a token (and for any pause to end).
     pub async fn acquire(&self) {
         loop {
-            let wait = self.try_take(Instant::now());
-            match wait {
-                None => return,
-                Some(wait) => tokio::time::sleep(wait).await,
+            match self.take(Instant::now()) {
+                Take::Now => return,
+                Take::Paused(wait) => tokio::time::sleep(wait).await,
+                Take::Reserved { wait, pauses } => {
+                    tokio::time::sleep(wait).await;
+                    if self.pauses() == pauses {
+                        return;
+                    }
+                }
             }
         }
     }
 
-    /// Takes a token at `now`, or says how long to wait before trying again.
-    fn try_take(&self, now: Instant) -> Option<Duration> {
+    fn pauses(&self) -> u64 {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).pauses
+    }
+
+    /// Takes a token at `now`, or reserves the next one (as golang.org/x/time/rate does),
+    /// or says how long the pool is paused.
+    fn take(&self, now: Instant) -> Take {
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(until) = state.paused_until {
             if now < until {
-                return Some(until - now);
+                return Take::Paused(until - now);
             }
             state.paused_until = None;
         }
         if self.unlimited() {
-            return None;
+            return Take::Now;
         }
         let elapsed = now.saturating_duration_since(state.refilled).as_secs_f64();
         state.tokens = (state.tokens + elapsed * state.rate).min(self.burst);
@@ -103,11 +118,14 @@ impl RateLimiter {
             state.rate = (state.rate * 2.0).min(self.qps);
             state.stepped += RECOVERY_INTERVAL;
         }
-        if state.tokens >= 1.0 {
-            state.tokens -= 1.0;
-            None
+        state.tokens -= 1.0;
+        if state.tokens >= 0.0 {
+            Take::Now
         } else {
-            Some(Duration::from_secs_f64((1.0 - state.tokens) / state.rate))
+            Take::Reserved {
+                wait: Duration::from_secs_f64(-state.tokens / state.rate),
+                pauses: state.pauses,
+            }
         }
     }
 
@@ -150,8 +168,20 @@ impl RateLimiter {
         let until = now + delay;
         state.paused_until = Some(state.paused_until.map_or(until, |u| u.max(until)));
         state.tokens = 0.0;
+        state.pauses += 1;
         state.refilled = until;
     }
+}
+
+/// What [`RateLimiter::acquire`] does next.
+enum Take {
+    Now,
+    /// The token is this request's once `wait` is over, unless a pause comes first.
+    Reserved {
+        wait: Duration,
+        pauses: u64,
+    },
+    Paused(Duration),
 }
 
 /// Exponential backoff with full jitter (the AWS architecture blog's "full jitter", which
@@ -210,6 +240,53 @@ mod tests {
         assert!(
             elapsed >= Duration::from_millis(990) && elapsed <= Duration::from_millis(1010),
             "{elapsed:?}"
+        );
+    }
+
+    #[test]
+    fn a_request_that_wakes_late_keeps_its_turn_and_the_rate_holds() {
+        // --qps 200 --burst 10: a bucket of one token (10 − 200·0.1 < 1), so nothing of a
+        // late wake-up could be saved in it. Every request wakes 1 ms after it was told to
+        // (timers round up): the rate must still be 200/s, not 1/(5 ms + 1 ms).
+        let limiter = RateLimiter::new(200.0, 10);
+        let start = Instant::now();
+        let mut now = start;
+        for _ in 0..1000 {
+            loop {
+                match limiter.take(now) {
+                    Take::Now => break,
+                    Take::Reserved { wait, .. } => {
+                        now += wait + Duration::from_millis(1);
+                        break;
+                    }
+                    Take::Paused(_) => panic!("no pause was asked for"),
+                }
+            }
+        }
+        let elapsed = now - start;
+        assert!(
+            elapsed >= Duration::from_millis(4990) && elapsed <= Duration::from_millis(5010),
+            "1000 tokens at 200/s took {elapsed:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_pause_voids_the_reservations_made_before_it() {
+        let limiter = std::sync::Arc::new(RateLimiter::new(10.0, 1));
+        limiter.acquire().await;
+        let start = Instant::now();
+        // The next token is reserved for 100 ms from now; a Retry-After of 2 s comes first.
+        let waiter = {
+            let limiter = limiter.clone();
+            tokio::spawn(async move { limiter.acquire().await })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        limiter.pause(Duration::from_secs(2));
+        waiter.await.expect("waiter");
+        assert!(
+            start.elapsed() >= Duration::from_secs(2),
+            "{:?}",
+            start.elapsed()
         );
     }
 
