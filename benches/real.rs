@@ -29,7 +29,7 @@ use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use serde_json::{Value, json};
 use support::control_plane::{ControlPlane, assets};
-use support::server::{Backend, ServerProcess};
+use support::server::{Backend, ServerProcess, sample};
 
 const SVMS: &str = "/apis/storagemigration.k8s.io/v1/storageversionmigrations";
 const GROUP: &str = "example.test";
@@ -296,19 +296,8 @@ impl Bench {
                 assert!(m.to_string().contains("\"Succeeded\""), "{m:#}");
                 break;
             }
-            let metrics = http
-                .get(format!("{}/metrics", server.url))
-                .send()
-                .await
-                .expect("metrics")
-                .text()
-                .await
-                .unwrap_or_default();
-            let limit = metrics
-                .lines()
-                .find(|l| l.starts_with("svm_migrator_patch_concurrency "))
-                .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-                .unwrap_or(0.0);
+            let metrics = server.scrape(&http).await;
+            let limit = sample(&metrics, "svm_migrator_patch_concurrency ");
             let migrated = m["status"]["progress"]["migratedObjects"]
                 .as_f64()
                 .unwrap_or(0.0);

@@ -70,15 +70,7 @@ pub async fn metric(server: &ServerProcess, name: &str) -> f64 {
 
 /// The sum of a metric's samples whose labels contain `labels`.
 pub async fn metric_where(server: &ServerProcess, name: &str, labels: &str) -> f64 {
-    let text = server
-        .http_client()
-        .get(format!("{}/metrics", server.url))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("metrics text");
+    let text = server.scrape(&server.http_client()).await;
     text.lines()
         .filter(|l| !l.starts_with('#'))
         .filter(|l| {

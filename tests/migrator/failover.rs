@@ -10,15 +10,7 @@ use crate::support::server::{Backend, ServerProcess};
 const RUNNING: &str = "storage_migrator_core_migrator_running_migrations ";
 
 async fn running(http: &reqwest::Client, server: &ServerProcess) -> f64 {
-    let text = http
-        .get(format!("{}/metrics", server.url))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
-    sample(&text, RUNNING)
+    sample(&server.scrape(http).await, RUNNING)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,6 +5,7 @@ use std::time::{Duration, Instant};
 use kube_double::KubeDouble;
 use serde_json::{Value, json};
 
+pub use crate::support::server::sample;
 use crate::support::server::{Backend, ServerProcess};
 
 pub const SVMS: &str = "/apis/storagemigration.k8s.io/v1/storageversionmigrations";
@@ -139,14 +140,7 @@ impl Harness {
     }
 
     pub async fn metrics(&self) -> String {
-        self.http
-            .get(self.url("/metrics"))
-            .send()
-            .await
-            .expect("metrics")
-            .text()
-            .await
-            .expect("text")
+        self.server.scrape(&self.http).await
     }
 }
 
@@ -201,13 +195,4 @@ pub fn migrated(m: &Value) -> i64 {
 pub fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
-}
-
-/// The value of a sample in Prometheus text (`name{labels} value`), summed over matches.
-pub fn sample(metrics: &str, prefix: &str) -> f64 {
-    metrics
-        .lines()
-        .filter(|l| l.starts_with(prefix))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }

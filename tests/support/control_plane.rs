@@ -8,14 +8,13 @@
 //! knowingly made without one: then [`assets`] prints a banner and the test returns.
 #![allow(dead_code)]
 
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use svm_apiserver::auth::devcerts::Ca;
 
-use crate::support::etcd::EtcdServer;
+use crate::support::etcd::{EtcdServer, free_port};
 use crate::support::kubectl::Kubectl;
 
 /// How long kube-apiserver gets to become ready (a hang guard; it takes ~10 s idle).
@@ -279,7 +278,8 @@ impl ControlPlane {
             .append(true)
             .open(&log_path)
             .expect("kube-apiserver log");
-        let earlier_log = self.log().len();
+        // Where this run's part of the log starts (it is appended to across restarts).
+        let earlier_log = log.metadata().map_or(0, |m| m.len() as usize);
         let child = Command::new(&self.assets.kube_apiserver)
             .args(self.flags())
             .stdin(Stdio::null())
@@ -484,13 +484,6 @@ pub async fn client_from(kubeconfig: &Path) -> kube::Client {
             .await
             .expect("load kubeconfig");
     kube::Client::try_from(config).expect("kube client")
-}
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .map(|addr| addr.port())
-        .expect("a free loopback port")
 }
 
 fn tail(text: &str, lines: usize) -> String {

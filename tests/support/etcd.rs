@@ -152,7 +152,8 @@ fn find_etcd() -> Option<PathBuf> {
     })
 }
 
-fn free_port() -> u16 {
+/// A loopback port free now (someone may take it before it is bound: callers retry).
+pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .and_then(|listener| listener.local_addr())
         .map(|addr| addr.port())

@@ -215,6 +215,18 @@ impl ServerProcess {
             .expect("http client")
     }
 
+    /// `/metrics`, read with `http` (a client of [`ServerProcess::http_client`], kept by the
+    /// caller so that polling does not set up TLS each time).
+    pub async fn scrape(&self, http: &reqwest::Client) -> String {
+        http.get(format!("{}/metrics", self.url))
+            .send()
+            .await
+            .expect("GET /metrics")
+            .text()
+            .await
+            .expect("metrics text")
+    }
+
     /// A reqwest client trusting the server's dev CA, with no client certificate (anonymous).
     pub fn anonymous_http_client(&self) -> reqwest::Client {
         self.http_client_builder().build().expect("http client")
@@ -332,4 +344,14 @@ fn probe_ready_blocking(url: &str, ca_pem: &[u8]) -> bool {
         };
         matches!(client.get(format!("{url}/readyz")).send().await, Ok(r) if r.status().is_success())
     })
+}
+
+/// The value of a sample in Prometheus text (`name{labels} value`), summed over the lines
+/// starting with `prefix`; 0 when there are none.
+pub fn sample(metrics: &str, prefix: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }

@@ -132,15 +132,7 @@ async fn two_replicas_fail_over_mid_migration_without_duplicates() {
 
     // Kill whichever replica leads (the one whose trigger counts looks).
     let looks = |text: &str| sample(text, "svm_trigger_looks_total");
-    let standby_http = standby.http_client();
-    let standby_metrics = standby_http
-        .get(format!("{}/metrics", standby.url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let standby_metrics = standby.scrape(&standby.http_client()).await;
     let first_leads = looks(&w.h.metrics().await) > 0.0;
     assert!(
         first_leads != (looks(&standby_metrics) > 0.0),
