@@ -13,10 +13,16 @@
 //! 3. a second client loading the apiserver mid-run: the rate and the PATCH limit the
 //!    adaptive migrator found, before and during the load.
 //!
+//! kube-apiserver runs on the etcd of `KUBEBUILDER_ASSETS` (`make bench-real`: Debian trixie's
+//! 3.5, which lets it serve watch-list), so ours reads each resource as one stream; the `paged`
+//! run reads the same in metadata-only pages (`--watch-list-max-objects=0`). The `read`
+//! column says which read our migrator made (from its `storage_migrator_core_migrator_reads`).
+//!
 //! `SVM_BENCH_REAL_OBJECTS` (default 10000) sets N; 100 KiB objects use N/10 (N of them
 //! would pass etcd's 2 GiB quota once rewritten). `SVM_BENCH_REAL_SIZES` (KiB, default
 //! `1,10,100`) picks the sizes, `SVM_BENCH_REAL_RUNS` (default `auto,16,64,getput,qps,load`) the
-//! runs. Creating objects is the slow part (~a few hundred a second).
+//! runs (`paged` among them on request). Creating objects is the slow part (~a few hundred a
+//! second).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -29,7 +35,7 @@ use futures::StreamExt;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use serde_json::{Value, json};
 use support::control_plane::{ControlPlane, assets};
-use support::server::{Backend, ServerProcess, sample};
+use support::server::{Backend, ServerProcess, metric_sum, sample};
 
 const SVMS: &str = "/apis/storagemigration.k8s.io/v1/storageversionmigrations";
 const GROUP: &str = "example.test";
@@ -46,13 +52,16 @@ struct Row {
     kas_cpu: f64,
     /// The median of our PATCH limit sampled every 0.5 s (ours only).
     limit: Option<f64>,
+    /// How the resource was read: `stream`, `pages`, `stream→pages` (a stream fell back).
+    read: &'static str,
 }
 
 fn print(title: &str, rows: &[Row]) {
     println!("\n{title}\n");
     println!(
-        "| {:<34} | {:>4} | {:>6} | {:>7} | {:>6} | {:>8} | {:>9} | {:>9} | {:>14} | {:>11} |",
+        "| {:<34} | {:<12} | {:>4} | {:>6} | {:>7} | {:>6} | {:>8} | {:>9} | {:>9} | {:>14} | {:>11} |",
         "strategy",
+        "read",
         "KiB",
         "N",
         "wall s",
@@ -63,12 +72,13 @@ fn print(title: &str, rows: &[Row]) {
         "kas CPU s/1000",
         "PATCH limit"
     );
-    println!("|{}|", ["-"; 10].map(|_| "----------").join("|"));
+    println!("|{}|", ["-"; 11].map(|_| "----------").join("|"));
     for r in rows {
         let n = r.objects as f64;
         println!(
-            "| {:<34} | {:>4} | {:>6} | {:>7.1} | {:>6.0} | {:>8.2} | {:>9.0} | {:>9} | {:>14.2} | {:>11} |",
+            "| {:<34} | {:<12} | {:>4} | {:>6} | {:>7.1} | {:>6.0} | {:>8.2} | {:>9.0} | {:>9} | {:>14.2} | {:>11} |",
             r.strategy,
+            r.read,
             r.kib,
             r.objects,
             r.seconds,
@@ -80,6 +90,24 @@ fn print(title: &str, rows: &[Row]) {
             r.kas_cpu / n * 1000.0,
             r.limit.map_or_else(|| "—".into(), |l| format!("{l:.0}")),
         );
+    }
+}
+
+/// Which reads one migration made, from our `/metrics`.
+fn read_mode(metrics: &str) -> &'static str {
+    let reads = |mode: &str| {
+        let label = format!("mode=\"{mode}\"");
+        metric_sum(
+            metrics,
+            "storage_migrator_core_migrator_reads_total",
+            &[&label],
+        )
+    };
+    match (reads("stream") > 0.0, reads("pages") > 0.0) {
+        (true, false) => "stream",
+        (false, true) => "pages",
+        (true, true) => "stream→pages",
+        (false, false) => "none counted",
     }
 }
 
@@ -305,6 +333,7 @@ impl Bench {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
         let seconds = started.elapsed().as_secs_f64();
+        let read = read_mode(&server.scrape(&http).await);
         stop.store(true, Ordering::Relaxed);
         if let Some(loader) = loader {
             let _ = loader.await;
@@ -321,6 +350,7 @@ impl Bench {
             bytes: io_bytes(pid) - io,
             rss_kib: peak_rss_kib(pid),
             kas_cpu: cpu_seconds(self.kas_pid) - cpu,
+            read,
         };
         (row, samples)
     }
@@ -369,6 +399,7 @@ impl Bench {
             rss_kib: None,
             kas_cpu: cpu_seconds(self.kas_pid) - cpu,
             limit: None,
+            read: "full pages",
         }
     }
 }
@@ -417,6 +448,17 @@ async fn main() {
             let flag = format!("--object-concurrency={concurrency}");
             let (row, _) = bench
                 .ours(&mut blobs, &label, &["--qps=0", &flag], false)
+                .await;
+            rows.push(row);
+        }
+        if run("paged") {
+            let (row, _) = bench
+                .ours(
+                    &mut blobs,
+                    "ours, auto, paged",
+                    &["--qps=0", "--watch-list-max-objects=0"],
+                    false,
+                )
                 .await;
             rows.push(row);
         }

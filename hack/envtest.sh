@@ -3,8 +3,8 @@
 # directory with kube-apiserver, etcd and kubectl), preparing it when needed:
 #   - $KUBEBUILDER_ASSETS when the caller set it;
 #   - else .dev/envtest, with kube-apiserver unpacked from ../shared/envtest/kube-apiserver.xz
-#     (checked against the sha256 its README gives), etcd from Debian's etcd-server and the
-#     kubectl of .venv.
+#     (checked against the sha256 its README gives), etcd 3.5 from Debian trixie
+#     (hack/etcd-for-kube.sh: bookworm's 3.4.23 cannot serve watch-list) and the kubectl of .venv.
 # Prints nothing, and says why loudly on stderr, when there is no kube-apiserver to use.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -38,6 +38,6 @@ if [ ! -x "$dir/kube-apiserver" ] || ! echo "$want  $dir/kube-apiserver" | sha25
   chmod +x "$dir/kube-apiserver.tmp"
   mv "$dir/kube-apiserver.tmp" "$dir/kube-apiserver"
 fi
-ln -sf "$(command -v etcd)" "$dir/etcd"
+ln -sf "$(hack/etcd-for-kube.sh)" "$dir/etcd"
 ln -sf "$PWD/.venv/bin/kubectl" "$dir/kubectl"
 echo "$PWD/$dir"

@@ -1,16 +1,22 @@
 //! The test double beside the real kube-apiserver: the same requests to both, the answers
 //! normalized to what clients read (status code, content type, kind and apiVersion, a
 //! Status's reason and message, whether `items` is `null` or an array and how long, which list
-//! metadata is present, an ETag, a watch's first event), and every difference reported. The
-//! double stands in for the real server wherever a test needs faults or scale, so it must
-//! answer as the real one does wherever both answer.
+//! metadata is present, an ETag, a watch's first event, a watch-list's initial events and
+//! bookmark), and every difference reported. The double stands in for the real server wherever
+//! a test needs faults or scale, so it must answer as the real one does wherever both answer.
+//!
+//! Twice: kube-apiserver on etcd 3.5 (it serves watch-list; the double with watch-list on) and
+//! on Debian bookworm's etcd 3.4.23 (it refuses watch-list with a 500 ERROR event, recording
+//! 10a; the double with watch-list off), since clusters of both kinds are what the migrator
+//! meets.
 
 use std::time::Duration;
 
 use futures::StreamExt;
 use serde_json::{Value, json};
 
-use crate::support::control_plane::{ControlPlane, assets};
+use crate::support::control_plane::{Assets, ControlPlane, assets};
+use crate::support::etcd::system_etcd;
 
 /// One server under comparison: its URL and a client holding an identity in system:masters.
 struct Target {
@@ -26,8 +32,17 @@ struct Probe {
     path: String,
     accept: &'static str,
     body: Option<Body>,
-    /// Read the first event of a watch stream rather than a whole body.
-    watch: bool,
+    read: Read,
+}
+
+/// How much of an answer is read.
+#[derive(Clone, Copy, PartialEq)]
+enum Read {
+    Body,
+    /// The first event of a watch stream.
+    FirstEvent,
+    /// A watch-list's events up to its bookmark (or its ERROR, or its end).
+    InitialEvents,
 }
 
 enum Body {
@@ -46,17 +61,52 @@ const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/js
 const AGGREGATED: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json";
 const MERGE: &str = "application/merge-patch+json";
+const WATCH_LIST: &str =
+    "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_double_answers_as_the_real_kube_apiserver_does() {
-    let Some(assets) = assets("the_double_answers_as_the_real_kube_apiserver_does") else {
+async fn the_double_answers_as_the_real_kube_apiserver_on_etcd_3_5_does() {
+    let Some(assets) = assets("the_double_answers_as_the_real_kube_apiserver_on_etcd_3_5_does")
+    else {
         return;
     };
-    let plane = ControlPlane::start(&assets, &[]);
+    compare(&assets, WatchList::Served).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_double_answers_as_the_real_kube_apiserver_on_etcd_3_4_does() {
+    let Some(assets) = assets("the_double_answers_as_the_real_kube_apiserver_on_etcd_3_4_does")
+    else {
+        return;
+    };
+    let on_3_4 = Assets {
+        etcd: system_etcd(),
+        ..assets
+    };
+    compare(&on_3_4, WatchList::Refused).await;
+}
+
+/// Whether the control plane's etcd lets kube-apiserver serve watch-list (≥ 3.4.31, ≥ 3.5.13).
+#[derive(Clone, Copy, PartialEq, Debug)]
+enum WatchList {
+    Served,
+    Refused,
+}
+
+async fn compare(assets: &Assets, watch_list: WatchList) {
+    let plane = ControlPlane::start(assets, &[]);
+    let etcd = plane.etcd.version();
+    let expected = match watch_list {
+        WatchList::Served => "etcd Version: 3.5.",
+        WatchList::Refused => "etcd Version: 3.4.",
+    };
+    assert!(
+        etcd.starts_with(expected),
+        "this comparison is for {expected}x; the control plane runs {etcd}"
+    );
     let double = kube_double::KubeDouble::builder()
         .tls(true)
-        // The control plane's etcd is Debian's 3.4: no watch-list there either.
-        .watch_list(false)
+        .watch_list(watch_list == WatchList::Served)
         .start()
         .await
         .expect("start the double");
@@ -90,15 +140,15 @@ async fn the_double_answers_as_the_real_kube_apiserver_does() {
         compared += 1;
         if want != got {
             differences.push(format!(
-                "{} ({} {}):\n  kube-apiserver: {want}\n  kube-double:    {got}",
-                probe.what, probe.method, probe.path
+                "{} ({} {}, Accept {}):\n  kube-apiserver: {want}\n  kube-double:    {got}",
+                probe.what, probe.method, probe.path, probe.accept
             ));
         }
     }
     assert!(compared >= 20, "only {compared} requests compared");
     assert!(
         differences.is_empty(),
-        "the double differs from kube-apiserver in {} of {compared} answers:\n{}",
+        "the double differs from kube-apiserver ({etcd}) in {} of {compared} answers:\n{}",
         differences.len(),
         differences.join("\n")
     );
@@ -200,7 +250,7 @@ fn probes() -> Vec<Probe> {
         path: path.to_string(),
         accept,
         body: None,
-        watch: false,
+        read: Read::Body,
     };
     let patch = |what, path: &str, content_type, body: String| Probe {
         what,
@@ -208,7 +258,7 @@ fn probes() -> Vec<Probe> {
         path: path.to_string(),
         accept: METADATA_ONE,
         body: Some(Body::Fixed(content_type, body)),
-        watch: false,
+        read: Read::Body,
     };
     let no_op_patch = |what, path: &str| Probe {
         what,
@@ -216,7 +266,7 @@ fn probes() -> Vec<Probe> {
         path: path.to_string(),
         accept: METADATA_ONE,
         body: Some(Body::OwnResourceVersion),
-        watch: false,
+        read: Read::Body,
     };
     let create = |what, path: &str, content_type, body: &str| Probe {
         what,
@@ -224,15 +274,15 @@ fn probes() -> Vec<Probe> {
         path: path.to_string(),
         accept: JSON,
         body: Some(Body::Fixed(content_type, body.to_string())),
-        watch: false,
+        read: Read::Body,
     };
-    let watch = |what, path: &str, accept| Probe {
+    let watch = |what, path: &str, accept, read| Probe {
         what,
         method: reqwest::Method::GET,
         path: path.to_string(),
         accept,
         body: None,
-        watch: true,
+        read,
     };
     let cms = "/api/v1/namespaces/demo/configmaps";
     let widgets = "/apis/example.test/v1/namespaces/demo/widgets";
@@ -335,16 +385,28 @@ fn probes() -> Vec<Probe> {
             r#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"cm1"}}"#,
         ),
         watch(
-            "watch-list on etcd 3.4",
-            &format!(
-                "{cms}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true"
-            ),
+            "watch-list of metadata (the migrator's read)",
+            &format!("{cms}?{WATCH_LIST}"),
+            METADATA_ONE,
+            Read::InitialEvents,
+        ),
+        watch(
+            "watch-list of a custom resource's metadata",
+            &format!("{widgets}?{WATCH_LIST}"),
+            METADATA_ONE,
+            Read::InitialEvents,
+        ),
+        watch(
+            "watch-list asking for a list's metadata",
+            &format!("{cms}?{WATCH_LIST}"),
             METADATA_LIST,
+            Read::FirstEvent,
         ),
         watch(
             "watch from a resourceVersion too old",
             &format!("{cms}?watch=1&resourceVersion=1"),
             JSON,
+            Read::FirstEvent,
         ),
     ]
 }
@@ -398,14 +460,17 @@ async fn answer(target: &Target, probe: &Probe) -> Value {
         .unwrap_or("")
         .to_string();
     let etag = headers.contains_key("etag");
-    let bytes = if probe.watch {
-        first_line(response).await
-    } else {
-        response.bytes().await.expect("body").to_vec()
-    };
     let mut shape = json!({"code": code, "contentType": content_type, "etag": etag});
+    if probe.read == Read::InitialEvents {
+        shape["events"] = json!(initial_events(response).await);
+        return shape;
+    }
+    let bytes = match probe.read {
+        Read::FirstEvent => first_line(response).await,
+        _ => response.bytes().await.expect("body").to_vec(),
+    };
     match serde_json::from_slice::<Value>(&bytes) {
-        Ok(value) if probe.watch => {
+        Ok(value) if probe.read == Read::FirstEvent => {
             shape["event"] = json!(value["type"]);
             shape["object"] = body_shape(&value["object"]);
         }
@@ -413,6 +478,43 @@ async fn answer(target: &Target, probe: &Probe) -> Value {
         Err(_) => shape["text"] = json!(String::from_utf8_lossy(&bytes).trim()),
     }
     shape
+}
+
+/// A watch-list's events, normalized, up to and including its bookmark (or an ERROR, or the
+/// end of the stream, or a 5 s limit): the type, the object's shape, and a bookmark's
+/// annotations (`k8s.io/initial-events-end`).
+async fn initial_events(response: reqwest::Response) -> Vec<Value> {
+    let mut stream = response.bytes_stream();
+    let mut buffer = Vec::new();
+    let mut events = Vec::new();
+    let read = async {
+        while let Some(Ok(chunk)) = stream.next().await {
+            buffer.extend_from_slice(&chunk);
+            while let Some(end) = buffer.iter().position(|b| *b == b'\n') {
+                let line: Vec<u8> = buffer.drain(..=end).collect();
+                let Ok(event) = serde_json::from_slice::<Value>(&line) else {
+                    events.push(json!({"text": String::from_utf8_lossy(&line).trim()}));
+                    return;
+                };
+                let mut shape =
+                    json!({"type": event["type"], "object": body_shape(&event["object"])});
+                if event["type"] == "BOOKMARK" {
+                    shape["annotations"] = event["object"]["metadata"]["annotations"].clone();
+                }
+                events.push(shape);
+                if event["type"] == "BOOKMARK" || event["type"] == "ERROR" {
+                    return;
+                }
+            }
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(5), read)
+        .await
+        .is_err()
+    {
+        events.push(json!("no bookmark within 5 s"));
+    }
+    events
 }
 
 /// The first line of a watch stream (its first event), or what came before a 5 s limit.

@@ -27,6 +27,9 @@ const START_ATTEMPTS: usize = 5;
 #[derive(Clone, Debug)]
 pub struct Assets {
     pub kube_apiserver: PathBuf,
+    /// The etcd kube-apiserver runs on (`make test`: Debian trixie's 3.5, `hack/etcd-for-kube.sh`;
+    /// bookworm's 3.4.23 cannot serve watch-list).
+    pub etcd: PathBuf,
     pub kubectl: PathBuf,
 }
 
@@ -38,13 +41,17 @@ pub fn assets(test: &str) -> Option<Assets> {
         Some(dir) => {
             let assets = Assets {
                 kube_apiserver: dir.join("kube-apiserver"),
+                etcd: dir.join("etcd"),
                 kubectl: dir.join("kubectl"),
             };
-            assert!(
-                assets.kube_apiserver.is_file(),
-                "KUBEBUILDER_ASSETS={} has no kube-apiserver",
-                dir.display()
-            );
+            for binary in [&assets.kube_apiserver, &assets.etcd] {
+                assert!(
+                    binary.is_file(),
+                    "KUBEBUILDER_ASSETS={} has no {}",
+                    dir.display(),
+                    binary.display()
+                );
+            }
             Some(assets)
         }
         None if std::env::var("SVM_REAL_CLUSTER").as_deref() == Ok("skip") => {
@@ -157,7 +164,7 @@ impl ControlPlane {
         let pki = Pki::generate(dir.path());
         let kubeconfig = dir.path().join("admin.kubeconfig");
         let mut plane = ControlPlane {
-            etcd: EtcdServer::start(),
+            etcd: EtcdServer::start_binary(&assets.etcd),
             apiserver: None,
             dir,
             pki,

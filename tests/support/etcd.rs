@@ -1,10 +1,11 @@
-//! A real etcd for a test: `/usr/bin/etcd` (or `etcd` on PATH) on free 127.0.0.1 ports with a
+//! A real etcd for a test: `/usr/bin/etcd` (or `etcd` on PATH), or a binary the caller names
+//! (the real-cluster suite's, from `KUBEBUILDER_ASSETS`), on free 127.0.0.1 ports with a
 //! temporary data directory, stopped and removed on drop.
 #![allow(dead_code)]
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -14,6 +15,7 @@ const READY_TIMEOUT: Duration = Duration::from_secs(60);
 const START_ATTEMPTS: usize = 5;
 
 pub struct EtcdServer {
+    binary: PathBuf,
     child: Option<Child>,
     dir: tempfile::TempDir,
     client_port: u16,
@@ -36,21 +38,34 @@ impl EtcdServer {
     /// Start etcd and wait until it answers. Panics (failing the test) when there is no etcd
     /// binary or it does not come up.
     pub fn start() -> EtcdServer {
-        Self::start_with(None)
+        Self::start_with(system_etcd(), None)
     }
 
     /// etcd serving its clients over TLS and admitting only client certificates of `tls.ca`.
     pub fn start_tls(tls: &EtcdTls) -> EtcdServer {
-        Self::start_with(Some(tls))
+        Self::start_with(system_etcd(), Some(tls))
     }
 
-    fn start_with(tls: Option<&EtcdTls>) -> EtcdServer {
-        let binary = find_etcd().unwrap_or_else(|| {
-            panic!(
-                "no etcd binary found (looked for /usr/bin/etcd and `etcd` on PATH); \
-                 run `make test`, which installs it"
-            )
-        });
+    /// This etcd binary rather than the system's (kube-apiserver wants a newer one).
+    pub fn start_binary(binary: &Path) -> EtcdServer {
+        assert!(binary.is_file(), "no etcd binary at {}", binary.display());
+        Self::start_with(binary.to_path_buf(), None)
+    }
+
+    /// `etcd --version`'s first line, e.g. `etcd Version: 3.5.16`.
+    pub fn version(&self) -> String {
+        let output = Command::new(&self.binary)
+            .arg("--version")
+            .output()
+            .unwrap_or_else(|e| panic!("{} --version: {e}", self.binary.display()));
+        String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    }
+
+    fn start_with(binary: PathBuf, tls: Option<&EtcdTls>) -> EtcdServer {
         let mut last_log = String::new();
         for _ in 0..START_ATTEMPTS {
             let dir = tempfile::tempdir().expect("temp dir for etcd");
@@ -64,6 +79,7 @@ impl EtcdServer {
             };
             let mut server = EtcdServer {
                 child: Some(spawn(&binary, &dir, ports, tls)),
+                binary: binary.clone(),
                 dir,
                 client_port,
                 peer_port,
@@ -87,13 +103,12 @@ impl EtcdServer {
     /// Start etcd again on the same ports and data (after `kill`), as a restarted member.
     pub fn restart(&mut self) {
         self.kill();
-        let binary = find_etcd().expect("etcd binary");
         let ports = Ports {
             client: self.client_port,
             peer: self.peer_port,
             metrics: self.metrics_port,
         };
-        self.child = Some(spawn(&binary, &self.dir, ports, self.tls.as_ref()));
+        self.child = Some(spawn(&self.binary, &self.dir, ports, self.tls.as_ref()));
         assert!(
             self.wait_ready(),
             "etcd did not come back; its log:\n{}",
@@ -140,6 +155,16 @@ impl Drop for EtcdServer {
     }
 }
 
+/// The system's etcd (Debian bookworm's `etcd-server`, 3.4.23, for `make test`).
+pub fn system_etcd() -> PathBuf {
+    find_etcd().unwrap_or_else(|| {
+        panic!(
+            "no etcd binary found (looked for /usr/bin/etcd and `etcd` on PATH); \
+             run `make test`, which installs it"
+        )
+    })
+}
+
 fn find_etcd() -> Option<PathBuf> {
     let system = PathBuf::from("/usr/bin/etcd");
     if system.is_file() {
@@ -166,7 +191,7 @@ struct Ports {
     metrics: u16,
 }
 
-fn spawn(binary: &PathBuf, dir: &tempfile::TempDir, ports: Ports, tls: Option<&EtcdTls>) -> Child {
+fn spawn(binary: &Path, dir: &tempfile::TempDir, ports: Ports, tls: Option<&EtcdTls>) -> Child {
     let scheme = if tls.is_some() { "https" } else { "http" };
     let client = format!("{scheme}://127.0.0.1:{}", ports.client);
     let peer = format!("http://127.0.0.1:{}", ports.peer);

@@ -17,8 +17,9 @@ use crate::support::control_plane::{ControlPlane, assets};
 use crate::support::real_cluster::{
     NAMESPACE, PROJECT_APISERVICE, RealCluster, SERVICE_ACCOUNT, install_rbac,
 };
+use crate::support::server::metric_sum;
 use crate::support::server::{Backend, ServerProcess};
-use crate::world::{is_safe, items, metric_sum, name, storage_state, succeeded, wait_for};
+use crate::world::{is_safe, items, name, storage_state, succeeded, wait_for};
 
 /// What switches the built-in group on in kube-apiserver 1.36.
 const BUILTIN_ON: [&str; 2] = [
