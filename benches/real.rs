@@ -7,8 +7,9 @@
 //!    LIST pages, then GET + PUT of each object, 16 at a time) in the same run — wall time,
 //!    objects/s, requests per object (kube-apiserver's `apiserver_request_total`), bytes per
 //!    object (the client process's socket reads and writes, TLS included, from
-//!    `/proc/<pid>/io`), our peak RSS, and kube-apiserver's CPU seconds per 1 000 objects
-//!    (`/proc/<pid>/stat`, user + system);
+//!    `/proc/<pid>/io`), our peak RSS, kube-apiserver's CPU seconds per 1 000 objects
+//!    (`/proc/<pid>/stat`, user + system), and what the run costs others: the p50/p99 latency
+//!    of a neighbour that GETs one ConfigMap every 100 ms meanwhile;
 //! 2. at a QPS cap: wall time against N/QPS;
 //! 3. a second client loading the apiserver mid-run: the rate and the PATCH limit the
 //!    adaptive migrator found, before and during the load.
@@ -21,8 +22,9 @@
 //! `SVM_BENCH_REAL_OBJECTS` (default 10000) sets N; 100 KiB objects use N/10 (N of them
 //! would pass etcd's 2 GiB quota once rewritten). `SVM_BENCH_REAL_SIZES` (KiB, default
 //! `1,10,100`) picks the sizes, `SVM_BENCH_REAL_RUNS` (default `auto,16,64,getput,qps,load`) the
-//! runs (`paged` among them on request). Creating objects is the slow part (~a few hundred a
-//! second).
+//! runs, in that order, repeats allowed: `auto` or a number is ours at that
+//! `--object-concurrency`, `paged` / `paged-<c>` the same read in pages. Creating objects is
+//! the slow part (~a few thousand a second).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -32,6 +34,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use serde_json::{Value, json};
 use support::control_plane::{ControlPlane, assets};
@@ -52,14 +55,16 @@ struct Row {
     kas_cpu: f64,
     /// The median of our PATCH limit sampled every 0.5 s (ours only).
     limit: Option<f64>,
-    /// How the resource was read: `stream`, `pages`, `stream→pages` (a stream fell back).
-    read: &'static str,
+    /// How the resource was read (see [`read_mode`]).
+    read: String,
+    /// A neighbour's GET latency during the run (p50, p99, in ms): what the run costs others.
+    neighbour: (f64, f64),
 }
 
 fn print(title: &str, rows: &[Row]) {
     println!("\n{title}\n");
     println!(
-        "| {:<34} | {:<12} | {:>4} | {:>6} | {:>7} | {:>6} | {:>8} | {:>9} | {:>9} | {:>14} | {:>11} |",
+        "| {:<34} | {:<12} | {:>4} | {:>6} | {:>7} | {:>6} | {:>8} | {:>9} | {:>9} | {:>14} | {:>11} | {:>19} |",
         "strategy",
         "read",
         "KiB",
@@ -70,13 +75,14 @@ fn print(title: &str, rows: &[Row]) {
         "bytes/obj",
         "our RSS",
         "kas CPU s/1000",
-        "PATCH limit"
+        "PATCH limit",
+        "neighbour GET p50/p99"
     );
-    println!("|{}|", ["-"; 11].map(|_| "----------").join("|"));
+    println!("|{}|", ["-"; 12].map(|_| "----------").join("|"));
     for r in rows {
         let n = r.objects as f64;
         println!(
-            "| {:<34} | {:<12} | {:>4} | {:>6} | {:>7.1} | {:>6.0} | {:>8.2} | {:>9.0} | {:>9} | {:>14.2} | {:>11} |",
+            "| {:<34} | {:<12} | {:>4} | {:>6} | {:>7.1} | {:>6.0} | {:>8.2} | {:>9.0} | {:>9} | {:>14.2} | {:>11} | {:>19} |",
             r.strategy,
             r.read,
             r.kib,
@@ -89,12 +95,15 @@ fn print(title: &str, rows: &[Row]) {
                 .map_or_else(|| "—".into(), |k| format!("{:.0} MiB", k as f64 / 1024.0)),
             r.kas_cpu / n * 1000.0,
             r.limit.map_or_else(|| "—".into(), |l| format!("{l:.0}")),
+            format!("{:.1} / {:.1} ms", r.neighbour.0, r.neighbour.1),
         );
     }
 }
 
-/// Which reads one migration made, from our `/metrics`.
-fn read_mode(metrics: &str) -> &'static str {
+/// Which reads one migration made, from our `/metrics`: `stream`, `pages`, `stream→pages` (a
+/// stream fell back), with the count when a read was opened more than once (a stream cut and
+/// opened again).
+fn read_mode(metrics: &str) -> String {
     let reads = |mode: &str| {
         let label = format!("mode=\"{mode}\"");
         metric_sum(
@@ -103,11 +112,19 @@ fn read_mode(metrics: &str) -> &'static str {
             &[&label],
         )
     };
-    match (reads("stream") > 0.0, reads("pages") > 0.0) {
-        (true, false) => "stream",
-        (false, true) => "pages",
-        (true, true) => "stream→pages",
-        (false, false) => "none counted",
+    let (streams, pages) = (reads("stream"), reads("pages"));
+    let times = |n: f64| {
+        if n > 1.0 {
+            format!(" ×{n}")
+        } else {
+            String::new()
+        }
+    };
+    match (streams > 0.0, pages > 0.0) {
+        (true, false) => format!("stream{}", times(streams)),
+        (false, true) => format!("pages{}", times(pages)),
+        (true, true) => format!("stream{}→pages", times(streams)),
+        (false, false) => "none counted".into(),
     }
 }
 
@@ -148,20 +165,77 @@ fn peak_rss_kib(pid: u32) -> Option<u64> {
         .ok()
 }
 
-/// kube-apiserver's `apiserver_request_total` for `resource`, all verbs and codes.
-async fn requests_for(client: &kube::Client, resource: &str) -> f64 {
+/// kube-apiserver's `/metrics`.
+async fn kas_metrics(client: &kube::Client) -> String {
     let request = http::Request::get("/metrics")
         .body(Vec::new())
         .expect("request");
-    let text = client
+    client
         .request_text(request)
         .await
-        .expect("kube-apiserver /metrics");
+        .expect("kube-apiserver /metrics")
+}
+
+/// kube-apiserver's `apiserver_request_total` for `resource`, all verbs and codes.
+async fn requests_for(client: &kube::Client, resource: &str) -> f64 {
     let label = format!("resource=\"{resource}\"");
-    text.lines()
-        .filter(|l| l.starts_with("apiserver_request_total{") && l.contains(&label))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+    metric_sum(
+        &kas_metrics(client).await,
+        "apiserver_request_total",
+        &[&label],
+    )
+}
+
+/// Watchers of `resource` kube-apiserver closed for not keeping up (a stream we held back
+/// too long).
+async fn terminated_watchers(client: &kube::Client, resource: &str) -> f64 {
+    let label = format!("resource=\"{resource}");
+    metric_sum(
+        &kas_metrics(client).await,
+        "apiserver_terminated_watchers_total",
+        &[&label],
+    )
+}
+
+/// Another client of the apiserver during a run: it GETs one ConfigMap every 100 ms (a light
+/// operator's tool) and keeps each latency, so a run shows what its load costs others.
+struct Neighbour {
+    stop: Arc<AtomicBool>,
+    task: tokio::task::JoinHandle<Vec<f64>>,
+}
+
+const NEIGHBOUR: &str = "neighbour";
+
+impl Neighbour {
+    fn start(client: &kube::Client) -> Neighbour {
+        let api: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
+        let stop = Arc::new(AtomicBool::new(false));
+        let halt = stop.clone();
+        let task = tokio::spawn(async move {
+            let mut millis = Vec::new();
+            while !halt.load(Ordering::Relaxed) {
+                let sent = Instant::now();
+                if api.get(NEIGHBOUR).await.is_ok() {
+                    millis.push(sent.elapsed().as_secs_f64() * 1000.0);
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            millis
+        });
+        Neighbour { stop, task }
+    }
+
+    /// The p50 and p99 of its GETs, in ms.
+    async fn finish(self) -> (f64, f64) {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut millis = self.task.await.unwrap_or_default();
+        millis.sort_by(f64::total_cmp);
+        let at = |q: f64| {
+            let i = ((millis.len() as f64 * q) as usize).min(millis.len().saturating_sub(1));
+            millis.get(i).copied().unwrap_or(f64::NAN)
+        };
+        (at(0.50), at(0.99))
+    }
 }
 
 struct Bench {
@@ -271,6 +345,8 @@ impl Bench {
             cpu_seconds(self.kas_pid),
             io_bytes(pid),
         );
+        let terminated = terminated_watchers(&self.client, &blobs.plural).await;
+        let neighbour = Neighbour::start(&self.client);
         let started = Instant::now();
         let name = format!("m-{}", started.elapsed().as_nanos());
         let resp = http
@@ -333,7 +409,10 @@ impl Bench {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
         let seconds = started.elapsed().as_secs_f64();
+        let neighbour = neighbour.finish().await;
         let read = read_mode(&server.scrape(&http).await);
+        let terminated = terminated_watchers(&self.client, &blobs.plural).await - terminated;
+        eprintln!("{label}: read {read}; watchers kube-apiserver terminated: {terminated}");
         stop.store(true, Ordering::Relaxed);
         if let Some(loader) = loader {
             let _ = loader.await;
@@ -351,6 +430,7 @@ impl Bench {
             rss_kib: peak_rss_kib(pid),
             kas_cpu: cpu_seconds(self.kas_pid) - cpu,
             read,
+            neighbour,
         };
         (row, samples)
     }
@@ -366,6 +446,7 @@ impl Bench {
             cpu_seconds(self.kas_pid),
             io_bytes(me),
         );
+        let neighbour = Neighbour::start(&self.client);
         let started = Instant::now();
         let mut token: Option<String> = None;
         loop {
@@ -389,17 +470,19 @@ impl Bench {
                 _ => break,
             }
         }
+        let seconds = started.elapsed().as_secs_f64();
         Row {
             strategy: "full LIST + GET + PUT, 16 (out-of-tree)".into(),
             kib: blobs.kib,
             objects: blobs.objects,
-            seconds: started.elapsed().as_secs_f64(),
+            seconds,
+            neighbour: neighbour.finish().await,
             requests: requests_for(&self.client, &blobs.plural).await - requests,
             bytes: io_bytes(me) - io,
             rss_kib: None,
             kas_cpu: cpu_seconds(self.kas_pid) - cpu,
             limit: None,
-            read: "full pages",
+            read: "full pages".into(),
         }
     }
 }
@@ -429,6 +512,14 @@ async fn main() {
     let kas_pid = plane.apiserver_pid().expect("kube-apiserver pid");
     let client = plane.client().await;
     plane.kubectl().ok(&["create", "namespace", NAMESPACE]);
+    plane.kubectl().ok(&[
+        "create",
+        "configmap",
+        NEIGHBOUR,
+        "-n",
+        NAMESPACE,
+        "--from-literal=k=v",
+    ]);
     let bench = Bench {
         plane,
         kas_pid,
@@ -442,28 +533,30 @@ async fn main() {
     for kib in sizes {
         let objects = if kib >= 100 { n / 10 } else { n };
         let mut blobs = bench.install(kib, objects).await;
-        // The run's name in SVM_BENCH_REAL_RUNS is the --object-concurrency value.
-        for concurrency in ["auto", "16", "64"].into_iter().filter(|c| run(c)) {
+        // In the order given, repeats allowed (to alternate runs against drift): a run named
+        // `auto` or a number is ours at that --object-concurrency, read as a stream; `paged`
+        // (or `paged-<c>`) the same read in pages; `getput` the full-object strategy.
+        for name in &runs {
+            if name == "getput" {
+                rows.push(bench.get_put(&mut blobs).await);
+                continue;
+            }
+            if name == "qps" || name == "load" {
+                continue;
+            }
+            let (concurrency, paged) = match name.strip_prefix("paged") {
+                Some(rest) => (rest.strip_prefix('-').unwrap_or("auto"), true),
+                None => (name.as_str(), false),
+            };
             let label = format!("ours, --object-concurrency {concurrency}");
-            let flag = format!("--object-concurrency={concurrency}");
-            let (row, _) = bench
-                .ours(&mut blobs, &label, &["--qps=0", &flag], false)
-                .await;
+            let mut flags = vec!["--qps=0".to_string()];
+            flags.push(format!("--object-concurrency={concurrency}"));
+            if paged {
+                flags.push("--watch-list-max-objects=0".into());
+            }
+            let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+            let (row, _) = bench.ours(&mut blobs, &label, &flags, false).await;
             rows.push(row);
-        }
-        if run("paged") {
-            let (row, _) = bench
-                .ours(
-                    &mut blobs,
-                    "ours, auto, paged",
-                    &["--qps=0", "--watch-list-max-objects=0"],
-                    false,
-                )
-                .await;
-            rows.push(row);
-        }
-        if run("getput") {
-            rows.push(bench.get_put(&mut blobs).await);
         }
         print(
             "Migration on the real kube-apiserver (every object rewritten; unthrottled)",

@@ -1,7 +1,8 @@
 //! Every metric deploy/monitoring's dashboard and alerts use exists in a real `/metrics`
 //! scrape of the server, with the trigger and the migrator running against the test double
 //! through what the panels show: a first start (StorageStates unsafe, then safe), 429s from
-//! priority and fairness (retries, APF backpressure), and a CRD storage move (detection lag).
+//! priority and fairness (retries, APF backpressure), a request that uses up its retries, and
+//! a CRD storage move (detection lag).
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
@@ -53,6 +54,15 @@ async fn every_metric_the_dashboard_and_alerts_use_is_served() {
         .resource("configmaps")
         .times(3),
     );
+    // One object's PATCH fails more often than a request retries (8 times): the request gives
+    // up, and its migration pauses and goes on from its checkpoint.
+    double.add_fault(
+        FaultRule::new(Fault::ServerError { code: 503 })
+            .verb("patch")
+            .resource("configmaps")
+            .name("cm-00007")
+            .times(9),
+    );
     let w = World::start(double, &["--discovery-interval=500ms", "--qps=200"]).await;
     let mut seen = BTreeSet::new();
     scrape_until(&w, &mut seen, "the first start settling", all_safe).await;
@@ -84,6 +94,11 @@ async fn every_metric_the_dashboard_and_alerts_use_is_served() {
     );
     assert!(
         crate::harness::sample(&last, "svm_leader_is_leader") == 1.0,
+        "{last}"
+    );
+    assert_eq!(
+        crate::harness::sample(&last, "svm_migrator_retries_exhausted_total{"),
+        1.0,
         "{last}"
     );
     assert!(
