@@ -34,7 +34,7 @@ use crate::cluster::{
 };
 
 /// How long the apiserver may take to stream a whole resource's metadata (its
-/// `timeoutSeconds`); the rest of a stream cut short is paged.
+/// `timeoutSeconds`); a stream cut short is paged instead.
 const WATCH_LIST_TIMEOUT: Duration = Duration::from_secs(300);
 
 fn count(n: usize) -> i64 {
@@ -281,50 +281,50 @@ impl Runner {
         })
     }
 
-    /// Reads the resource as one watch-list stream, PATCHing while it arrives. `Complete` when
-    /// its initial-events-end bookmark came; anything else ends in `Page`: the caller pages
-    /// the rest, skipping keys up to `progress.migrated_through`. That includes a stream cut
-    /// after some progress (its `timeoutSeconds`, kube-apiserver closing a watcher it could not
-    /// feed while we held the stream back, a restart): a new stream would send every initial
-    /// event again from the first key, and could be cut again, while the pages read the done
-    /// keys once (metadata only) and resume from their continue token from then on.
+    /// Reads the resource as watch-list streams, PATCHing while they arrive. A stream cut
+    /// after some progress (its `timeoutSeconds`, a restart of the apiserver) is opened
+    /// again, skipping what is done; one that gives nothing new, that is refused, that passes
+    /// `--watch-list-max-objects` or that is not in key order ends in `Page`: the caller
+    /// pages the rest, skipping keys up to `progress.migrated_through`.
     async fn migrate_streamed(
         &self,
         resource: &ResolvedResource,
         label: &ResourceLabel,
         progress: &mut MigrationProgress,
     ) -> Result<Streamed, RunError> {
-        let events = match self.open_stream(resource).await? {
-            Ok(events) => events,
-            Err(StreamUnavailable(why)) => return Ok(Streamed::Page(why)),
-        };
-        let end = self.pipeline(resource, label, progress, events).await?;
-        // A read by stream is one that served: an apiserver that cannot stream (etcd 3.4)
-        // opens it and sends an ERROR event first, and the read is counted as pages.
-        if end.served() {
-            self.shared.metrics.count_read(&label.resource, "stream");
-        }
-        match end {
-            StreamEnd::Complete(_) => Ok(Streamed::Complete),
-            StreamEnd::Cut { why, progressed } => {
-                if progressed {
-                    tracing::info!(migration = %self.name, %why, through = %progress.migrated_through, "the stream was cut; paging the rest");
+        let mut counted = false;
+        loop {
+            let events = match self.open_stream(resource).await? {
+                Ok(events) => events,
+                Err(StreamUnavailable(why)) => return Ok(Streamed::Page(why)),
+            };
+            let end = self.pipeline(resource, label, progress, events).await?;
+            // A read by stream is one that served: an apiserver that cannot stream (etcd 3.4)
+            // opens it and sends an ERROR event first, and the read is counted as pages.
+            if !counted && end.served() {
+                counted = true;
+                self.shared.metrics.count_read(&label.resource, "stream");
+            }
+            match end {
+                StreamEnd::Complete(_) => return Ok(Streamed::Complete),
+                StreamEnd::Cut { why, progressed } if progressed => {
+                    tracing::info!(migration = %self.name, %why, through = %progress.migrated_through, "the stream was cut; streaming the rest");
                 }
-                Ok(Streamed::Page(why))
-            }
-            StreamEnd::TooLarge => {
-                let max = self.shared.settings.watch_list_max_objects;
-                Ok(Streamed::Page(format!(
-                    "more than {max} objects (--watch-list-max-objects)"
-                )))
-            }
-            StreamEnd::OutOfOrder(why) => {
-                // A key checkpointed from this stream may be above objects still to come:
-                // nothing may be skipped, so page from the start (finished objects cost a
-                // no-op PATCH each, no write).
-                progress.migrated_through.clear();
-                self.checkpoint(progress, "").await?;
-                Ok(Streamed::Page(why))
+                StreamEnd::Cut { why, .. } => return Ok(Streamed::Page(why)),
+                StreamEnd::TooLarge => {
+                    let max = self.shared.settings.watch_list_max_objects;
+                    return Ok(Streamed::Page(format!(
+                        "more than {max} objects (--watch-list-max-objects)"
+                    )));
+                }
+                StreamEnd::OutOfOrder(why) => {
+                    // A key checkpointed from this stream may be above objects still to come:
+                    // nothing may be skipped, so page from the start (finished objects cost a
+                    // no-op PATCH each, no write).
+                    progress.migrated_through.clear();
+                    self.checkpoint(progress, "").await?;
+                    return Ok(Streamed::Page(why));
+                }
             }
         }
     }
