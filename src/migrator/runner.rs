@@ -34,7 +34,8 @@ use crate::cluster::{
 };
 
 /// How long the apiserver may take to stream a whole resource's metadata (its
-/// `timeoutSeconds`); a stream cut short is paged instead.
+/// `timeoutSeconds`); a stream cut short after some progress is opened again, skipping what
+/// is done.
 const WATCH_LIST_TIMEOUT: Duration = Duration::from_secs(300);
 
 fn count(n: usize) -> i64 {
