@@ -45,6 +45,11 @@ async fn first_start(assets: &Assets, read: Read) {
     let started = Instant::now();
     let cluster = RealCluster::start_with(assets, &[], &["--qps=50"]);
     let etcd = cluster.plane.etcd.version();
+    assert_eq!(
+        cluster.plane.etcd.serves_watch_list(),
+        read == Read::Stream,
+        "this test expects {read:?} on {etcd}"
+    );
     let svm_started = Instant::now();
 
     let (states, migrations) = wait_for(
