@@ -176,25 +176,28 @@ async fn kas_metrics(client: &kube::Client) -> String {
         .expect("kube-apiserver /metrics")
 }
 
-/// kube-apiserver's `apiserver_request_total` for `resource`, all verbs and codes.
-async fn requests_for(client: &kube::Client, resource: &str) -> f64 {
-    let label = format!("resource=\"{resource}\"");
-    metric_sum(
-        &kas_metrics(client).await,
-        "apiserver_request_total",
-        &[&label],
-    )
+/// kube-apiserver's counters for one resource, read from one `/metrics` scrape.
+struct KasCounters {
+    /// `apiserver_request_total`, all verbs and codes.
+    requests: f64,
+    /// Watchers kube-apiserver closed for not keeping up (a stream we held back too long).
+    terminated_watchers: f64,
 }
 
-/// Watchers of `resource` kube-apiserver closed for not keeping up (a stream we held back
-/// too long).
-async fn terminated_watchers(client: &kube::Client, resource: &str) -> f64 {
-    let label = format!("resource=\"{resource}");
-    metric_sum(
-        &kas_metrics(client).await,
-        "apiserver_terminated_watchers_total",
-        &[&label],
-    )
+impl KasCounters {
+    async fn read(client: &kube::Client, resource: &str) -> KasCounters {
+        let metrics = kas_metrics(client).await;
+        let exact = format!("resource=\"{resource}\"");
+        let prefix = format!("resource=\"{resource}");
+        KasCounters {
+            requests: metric_sum(&metrics, "apiserver_request_total", &[&exact]),
+            terminated_watchers: metric_sum(
+                &metrics,
+                "apiserver_terminated_watchers_total",
+                &[&prefix],
+            ),
+        }
+    }
 }
 
 /// Another client of the apiserver during a run: it GETs one ConfigMap every 100 ms (a light
@@ -340,12 +343,11 @@ impl Bench {
         let server = ServerProcess::start_with(Backend::Embedded, &all);
         let pid = server.pid().expect("pid");
         let http = server.http_client();
-        let (requests, cpu, io) = (
-            requests_for(&self.client, &blobs.plural).await,
+        let (kas, cpu, io) = (
+            KasCounters::read(&self.client, &blobs.plural).await,
             cpu_seconds(self.kas_pid),
             io_bytes(pid),
         );
-        let terminated = terminated_watchers(&self.client, &blobs.plural).await;
         let neighbour = Neighbour::start(&self.client);
         let started = Instant::now();
         let name = format!("m-{}", started.elapsed().as_nanos());
@@ -411,12 +413,13 @@ impl Bench {
         let seconds = started.elapsed().as_secs_f64();
         let neighbour = neighbour.finish().await;
         let read = read_mode(&server.scrape(&http).await);
-        let terminated = terminated_watchers(&self.client, &blobs.plural).await - terminated;
-        eprintln!("{label}: read {read}; watchers kube-apiserver terminated: {terminated}");
         stop.store(true, Ordering::Relaxed);
         if let Some(loader) = loader {
             let _ = loader.await;
         }
+        let kas_after = KasCounters::read(&self.client, &blobs.plural).await;
+        let terminated = kas_after.terminated_watchers - kas.terminated_watchers;
+        eprintln!("{label}: read {read}; watchers kube-apiserver terminated: {terminated}");
         let mut limits: Vec<f64> = samples.iter().map(|(_, limit, _)| *limit).collect();
         limits.sort_by(f64::total_cmp);
         let row = Row {
@@ -425,7 +428,7 @@ impl Bench {
             kib: blobs.kib,
             objects: blobs.objects,
             seconds,
-            requests: requests_for(&self.client, &blobs.plural).await - requests,
+            requests: kas_after.requests - kas.requests,
             bytes: io_bytes(pid) - io,
             rss_kib: peak_rss_kib(pid),
             kas_cpu: cpu_seconds(self.kas_pid) - cpu,
@@ -442,7 +445,9 @@ impl Bench {
         let api = self.api(&blobs.plural, &format!("Blob{}k", blobs.kib));
         let me = std::process::id();
         let (requests, cpu, io) = (
-            requests_for(&self.client, &blobs.plural).await,
+            KasCounters::read(&self.client, &blobs.plural)
+                .await
+                .requests,
             cpu_seconds(self.kas_pid),
             io_bytes(me),
         );
@@ -477,7 +482,10 @@ impl Bench {
             objects: blobs.objects,
             seconds,
             neighbour: neighbour.finish().await,
-            requests: requests_for(&self.client, &blobs.plural).await - requests,
+            requests: KasCounters::read(&self.client, &blobs.plural)
+                .await
+                .requests
+                - requests,
             bytes: io_bytes(me) - io,
             rss_kib: None,
             kas_cpu: cpu_seconds(self.kas_pid) - cpu,

@@ -16,7 +16,7 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 
 use crate::support::control_plane::{Assets, ControlPlane, assets};
-use crate::support::etcd::system_etcd;
+use crate::support::etcd::serves_watch_list;
 
 /// One server under comparison: its URL and a client holding an identity in system:masters.
 struct Target {
@@ -79,11 +79,7 @@ async fn the_double_answers_as_the_real_kube_apiserver_on_etcd_3_4_does() {
     else {
         return;
     };
-    let on_3_4 = Assets {
-        etcd: system_etcd(),
-        ..assets
-    };
-    compare(&on_3_4, WatchList::Refused).await;
+    compare(&assets.with_system_etcd(), WatchList::Refused).await;
 }
 
 /// Whether the control plane's etcd lets kube-apiserver serve watch-list (≥ 3.4.31, ≥ 3.5.13).
@@ -97,7 +93,7 @@ async fn compare(assets: &Assets, watch_list: WatchList) {
     let plane = ControlPlane::start(assets, &[]);
     let etcd = plane.etcd.version();
     assert_eq!(
-        plane.etcd.serves_watch_list(),
+        serves_watch_list(&etcd),
         watch_list == WatchList::Served,
         "this comparison is for an etcd on which watch-list is {watch_list:?}; the control \
          plane runs {etcd}"

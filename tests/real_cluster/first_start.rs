@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use crate::support::control_plane::{Assets, assets};
-use crate::support::etcd::system_etcd;
+use crate::support::etcd::serves_watch_list;
 use crate::support::real_cluster::RealCluster;
 use crate::support::server::metric_sum;
 use crate::world::{is_safe, items, name, true_conditions, wait_for};
@@ -27,11 +27,7 @@ async fn first_start_on_etcd_3_4_pages_every_resource_and_every_state_ends_safe(
     else {
         return;
     };
-    let on_3_4 = Assets {
-        etcd: system_etcd(),
-        ..assets
-    };
-    first_start(&on_3_4, Read::Pages).await;
+    first_start(&assets.with_system_etcd(), Read::Pages).await;
 }
 
 /// How every resource must have been read.
@@ -46,7 +42,7 @@ async fn first_start(assets: &Assets, read: Read) {
     let cluster = RealCluster::start_with(assets, &[], &["--qps=50"]);
     let etcd = cluster.plane.etcd.version();
     assert_eq!(
-        cluster.plane.etcd.serves_watch_list(),
+        serves_watch_list(&etcd),
         read == Read::Stream,
         "this test expects {read:?} on {etcd}"
     );

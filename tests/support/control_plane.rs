@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use svm_apiserver::auth::devcerts::Ca;
 
-use crate::support::etcd::{EtcdServer, free_port};
+use crate::support::etcd::{EtcdServer, free_port, system_etcd};
 use crate::support::kubectl::Kubectl;
 
 /// How long kube-apiserver gets to become ready (a hang guard; it takes ~10 s idle).
@@ -31,6 +31,17 @@ pub struct Assets {
     /// bookworm's 3.4.23 cannot serve watch-list).
     pub etcd: PathBuf,
     pub kubectl: PathBuf,
+}
+
+impl Assets {
+    /// The same binaries with the system's etcd (Debian bookworm's 3.4.23) under
+    /// kube-apiserver: a cluster on which watch-list is refused.
+    pub fn with_system_etcd(self) -> Assets {
+        Assets {
+            etcd: system_etcd(),
+            ..self
+        }
+    }
 }
 
 /// The assets, or `None` when this run was knowingly made without them (`SVM_REAL_CLUSTER=skip`,

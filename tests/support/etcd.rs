@@ -65,24 +65,6 @@ impl EtcdServer {
             .to_string()
     }
 
-    /// Whether kube-apiserver serves watch-list on this etcd: its RequestWatchProgress check
-    /// (k8s.io/apiserver's feature support checker) wants ≥ 3.4.31 in 3.4, ≥ 3.5.13 in 3.5.
-    pub fn serves_watch_list(&self) -> bool {
-        let version = self.version();
-        let numbers: Vec<u32> = version
-            .trim_start_matches("etcd Version: ")
-            .split('.')
-            .map_while(|part| part.parse().ok())
-            .collect();
-        match numbers[..] {
-            [3, 4, patch, ..] => patch >= 31,
-            [3, 5, patch, ..] => patch >= 13,
-            [3, minor, ..] => minor > 5,
-            [major, ..] => major > 3,
-            _ => panic!("etcd --version said {version:?}"),
-        }
-    }
-
     fn start_with(binary: PathBuf, tls: Option<&EtcdTls>) -> EtcdServer {
         let mut last_log = String::new();
         for _ in 0..START_ATTEMPTS {
@@ -170,6 +152,24 @@ impl EtcdServer {
 impl Drop for EtcdServer {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// Whether kube-apiserver serves watch-list on an etcd whose `--version` said `version`
+/// ([`EtcdServer::version`]): its RequestWatchProgress check (k8s.io/apiserver's feature
+/// support checker) wants ≥ 3.4.31 in 3.4, ≥ 3.5.13 in 3.5.
+pub fn serves_watch_list(version: &str) -> bool {
+    let numbers: Vec<u32> = version
+        .trim_start_matches("etcd Version: ")
+        .split('.')
+        .map_while(|part| part.parse().ok())
+        .collect();
+    match numbers[..] {
+        [3, 4, patch, ..] => patch >= 31,
+        [3, 5, patch, ..] => patch >= 13,
+        [3, minor, ..] => minor > 5,
+        [major, ..] => major > 3,
+        _ => panic!("etcd --version said {version:?}"),
     }
 }
 
