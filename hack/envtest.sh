@@ -2,8 +2,8 @@
 # Prints the KUBEBUILDER_ASSETS directory for the real-cluster suite (the envtest layout: a
 # directory with kube-apiserver, etcd and kubectl), preparing it when needed:
 #   - $KUBEBUILDER_ASSETS when the caller set it;
-#   - else .dev/envtest, with kube-apiserver unpacked from ../shared/envtest/kube-apiserver.xz
-#     (checked against the sha256 its README gives), etcd 3.5 from Debian trixie
+#   - else .dev/envtest, with kube-apiserver and kube-controller-manager unpacked from
+#     ../shared/envtest/*.xz (each checked against the sha256 its README gives), etcd 3.5 from Debian trixie
 #     (hack/etcd-for-kube.sh: bookworm's 3.4.23 cannot serve watch-list) and the kubectl of .venv.
 # Prints nothing, and says why loudly on stderr, when there is no kube-apiserver to use.
 set -euo pipefail
@@ -14,10 +14,8 @@ if [ -n "${KUBEBUILDER_ASSETS:-}" ]; then
   exit 0
 fi
 
-archive=../shared/envtest/kube-apiserver.xz
 dir=.dev/envtest
-# sha256 of the unpacked binary, from ../shared/envtest/README.md.
-want=7206bdcf786b7d45a3cfeca91f9637c6b9adf42db9d78821d37ceac89794176a
+archive=../shared/envtest/kube-apiserver.xz
 
 if [ ! -f "$archive" ]; then
   {
@@ -29,15 +27,23 @@ if [ ! -f "$archive" ]; then
   exit 0
 fi
 
+# unpack <name> <sha256 of the unpacked binary, from ../shared/envtest/README.md>
+unpack() {
+  local name=$1 want=$2 archive=../shared/envtest/$1.xz
+  [ -f "$archive" ] || { echo "envtest: $archive is missing" >&2; exit 1; }
+  if [ ! -x "$dir/$name" ] || ! echo "$want  $dir/$name" | sha256sum --check --status; then
+    echo "envtest: unpacking $archive into $dir" >&2
+    xz -dc "$archive" > "$dir/$name.tmp"
+    echo "$want  $dir/$name.tmp" | sha256sum --check --status \
+      || { echo "envtest: $archive does not unpack to the binary its README names (sha256)" >&2; exit 1; }
+    chmod +x "$dir/$name.tmp"
+    mv "$dir/$name.tmp" "$dir/$name"
+  fi
+}
+
 mkdir -p "$dir"
-if [ ! -x "$dir/kube-apiserver" ] || ! echo "$want  $dir/kube-apiserver" | sha256sum --check --status; then
-  echo "envtest: unpacking $archive into $dir" >&2
-  xz -dc "$archive" > "$dir/kube-apiserver.tmp"
-  echo "$want  $dir/kube-apiserver.tmp" | sha256sum --check --status \
-    || { echo "envtest: $archive does not unpack to the binary its README names (sha256)" >&2; exit 1; }
-  chmod +x "$dir/kube-apiserver.tmp"
-  mv "$dir/kube-apiserver.tmp" "$dir/kube-apiserver"
-fi
+unpack kube-apiserver 7206bdcf786b7d45a3cfeca91f9637c6b9adf42db9d78821d37ceac89794176a
+unpack kube-controller-manager 131d588b1cb195ade8fb39de3d2c2a2c15623a7ca676892318f0056a241742f5
 ln -sf "$(hack/etcd-for-kube.sh)" "$dir/etcd"
 ln -sf "$PWD/.venv/bin/kubectl" "$dir/kubectl"
 echo "$PWD/$dir"
