@@ -31,6 +31,10 @@ pub struct Assets {
     /// bookworm's 3.4.23 cannot serve watch-list).
     pub etcd: PathBuf,
     pub kubectl: PathBuf,
+    /// The same build's kube-controller-manager (`hack/envtest.sh` unpacks it beside
+    /// kube-apiserver), for tests that run Kubernetes' own controllers: checked when one is
+    /// started (`support::controller_manager`), so a layout without it still runs the rest.
+    pub kube_controller_manager: PathBuf,
 }
 
 impl Assets {
@@ -54,6 +58,7 @@ pub fn assets(test: &str) -> Option<Assets> {
                 kube_apiserver: dir.join("kube-apiserver"),
                 etcd: dir.join("etcd"),
                 kubectl: dir.join("kubectl"),
+                kube_controller_manager: dir.join("kube-controller-manager"),
             };
             for binary in [&assets.kube_apiserver, &assets.etcd] {
                 assert!(
@@ -209,6 +214,11 @@ impl ControlPlane {
 
     pub fn dir(&self) -> &Path {
         self.dir.path()
+    }
+
+    /// The binaries it was started from.
+    pub fn assets(&self) -> &Assets {
+        &self.assets
     }
 
     /// kube-apiserver's process id while it runs.

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod control_plane;
+pub mod controller_manager;
 pub mod doubles;
 pub mod etcd;
 pub mod kubectl;
