@@ -18,6 +18,7 @@ mod encryption;
 mod fidelity;
 mod first_start;
 mod flow_control;
+mod in_tree_migrator;
 mod ksvm_import;
 mod volumes;
 mod world;
