@@ -179,17 +179,7 @@ impl Rejection {
 
 impl IntoResponse for Rejection {
     fn into_response(self) -> Response {
-        let mut body = serde_json::to_vec(&self.to_status()).unwrap_or_default();
-        body.push(b'\n');
-        let mut response = (
-            self.code(),
-            [
-                (header::CONTENT_TYPE, "application/json"),
-                (header::CACHE_CONTROL, "no-cache, private"),
-            ],
-            body,
-        )
-            .into_response();
+        let mut response = crate::server::status_response(self.code().as_u16(), &self.to_status());
         if let Rejection::TooManyTokenReviews = self {
             response.headers_mut().insert(
                 header::RETRY_AFTER,

@@ -9,6 +9,7 @@ pub(crate) mod managed_fields;
 pub(crate) mod metadata;
 pub(crate) mod openapi_meta;
 pub(crate) mod patch;
+pub mod protobuf;
 pub(crate) mod rest;
 pub(crate) mod selectors;
 pub(crate) mod store;

@@ -134,6 +134,9 @@ pub type WatchEventStream = BoxStream<'static, WatchEvent>;
 pub trait RestStorage: Send + Sync + 'static {
     fn info(&self) -> &ResourceInfo;
 
+    /// The kind's protobuf messages (see `Strategy::protobuf`).
+    fn protobuf(&self) -> Option<&'static dyn super::protobuf::ProtobufKind>;
+
     /// OpenAPI definitions of the kind in `version` (see `Strategy::openapi_definitions`).
     fn openapi_definitions(&self, version: &str) -> Vec<(String, Value)>;
     fn definition_name(&self, version: &str) -> String;

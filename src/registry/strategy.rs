@@ -126,4 +126,12 @@ pub trait Strategy: Send + Sync + 'static {
     fn field_value(&self, _obj: &Self::Object, _field: &str) -> Option<String> {
         None
     }
+
+    /// The kind's protobuf messages, for `application/vnd.kubernetes.protobuf` bodies and
+    /// answers, if it has any. A kind without them is served as kube-apiserver serves a
+    /// custom resource: JSON and YAML only, while its PartialObjectMetadata forms, Statuses and
+    /// DeleteOptions still speak protobuf (they are `meta.k8s.io` messages).
+    fn protobuf(&self) -> Option<&'static dyn super::protobuf::ProtobufKind> {
+        None
+    }
 }

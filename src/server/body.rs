@@ -81,6 +81,10 @@ pub fn decode_object(
             })?;
             (value, Vec::new())
         }
+        // Read by the kind's messages (handlers::decode_protobuf_object), never as text.
+        BodyFormat::Protobuf => {
+            return Err(unrecognized("a protobuf body is not JSON or YAML".into()));
+        }
     };
     if !object.is_object() {
         return Err(unrecognized(

@@ -15,11 +15,12 @@ use serde_json::Value;
 use super::AppState;
 use super::body::{decode_object, decode_options, read_limited};
 use super::connection::ConnectionControl;
-use super::negotiate::{self, BodyFormat, Endpoint, Negotiated, Target};
+use super::negotiate::{self, BodyFormat, Endpoint, Negotiated, Protobuf, Target};
 use super::params::{self, Query, WriteVerb};
 use super::status::{self, HttpError, NO_CACHE_PRIVATE};
 use super::table::{TableWriter, partial_object_metadata, partial_object_metadata_list};
 use super::watch::{self, EventForm};
+use crate::registry::protobuf::{self, ProtobufKind, meta};
 use crate::registry::rest::{FieldValidation, Subresource, Written};
 use crate::registry::{ApiError, ObjectRef, RestStorage};
 
@@ -43,7 +44,29 @@ struct ResourceRequest {
 
 impl ResourceRequest {
     fn negotiate(&self, endpoint: Endpoint) -> Result<Negotiated, ApiError> {
-        negotiate::negotiate(&self.headers, self.query.get("pretty"), endpoint)
+        negotiate::negotiate(
+            &self.headers,
+            self.query.get("pretty"),
+            endpoint,
+            self.speaks_protobuf(),
+        )
+    }
+
+    /// The kind's protobuf messages, if it has any.
+    fn protobuf(&self) -> Option<&'static dyn ProtobufKind> {
+        self.resource.protobuf()
+    }
+
+    fn speaks_protobuf(&self) -> Protobuf {
+        match self.protobuf() {
+            Some(_) => Protobuf::Spoken,
+            None => Protobuf::NotSpoken,
+        }
+    }
+
+    /// The format of the request's body (its Content-Type).
+    fn body_format(&self) -> Result<BodyFormat, ApiError> {
+        negotiate::body_format(&self.headers, self.speaks_protobuf())
     }
 
     fn group(&self) -> &'static str {
@@ -257,12 +280,13 @@ async fn serve_item(
 
 /// A 200/201 response in the negotiated encoding, with a `Warning` header per warning.
 fn respond(
+    call: &ResourceRequest,
     code: StatusCode,
     negotiated: &Negotiated,
     value: &Value,
     warnings: &[String],
-) -> Response {
-    let (body, content_type) = negotiated.encode(value);
+) -> HandlerResult {
+    let (body, content_type) = negotiated.encode(value, call.protobuf())?;
     let mut response = (
         code,
         [
@@ -278,7 +302,7 @@ fn respond(
             response.headers_mut().append(header::WARNING, value);
         }
     }
-    response
+    Ok(response)
 }
 
 fn table_writer(call: &ResourceRequest, target: Target) -> Result<Option<TableWriter>, ApiError> {
@@ -313,7 +337,7 @@ async fn get(call: ResourceRequest, name: &str) -> HandlerResult {
         },
         Target::Object | Target::DiscoveryV2 => object,
     };
-    Ok(respond(StatusCode::OK, &negotiated, &value, &[]))
+    respond(&call, StatusCode::OK, &negotiated, &value, &[])
 }
 
 async fn list(call: ResourceRequest) -> HandlerResult {
@@ -336,12 +360,13 @@ async fn list(call: ResourceRequest) -> HandlerResult {
         (Target::PartialObjectMetadataList(meta), _) => partial_object_metadata_list(&list, meta),
         _ => list,
     };
-    Ok(respond(StatusCode::OK, &negotiated, &value, &[]))
+    respond(&call, StatusCode::OK, &negotiated, &value, &[])
 }
 
 async fn watch(call: ResourceRequest) -> HandlerResult {
     let negotiated = call.negotiate(Endpoint::Read)?;
-    // Watches stream JSON only; YAML has no stream framing (kube-apiserver answers 406 too).
+    // Watches stream JSON or protobuf; YAML has no stream framing (kube-apiserver answers 406
+    // too), and a list cannot be an event.
     if negotiated.encoding == negotiate::Encoding::Yaml
         || matches!(negotiated.target, Target::PartialObjectMetadataList(_))
     {
@@ -350,6 +375,10 @@ async fn watch(call: ResourceRequest) -> HandlerResult {
         )
         .into());
     }
+    let framing = match negotiated.encoding {
+        negotiate::Encoding::Protobuf => watch::Framing::Protobuf(call.protobuf()),
+        _ => watch::Framing::JsonLines,
+    };
     let table = table_writer(&call, negotiated.target)?;
     let watch_params = params::watch_params(&call.query)?;
     let timeout = watch::watch_timeout(watch_params.timeout_seconds);
@@ -357,7 +386,8 @@ async fn watch(call: ResourceRequest) -> HandlerResult {
         .resource
         .watch(&call.version, call.namespace(), &watch_params)
         .await?;
-    let lines = watch::frame_events(events, EventForm::for_target(negotiated.target, table));
+    let form = EventForm::for_target(negotiated.target, table);
+    let lines = watch::frame_events(events, form, framing);
     let shutdown = call.state.shutdown.clone();
     let resource = call.resource.info().plural;
     let dropped = call.state.metrics.edge.terminated_watchers.clone();
@@ -375,6 +405,7 @@ async fn watch(call: ResourceRequest) -> HandlerResult {
     });
     Ok(watch::response(
         lines,
+        framing.content_type(),
         timeout,
         async move { shutdown.wait().await },
         on_unresponsive,
@@ -389,6 +420,11 @@ fn decode_write_body(
     bytes: &[u8],
     validation: FieldValidation,
 ) -> Result<(Value, Vec<String>), ApiError> {
+    if format == BodyFormat::Protobuf {
+        // No duplicate keys or unknown fields to report: a protobuf decoder skips unknown
+        // fields, as Go's does.
+        return Ok((decode_protobuf_object(call, bytes)?, Vec::new()));
+    }
     let decoded = decode_object(bytes, format, call.kind())?;
     let duplicates: Vec<String> = decoded
         .duplicate_fields
@@ -407,24 +443,57 @@ fn decode_write_body(
     }
 }
 
+/// A protobuf create/update body as the JSON of its version. The envelope names the body's
+/// apiVersion and kind: the message is read with that version's messages when it is one of
+/// this kind's, and the store then checks apiVersion and kind against the URL as for a JSON
+/// body; a body of another kind is not read further than its envelope.
+fn decode_protobuf_object(call: &ResourceRequest, bytes: &[u8]) -> Result<Value, ApiError> {
+    let unreadable = |err: protobuf::ProtobufError| {
+        ApiError::BadRequest(format!(
+            "the object provided is unrecognized (must be of type {}): {err}",
+            call.kind()
+        ))
+    };
+    let envelope = protobuf::decode_body(bytes).map_err(unreadable)?;
+    let (group, version) = envelope
+        .api_version
+        .rsplit_once('/')
+        .unwrap_or(("", envelope.api_version.as_str()));
+    let own_version = group == call.group()
+        && envelope.kind == call.kind()
+        && call.resource.info().versions.contains(&version);
+    let mut object = match call.protobuf() {
+        Some(messages) if own_version => messages
+            .decode(version, &envelope.raw)
+            .map_err(unreadable)?,
+        _ => serde_json::json!({}),
+    };
+    if let Some(map) = object.as_object_mut() {
+        map.insert("apiVersion".into(), Value::String(envelope.api_version));
+        map.insert("kind".into(), Value::String(envelope.kind));
+    }
+    Ok(object)
+}
+
 fn written(
+    call: &ResourceRequest,
     code_if_updated: StatusCode,
     negotiated: &Negotiated,
     mut warnings: Vec<String>,
     written: Written,
-) -> Response {
+) -> HandlerResult {
     let code = if written.created {
         StatusCode::CREATED
     } else {
         code_if_updated
     };
     warnings.extend(written.warnings);
-    respond(code, negotiated, &written.object, &warnings)
+    respond(call, code, negotiated, &written.object, &warnings)
 }
 
 async fn create(mut call: ResourceRequest) -> HandlerResult {
     let negotiated = call.negotiate(Endpoint::Plain)?;
-    let format = negotiate::body_format(&call.headers)?;
+    let format = call.body_format()?;
     let bytes = call.read_body().await?;
     let opts = call.write_options(WriteVerb::Create)?;
     let (object, warnings) = decode_write_body(&call, format, &bytes, opts.field_validation)?;
@@ -432,12 +501,12 @@ async fn create(mut call: ResourceRequest) -> HandlerResult {
         .resource
         .create(&call.version, call.namespace(), object, &opts)
         .await?;
-    Ok(written(StatusCode::OK, &negotiated, warnings, result))
+    written(&call, StatusCode::OK, &negotiated, warnings, result)
 }
 
 async fn update(mut call: ResourceRequest, name: &str, subresource: Subresource) -> HandlerResult {
     let negotiated = call.negotiate(Endpoint::Plain)?;
-    let format = negotiate::body_format(&call.headers)?;
+    let format = call.body_format()?;
     let bytes = call.read_body().await?;
     let opts = call.write_options(WriteVerb::Update)?;
     let (mut object, warnings) = decode_write_body(&call, format, &bytes, opts.field_validation)?;
@@ -460,7 +529,7 @@ async fn update(mut call: ResourceRequest, name: &str, subresource: Subresource)
         .resource
         .update(&call.version, call.at(name), subresource, object, &opts)
         .await?;
-    Ok(written(StatusCode::OK, &negotiated, warnings, result))
+    written(&call, StatusCode::OK, &negotiated, warnings, result)
 }
 
 async fn patch(mut call: ResourceRequest, name: &str, subresource: Subresource) -> HandlerResult {
@@ -479,7 +548,7 @@ async fn patch(mut call: ResourceRequest, name: &str, subresource: Subresource) 
             &opts,
         )
         .await?;
-    Ok(written(StatusCode::OK, &negotiated, Vec::new(), result))
+    written(&call, StatusCode::OK, &negotiated, Vec::new(), result)
 }
 
 /// DeleteOptions may come as a body (kubectl sends one); its format defaults to JSON.
@@ -492,11 +561,33 @@ async fn delete_options(
     } else {
         match call.headers.get(header::CONTENT_TYPE) {
             None => BodyFormat::Json,
-            Some(_) => negotiate::body_format(&call.headers)?,
+            // DeleteOptions is a meta.k8s.io message: protobuf for every kind.
+            Some(_) => negotiate::body_format(&call.headers, Protobuf::Spoken)?,
         }
     };
-    let body = decode_options(&bytes, format, "DeleteOptions")?;
+    let body = match format {
+        BodyFormat::Protobuf => Some(decode_protobuf_delete_options(&bytes)?),
+        _ => decode_options(&bytes, format, "DeleteOptions")?,
+    };
     params::delete_options(&call.query, body.as_ref())
+}
+
+/// A protobuf DeleteOptions body (client-go's typed and metadata clients send one with every
+/// delete), as the JSON body the query's options are merged with.
+fn decode_protobuf_delete_options(bytes: &[u8]) -> Result<Value, ApiError> {
+    let unreadable = |err: protobuf::ProtobufError| {
+        ApiError::BadRequest(format!(
+            "the object provided is unrecognized (must be of type DeleteOptions): {err}"
+        ))
+    };
+    let envelope = protobuf::decode_body(bytes).map_err(unreadable)?;
+    if envelope.kind != "DeleteOptions" {
+        return Err(ApiError::BadRequest(format!(
+            "the object provided is unrecognized (must be of type DeleteOptions): found {} {:?}",
+            envelope.api_version, envelope.kind
+        )));
+    }
+    meta::delete_options_from_pb(&envelope.raw).map_err(unreadable)
 }
 
 async fn delete(mut call: ResourceRequest, name: &str) -> HandlerResult {
@@ -515,7 +606,7 @@ async fn delete(mut call: ResourceRequest, name: &str) -> HandlerResult {
     } else {
         deleted.object
     };
-    Ok(respond(StatusCode::OK, &negotiated, &value, &[]))
+    respond(&call, StatusCode::OK, &negotiated, &value, &[])
 }
 
 async fn delete_collection(mut call: ResourceRequest) -> HandlerResult {
@@ -526,5 +617,5 @@ async fn delete_collection(mut call: ResourceRequest) -> HandlerResult {
         .resource
         .delete_collection(&call.version, call.namespace(), &list_params, &opts)
         .await?;
-    Ok(respond(StatusCode::OK, &negotiated, &list, &[]))
+    respond(&call, StatusCode::OK, &negotiated, &list, &[])
 }

@@ -41,7 +41,7 @@ pub use inflight::InflightLimits;
 pub use listener::{PeerCertificates, Serving, bind, serve};
 pub use metrics::Metrics;
 pub use options::ServeOptions;
-pub use status::HttpError;
+pub use status::{HttpError, status_response};
 
 use crate::registry::{ApiError, Registry};
 use crate::storage::Storage;
@@ -211,6 +211,7 @@ pub fn router(state: AppState) -> Router {
             delivery::deliver,
         ))
         .layer(CatchPanicLayer::custom(panic_response))
+        .layer(axum::middleware::from_fn(status::speak_protobuf))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             metrics::track,

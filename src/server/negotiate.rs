@@ -1,16 +1,19 @@
-//! Content negotiation: which encoding (JSON compact/pretty, YAML) and which form (the object,
-//! a Table, PartialObjectMetadata, aggregated discovery) a request's `Accept` asks for, and how
-//! its body is to be read (`Content-Type`).
+//! Content negotiation: which encoding (JSON compact/pretty, YAML, protobuf) and which form
+//! (the object, a Table, PartialObjectMetadata, aggregated discovery) a request's `Accept`
+//! asks for, and how its body is to be read (`Content-Type`), as kube-apiserver's
+//! `NegotiateOutputMediaType` decides (tests/fixtures/recordings/20*).
 
 use bytes::Bytes;
 use http::{HeaderMap, HeaderValue, header};
 use serde_json::Value;
 
 use crate::registry::ApiError;
+use crate::registry::protobuf::{self, ProtobufError, ProtobufKind, meta};
 use crate::registry::rest::PatchType;
 
 pub const JSON: &str = "application/json";
 pub const YAML: &str = "application/yaml";
+pub const PROTOBUF: &str = protobuf::MEDIA_TYPE;
 /// The exact Content-Type of an aggregated discovery response (recording 02a).
 pub const DISCOVERY_V2: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
@@ -24,6 +27,8 @@ pub enum Encoding {
         pretty: bool,
     },
     Yaml,
+    /// `application/vnd.kubernetes.protobuf`: magic, envelope, message.
+    Protobuf,
 }
 
 /// The `meta.k8s.io` version a Table or PartialObjectMetadata was asked in.
@@ -65,6 +70,14 @@ pub enum Endpoint {
     Plain,
 }
 
+/// Whether the plain form of what an endpoint answers has protobuf messages (a kind with
+/// them, a Status); the `meta.k8s.io` forms always have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protobuf {
+    Spoken,
+    NotSpoken,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Negotiated {
     pub encoding: Encoding,
@@ -72,13 +85,51 @@ pub struct Negotiated {
 }
 
 impl Negotiated {
-    /// Serialize `value` in the negotiated encoding: the body and its Content-Type.
-    pub fn encode(&self, value: &Value) -> (Bytes, &'static str) {
-        encode(self.encoding, value)
+    /// Serialize `value` in the negotiated encoding: the body and its Content-Type. `kind` is
+    /// the messages of the resource's kind, for a protobuf answer of the object form.
+    pub fn encode(
+        &self,
+        value: &Value,
+        kind: Option<&dyn ProtobufKind>,
+    ) -> Result<(Bytes, &'static str), ApiError> {
+        match self.encoding {
+            Encoding::Protobuf => {
+                let body = protobuf_body(value, kind).map_err(|err| {
+                    ApiError::Internal(format!("encoding the answer as protobuf: {err}"))
+                })?;
+                Ok((Bytes::from(body), PROTOBUF))
+            }
+            encoding => Ok(encode(encoding, value)),
+        }
     }
 }
 
-/// Serialize `value`: compact JSON gets Go's trailing newline; pretty JSON none.
+/// A whole protobuf body of a JSON value: a `meta.k8s.io` form, a Status, or an object or list
+/// of `kind`, by the value's own apiVersion and kind.
+pub fn protobuf_body(
+    value: &Value,
+    kind: Option<&dyn ProtobufKind>,
+) -> Result<Vec<u8>, ProtobufError> {
+    let field = |name: &str| value.get(name).and_then(Value::as_str).unwrap_or_default();
+    let (api_version, kind_name) = (field("apiVersion"), field("kind"));
+    if (api_version, kind_name) == ("v1", "Status") {
+        return meta::status_body(value);
+    }
+    let raw = match (meta::meta_message(value), kind) {
+        (Some(message), _) => message?,
+        (None, Some(kind)) => kind.encode(protobuf::version_of(api_version), value)?,
+        (None, None) => {
+            return Err(ProtobufError::NotMarshalable {
+                api_version: api_version.to_string(),
+                kind: kind_name.to_string(),
+            });
+        }
+    };
+    Ok(protobuf::encode_body(api_version, kind_name, raw))
+}
+
+/// Serialize `value` as JSON or YAML: compact JSON gets Go's trailing newline; pretty JSON none.
+/// (Protobuf needs the kind's messages: [`Negotiated::encode`].)
 pub fn encode(encoding: Encoding, value: &Value) -> (Bytes, &'static str) {
     match encoding {
         Encoding::Json { pretty: false } => {
@@ -94,15 +145,20 @@ pub fn encode(encoding: Encoding, value: &Value) -> (Bytes, &'static str) {
             Bytes::from(serde_norway::to_string(value).unwrap_or_default()),
             YAML,
         ),
+        Encoding::Protobuf => match protobuf_body(value, None) {
+            Ok(body) => (Bytes::from(body), PROTOBUF),
+            Err(_) => encode(Encoding::Json { pretty: false }, value),
+        },
     }
 }
 
 /// Negotiate the response of a request from its headers and query. `pretty` is the `pretty`
-/// query parameter, if given.
+/// query parameter, if given; `protobuf` whether the plain form has protobuf messages.
 pub fn negotiate(
     headers: &HeaderMap,
     pretty: Option<&str>,
     endpoint: Endpoint,
+    protobuf: Protobuf,
 ) -> Result<Negotiated, ApiError> {
     let pretty = wants_pretty(headers, pretty);
     let accept = header_str(headers, header::ACCEPT).unwrap_or("");
@@ -116,16 +172,41 @@ pub fn negotiate(
         let encoding = match clause.media_type.as_str() {
             "application/json" | "*/*" | "application/*" => Encoding::Json { pretty },
             "application/yaml" => Encoding::Yaml,
+            PROTOBUF => Encoding::Protobuf,
             _ => continue,
         };
         let Some(target) = clause_target(&clause, endpoint) else {
             continue;
         };
+        if encoding == Encoding::Protobuf && !speaks_protobuf(target, protobuf) {
+            continue;
+        }
         return Ok(Negotiated { encoding, target });
     }
-    Err(ApiError::NotAcceptable(
-        "only the following media types are accepted: application/json, application/yaml".into(),
-    ))
+    Err(ApiError::NotAcceptable(format!(
+        "only the following media types are accepted: {}",
+        media_types(protobuf)
+    )))
+}
+
+/// The media types an endpoint serves, in kube-apiserver's order.
+fn media_types(protobuf: Protobuf) -> &'static str {
+    match protobuf {
+        Protobuf::Spoken => {
+            "application/json, application/yaml, application/vnd.kubernetes.protobuf"
+        }
+        Protobuf::NotSpoken => "application/json, application/yaml",
+    }
+}
+
+/// Which forms have protobuf messages: Table and aggregated discovery are JSON (and YAML)
+/// only, as upstream's `AllowsConversion`; the PartialObjectMetadata forms always have.
+fn speaks_protobuf(target: Target, protobuf: Protobuf) -> bool {
+    match target {
+        Target::Object => protobuf == Protobuf::Spoken,
+        Target::PartialObjectMetadata(_) | Target::PartialObjectMetadataList(_) => true,
+        Target::Table(_) | Target::DiscoveryV2 => false,
+    }
 }
 
 /// The form a clause asks for, if the endpoint can produce it.
@@ -200,7 +281,8 @@ impl AcceptClause {
     }
 }
 
-/// The clauses of an `Accept` header, most preferred first (by `q`, then header order).
+/// The clauses of an `Accept` header, most preferred first: by `q`, then a concrete type before
+/// `type/*` before `*/*`, then header order (goautoneg's order, which kube-apiserver uses).
 fn parse_accept(accept: &str) -> Vec<AcceptClause> {
     let mut clauses: Vec<AcceptClause> = accept
         .split(',')
@@ -219,8 +301,21 @@ fn parse_accept(accept: &str) -> Vec<AcceptClause> {
         })
         .filter(|c| c.quality > 0.0)
         .collect();
-    clauses.sort_by(|a, b| b.quality.total_cmp(&a.quality));
+    clauses.sort_by(|a, b| {
+        b.quality
+            .total_cmp(&a.quality)
+            .then_with(|| wildcards(&a.media_type).cmp(&wildcards(&b.media_type)))
+    });
     clauses
+}
+
+/// 0 for `type/subtype`, 1 for `type/*`, 2 for `*/*`.
+fn wildcards(media_type: &str) -> u8 {
+    match media_type.split_once('/') {
+        Some(("*", _)) => 2,
+        Some((_, "*")) => 1,
+        _ => 0,
+    }
 }
 
 /// `type/subtype; k=v; ...` -> (lowercased type/subtype, params with lowercased keys).
@@ -247,18 +342,22 @@ fn parse_media_type(raw: &str) -> Option<(String, Vec<(String, String)>)> {
 pub enum BodyFormat {
     Json,
     Yaml,
+    Protobuf,
 }
 
 /// The body format from `Content-Type` (parameters such as `charset` ignored); anything else,
-/// including no Content-Type, is a 415 as in kube-apiserver.
-pub fn body_format(headers: &HeaderMap) -> Result<BodyFormat, ApiError> {
+/// including no Content-Type or protobuf for a kind without messages, is a 415 as in
+/// kube-apiserver.
+pub fn body_format(headers: &HeaderMap, protobuf: Protobuf) -> Result<BodyFormat, ApiError> {
     let content_type = content_media_type(headers);
     match content_type.as_deref() {
         Some("application/json") => Ok(BodyFormat::Json),
         Some("application/yaml") => Ok(BodyFormat::Yaml),
-        _ => Err(ApiError::UnsupportedMediaType(
-            "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml".into(),
-        )),
+        Some(PROTOBUF) if protobuf == Protobuf::Spoken => Ok(BodyFormat::Protobuf),
+        _ => Err(ApiError::UnsupportedMediaType(format!(
+            "the body of the request was in an unknown format - accepted media types include: {}",
+            media_types(protobuf)
+        ))),
     }
 }
 
@@ -293,7 +392,80 @@ mod tests {
     }
 
     fn neg(accept: &'static str, endpoint: Endpoint) -> Result<Negotiated, ApiError> {
-        negotiate(&headers(&[("accept", accept)]), None, endpoint)
+        negotiate(
+            &headers(&[("accept", accept)]),
+            None,
+            endpoint,
+            Protobuf::NotSpoken,
+        )
+    }
+
+    fn neg_pb(accept: &'static str, endpoint: Endpoint) -> Result<Negotiated, ApiError> {
+        negotiate(
+            &headers(&[("accept", accept)]),
+            None,
+            endpoint,
+            Protobuf::Spoken,
+        )
+    }
+
+    #[test]
+    fn client_go_gets_protobuf_where_the_kind_has_messages() {
+        // What client-go's typed clients send for a built-in kind.
+        let typed = "application/vnd.kubernetes.protobuf, */*";
+        let n = neg_pb(typed, Endpoint::Read).expect("ok");
+        assert_eq!((n.encoding, n.target), (Encoding::Protobuf, Target::Object));
+        // A kind without messages (a custom resource, StorageState): the fallback, JSON.
+        let n = neg(typed, Endpoint::Read).expect("ok");
+        assert_eq!(n.encoding, Encoding::Json { pretty: false });
+        // A concrete type before a wildcard, whatever the header order.
+        let n = neg_pb("*/*, application/vnd.kubernetes.protobuf", Endpoint::Plain).expect("ok");
+        assert_eq!(n.encoding, Encoding::Protobuf);
+        // Quality first.
+        let n = neg_pb(
+            "application/vnd.kubernetes.protobuf;q=0.5, application/json",
+            Endpoint::Plain,
+        )
+        .expect("ok");
+        assert_eq!(n.encoding, Encoding::Json { pretty: false });
+    }
+
+    #[test]
+    fn metadata_forms_speak_protobuf_and_tables_never() {
+        // client-go's metadata client, on any kind.
+        let metadata = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+        for n in [
+            neg(metadata, Endpoint::Read),
+            neg_pb(metadata, Endpoint::Read),
+        ] {
+            let n = n.expect("ok");
+            assert_eq!(
+                (n.encoding, n.target),
+                (
+                    Encoding::Protobuf,
+                    Target::PartialObjectMetadataList(MetaVersion::V1)
+                )
+            );
+        }
+        let table = "application/vnd.kubernetes.protobuf;as=Table;g=meta.k8s.io;v=v1, application/json;as=Table;g=meta.k8s.io;v=v1";
+        let n = neg_pb(table, Endpoint::Read).expect("ok");
+        assert_eq!(
+            (n.encoding, n.target),
+            (
+                Encoding::Json { pretty: false },
+                Target::Table(MetaVersion::V1)
+            )
+        );
+        let only = neg_pb(
+            "application/vnd.kubernetes.protobuf;as=Table;g=meta.k8s.io;v=v1",
+            Endpoint::Read,
+        );
+        let err = only.unwrap_err();
+        assert_eq!(err.code(), 406);
+        assert!(
+            err.to_string()
+                .contains("application/vnd.kubernetes.protobuf")
+        );
     }
 
     #[test]
@@ -304,6 +476,7 @@ mod tests {
             &headers(&[("user-agent", "curl/7.88.1")]),
             None,
             Endpoint::Plain,
+            Protobuf::NotSpoken,
         )
         .expect("ok");
         assert_eq!(curl.encoding, Encoding::Json { pretty: true });
@@ -311,10 +484,17 @@ mod tests {
             &headers(&[("user-agent", "curl/7.88.1")]),
             Some("false"),
             Endpoint::Plain,
+            Protobuf::NotSpoken,
         )
         .expect("ok");
         assert_eq!(forced_off.encoding, Encoding::Json { pretty: false });
-        let param = negotiate(&HeaderMap::new(), Some("true"), Endpoint::Plain).expect("ok");
+        let param = negotiate(
+            &HeaderMap::new(),
+            Some("true"),
+            Endpoint::Plain,
+            Protobuf::NotSpoken,
+        )
+        .expect("ok");
         assert_eq!(param.encoding, Encoding::Json { pretty: true });
     }
 
@@ -337,7 +517,9 @@ mod tests {
     fn yaml_is_chosen_by_accept() {
         let n = neg("application/yaml", Endpoint::Read).expect("ok");
         assert_eq!(n.encoding, Encoding::Yaml);
-        let (body, ct) = n.encode(&serde_json::json!({"a": 1}));
+        let (body, ct) = n
+            .encode(&serde_json::json!({"a": 1}), None)
+            .expect("encodes");
         assert_eq!(ct, YAML);
         assert_eq!(&body[..], b"a: 1\n");
     }
@@ -416,19 +598,35 @@ mod tests {
 
     #[test]
     fn body_and_patch_content_types() {
+        let spoken = Protobuf::Spoken;
         assert_eq!(
-            body_format(&headers(&[(
-                "content-type",
-                "application/json; charset=utf-8"
-            )]))
+            body_format(
+                &headers(&[("content-type", "application/json; charset=utf-8")]),
+                spoken
+            )
             .ok(),
             Some(BodyFormat::Json)
         );
         assert_eq!(
-            body_format(&headers(&[("content-type", "application/yaml")])).ok(),
+            body_format(&headers(&[("content-type", "application/yaml")]), spoken).ok(),
             Some(BodyFormat::Yaml)
         );
-        assert_eq!(body_format(&HeaderMap::new()).unwrap_err().code(), 415);
+        assert_eq!(
+            body_format(&HeaderMap::new(), spoken).unwrap_err().code(),
+            415
+        );
+        let protobuf = headers(&[("content-type", "application/vnd.kubernetes.protobuf")]);
+        assert_eq!(
+            body_format(&protobuf, spoken).ok(),
+            Some(BodyFormat::Protobuf)
+        );
+        let refused = body_format(&protobuf, Protobuf::NotSpoken).unwrap_err();
+        assert_eq!(refused.code(), 415);
+        assert!(
+            refused
+                .to_string()
+                .ends_with("application/json, application/yaml")
+        );
         assert_eq!(
             patch_type(&headers(&[(
                 "content-type",

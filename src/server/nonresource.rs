@@ -7,7 +7,7 @@ use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use serde_json::{Value, json};
 
 use super::AppState;
-use super::negotiate::{self, DISCOVERY_V2, Encoding, Endpoint, Target};
+use super::negotiate::{self, DISCOVERY_V2, Encoding, Endpoint, Protobuf, Target};
 use super::params::Query;
 use super::status::{self, HttpError, NO_CACHE_PRIVATE};
 
@@ -22,8 +22,13 @@ fn only_get(method: &Method) -> Result<(), HttpError> {
 
 fn json_response(headers: &HeaderMap, uri: &Uri, value: &Value) -> Result<Response, HttpError> {
     let query = Query::parse(uri.query());
-    let negotiated = negotiate::negotiate(headers, query.get("pretty"), Endpoint::Plain)?;
-    let (body, content_type) = negotiated.encode(value);
+    let negotiated = negotiate::negotiate(
+        headers,
+        query.get("pretty"),
+        Endpoint::Plain,
+        Protobuf::NotSpoken,
+    )?;
+    let (body, content_type) = negotiate::encode(negotiated.encoding, value);
     Ok((
         StatusCode::OK,
         [
@@ -69,7 +74,12 @@ fn apis_inner(
 ) -> Result<Response, HttpError> {
     only_get(method)?;
     let query = Query::parse(uri.query());
-    let negotiated = negotiate::negotiate(headers, query.get("pretty"), Endpoint::Apis)?;
+    let negotiated = negotiate::negotiate(
+        headers,
+        query.get("pretty"),
+        Endpoint::Apis,
+        Protobuf::NotSpoken,
+    )?;
     if negotiated.target != Target::DiscoveryV2 {
         return json_response(headers, uri, &state.discovery.group_list);
     }

@@ -1,11 +1,20 @@
 //! The one place where an [`ApiError`] becomes an HTTP response (a metav1.Status body), plus the
 //! few non-Status answers kube-apiserver gives (the plain-text "404 page not found").
+//!
+//! A Status is written as compact JSON where it is made; [`speak_protobuf`], around every
+//! route, writes it again in protobuf when the request's `Accept` prefers that (client-go's
+//! typed clients, kube-controller-manager), as kube-apiserver negotiates its errors.
 
+use axum::body::Body;
+use axum::extract::Request;
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, StatusCode, header};
 use serde_json::{Value, json};
 
+use super::negotiate::{self, Encoding, Endpoint, Protobuf};
 use crate::registry::ApiError;
+use crate::registry::protobuf::meta;
 
 /// `Cache-Control` kube-apiserver sets on every API response that is not cacheable discovery.
 pub const NO_CACHE_PRIVATE: &str = "no-cache, private";
@@ -47,7 +56,7 @@ pub fn status_response(code: u16, status: &Value) -> Response {
     let code = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let mut body = serde_json::to_vec(status).unwrap_or_default();
     body.push(b'\n');
-    (
+    let mut response = (
         code,
         [
             (header::CONTENT_TYPE, "application/json"),
@@ -55,7 +64,45 @@ pub fn status_response(code: u16, status: &Value) -> Response {
         ],
         body,
     )
-        .into_response()
+        .into_response();
+    response.extensions_mut().insert(StatusBody(status.clone()));
+    response
+}
+
+/// The Status a response carries, for [`speak_protobuf`] to write again.
+#[derive(Clone, Debug)]
+struct StatusBody(Value);
+
+/// Middleware: a Status answer in protobuf where the request's `Accept` negotiates protobuf
+/// for a plain object (kube-apiserver's `ErrorNegotiated`: the `as=` forms do not apply to
+/// errors, so client-go's metadata client, which asks for PartialObjectMetadataList in
+/// protobuf then plain JSON, gets JSON).
+pub async fn speak_protobuf(request: Request, next: Next) -> Response {
+    let wants_protobuf =
+        negotiate::negotiate(request.headers(), None, Endpoint::Plain, Protobuf::Spoken)
+            .is_ok_and(|n| n.encoding == Encoding::Protobuf);
+    let response = next.run(request).await;
+    if !wants_protobuf {
+        return response;
+    }
+    let Some(StatusBody(status)) = response.extensions().get::<StatusBody>().cloned() else {
+        return response;
+    };
+    match meta::status_body(&status) {
+        Ok(body) => {
+            let (mut parts, _) = response.into_parts();
+            parts.headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(negotiate::PROTOBUF),
+            );
+            parts.headers.remove(header::CONTENT_LENGTH);
+            Response::from_parts(parts, Body::from(body))
+        }
+        Err(err) => {
+            tracing::warn!(error = %err, "a Status that protobuf cannot carry; answered in JSON");
+            response
+        }
+    }
 }
 
 /// kube-apiserver's answer for a path outside every served API group (an unknown group, or no

@@ -146,6 +146,10 @@ impl RestStorage for MemoryResource {
         &INFO
     }
 
+    fn protobuf(&self) -> Option<&'static dyn crate::registry::protobuf::ProtobufKind> {
+        None
+    }
+
     fn openapi_definitions(&self, version: &str) -> Vec<(String, Value)> {
         let name = self.definition_name(version);
         vec![

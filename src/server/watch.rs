@@ -1,4 +1,5 @@
-//! Watch responses: HTTP 200, one compact `{"type":…,"object":…}` line per event, each written
+//! Watch responses: HTTP 200, one compact `{"type":…,"object":…}` line per event (JSON), or one
+//! length-prefixed metav1.WatchEvent frame per event (protobuf, `;stream=watch`), each written
 //! as its own chunk, ending when the registry's stream ends, the timeout passes, the server shuts
 //! down, or the client goes away (the body is dropped).
 //!
@@ -22,10 +23,11 @@ use http::{StatusCode, header};
 use rand::Rng;
 use serde_json::{Value, json};
 
-use super::negotiate::{MetaVersion, Target};
+use super::negotiate::{MetaVersion, Target, protobuf_body};
 use super::status::NO_CACHE_PRIVATE;
 use super::table::{TableWriter, partial_object_metadata};
 use crate::registry::ApiError;
+use crate::registry::protobuf::{self, ProtobufKind, meta};
 use crate::registry::rest::{WatchEvent, WatchEventStream};
 
 /// kube-apiserver's `--min-request-timeout` default: watches without `timeoutSeconds` end after
@@ -49,6 +51,40 @@ impl EventForm {
     }
 }
 
+/// How the events are written on the wire.
+#[derive(Clone, Copy)]
+pub enum Framing {
+    /// A compact JSON line per event.
+    JsonLines,
+    /// A 4-byte length and a metav1.WatchEvent message per event; the object is a whole
+    /// protobuf body, written with the kind's messages (or as a `meta.k8s.io` form).
+    Protobuf(Option<&'static dyn ProtobufKind>),
+}
+
+impl Framing {
+    /// The response's Content-Type.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Framing::JsonLines => "application/json",
+            Framing::Protobuf(_) => protobuf::WATCH_MEDIA_TYPE,
+        }
+    }
+
+    /// One event on the wire.
+    fn frame(self, event: &WatchEvent) -> Result<Bytes, ApiError> {
+        match self {
+            Framing::JsonLines => Ok(line(event)),
+            Framing::Protobuf(kind) => {
+                let body = protobuf_body(&event.object, kind).map_err(|err| {
+                    ApiError::Internal(format!("encoding a watch event as protobuf: {err}"))
+                })?;
+                let message = meta::watch_event(event.event_type, body);
+                Ok(Bytes::from(protobuf::frame(&message)))
+            }
+        }
+    }
+}
+
 /// The effective duration of a watch.
 pub fn watch_timeout(timeout_seconds: Option<u64>) -> Duration {
     match timeout_seconds {
@@ -60,11 +96,12 @@ pub fn watch_timeout(timeout_seconds: Option<u64>) -> Duration {
     }
 }
 
-/// The framed lines of a watch, transformed into the requested form. Errors in the transform
-/// (a row the resource cannot render) end the stream with an ERROR event.
+/// The framed events of a watch, transformed into the requested form. Errors in the transform
+/// (a row the resource cannot render) or in the encoding end the stream with an ERROR event.
 pub fn frame_events(
     events: WatchEventStream,
     form: EventForm,
+    framing: Framing,
 ) -> impl Stream<Item = Bytes> + Send + 'static {
     let mut columns_sent = false;
     let mut failed = false;
@@ -73,14 +110,18 @@ pub fn frame_events(
             if failed {
                 return None;
             }
-            match transform(event, &form, &mut columns_sent) {
-                Ok(event) => Some(line(&event)),
+            let framed =
+                transform(event, &form, &mut columns_sent).and_then(|event| framing.frame(&event));
+            match framed {
+                Ok(bytes) => Some(bytes),
                 Err(err) => {
                     failed = true;
-                    Some(line(&WatchEvent {
+                    let error = WatchEvent {
                         event_type: "ERROR",
                         object: err.to_status(),
-                    }))
+                    };
+                    // A Status always has a message in either framing.
+                    Some(framing.frame(&error).unwrap_or_else(|_| line(&error)))
                 }
             }
         })
@@ -142,12 +183,14 @@ pub type OnUnresponsive = Box<dyn FnOnce() + Send>;
 /// until they end, `timeout` passes, `shutdown` completes, or the client goes away.
 pub fn response(
     lines: impl Stream<Item = Bytes> + Send + 'static,
+    content_type: &'static str,
     timeout: Duration,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     on_unresponsive: OnUnresponsive,
 ) -> Response {
     response_with(
         lines,
+        content_type,
         timeout,
         shutdown,
         Bounds {
@@ -167,6 +210,7 @@ pub struct Bounds {
 
 pub fn response_with(
     lines: impl Stream<Item = Bytes> + Send + 'static,
+    content_type: &'static str,
     timeout: Duration,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
     bounds: Bounds,
@@ -196,7 +240,7 @@ pub fn response_with(
     (
         StatusCode::OK,
         [
-            (header::CONTENT_TYPE, "application/json"),
+            (header::CONTENT_TYPE, content_type),
             (header::CACHE_CONTROL, NO_CACHE_PRIVATE),
         ],
         Body::from_stream(body),
@@ -372,7 +416,7 @@ mod tests {
     }
 
     async fn lines_of(form: EventForm) -> Vec<Value> {
-        frame_events(events(), form)
+        frame_events(events(), form, Framing::JsonLines)
             .map(|bytes| {
                 assert_eq!(bytes.last(), Some(&b'\n'));
                 assert_eq!(bytes.iter().filter(|b| **b == b'\n').count(), 1);
@@ -422,6 +466,7 @@ mod tests {
         };
         let response = response_with(
             lines,
+            "application/json",
             Duration::from_secs(60),
             std::future::pending(),
             bounds,
@@ -447,6 +492,7 @@ mod tests {
         let (dropped, was_dropped) = tokio::sync::oneshot::channel();
         let response = response_with(
             lines,
+            "application/json",
             Duration::from_secs(3600),
             std::future::pending(),
             Bounds {
@@ -472,6 +518,7 @@ mod tests {
     async fn the_watch_ends_cleanly_at_its_timeout() {
         let response = response(
             futures::stream::pending(),
+            "application/json",
             Duration::from_secs(10),
             std::future::pending(),
             Box::new(|| panic!("not unresponsive")),

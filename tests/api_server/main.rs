@@ -14,6 +14,7 @@ mod front_proxy;
 mod kubectl_apply;
 mod kubectl_conformance;
 mod namespaced;
+mod protobuf;
 mod python_client;
 mod server_side_apply;
 mod watch;

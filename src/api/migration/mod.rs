@@ -1,6 +1,7 @@
 //! StorageVersionMigration: the internal (hub) form. Served as v1alpha1 (the 1.30 shape),
 //! v1beta1 and v1 (the 1.35+ shape); see `versions` for the conversions.
 
+pub mod proto;
 pub mod schema;
 pub mod strategy;
 pub mod versions;

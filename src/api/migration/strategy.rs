@@ -46,6 +46,10 @@ impl Strategy for MigrationStrategy {
         versions::encode(version, obj)
     }
 
+    fn protobuf(&self) -> Option<&'static dyn crate::registry::protobuf::ProtobufKind> {
+        Some(&super::proto::MigrationProtobuf)
+    }
+
     fn openapi_definitions(&self, version: &str) -> Vec<(String, Value)> {
         schema::definitions(version)
     }

@@ -34,113 +34,113 @@ const RESERVED: [&str; 3] = [
 // ---- v1alpha1 ----
 
 #[derive(Serialize, Deserialize)]
-struct AlphaObject {
+pub(super) struct AlphaObject {
     #[serde(default)]
-    metadata: ObjectMeta,
+    pub(super) metadata: ObjectMeta,
     #[serde(default)]
-    spec: AlphaSpec,
+    pub(super) spec: AlphaSpec,
     #[serde(default)]
-    status: AlphaStatus,
+    pub(super) status: AlphaStatus,
 }
 
 #[derive(Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct AlphaSpec {
+pub(super) struct AlphaSpec {
     #[serde(default)]
-    resource: AlphaResource,
+    pub(super) resource: AlphaResource,
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    continue_token: String,
+    pub(super) continue_token: String,
 }
 
 #[derive(Default, Serialize, Deserialize)]
-struct AlphaResource {
+pub(super) struct AlphaResource {
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    group: String,
+    pub(super) group: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    version: String,
+    pub(super) version: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    resource: String,
+    pub(super) resource: String,
 }
 
 #[derive(Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct AlphaStatus {
+pub(super) struct AlphaStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    conditions: Vec<AlphaCondition>,
+    pub(super) conditions: Vec<AlphaCondition>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    resource_version: String,
+    pub(super) resource_version: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    progress: Option<MigrationProgress>,
+    pub(super) progress: Option<MigrationProgress>,
 }
 
 /// upstream v1alpha1 MigrationCondition.
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct AlphaCondition {
+pub(super) struct AlphaCondition {
     #[serde(rename = "type")]
-    type_: String,
-    status: String,
+    pub(super) type_: String,
+    pub(super) status: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    last_update_time: Option<Time>,
+    pub(super) last_update_time: Option<Time>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    reason: String,
+    pub(super) reason: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    message: String,
+    pub(super) message: String,
 }
 
 // ---- v1beta1 and v1 (the same shape) ----
 
 #[derive(Serialize, Deserialize)]
-struct GaObject {
+pub(super) struct GaObject {
     #[serde(default)]
-    metadata: ObjectMeta,
+    pub(super) metadata: ObjectMeta,
     #[serde(default)]
-    spec: GaSpec,
+    pub(super) spec: GaSpec,
     #[serde(default)]
-    status: GaStatus,
+    pub(super) status: GaStatus,
 }
 
 #[derive(Default, Serialize, Deserialize)]
-struct GaSpec {
+pub(super) struct GaSpec {
     #[serde(default)]
-    resource: GroupResource,
+    pub(super) resource: GroupResource,
 }
 
 /// metav1.GroupResource: both fields always present on the wire.
 #[derive(Default, Serialize, Deserialize)]
-struct GroupResource {
+pub(super) struct GroupResource {
     #[serde(default)]
-    group: String,
+    pub(super) group: String,
     #[serde(default)]
-    resource: String,
+    pub(super) resource: String,
 }
 
 #[derive(Default, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct GaStatus {
+pub(super) struct GaStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    conditions: Vec<GaCondition>,
+    pub(super) conditions: Vec<GaCondition>,
     #[serde(default, skip_serializing_if = "String::is_empty")]
-    resource_version: String,
+    pub(super) resource_version: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    progress: Option<MigrationProgress>,
+    pub(super) progress: Option<MigrationProgress>,
 }
 
 /// metav1.Condition, in its field order. A zero lastTransitionTime is `null`, as Go writes it.
 #[derive(Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct GaCondition {
+pub(super) struct GaCondition {
     #[serde(rename = "type")]
-    type_: String,
-    status: String,
+    pub(super) type_: String,
+    pub(super) status: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    observed_generation: Option<i64>,
+    pub(super) observed_generation: Option<i64>,
     #[serde(default)]
-    last_transition_time: Option<Time>,
+    pub(super) last_transition_time: Option<Time>,
     #[serde(default)]
-    reason: String,
+    pub(super) reason: String,
     #[serde(default)]
-    message: String,
+    pub(super) message: String,
 }
 
 /// Take the reserved annotations out of `metadata`, returning them. An empty annotation map

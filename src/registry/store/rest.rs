@@ -321,6 +321,10 @@ impl<S: Strategy> RestStorage for Store<S> {
         self.strategy.info()
     }
 
+    fn protobuf(&self) -> Option<&'static dyn crate::registry::protobuf::ProtobufKind> {
+        self.strategy.protobuf()
+    }
+
     fn openapi_definitions(&self, version: &str) -> Vec<(String, Value)> {
         self.strategy.openapi_definitions(version)
     }
