@@ -23,8 +23,11 @@
 //! would pass etcd's 2 GiB quota once rewritten). `SVM_BENCH_REAL_SIZES` (KiB, default
 //! `1,10,100`) picks the sizes, `SVM_BENCH_REAL_RUNS` (default `auto,16,64,getput,qps,load`) the
 //! runs, in that order, repeats allowed: `auto` or a number is ours at that
-//! `--object-concurrency`, `paged` / `paged-<c>` the same read in pages. Creating objects is
-//! the slow part (~a few thousand a second).
+//! `--object-concurrency`, `paged` / `paged-<c>` the same read in pages, `json-…` the same with
+//! JSON reads (`--kube-api-content-type=application/json`; ours read protobuf by default).
+//! `wire` adds a table of kube-apiserver's CPU with our reads in protobuf against JSON, on N
+//! ConfigMaps (built-in) and N custom resources of 1 KiB. Creating objects is the slow part
+//! (~a few thousand a second).
 
 #[path = "../tests/support/mod.rs"]
 mod support;
@@ -250,15 +253,39 @@ struct Bench {
 /// One resource of `kib`-KiB objects, stored in `v1` or `v2`.
 struct Blobs {
     plural: String,
+    kind: String,
     kib: usize,
     objects: usize,
     stored_in_v2: bool,
 }
 
+/// What one run of ours migrates.
+struct Target {
+    group: String,
+    plural: String,
+    kib: usize,
+    objects: usize,
+}
+
+impl Blobs {
+    fn target(&self) -> Target {
+        Target {
+            group: GROUP.into(),
+            plural: self.plural.clone(),
+            kib: self.kib,
+            objects: self.objects,
+        }
+    }
+}
+
+/// The ConfigMaps of the wire-format comparison.
+const CONFIGMAPS_NAMESPACE: &str = "bench-configmaps";
+
 impl Bench {
-    async fn install(&self, kib: usize, objects: usize) -> Blobs {
-        let plural = format!("blobs{kib}k");
-        let kind = format!("Blob{kib}k");
+    /// A CRD `<name><kib>k` (kind `<Name><kib>k`) holding `objects` objects of `kib` KiB.
+    async fn install(&self, name: &str, kib: usize, objects: usize) -> Blobs {
+        let plural = format!("{name}s{kib}k");
+        let kind = format!("{}{}{kib}k", name[..1].to_uppercase(), &name[1..]);
         let crd = kube_double::crd::manifest(GROUP, &plural, &kind, &["v1", "v2"]);
         let kubectl = self.plane.kubectl();
         kubectl.ok_stdin(&["apply", "-f", "-"], &crd.to_string());
@@ -294,9 +321,41 @@ impl Bench {
         );
         Blobs {
             plural,
+            kind,
             kib,
             objects,
             stored_in_v2: false,
+        }
+    }
+
+    /// `objects` ConfigMaps of `kib` KiB: a built-in kind, which kube-apiserver can answer in
+    /// protobuf.
+    async fn install_configmaps(&self, kib: usize, objects: usize) -> Target {
+        self.plane
+            .kubectl()
+            .ok(&["create", "namespace", CONFIGMAPS_NAMESPACE]);
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), CONFIGMAPS_NAMESPACE);
+        let payload = "x".repeat(kib * 1024);
+        let params = PostParams::default();
+        let failed = futures::stream::iter((0..objects).map(|i| {
+            let object: ConfigMap = serde_json::from_value(json!({
+                "metadata": {"name": format!("cm-{i:07}")},
+                "data": {"payload": payload},
+            }))
+            .expect("object");
+            let (api, params) = (&api, &params);
+            async move { api.create(params, &object).await }
+        }))
+        .buffer_unordered(32)
+        .filter(|result| futures::future::ready(result.is_err()))
+        .count()
+        .await;
+        assert_eq!(failed, 0, "creates failed");
+        Target {
+            group: String::new(),
+            plural: "configmaps".into(),
+            kib,
+            objects,
         }
     }
 
@@ -337,6 +396,19 @@ impl Bench {
         load: bool,
     ) -> (Row, Vec<(f64, f64, bool)>) {
         self.flip(blobs);
+        let loader = load.then(|| self.api(&blobs.plural, &blobs.kind));
+        self.run_ours(&blobs.target(), label, flags, loader).await
+    }
+
+    /// Ours on `target`, a fresh process with `flags`; with a `loader`, a second client lists
+    /// it in full pages from 8 s on.
+    async fn run_ours(
+        &self,
+        target: &Target,
+        label: &str,
+        flags: &[&str],
+        loader: Option<Api<DynamicObject>>,
+    ) -> (Row, Vec<(f64, f64, bool)>) {
         let kubeconfig = format!("--kubeconfig={}", self.plane.kubeconfig.display());
         let mut all = vec![kubeconfig.as_str(), "--controllers=migrator"];
         all.extend_from_slice(flags);
@@ -344,7 +416,7 @@ impl Bench {
         let pid = server.pid().expect("pid");
         let http = server.http_client();
         let (kas, cpu, io) = (
-            KasCounters::read(&self.client, &blobs.plural).await,
+            KasCounters::read(&self.client, &target.plural).await,
             cpu_seconds(self.kas_pid),
             io_bytes(pid),
         );
@@ -356,7 +428,7 @@ impl Bench {
             .json(&json!({
                 "apiVersion": "storagemigration.k8s.io/v1", "kind": "StorageVersionMigration",
                 "metadata": {"name": name},
-                "spec": {"resource": {"group": GROUP, "resource": blobs.plural}},
+                "spec": {"resource": {"group": target.group, "resource": target.plural}},
             }))
             .send()
             .await
@@ -364,8 +436,7 @@ impl Bench {
         assert_eq!(resp.status(), 201);
         let loading = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
-        let loader = load.then(|| {
-            let api = self.api(&blobs.plural, &format!("Blob{}k", blobs.kib));
+        let loader = loader.map(|api| {
             let (loading, stop) = (loading.clone(), stop.clone());
             tokio::spawn(async move {
                 // A quarter into a typical run, another client starts reading every object
@@ -417,7 +488,7 @@ impl Bench {
         if let Some(loader) = loader {
             let _ = loader.await;
         }
-        let kas_after = KasCounters::read(&self.client, &blobs.plural).await;
+        let kas_after = KasCounters::read(&self.client, &target.plural).await;
         let terminated = kas_after.terminated_watchers - kas.terminated_watchers;
         eprintln!("{label}: read {read}; watchers kube-apiserver terminated: {terminated}");
         let mut limits: Vec<f64> = samples.iter().map(|(_, limit, _)| *limit).collect();
@@ -425,8 +496,8 @@ impl Bench {
         let row = Row {
             limit: limits.get(limits.len() / 2).copied(),
             strategy: label.to_string(),
-            kib: blobs.kib,
-            objects: blobs.objects,
+            kib: target.kib,
+            objects: target.objects,
             seconds,
             requests: kas_after.requests - kas.requests,
             bytes: io_bytes(pid) - io,
@@ -442,7 +513,7 @@ impl Bench {
     /// and a PUT of each object, 16 at a time.
     async fn get_put(&self, blobs: &mut Blobs) -> Row {
         self.flip(blobs);
-        let api = self.api(&blobs.plural, &format!("Blob{}k", blobs.kib));
+        let api = self.api(&blobs.plural, &blobs.kind);
         let me = std::process::id();
         let (requests, cpu, io) = (
             KasCounters::read(&self.client, &blobs.plural)
@@ -495,6 +566,77 @@ impl Bench {
     }
 }
 
+/// A run of ours, named `[paged-][json-]<concurrency>` (`auto` when no number is given):
+/// `paged` reads in pages instead of a stream, `json` asks kube-apiserver for JSON instead of
+/// protobuf (`--kube-api-content-type`).
+struct OurRun {
+    concurrency: String,
+    paged: bool,
+    json: bool,
+}
+
+impl OurRun {
+    fn parse(name: &str) -> OurRun {
+        let parts: Vec<&str> = name.split('-').collect();
+        OurRun {
+            concurrency: parts
+                .iter()
+                .find(|p| !matches!(**p, "paged" | "json"))
+                .map_or_else(|| "auto".into(), |c| c.to_string()),
+            paged: parts.contains(&"paged"),
+            json: parts.contains(&"json"),
+        }
+    }
+
+    fn flags(&self) -> Vec<String> {
+        let mut flags = vec![
+            "--qps=0".to_string(),
+            format!("--object-concurrency={}", self.concurrency),
+        ];
+        if self.paged {
+            flags.push("--watch-list-max-objects=0".into());
+        }
+        if self.json {
+            flags.push("--kube-api-content-type=application/json".into());
+        }
+        flags
+    }
+
+    fn label(&self) -> String {
+        let wire = if self.json { "JSON" } else { "protobuf" };
+        format!("ours, {}, {wire} reads", self.concurrency)
+    }
+}
+
+impl Bench {
+    /// Our reads in protobuf against JSON, alternated twice, streamed and paged: on ConfigMaps
+    /// (built-in: kube-apiserver answers protobuf) and on a custom resource (1 KiB each, the
+    /// objects already current, so only the reads and the no-op PATCHes' answers differ).
+    async fn wire_formats(&self, n: usize) {
+        let configmaps = self.install_configmaps(1, n).await;
+        let mut rows = Vec::new();
+        for name in ["auto", "json", "auto", "json", "paged", "paged-json"] {
+            let run = OurRun::parse(name);
+            let flags = run.flags();
+            let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+            let label = format!("{} (configmaps)", run.label());
+            rows.push(self.run_ours(&configmaps, &label, &flags, None).await.0);
+        }
+        let blobs = self.install("wire", 1, n).await;
+        for name in ["auto", "json", "auto", "json"] {
+            let run = OurRun::parse(name);
+            let flags = run.flags();
+            let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+            let label = format!("{} (custom)", run.label());
+            rows.push(self.run_ours(&blobs.target(), &label, &flags, None).await.0);
+        }
+        print(
+            "Our reads in protobuf and in JSON (objects current: reads and no-op PATCHes only)",
+            &rows,
+        );
+    }
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let Some(assets) = assets("bench real") else {
@@ -540,7 +682,7 @@ async fn main() {
     let mut loaded = None;
     for kib in sizes {
         let objects = if kib >= 100 { n / 10 } else { n };
-        let mut blobs = bench.install(kib, objects).await;
+        let mut blobs = bench.install("blob", kib, objects).await;
         // In the order given, repeats allowed (to alternate runs against drift): a run named
         // `auto` or a number is ours at that --object-concurrency, read as a stream; `paged`
         // (or `paged-<c>`) the same read in pages; `getput` the full-object strategy.
@@ -552,18 +694,13 @@ async fn main() {
             if name == "qps" || name == "load" {
                 continue;
             }
-            let (concurrency, paged) = match name.strip_prefix("paged") {
-                Some(rest) => (rest.strip_prefix('-').unwrap_or("auto"), true),
-                None => (name.as_str(), false),
-            };
-            let label = format!("ours, --object-concurrency {concurrency}");
-            let mut flags = vec!["--qps=0".to_string()];
-            flags.push(format!("--object-concurrency={concurrency}"));
-            if paged {
-                flags.push("--watch-list-max-objects=0".into());
+            if name == "wire" {
+                continue;
             }
+            let run = OurRun::parse(name);
+            let flags = run.flags();
             let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-            let (row, _) = bench.ours(&mut blobs, &label, &flags, false).await;
+            let (row, _) = bench.ours(&mut blobs, &run.label(), &flags, false).await;
             rows.push(row);
         }
         print(
@@ -598,6 +735,9 @@ async fn main() {
                 .await;
             loaded = Some((row, samples));
         }
+    }
+    if run("wire") {
+        bench.wire_formats(n).await;
     }
     if let Some((row, samples)) = loaded {
         print(

@@ -25,9 +25,23 @@ pub struct Answer {
     pub body: Bytes,
 }
 
+/// What the client asks kube-apiserver to answer its reads in (`--kube-api-content-type`, as
+/// kube's own components have it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WireFormat {
+    /// `application/vnd.kubernetes.protobuf` first, JSON as the fallback: kube-apiserver answers
+    /// metadata-only reads of built-in kinds in protobuf (cheaper to encode than JSON) and of
+    /// custom resources as it can.
+    #[default]
+    Protobuf,
+    /// JSON only.
+    Json,
+}
+
 #[derive(Clone)]
 pub struct ClusterClient {
     client: kube::Client,
+    wire: WireFormat,
 }
 
 impl std::fmt::Debug for ClusterClient {
@@ -70,7 +84,20 @@ impl ClusterClient {
             .map_err(|e| ClusterError::Config(format!("building the cluster client: {e}")))?
             .with_layer(&tower::filter::FilterLayer::new(catalogue_guard))
             .build();
-        Ok(Self { client })
+        Ok(Self {
+            client,
+            wire: WireFormat::default(),
+        })
+    }
+
+    /// The same client, reading in `wire`.
+    pub fn with_wire_format(mut self, wire: WireFormat) -> Self {
+        self.wire = wire;
+        self
+    }
+
+    pub fn wire_format(&self) -> WireFormat {
+        self.wire
     }
 
     pub fn kube(&self) -> &kube::Client {

@@ -46,6 +46,13 @@ pub enum ClusterError {
     /// An answer we could not read.
     #[error("unreadable answer from the cluster: {0}")]
     Decode(String),
+    /// A protobuf answer we could not read.
+    #[error("unreadable protobuf answer from the cluster ({what})")]
+    Protobuf {
+        what: String,
+        #[source]
+        source: crate::registry::protobuf::ProtobufError,
+    },
     /// Building the client (kubeconfig, certificates).
     #[error("cluster client configuration: {0}")]
     Config(String),
@@ -59,6 +66,20 @@ pub enum ClusterError {
         /// What `/readyz` said instead of `ok`.
         readyz: String,
     },
+}
+
+/// A Status answer, in JSON or (where the request preferred it) protobuf; empty when it is
+/// neither.
+fn status_body(body: &[u8]) -> StatusBody {
+    use crate::registry::protobuf::{self, meta};
+    let protobuf_status = protobuf::decode_body(body)
+        .ok()
+        .filter(|envelope| envelope.kind == "Status")
+        .and_then(|envelope| meta::status_from_pb(&envelope.raw).ok());
+    match protobuf_status {
+        Some(value) => serde_json::from_value(value).unwrap_or_default(),
+        None => serde_json::from_slice(body).unwrap_or_default(),
+    }
 }
 
 impl ClusterError {
@@ -90,7 +111,7 @@ impl ClusterError {
         retry_after: Option<Duration>,
         fallback: &str,
     ) -> Self {
-        let status: StatusBody = serde_json::from_slice(body).unwrap_or_default();
+        let status = status_body(body);
         let message = if status.message.is_empty() {
             let text = String::from_utf8_lossy(body);
             let text = text.trim();
@@ -152,7 +173,9 @@ impl ClusterError {
         match self {
             ClusterError::Api { code, .. } => *code == 429 || *code == 408 || *code >= 500,
             ClusterError::Transport(_) | ClusterError::RefusedWhileNotReady { .. } => true,
-            ClusterError::Decode(_) | ClusterError::Config(_) => false,
+            ClusterError::Decode(_) | ClusterError::Protobuf { .. } | ClusterError::Config(_) => {
+                false
+            }
         }
     }
 

@@ -11,7 +11,7 @@ pub(crate) mod resources;
 pub(crate) mod wire;
 
 pub use builtin::BuiltinMigrations;
-pub use client::ClusterClient;
+pub use client::{ClusterClient, WireFormat};
 pub use error::ClusterError;
 pub use objects::{MetadataPage, ObjectRef, Touched};
 pub use resources::{ResolveError, ResolvedResource};

@@ -174,7 +174,7 @@ fn overloaded(err: &ClusterError) -> bool {
     match err {
         ClusterError::Api { code, .. } => *code == 429 || *code == 408 || *code >= 500,
         ClusterError::Transport(_) | ClusterError::RefusedWhileNotReady { .. } => true,
-        ClusterError::Decode(_) | ClusterError::Config(_) => false,
+        ClusterError::Decode(_) | ClusterError::Protobuf { .. } | ClusterError::Config(_) => false,
     }
 }
 
