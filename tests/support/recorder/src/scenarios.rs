@@ -324,7 +324,7 @@ fn watch(ctx: &Ctx) -> Result<()> {
     eprintln!("recorder: 20b");
     let mut file = Recording::new(
         "20b-protobuf-watch-configmaps.txt",
-        "WATCH of ConfigMaps in protobuf: Accept application/vnd.kubernetes.protobuf and application/vnd.kubernetes.protobuf;stream=watch, with allowWatchBookmarks=true, live ADDED/MODIFIED/DELETED events made by a second connection (JSON, not shown) during the watch, the server's BOOKMARKs, and ERROR events (resourceVersion too old: 410; too large: 504).",
+        "WATCH of ConfigMaps in protobuf: Accept application/vnd.kubernetes.protobuf and application/vnd.kubernetes.protobuf;stream=watch, with allowWatchBookmarks=true, live ADDED/MODIFIED/DELETED events made by a second connection (JSON, not shown) during the watch, the server's BOOKMARKs, an ERROR event (resourceVersion too old), and a watch from a resourceVersion far ahead of etcd's.",
     );
     let list = ctx.send(Request::get(CONFIGMAPS).accept(PB_ANY))?;
     file.step("list: the resourceVersion to watch from", &list);
@@ -412,7 +412,7 @@ fn watch_list(ctx: &Ctx) -> Result<()> {
     eprintln!("recorder: 20c");
     let mut file = Recording::new(
         "20c-protobuf-watchlist-configmaps.txt",
-        "Watch-list in protobuf (kube-apiserver on etcd 3.5.16): ?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true -> an ADDED frame per existing object, then the BOOKMARK annotated k8s.io/initial-events-end, then the bookmarks before timeoutSeconds closes the stream.",
+        "Watch-list in protobuf (kube-apiserver on etcd 3.5.16): ?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true -> an ADDED frame per existing object, then the BOOKMARK annotated k8s.io/initial-events-end; timeoutSeconds=3 ends the stream. The namespace holds pb-cm2 and pb-cm3 at this point.",
     );
     for (accept, title) in [
         (
@@ -486,7 +486,7 @@ fn metadata_only(ctx: &Ctx) -> Result<()> {
             )?;
             file.step(
                 &format!(
-                    "WATCH {what} from the LIST's resourceVersion with {form}: the PATCH above comes as MODIFIED"
+                    "WATCH {what} from the LIST's resourceVersion (the PATCH above came after it) with {form}"
                 ),
                 &watch,
             );
@@ -906,10 +906,7 @@ fn bad_bodies(ctx: &Ctx) -> Result<()> {
     prost::encoding::encode_varint(1 << 62, &mut inner);
     inner.extend(object_meta("pb-inner", Some("demo")).encode_to_vec());
     let answer = ctx.send(post(encode_raw_envelope("v1", "ConfigMap", inner)))?;
-    file.step(
-        "the same with metadata declared as 2^62 bytes (negative as a Go int32/int after the shift, positive as int64)",
-        &answer,
-    );
+    file.step("the same with metadata declared as 2^62 bytes", &answer);
     file.write(ctx.out)
 }
 
