@@ -80,12 +80,13 @@ start=$(date +%s)
 # 1. Does kube-apiserver serve storagemigration.k8s.io/v1alpha1? Started with it in
 #    --runtime-config: its answer (the line it exits with, or that it became ready) goes into 20f.
 start_kas storagemigration.k8s.io/v1alpha1=true,storagemigration.k8s.io/v1beta1=true v1alpha1
-if "$recorder" wait-ready --port "$kas_port" --pki "$pki" --pid "$kas_pid"; then
+if "$recorder" wait-ready --port "$kas_port" --pki "$pki" --pid "$kas_pid" 2>/dev/null; then
   echo "kube-apiserver became ready with --runtime-config=storagemigration.k8s.io/v1alpha1=true,storagemigration.k8s.io/v1beta1=true" >"$tmp/v1alpha1-start.txt"
   alpha_ready=1
 else
   grep -m1 -E '"command failed"|^E[0-9]' "$tmp/kube-apiserver-v1alpha1.log" | sed -E 's/^E[0-9]{4} [0-9:.]+ +[0-9]+ /E... /' >"$tmp/v1alpha1-start.txt" || true
   alpha_ready=
+  echo "record-protobuf: kube-apiserver refused --runtime-config=storagemigration.k8s.io/v1alpha1=true: $(cat "$tmp/v1alpha1-start.txt")" >&2
 fi
 if [ -n "$alpha_ready" ]; then
   "$recorder" record --port "$kas_port" --pki "$pki" --out "$out" --set alpha

@@ -288,9 +288,10 @@ pub fn protobuf_body(bytes: &[u8]) -> String {
 pub fn protobuf_stream(bytes: &[u8]) -> String {
     let frames = split_frames(bytes);
     let mut out = format!(
-        "(raw body: {} bytes, protobuf watch stream of {} length-prefixed frames; hex dump per frame, offsets from the start of the body)\n",
+        "(raw body: {} bytes, protobuf watch stream of {} length-prefixed frame{}; hex dump per frame, offsets from the start of the body)\n",
         bytes.len(),
-        frames.len()
+        frames.len(),
+        if frames.len() == 1 { "" } else { "s" }
     );
     for (n, frame) in frames.iter().enumerate() {
         let payload = frame.payload;

@@ -92,6 +92,66 @@ impl Ctx<'_> {
         Ok(exchange)
     }
 
+    fn log_len(&self) -> usize {
+        std::fs::metadata(self.apiserver_log).map_or(0, |m| m.len() as usize)
+    }
+
+    /// kube-apiserver's log from `from` on (after a moment: it logs as it answers).
+    fn log_since(&self, from: usize) -> String {
+        sleep_ms(300);
+        let log = std::fs::read(self.apiserver_log).unwrap_or_default();
+        String::from_utf8_lossy(log.get(from..).unwrap_or_default()).into_owned()
+    }
+
+    /// The error lines logged from `from` on.
+    fn log_errors_since(&self, from: usize) -> String {
+        let errors: Vec<String> = self
+            .log_since(from)
+            .lines()
+            .filter(|l| l.starts_with('E'))
+            .map(cut_klog_prefix)
+            .collect();
+        if errors.is_empty() {
+            "(no error logged)".into()
+        } else {
+            errors.join("\n")
+        }
+    }
+
+    /// The first panic logged from `from` on: its summary lines and the frame that panicked.
+    fn panic_since(&self, from: usize) -> String {
+        let text = self.log_since(from);
+        let lines: Vec<&str> = text.lines().collect();
+        let mut out = Vec::new();
+        if let Some(at) = lines
+            .iter()
+            .position(|l| l.contains("\"Observed a panic\""))
+        {
+            out.extend(lines.iter().skip(at).take(2).map(|l| cut_klog_prefix(l)));
+            // The frame after the re-panic: the function that failed.
+            if let Some(frame) = lines
+                .iter()
+                .skip(at + 2)
+                .position(|l| l.trim_start().starts_with("panic("))
+            {
+                let frames = lines.iter().skip(at + 2 + frame + 2).take(2);
+                out.extend(frames.map(|l| l.trim().to_string()));
+            }
+        }
+        out.extend(
+            lines
+                .iter()
+                .filter(|l| l.contains("apiserver panic'd") || l.starts_with("http: panic serving"))
+                .take(2)
+                .map(|l| cut_klog_prefix(l)),
+        );
+        if out.is_empty() {
+            "(no panic logged)".into()
+        } else {
+            out.join("\n")
+        }
+    }
+
     /// Run `side` in another thread while `request` is answered (a watch's live events).
     fn during(
         &self,
@@ -478,6 +538,7 @@ fn metadata_only(ctx: &Ctx) -> Result<()> {
             (META_LIST, "as=PartialObjectMetadataList"),
             (META_ONE, "as=PartialObjectMetadata"),
         ] {
+            let log_from = ctx.log_len();
             let watch = ctx.send(
                 Request::get(&format!(
                     "{base}?watch=1&resourceVersion={rv}&allowWatchBookmarks=true&timeoutSeconds=3"
@@ -490,6 +551,12 @@ fn metadata_only(ctx: &Ctx) -> Result<()> {
                 ),
                 &watch,
             );
+            if watch.body.is_empty() {
+                file.note(&format!(
+                    "the stream ended at the first event, without an ERROR event. kube-apiserver's log at that moment (timestamps and pids cut):\n{}",
+                    ctx.log_errors_since(log_from)
+                ));
+            }
         }
     }
     file.write(ctx.out)
@@ -758,12 +825,13 @@ fn negotiation(ctx: &Ctx) -> Result<()> {
         ),
     ];
     for (title, request) in steps {
+        let log_from = ctx.log_len();
         let answer = ctx.send(request)?;
         file.step(&title, &answer);
         if answer.status == 0 {
             file.note(&format!(
                 "no HTTP response at all: kube-apiserver panicked while decoding the body and Go's HTTP server closed the connection. Its log (timestamps and pids cut, addresses in the stack as printed):\n{}",
-                panic_lines(ctx.apiserver_log)
+                ctx.panic_since(log_from)
             ));
         }
     }
@@ -924,45 +992,6 @@ fn encode_raw_envelope(api_version: &str, kind: &str, raw: Vec<u8>) -> Vec<u8> {
     let mut out = MAGIC.to_vec();
     out.extend(unknown.encode_to_vec());
     out
-}
-
-/// The first panic of kube-apiserver's log: its summary lines and the frame that panicked.
-fn panic_lines(log: &Path) -> String {
-    let text = std::fs::read_to_string(log).unwrap_or_default();
-    let mut out = Vec::new();
-    let lines: Vec<&str> = text.lines().collect();
-    if let Some(at) = lines
-        .iter()
-        .position(|l| l.contains("\"Observed a panic\""))
-    {
-        // The message, then the frame after the re-panic: the function that failed.
-        out.extend(lines.iter().skip(at).take(2).map(|l| cut_klog_prefix(l)));
-        if let Some(frame) = lines
-            .iter()
-            .skip(at + 2)
-            .position(|l| l.trim_start().starts_with("panic("))
-        {
-            out.extend(
-                lines
-                    .iter()
-                    .skip(at + 2 + frame + 2)
-                    .take(2)
-                    .map(|l| l.trim().to_string()),
-            );
-        }
-    }
-    out.extend(
-        lines
-            .iter()
-            .filter(|l| l.contains("apiserver panic'd") || l.starts_with("http: panic serving"))
-            .take(2)
-            .map(|l| cut_klog_prefix(l)),
-    );
-    if out.is_empty() {
-        "(no panic found in the log)".into()
-    } else {
-        out.join("\n")
-    }
 }
 
 /// `E1126 07:47:47.899380   18750 timeout.go:121] ...` -> `E timeout.go:121] ...`.
