@@ -179,11 +179,12 @@ pub async fn list_metadata(
     let what = || format!("LIST {}", resource.group_resource());
     if is_protobuf(&answer.headers) {
         let raw = protobuf_message(&answer.body, "PartialObjectMetadataList", &what())?;
-        let (meta, keys) = meta::decode_partial_object_metadata_list(&raw)
-            .map_err(|source| ClusterError::Protobuf {
+        let (meta, keys) = meta::decode_partial_object_metadata_list(&raw).map_err(|source| {
+            ClusterError::Protobuf {
                 what: what(),
                 source,
-            })?;
+            }
+        })?;
         return Ok(MetadataPage {
             items: keys.into_iter().map(object_ref).collect(),
             continue_token: meta.continue_,
@@ -249,13 +250,11 @@ pub async fn touch(
     {
         Ok(answer) => {
             let resource_version = patched_resource_version(&answer, object)?;
-            Ok(
-                if resource_version == object.resource_version {
-                    Touched::AlreadyCurrent
-                } else {
-                    Touched::Rewritten
-                },
-            )
+            Ok(if resource_version == object.resource_version {
+                Touched::AlreadyCurrent
+            } else {
+                Touched::Rewritten
+            })
         }
         Err(err) if err.is_conflict() => Ok(Touched::Conflict),
         Err(err) if err.is_not_found() => Ok(Touched::Gone),
@@ -400,7 +399,10 @@ fn protobuf_events<E: std::fmt::Display>(
                         return Some((Err(err.to_string()), (chunks, reader, true)));
                     }
                     None if reader.pending() > 0 => {
-                        let cut = format!("the stream ended inside a frame ({} bytes)", reader.pending());
+                        let cut = format!(
+                            "the stream ended inside a frame ({} bytes)",
+                            reader.pending()
+                        );
                         return Some((Err(cut), (chunks, reader, true)));
                     }
                     None => return None,
@@ -537,16 +539,23 @@ async fn open_events(
             .map(|b| b.to_bytes())
             .unwrap_or_default();
         let reason = parts.status.canonical_reason().unwrap_or("error");
-        return Err(ClusterError::from_status(parts.status.as_u16(), &body, None, reason)
-            .with_flow_control(&parts.headers));
+        return Err(
+            ClusterError::from_status(parts.status.as_u16(), &body, None, reason)
+                .with_flow_control(&parts.headers),
+        );
     }
     if is_protobuf(&parts.headers) {
         return Ok(protobuf_events(body.into_data_stream()));
     }
     // JSON lines, as kube reads them.
-    let lines = body.into_data_stream().map(|chunk| chunk.map_err(std::io::Error::other));
+    let lines = body
+        .into_data_stream()
+        .map(|chunk| chunk.map_err(std::io::Error::other));
     let reader = tokio_util::io::StreamReader::new(lines);
-    let lines = tokio_util::codec::FramedRead::new(reader, tokio_util::codec::LinesCodec::new_with_max_length(MAX_FRAME_BYTES));
+    let lines = tokio_util::codec::FramedRead::new(
+        reader,
+        tokio_util::codec::LinesCodec::new_with_max_length(MAX_FRAME_BYTES),
+    );
     Ok(Box::pin(lines.map(|line| {
         let line = line.map_err(|e| e.to_string())?;
         json_event(serde_json::from_str(&line).map_err(kube::Error::SerdeError))
@@ -626,7 +635,8 @@ mod tests {
             matches!(&broken[1], Initial::Broken(why) if why.starts_with("the stream broke")),
             "{broken:?}"
         );
-        let mut initial = InitialEvents::new(events(&[END_BOOKMARK, ADDED_A]), Duration::from_secs(60));
+        let mut initial =
+            InitialEvents::new(events(&[END_BOOKMARK, ADDED_A]), Duration::from_secs(60));
         assert!(matches!(initial.next().await, Initial::End { .. }));
         assert!(matches!(initial.next().await, Initial::Broken(_)));
     }
@@ -691,8 +701,10 @@ mod tests {
         let cut = vec![Ok::<_, std::io::Error>(bytes::Bytes::copy_from_slice(
             &stream[..first_len + 5],
         ))];
-        let mut initial =
-            InitialEvents::new(protobuf_events(futures::stream::iter(cut)), Duration::from_secs(60));
+        let mut initial = InitialEvents::new(
+            protobuf_events(futures::stream::iter(cut)),
+            Duration::from_secs(60),
+        );
         assert!(matches!(initial.next().await, Initial::Object(_)));
         let broken = initial.next().await;
         assert!(

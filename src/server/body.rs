@@ -119,7 +119,7 @@ fn go_like_json_error(err: &serde_json::Error) -> String {
 }
 
 /// kube-apiserver's `summarizeData`: the first 30 bytes, as text for `{...}`, else as hex.
-fn summarize(bytes: &[u8]) -> String {
+pub fn summarize(bytes: &[u8]) -> String {
     const MAX: usize = 30;
     if bytes.is_empty() {
         return "<empty>".into();

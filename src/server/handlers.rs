@@ -13,7 +13,7 @@ use http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use serde_json::Value;
 
 use super::AppState;
-use super::body::{decode_object, decode_options, read_limited};
+use super::body::{decode_object, decode_options, read_limited, summarize};
 use super::connection::ConnectionControl;
 use super::negotiate::{self, BodyFormat, Endpoint, Negotiated, Protobuf, Target};
 use super::params::{self, Query, WriteVerb};
@@ -443,18 +443,23 @@ fn decode_write_body(
     }
 }
 
-/// A protobuf create/update body as the JSON of its version. The envelope names the body's
-/// apiVersion and kind: the message is read with that version's messages when it is one of
-/// this kind's, and the store then checks apiVersion and kind against the URL as for a JSON
-/// body; a body of another kind is not read further than its envelope.
+/// A protobuf create/update body as the JSON of its version (kube-apiserver's texts,
+/// recording 20h). The envelope names the body's apiVersion and kind: the message is read with
+/// that version's messages when it is one of this kind's, and the store then checks apiVersion
+/// and kind against the URL as for a JSON body; a body of another kind is not read further
+/// than its envelope.
 fn decode_protobuf_object(call: &ResourceRequest, bytes: &[u8]) -> Result<Value, ApiError> {
-    let unreadable = |err: protobuf::ProtobufError| {
+    let unrecognized = |detail: &dyn std::fmt::Display| {
         ApiError::BadRequest(format!(
-            "the object provided is unrecognized (must be of type {}): {err}",
-            call.kind()
+            "the object provided is unrecognized (must be of type {}): {detail} ({})",
+            call.kind(),
+            summarize(bytes)
         ))
     };
-    let envelope = protobuf::decode_body(bytes).map_err(unreadable)?;
+    let envelope = protobuf::decode_body(bytes).map_err(|err| unrecognized(&err))?;
+    if envelope.raw.is_empty() {
+        return Err(unrecognized(&"empty body"));
+    }
     let (group, version) = envelope
         .api_version
         .rsplit_once('/')
@@ -463,9 +468,14 @@ fn decode_protobuf_object(call: &ResourceRequest, bytes: &[u8]) -> Result<Value,
         && envelope.kind == call.kind()
         && call.resource.info().versions.contains(&version);
     let mut object = match call.protobuf() {
-        Some(messages) if own_version => messages
-            .decode(version, &envelope.raw)
-            .map_err(unreadable)?,
+        Some(messages) if own_version => {
+            messages.decode(version, &envelope.raw).map_err(|err| {
+                ApiError::BadRequest(format!(
+                    "{kind} in version {version:?} cannot be handled as a {kind}: {err}",
+                    kind = call.kind()
+                ))
+            })?
+        }
         _ => serde_json::json!({}),
     };
     if let Some(map) = object.as_object_mut() {
@@ -534,7 +544,7 @@ async fn update(mut call: ResourceRequest, name: &str, subresource: Subresource)
 
 async fn patch(mut call: ResourceRequest, name: &str, subresource: Subresource) -> HandlerResult {
     let negotiated = call.negotiate(Endpoint::Plain)?;
-    let patch_type = negotiate::patch_type(&call.headers)?;
+    let patch_type = negotiate::patch_type(&call.headers, call.speaks_protobuf())?;
     let bytes = call.read_body().await?;
     let opts = call.write_options(WriteVerb::Patch(patch_type))?;
     let result = call
@@ -575,19 +585,23 @@ async fn delete_options(
 /// A protobuf DeleteOptions body (client-go's typed and metadata clients send one with every
 /// delete), as the JSON body the query's options are merged with.
 fn decode_protobuf_delete_options(bytes: &[u8]) -> Result<Value, ApiError> {
-    let unreadable = |err: protobuf::ProtobufError| {
+    let unrecognized = |detail: &dyn std::fmt::Display| {
         ApiError::BadRequest(format!(
-            "the object provided is unrecognized (must be of type DeleteOptions): {err}"
+            "the object provided is unrecognized (must be of type DeleteOptions): {detail} ({})",
+            summarize(bytes)
         ))
     };
-    let envelope = protobuf::decode_body(bytes).map_err(unreadable)?;
+    let envelope = protobuf::decode_body(bytes).map_err(|err| unrecognized(&err))?;
     if envelope.kind != "DeleteOptions" {
         return Err(ApiError::BadRequest(format!(
-            "the object provided is unrecognized (must be of type DeleteOptions): found {} {:?}",
-            envelope.api_version, envelope.kind
+            "{} in version {:?} cannot be handled as a DeleteOptions: no kind {:?} is registered for version {:?}",
+            envelope.kind,
+            protobuf::version_of(&envelope.api_version),
+            envelope.kind,
+            envelope.api_version
         )));
     }
-    meta::delete_options_from_pb(&envelope.raw).map_err(unreadable)
+    meta::delete_options_from_pb(&envelope.raw).map_err(|err| unrecognized(&err))
 }
 
 async fn delete(mut call: ResourceRequest, name: &str) -> HandlerResult {

@@ -702,6 +702,8 @@ struct BadBody {
     body: Vec<u8>,
     code: u16,
     reason: &'static str,
+    /// The start of the Status message (kube-apiserver's texts, recordings 20g and 20h).
+    message: &'static str,
 }
 
 /// Every bad protobuf body gets a Status in protobuf, and nothing changes: the collection, and
@@ -742,78 +744,112 @@ async fn bad_protobuf_bodies_get_a_status_and_change_nothing() {
     let secret = envelope("v1", "Secret", vec![0x0a, 0x03, 0x0a, 0x01, b's']);
     let beta_at_v1 = Migration::new("beta").encode("v1beta1");
     let too_large = vec![b'k'; 4 << 20];
-    let bad = |what, method, url: &String, body, code, reason| BadBody {
+    const UNRECOGNIZED: &str =
+        "the object provided is unrecognized (must be of type StorageVersionMigration): ";
+    let bad = |what, method, url: &String, body, code, reason, message| BadBody {
         what,
         method,
         url: url.clone(),
         body,
         code,
         reason,
+        message,
     };
+    let post = Method::POST;
     let cases = [
         bad(
             "empty",
-            Method::POST,
+            post.clone(),
             &collection,
             vec![],
             400,
             "BadRequest",
+            "the object provided is unrecognized (must be of type StorageVersionMigration): empty data (<empty>)",
         ),
         bad(
             "no magic",
-            Method::POST,
+            post.clone(),
             &collection,
             b"{\"kind\":\"StorageVersionMigration\"}".to_vec(),
             400,
             "BadRequest",
+            "the object provided is unrecognized (must be of type StorageVersionMigration): provided data does not appear to be a protobuf message, expected prefix [107 56 115 0] ({\"kind\"",
+        ),
+        bad(
+            "only the magic",
+            post.clone(),
+            &collection,
+            b"k8s\0".to_vec(),
+            400,
+            "BadRequest",
+            "the object provided is unrecognized (must be of type StorageVersionMigration): empty body (6b387300)",
         ),
         bad(
             "truncated",
-            Method::POST,
+            post.clone(),
             &collection,
             good[..good.len() / 2].to_vec(),
             400,
             "BadRequest",
+            UNRECOGNIZED,
         ),
         bad(
             "a length past the end",
-            Method::POST,
+            post.clone(),
             &collection,
             vec![b'k', b'8', b's', 0, 0x12, 0xff, 0xff, 0xff, 0x7f],
             400,
             "BadRequest",
+            UNRECOGNIZED,
         ),
         bad(
             "a wire type that does not exist",
-            Method::POST,
+            post.clone(),
             &collection,
             bad_wire_type,
             400,
             "BadRequest",
+            UNRECOGNIZED,
+        ),
+        bad(
+            "a message cut inside the envelope's raw",
+            post.clone(),
+            &collection,
+            envelope(
+                "storagemigration.k8s.io/v1",
+                "StorageVersionMigration",
+                vec![0x0a, 0x7f, 0x0a],
+            ),
+            400,
+            "BadRequest",
+            "StorageVersionMigration in version \"v1\" cannot be handled as a StorageVersionMigration: ",
         ),
         bad(
             "another kind",
-            Method::POST,
+            post.clone(),
             &collection,
             secret,
             400,
             "BadRequest",
+            "Secret in version \"v1\" cannot be handled as a StorageVersionMigration: no kind \"Secret\" is registered for version \"v1\"",
         ),
         bad(
             "another version",
-            Method::POST,
+            post.clone(),
             &collection,
             beta_at_v1,
             400,
             "BadRequest",
+            "the API version in the data (storagemigration.k8s.io/v1beta1) does not match the expected API version (storagemigration.k8s.io/v1)",
         ),
         bad(
             "too large",
-            Method::POST,
+            post.clone(),
             &collection,
             too_large,
             413,
             "RequestEntityTooLarge",
+            "Request entity too large",
         ),
         bad(
             "protobuf patch",
@@ -822,6 +858,7 @@ async fn bad_protobuf_bodies_get_a_status_and_change_nothing() {
             good.clone(),
             415,
             "UnsupportedMediaType",
+            "415: Unsupported Media Type",
         ),
         bad(
             "bad DeleteOptions",
@@ -830,6 +867,7 @@ async fn bad_protobuf_bodies_get_a_status_and_change_nothing() {
             envelope("meta.k8s.io/v1", "DeleteOptions", vec![0x12, 0x05, 0x0a]),
             400,
             "BadRequest",
+            "the object provided is unrecognized (must be of type DeleteOptions): ",
         ),
         bad(
             "DeleteOptions of another kind",
@@ -838,6 +876,7 @@ async fn bad_protobuf_bodies_get_a_status_and_change_nothing() {
             envelope("v1", "Secret", vec![]),
             400,
             "BadRequest",
+            "Secret in version \"v1\" cannot be handled as a DeleteOptions",
         ),
     ];
     for case in cases {
@@ -858,9 +897,11 @@ async fn bad_protobuf_bodies_get_a_status_and_change_nothing() {
         );
         let status = answer.status_message();
         assert_eq!(status.reason.as_deref(), Some(case.reason), "{what}");
+        let message = status.message.unwrap_or_default();
         assert!(
-            status.message.as_ref().is_some_and(|m| !m.is_empty()),
-            "{what}: a message"
+            !message.is_empty() && message.starts_with(case.message),
+            "{what}: {message:?} does not start with {:?}",
+            case.message
         );
     }
     assert_eq!(snapshot().await, before, "nothing changed");
