@@ -1,6 +1,7 @@
 //! Shared helpers of the integration test binaries (each includes this module).
 #![allow(dead_code)]
 
+pub mod audit;
 pub mod control_plane;
 pub mod controller_manager;
 pub mod doubles;
