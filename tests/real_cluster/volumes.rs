@@ -1,29 +1,64 @@
 //! VolumeClaimMigrations on the real kube-apiserver, whose validation is what matters here:
 //! expansion only where the StorageClass allows it (the PersistentVolumeClaimResize admission),
-//! no request below a claim's capacity. The suite has no kube-controller-manager, scheduler or
-//! kubelet, so [`Node`] plays them in each namespace: the StatefulSet controller (pods
-//! `<sts>-<ordinal>`, re-created when deleted, Ready), the PV binder (claims bound at their
-//! size) and the external resizer and kubelet (a grown request becomes the claim's capacity;
-//! for chosen claims first `FileSystemResizePending`, finished only once the pod was
-//! re-created). One cluster serves every scenario, each in its own namespace.
+//! no request below a claim's capacity — with Kubernetes' own controllers around them: the real
+//! kube-controller-manager runs [`CONTROLLERS`] with its defaults otherwise (protobuf to every
+//! API, ours included). Its StatefulSet controller makes each `db`'s claims and pods from the
+//! templates, re-creates the pods our controller deletes and adopts the pods of a re-created
+//! StatefulSet; its garbage collector orphans them on the orphan delete; its
+//! PVC-protection controller lets a deleted claim go; its ResourceQuota controller counts a
+//! quota's usage; its service-account controller makes each namespace's `default`
+//! ServiceAccount that pods need. The scenarios assert what those controllers did (who created
+//! a pod or a claim, uids kept on adoption).
+//!
+//! What no component of the suite can do stays played by [`Node`], in each namespace: the
+//! kubelet (there is no node and no scheduler: a pod is marked Running and Ready once its claims
+//! are bound; for chosen claims the file-system resize finishes only once the pod was
+//! re-created), the PV binder and provisioner (the StorageClasses name a provisioner that does
+//! not exist, so a claim is bound at its request by patching its status), the external resizer
+//! (a grown request becomes the claim's capacity, or is declared infeasible), and, for the
+//! Advanced StatefulSet, OpenKruise's controller (its pods and claims). Pods are never
+//! scheduled, so kube-apiserver deletes them at once (no grace period to wait out) and the
+//! PVC-protection controller sees no pod using a claim.
+//!
+//! One cluster and one kube-controller-manager serve every scenario, each in its own namespace.
+//! Each scenario's wall time is printed (never asserted).
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, ServiceAccount};
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
 };
+use kube::runtime::watcher;
 use serde_json::{Value, json};
 
+use crate::support::controller_manager::ControllerManager;
 use crate::support::kubectl::Kubectl;
 use crate::support::real_cluster::RealCluster;
 
 const TEST: &str = "volume_claim_migrations_resize_claims_as_the_real_apiserver_allows";
 /// A hang guard, not a speed check.
 const LIMIT: Duration = Duration::from_secs(240);
+
+/// kube-controller-manager's controllers the scenarios need: the StatefulSet controller (pods
+/// and claims from the templates, pods re-created, adoption), the garbage collector (orphan and
+/// cascading deletes, owner references to and from our kind), the namespace controller, the
+/// service-account controller (each namespace's `default` ServiceAccount, which pods need), the
+/// PVC-protection controller (a deleted claim's `kubernetes.io/pvc-protection` finalizer) and
+/// the ResourceQuota controller (a quota's `status.used`, which its admission needs).
+const CONTROLLERS: [&str; 6] = [
+    "statefulset-controller",
+    "garbage-collector-controller",
+    "namespace-controller",
+    "serviceaccount-controller",
+    "persistentvolumeclaim-protection-controller",
+    "resourcequota-controller",
+];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn volume_claim_migrations_resize_claims_as_the_real_apiserver_allows() {
@@ -40,19 +75,79 @@ async fn volume_claim_migrations_resize_claims_as_the_real_apiserver_allows() {
     };
     let kubectl = cluster.kubectl();
     kubectl.ok_stdin(&["apply", "-f", "-"], STORAGE_CLASSES);
+    // OpenKruise's StatefulSet CRD before kube-controller-manager starts, so that its garbage
+    // collector and quota monitors know the kind from their first discovery (they look again
+    // only every 30 s).
+    let crd = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/fixtures/kruise/statefulsets.apps.kruise.io.yaml"
+    );
+    kubectl.ok(&["apply", "-f", crd]);
+    kubectl.ok(&[
+        "wait",
+        "crd/statefulsets.apps.kruise.io",
+        "--for=condition=Established",
+        "--timeout=60s",
+    ]);
+    let started = Instant::now();
+    let _kcm = ControllerManager::start(&cluster.plane, &CONTROLLERS, &[]);
+    println!(
+        "kube-controller-manager ({}) serving /healthz after {:.1} s",
+        CONTROLLERS.join(","),
+        started.elapsed().as_secs_f64()
+    );
     let client = cluster.plane.client().await;
 
-    rolling_update_ordinal_by_ordinal(&cluster, &kubectl, &client).await;
-    a_class_without_expansion_is_refused_up_front(&kubectl, &client).await;
-    on_delete_waits_for_a_recreated_claim(&kubectl, &client).await;
-    a_quota_stops_the_rollout_until_it_is_raised(&kubectl, &client).await;
-    a_size_lowered_after_a_failure_is_honoured(&kubectl, &client).await;
-    an_apps_v1_statefulset_is_recreated_keeping_pods_and_claims(&kubectl, &client).await;
-    an_advanced_statefulset_is_resized_to_its_own_templates(&kubectl, &client).await;
+    timed(
+        "rolling update, 5 replicas x 2 templates",
+        rolling_update_ordinal_by_ordinal(&cluster, &kubectl, &client),
+    )
+    .await;
+    timed(
+        "a class without expansion",
+        a_class_without_expansion_is_refused_up_front(&kubectl, &client),
+    )
+    .await;
+    timed(
+        "OnDelete",
+        on_delete_waits_for_a_recreated_claim(&kubectl, &client),
+    )
+    .await;
+    timed(
+        "a quota",
+        a_quota_stops_the_rollout_until_it_is_raised(&kubectl, &client),
+    )
+    .await;
+    timed(
+        "a size lowered after a failure",
+        a_size_lowered_after_a_failure_is_honoured(&kubectl, &client),
+    )
+    .await;
+    timed(
+        "recreateStatefulSet",
+        an_apps_v1_statefulset_is_recreated_keeping_pods_and_claims(&kubectl, &client),
+    )
+    .await;
+    timed(
+        "an Advanced StatefulSet",
+        an_advanced_statefulset_is_resized_to_its_own_templates(&kubectl, &client),
+    )
+    .await;
+}
+
+/// Run one scenario and print its wall time.
+async fn timed(scenario: &str, run: impl Future<Output = ()>) {
+    let started = Instant::now();
+    run.await;
+    println!(
+        "scenario {scenario}: {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
 }
 
 /// 5 replicas, 2 templates, `OnPodRollingUpdate`: ordinal by ordinal from the highest, one
-/// claim's file system resized through a pod restart; kubectl sees it all.
+/// claim's file system resized through a pod restart (our controller deletes pod `db-1`, the
+/// StatefulSet controller makes it again); kubectl sees it all.
 async fn rolling_update_ordinal_by_ordinal(
     cluster: &RealCluster,
     kubectl: &Kubectl,
@@ -110,6 +205,19 @@ async fn rolling_update_ordinal_by_ordinal(
         );
     }
     assert_ne!(node.pod_uid("db-1").await, pod_before, "db-1 was restarted");
+    let restarted = node.pods.get("db-1").await.expect("pod db-1");
+    assert_eq!(
+        creator(&restarted.metadata),
+        "kube-controller-manager",
+        "db-1 made again by the StatefulSet controller: {:?}",
+        restarted.metadata
+    );
+    assert_eq!(
+        controller_uid(&restarted),
+        node.statefulset_uid().await,
+        "{:?}",
+        restarted.metadata
+    );
 
     let table = kubectl.ok(&["get", "vcm", "-n", ns]);
     println!("{table}");
@@ -158,6 +266,8 @@ async fn a_class_without_expansion_is_refused_up_front(kubectl: &Kubectl, client
 }
 
 /// `OnDelete`: nothing is touched until a claim is deleted and re-created; then only that one.
+/// As a person does it: the claim and its pod deleted, the StatefulSet controller makes both
+/// again (the claim from its template, at 10Gi), the played binder binds the claim.
 async fn on_delete_waits_for_a_recreated_claim(kubectl: &Kubectl, client: &kube::Client) {
     let ns = "ondelete";
     let node = Node::start(client, kubectl, ns, 2, &["data"], "expandable").await;
@@ -174,8 +284,19 @@ async fn on_delete_waits_for_a_recreated_claim(kubectl: &Kubectl, client: &kube:
     .await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert!(node.resize_order().is_empty(), "{vcm:#}");
+    let before = node.claim_uids().await;
     node.delete_claim("data-db-0").await;
-    node.create_claim("data-db-0").await;
+    node.kubectl
+        .ok(&["delete", "pod", "-n", ns, "db-0", "--wait=false"]);
+    let again = node
+        .claim_made_again("data-db-0", &before["data-db-0"])
+        .await;
+    assert_eq!(
+        creator(&again.metadata),
+        "kube-controller-manager",
+        "data-db-0 made again by the StatefulSet controller: {:?}",
+        again.metadata
+    );
     wait_until(kubectl, ns, "grow", |vcm| {
         vcm["status"]["claims"].as_array().is_some_and(|claims| {
             claims
@@ -198,8 +319,8 @@ async fn on_delete_waits_for_a_recreated_claim(kubectl: &Kubectl, client: &kube:
 async fn a_quota_stops_the_rollout_until_it_is_raised(kubectl: &Kubectl, client: &kube::Client) {
     let ns = "quota";
     let node = Node::start(client, kubectl, ns, 3, &["data"], "expandable").await;
-    // 30Gi used; room for one claim to grow by 10Gi. No quota controller runs here, so the
-    // test writes the quota's status as it would.
+    // 30Gi used; room for one claim to grow by 10Gi. The ResourceQuota controller counts the
+    // usage (kube-apiserver's quota admission refuses to judge a quota it has not counted).
     kubectl.ok_stdin(
         &["create", "-f", "-"],
         &json!({"apiVersion": "v1", "kind": "ResourceQuota",
@@ -207,21 +328,7 @@ async fn a_quota_stops_the_rollout_until_it_is_raised(kubectl: &Kubectl, client:
                 "spec": {"hard": {"requests.storage": "45Gi"}}})
         .to_string(),
     );
-    let quota_status = |hard: &str| {
-        json!({"status": {"hard": {"requests.storage": hard}, "used": {"requests.storage": "30Gi"}}})
-            .to_string()
-    };
-    kubectl.ok(&[
-        "patch",
-        "resourcequota",
-        "storage",
-        "-n",
-        ns,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        &quota_status("45Gi"),
-    ]);
+    wait_for_quota(kubectl, ns, "45Gi", "30Gi").await;
     kubectl.ok_stdin(
         &["create", "-f", "-"],
         &migration(ns, "grow", "OnPodRollingUpdate", &[("data", "20Gi")]),
@@ -255,17 +362,6 @@ async fn a_quota_stops_the_rollout_until_it_is_raised(kubectl: &Kubectl, client:
         "--type=merge",
         "-p",
         r#"{"spec":{"hard":{"requests.storage":"100Gi"}}}"#,
-    ]);
-    kubectl.ok(&[
-        "patch",
-        "resourcequota",
-        "storage",
-        "-n",
-        ns,
-        "--subresource=status",
-        "--type=merge",
-        "-p",
-        &quota_status("100Gi"),
     ]);
     wait_until(kubectl, ns, "grow", |vcm| {
         condition(vcm, "Succeeded") == Some(("True".into(), "Resized".into()))
@@ -329,10 +425,36 @@ async fn a_size_lowered_after_a_failure_is_honoured(kubectl: &Kubectl, client: &
     node.stop();
 }
 
+/// Until the ResourceQuota controller has written `hard` and `used` of the quota `storage`.
+async fn wait_for_quota(kubectl: &Kubectl, ns: &str, hard: &str, used: &str) {
+    let deadline = Instant::now() + LIMIT;
+    loop {
+        let out = kubectl.run(&[
+            "get",
+            "resourcequota",
+            "storage",
+            "-n",
+            ns,
+            "-o",
+            "jsonpath={.status.hard.requests\\.storage}/{.status.used.requests\\.storage}",
+        ]);
+        if out.stdout.trim() == format!("{hard}/{used}") {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the ResourceQuota controller never counted {hard}/{used}: {out:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
 /// `recreateStatefulSet`: once every claim is resized the StatefulSet is deleted with orphan
-/// cascade (the played garbage collector sees the `orphan` finalizer kube-apiserver adds for
-/// it; a cascading deletion would have taken the pods) and created again with the new sizes.
-/// Every pod and claim keeps its uid; the new StatefulSet adopts the pods.
+/// cascade and created again with the new sizes. kube-apiserver adds the `orphan` finalizer;
+/// the real garbage collector takes the StatefulSet's owner references off its pods (a
+/// cascading deletion would have taken the pods) and removes the finalizer; the real
+/// StatefulSet controller adopts the pods for the new StatefulSet. Every pod and claim keeps
+/// its uid.
 async fn an_apps_v1_statefulset_is_recreated_keeping_pods_and_claims(
     kubectl: &Kubectl,
     client: &kube::Client,
@@ -385,10 +507,19 @@ async fn an_apps_v1_statefulset_is_recreated_keeping_pods_and_claims(
         })
         .collect();
     assert_eq!(sizes, ["20Gi"]);
+    // What the watch saw: the old StatefulSet deleting with the `orphan` finalizer, then gone;
+    // each pod without an owner in between (the garbage collector's patch).
     assert_eq!(
         node.orphaned(),
         vec![old_uid.clone()],
         "deleted with orphan cascade"
+    );
+    assert!(node.gone().contains(&old_uid), "{:?}", node.gone());
+    let pod_names: BTreeSet<String> = pods_before.keys().cloned().collect();
+    assert_eq!(
+        node.released(),
+        pod_names,
+        "orphaned by the garbage collector"
     );
     assert_eq!(node.claim_uids().await, claims_before, "claims kept");
     while node.owned_pods(&new_uid).await != pods_before {
@@ -407,24 +538,14 @@ async fn an_apps_v1_statefulset_is_recreated_keeping_pods_and_claims(
     node.stop();
 }
 
-/// OpenKruise's Advanced StatefulSet (its CRD in tests/fixtures/kruise): its templates may be
-/// edited, so the migration names no sizes and reads them from the target; 3 replicas, 2
-/// templates, highest ordinal first. Re-creating is refused for it (nothing to re-create).
+/// OpenKruise's Advanced StatefulSet (its CRD in tests/fixtures/kruise, installed at the start):
+/// its templates may be edited, so the migration names no sizes and reads them from the target;
+/// 3 replicas, 2 templates, highest ordinal first. Re-creating is refused for it (nothing to
+/// re-create). No OpenKruise controller runs: the played one makes its claims and pods.
 async fn an_advanced_statefulset_is_resized_to_its_own_templates(
     kubectl: &Kubectl,
     client: &kube::Client,
 ) {
-    let crd = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/kruise/statefulsets.apps.kruise.io.yaml"
-    );
-    kubectl.ok(&["apply", "-f", crd]);
-    kubectl.ok(&[
-        "wait",
-        "crd/statefulsets.apps.kruise.io",
-        "--for=condition=Established",
-        "--timeout=60s",
-    ]);
     let ns = "kruise";
     let shape = Shape {
         api_version: "apps.kruise.io/v1beta1",
@@ -585,15 +706,19 @@ fn condition_message(vcm: &Value, type_: &str) -> String {
         .to_string()
 }
 
-/// The cluster's controllers and kubelet for one namespace's StatefulSet `db`.
+/// What the suite lacks, for one namespace's StatefulSet `db`: the kubelet, the PV binder and
+/// provisioner, the external resizer and, for an Advanced StatefulSet, OpenKruise's controller,
+/// played every 100 ms; and a watch of the namespace's StatefulSets and pods that records what
+/// kube-controller-manager did to them.
 struct Node {
     ns: String,
+    statefulsets: Api<DynamicObject>,
     claims: Api<PersistentVolumeClaim>,
     pods: Api<Pod>,
     kubectl: Kubectl,
     class: String,
     state: Arc<Mutex<NodeState>>,
-    task: tokio::task::JoinHandle<()>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 #[derive(Default)]
@@ -604,12 +729,17 @@ struct NodeState {
     file_system: BTreeMap<String, Option<String>>,
     /// Claims whose resize to the given size the resizer declares infeasible.
     infeasible: BTreeMap<String, String>,
-    /// StatefulSets the garbage collector orphaned (deleted with the `orphan` finalizer).
+    /// StatefulSets the watch saw deleting with the `orphan` finalizer (an orphan delete).
     orphaned: Vec<String>,
+    /// StatefulSets the watch saw go.
+    gone: Vec<String>,
+    /// Pods the watch saw without a controller (their owner references taken off).
+    released: BTreeSet<String>,
 }
 
 impl Node {
-    /// An apps/v1 StatefulSet `db`.
+    /// An apps/v1 StatefulSet `db`, its pods and claims made by the real StatefulSet
+    /// controller; returns once every pod is Ready and every claim bound.
     async fn start(
         client: &kube::Client,
         kubectl: &Kubectl,
@@ -640,34 +770,116 @@ impl Node {
             class,
         } = *shape;
         kubectl.ok(&["create", "namespace", ns]);
-        // No controller-manager makes the namespace's default ServiceAccount.
-        kubectl.ok(&["create", "serviceaccount", "default", "-n", ns]);
+        // Pods need the namespace's `default` ServiceAccount (the ServiceAccount admission):
+        // the service-account controller makes it.
+        let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
+        let deadline = Instant::now() + LIMIT;
+        while accounts.get_opt("default").await.ok().flatten().is_none() {
+            assert!(
+                Instant::now() < deadline,
+                "no ServiceAccount {ns}/default from kube-controller-manager"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
         kubectl.ok_stdin(&["create", "-f", "-"], &statefulset(ns, shape));
-        let node = Node {
+        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+        let kind = GroupVersionKind::gvk(group, version, "StatefulSet");
+        let mut node = Node {
             ns: ns.to_string(),
+            statefulsets: Api::namespaced_with(client.clone(), ns, &ApiResource::from_gvk(&kind)),
             claims: Api::namespaced(client.clone(), ns),
             pods: Api::namespaced(client.clone(), ns),
             kubectl: kubectl.clone(),
             class: class.to_string(),
             state: Arc::default(),
-            task: tokio::spawn(async {}),
+            tasks: Vec::new(),
         };
-        for ordinal in 0..replicas {
-            for template in templates {
-                node.create_claim(&format!("{template}-db-{ordinal}")).await;
+        let kruise = api_version != "apps/v1";
+        if kruise {
+            // OpenKruise's controller, played: the claims first, as it makes them.
+            for ordinal in 0..replicas {
+                for template in templates {
+                    node.create_claim(&format!("{template}-db-{ordinal}")).await;
+                }
             }
         }
-        let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
-        let kind = GroupVersionKind::gvk(group, version, "StatefulSet");
-        let statefulsets = Api::namespaced_with(client.clone(), ns, &ApiResource::from_gvk(&kind));
-        let task = tokio::spawn(run(
-            statefulsets,
+        node.tasks.push(tokio::spawn(watch_statefulsets(
+            node.statefulsets.clone(),
+            node.state.clone(),
+        )));
+        node.tasks.push(tokio::spawn(watch_pods(
+            node.pods.clone(),
+            node.state.clone(),
+        )));
+        node.tasks.push(tokio::spawn(run(
+            kruise.then(|| (node.statefulsets.clone(), replicas)),
             node.claims.clone(),
             node.pods.clone(),
             node.state.clone(),
-            replicas,
-        ));
-        Node { task, ..node }
+        )));
+        node.wait_running(replicas, templates).await;
+        if !kruise {
+            for pod in node.pods.list(&ListParams::default()).await.expect("pods") {
+                assert_eq!(
+                    creator(&pod.metadata),
+                    "kube-controller-manager",
+                    "pods made by the StatefulSet controller: {:?}",
+                    pod.metadata
+                );
+            }
+            for claim in node
+                .claims
+                .list(&ListParams::default())
+                .await
+                .expect("claims")
+            {
+                assert_eq!(
+                    creator(&claim.metadata),
+                    "kube-controller-manager",
+                    "claims made by the StatefulSet controller: {:?}",
+                    claim.metadata
+                );
+            }
+        }
+        node
+    }
+
+    /// Until every pod `db-<ordinal>` is Ready and every claim of the templates is bound.
+    async fn wait_running(&self, replicas: i32, templates: &[&str]) {
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            let pods = self.pods.list(&ListParams::default()).await.expect("pods");
+            let claims = self
+                .claims
+                .list(&ListParams::default())
+                .await
+                .expect("claims");
+            let ready: BTreeSet<String> = pods
+                .items
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none() && is_ready(p))
+                .filter_map(|p| p.metadata.name.clone())
+                .collect();
+            let bound = bound_claims(&claims.items);
+            let all = (0..replicas).all(|ordinal| {
+                ready.contains(&format!("db-{ordinal}"))
+                    && templates
+                        .iter()
+                        .all(|t| bound.contains(&format!("{t}-db-{ordinal}")))
+            });
+            if all {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{}: StatefulSet db never ran: pods ready {ready:?}, claims bound {bound:?}\n{}",
+                self.ns,
+                self.kubectl
+                    .run(&["get", "statefulset,pods,pvc", "-n", &self.ns, "-o", "wide"])
+                    .stdout
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     fn file_system_resize_for(&self, claim: &str) {
@@ -687,6 +899,30 @@ impl Node {
             .lock()
             .map(|s| s.orphaned.clone())
             .unwrap_or_default()
+    }
+
+    fn gone(&self) -> Vec<String> {
+        self.state
+            .lock()
+            .map(|s| s.gone.clone())
+            .unwrap_or_default()
+    }
+
+    fn released(&self) -> BTreeSet<String> {
+        self.state
+            .lock()
+            .map(|s| s.released.clone())
+            .unwrap_or_default()
+    }
+
+    /// The uid of StatefulSet `db` while it exists.
+    async fn statefulset_uid(&self) -> Option<String> {
+        self.statefulsets
+            .get_opt("db")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|s| s.metadata.uid)
     }
 
     /// Pod name → uid of the pods whose controller is the StatefulSet `owner`.
@@ -728,46 +964,56 @@ impl Node {
             .unwrap_or_default()
     }
 
-    /// A claim bound at 10Gi, as the StatefulSet controller and the binder leave it.
+    /// A claim of 10Gi as OpenKruise's controller makes it (the played binder binds it).
     async fn create_claim(&self, name: &str) {
         let claim = json!({
             "apiVersion": "v1",
             "kind": "PersistentVolumeClaim",
-            "metadata": {"name": name, "namespace": self.ns},
+            "metadata": {"name": name, "namespace": self.ns, "labels": {"app": "db"}},
             "spec": {
                 "accessModes": ["ReadWriteOnce"],
                 "storageClassName": self.class,
-                "volumeName": format!("pv-{}-{name}", self.ns),
                 "resources": {"requests": {"storage": "10Gi"}},
             }
         });
         self.kubectl
             .ok_stdin(&["create", "-f", "-"], &claim.to_string());
-        let status = json!({"status": {"phase": "Bound", "accessModes": ["ReadWriteOnce"], "capacity": {"storage": "10Gi"}}});
-        self.claims
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
-            .await
-            .unwrap_or_else(|e| panic!("binding {name}: {e}"));
     }
 
-    /// Deleted as kube-controller-manager would let it go: the `kubernetes.io/pvc-protection`
-    /// finalizer the admission adds is removed at once (no pod uses it here).
+    /// Deleted, and gone: the real PVC-protection controller removes the
+    /// `kubernetes.io/pvc-protection` finalizer the admission added (no scheduled pod uses the
+    /// claim: nothing is ever scheduled here).
     async fn delete_claim(&self, name: &str) {
         self.kubectl
             .ok(&["delete", "pvc", "-n", &self.ns, name, "--wait=false"]);
-        self.kubectl.ok(&[
-            "patch",
-            "pvc",
-            "-n",
-            &self.ns,
-            name,
-            "--type=merge",
-            "-p",
-            r#"{"metadata":{"finalizers":null}}"#,
-        ]);
         let deadline = Instant::now() + LIMIT;
         while self.claims.get_opt(name).await.ok().flatten().is_some() {
-            assert!(Instant::now() < deadline, "claim {name} never went");
+            assert!(
+                Instant::now() < deadline,
+                "claim {name} never went: {:?}",
+                self.claims.get_opt(name).await
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// Until claim `name` exists again with another uid than `old_uid`, bound.
+    async fn claim_made_again(&self, name: &str, old_uid: &str) -> PersistentVolumeClaim {
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            if let Ok(Some(claim)) = self.claims.get_opt(name).await
+                && claim.metadata.uid.as_deref() != Some(old_uid)
+                && bound_claims(std::slice::from_ref(&claim)).contains(name)
+            {
+                return claim;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "claim {name} never made again\n{}",
+                self.kubectl
+                    .run(&["get", "statefulset,pods,pvc", "-n", &self.ns, "-o", "wide"])
+                    .stdout
+            );
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
@@ -808,11 +1054,46 @@ impl Node {
     }
 
     fn stop(self) {
-        self.task.abort();
+        for task in &self.tasks {
+            task.abort();
+        }
     }
 }
 
-/// The StatefulSet `db` a Node plays the controllers of.
+/// Who made an object: the field managers of its labels, which only its creator sets here
+/// (the StatefulSet controller for its pods and claims; `kube-controller-manager`).
+fn creator(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    let managers: Vec<String> = meta
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|entry| {
+            entry
+                .fields_v1
+                .as_ref()
+                .is_some_and(|f| f.0.pointer("/f:metadata/f:labels").is_some())
+        })
+        .filter_map(|entry| entry.manager.clone())
+        .collect();
+    managers.join(",")
+}
+
+fn is_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn bound_claims(claims: &[PersistentVolumeClaim]) -> BTreeSet<String> {
+    claims
+        .iter()
+        .filter(|c| c.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Bound"))
+        .filter_map(|c| c.metadata.name.clone())
+        .collect()
+}
+
+/// The StatefulSet `db` of a Node.
 #[derive(Clone, Copy)]
 struct Shape<'a> {
     api_version: &'a str,
@@ -859,77 +1140,68 @@ fn statefulset(ns: &str, shape: &Shape<'_>) -> String {
     .to_string()
 }
 
-/// The loop of the played controllers and kubelet, every 100 ms.
+/// The loop of the played components, every 100 ms: OpenKruise's controller (for an Advanced
+/// StatefulSet `kruise`: the target and its replicas), the binder, the kubelet, the resizer.
 async fn run(
-    statefulsets: Api<DynamicObject>,
+    kruise: Option<(Api<DynamicObject>, i32)>,
     claims: Api<PersistentVolumeClaim>,
     pods: Api<Pod>,
     state: Arc<Mutex<NodeState>>,
-    replicas: i32,
 ) {
     loop {
-        let owner = collect_garbage(&statefulsets, &pods, &state).await;
-        if let Some((api_version, uid)) = owner {
-            keep_pods(&pods, &api_version, &uid, replicas).await;
+        if let Some((statefulsets, replicas)) = &kruise {
+            keep_kruise_pods(statefulsets, &pods, *replicas).await;
         }
+        bind(&claims).await;
+        run_pods(&pods, &claims).await;
         resize(&claims, &pods, &state).await;
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 
-/// The garbage collector: a StatefulSet deleted with the `orphan` finalizer loses it once its
-/// pods' owner references are removed; pods whose owner is gone otherwise are deleted (a
-/// cascading deletion). Returns the StatefulSet's apiVersion and uid while it exists and is
-/// not deleted.
-async fn collect_garbage(
-    statefulsets: &Api<DynamicObject>,
-    pods: &Api<Pod>,
-    state: &Arc<Mutex<NodeState>>,
-) -> Option<(String, String)> {
-    let current = statefulsets.get_opt("db").await.ok()?;
-    let uid = current.as_ref().and_then(|s| s.metadata.uid.clone());
-    let owner_api_version = current
-        .as_ref()
-        .and_then(|s| s.types.as_ref())
-        .map(|t| t.api_version.clone())
-        .unwrap_or_default();
-    let list = pods.list(&ListParams::default()).await.ok()?;
-    let finalizers = current
-        .as_ref()
-        .and_then(|s| s.metadata.finalizers.clone())
-        .unwrap_or_default();
-    let deleting = current
-        .as_ref()
-        .is_some_and(|s| s.metadata.deletion_timestamp.is_some());
-    if deleting && finalizers.iter().any(|f| f == "orphan") {
-        for pod in &list.items {
-            let name = pod.metadata.name.clone().unwrap_or_default();
-            let orphan = json!({"metadata": {"ownerReferences": null}});
-            let _ = pods
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&orphan))
-                .await;
+/// The namespace's StatefulSets as the watch sees them: deleting with the `orphan` finalizer,
+/// gone.
+async fn watch_statefulsets(statefulsets: Api<DynamicObject>, state: Arc<Mutex<NodeState>>) {
+    let mut events = watcher::watcher(statefulsets, watcher::Config::default()).boxed();
+    while let Some(event) = events.next().await {
+        let Ok(mut state) = state.lock() else {
+            return;
+        };
+        match event {
+            Ok(watcher::Event::Apply(sts) | watcher::Event::InitApply(sts)) => {
+                let uid = sts.metadata.uid.clone().unwrap_or_default();
+                let orphan = sts
+                    .metadata
+                    .finalizers
+                    .iter()
+                    .flatten()
+                    .any(|f| f == "orphan");
+                if sts.metadata.deletion_timestamp.is_some()
+                    && orphan
+                    && !state.orphaned.contains(&uid)
+                {
+                    state.orphaned.push(uid);
+                }
+            }
+            Ok(watcher::Event::Delete(sts)) => {
+                state.gone.push(sts.metadata.uid.unwrap_or_default());
+            }
+            _ => {}
         }
-        let rest: Vec<&String> = finalizers.iter().filter(|f| *f != "orphan").collect();
-        let release = json!({"metadata": {"finalizers": rest}});
-        if statefulsets
-            .patch("db", &PatchParams::default(), &Patch::Merge(&release))
-            .await
-            .is_ok()
-            && let (Ok(mut state), Some(uid)) = (state.lock(), uid.clone())
+    }
+}
+
+/// The namespace's pods as the watch sees them: without a controller.
+async fn watch_pods(pods: Api<Pod>, state: Arc<Mutex<NodeState>>) {
+    let mut events = watcher::watcher(pods, watcher::Config::default()).boxed();
+    while let Some(event) = events.next().await {
+        if let Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) = event
+            && controller_uid(&pod).is_none()
+            && let Ok(mut state) = state.lock()
         {
-            state.orphaned.push(uid);
-        }
-        return None;
-    }
-    for pod in &list.items {
-        let owner = controller_uid(pod);
-        if owner.is_some() && owner != uid {
-            let name = pod.metadata.name.clone().unwrap_or_default();
-            let _ = pods.delete(&name, &Default::default()).await;
+            state.released.insert(pod.metadata.name.unwrap_or_default());
         }
     }
-    uid.filter(|_| !deleting)
-        .map(|uid| (owner_api_version, uid))
 }
 
 fn controller_uid(pod: &Pod) -> Option<String> {
@@ -941,21 +1213,25 @@ fn controller_uid(pod: &Pod) -> Option<String> {
         .map(|r| r.uid.clone())
 }
 
-/// The StatefulSet controller and the kubelet: every pod exists, is Ready and is owned by
-/// the StatefulSet (orphans are adopted).
-async fn keep_pods(pods: &Api<Pod>, api_version: &str, owner: &str, replicas: i32) {
+/// OpenKruise's controller, played: every pod of the Advanced StatefulSet exists, owned by it.
+async fn keep_kruise_pods(statefulsets: &Api<DynamicObject>, pods: &Api<Pod>, replicas: i32) {
+    let Ok(Some(owner)) = statefulsets.get_opt("db").await else {
+        return;
+    };
+    if owner.metadata.deletion_timestamp.is_some() {
+        return;
+    }
     let Ok(list) = pods.list(&ListParams::default()).await else {
         return;
     };
+    let api_version = owner
+        .types
+        .as_ref()
+        .map(|t| t.api_version.clone())
+        .unwrap_or_default();
     let reference = json!([{"apiVersion": api_version, "kind": "StatefulSet", "name": "db",
-                            "uid": owner, "controller": true, "blockOwnerDeletion": true}]);
-    for pod in list.items.iter().filter(|p| controller_uid(p).is_none()) {
-        let name = pod.metadata.name.clone().unwrap_or_default();
-        let adopt = json!({"metadata": {"ownerReferences": reference}});
-        let _ = pods
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&adopt))
-            .await;
-    }
+                            "uid": owner.metadata.uid, "controller": true,
+                            "blockOwnerDeletion": true}]);
     let present: BTreeSet<String> = list
         .items
         .iter()
@@ -971,14 +1247,85 @@ async fn keep_pods(pods: &Api<Pod>, api_version: &str, owner: &str, replicas: i3
             "spec": {"containers": [{"name": "db", "image": "example.test/db:1"}]},
         }))
         .expect("pod");
-        if pods.create(&Default::default(), &pod).await.is_ok() {
-            let ready = json!({"status": {"phase": "Running", "conditions": [
-                {"type": "Ready", "status": "True"}
-            ]}});
-            let _ = pods
-                .patch_status(&name, &PatchParams::default(), &Patch::Merge(&ready))
-                .await;
+        let _ = pods.create(&Default::default(), &pod).await;
+    }
+}
+
+/// The PV binder and a provisioner, played: a claim not yet bound gets a volume name and is
+/// bound at its request.
+async fn bind(claims: &Api<PersistentVolumeClaim>) {
+    let Ok(list) = claims.list(&ListParams::default()).await else {
+        return;
+    };
+    let bound = bound_claims(&list.items);
+    for claim in &list.items {
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        if bound.contains(&name) || claim.metadata.deletion_timestamp.is_some() {
+            continue;
         }
+        let spec = claim.spec.clone().unwrap_or_default();
+        let Some(requested) = spec
+            .resources
+            .as_ref()
+            .and_then(|r| r.requests.as_ref()?.get("storage").cloned())
+        else {
+            continue;
+        };
+        if spec.volume_name.is_none() {
+            let namespace = claim.metadata.namespace.clone().unwrap_or_default();
+            let volume = json!({"spec": {"volumeName": format!("pv-{namespace}-{name}")}});
+            if claims
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&volume))
+                .await
+                .is_err()
+            {
+                continue;
+            }
+        }
+        let status = json!({"status": {"phase": "Bound", "accessModes": spec.access_modes,
+                                       "capacity": {"storage": requested.0}}});
+        let _ = claims
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+            .await;
+    }
+}
+
+/// The kubelet, played: a pod whose claims are all bound is Running and Ready.
+async fn run_pods(pods: &Api<Pod>, claims: &Api<PersistentVolumeClaim>) {
+    let Ok(list) = pods.list(&ListParams::default()).await else {
+        return;
+    };
+    let waiting: Vec<&Pod> = list
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none() && !is_ready(p))
+        .collect();
+    if waiting.is_empty() {
+        return;
+    }
+    let Ok(all_claims) = claims.list(&ListParams::default()).await else {
+        return;
+    };
+    let bound = bound_claims(&all_claims.items);
+    for pod in waiting {
+        let needs_bound = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.volumes.as_ref())
+            .into_iter()
+            .flatten()
+            .filter_map(|v| v.persistent_volume_claim.as_ref())
+            .all(|c| bound.contains(&c.claim_name));
+        if !needs_bound {
+            continue;
+        }
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let ready = json!({"status": {"phase": "Running", "conditions": [
+            {"type": "Ready", "status": "True"}
+        ]}});
+        let _ = pods
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&ready))
+            .await;
     }
 }
 
