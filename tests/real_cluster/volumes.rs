@@ -20,8 +20,11 @@
 //! scheduled, so kube-apiserver deletes them at once (no grace period to wait out) and the
 //! PVC-protection controller sees no pod using a claim.
 //!
-//! One cluster and one kube-controller-manager serve every scenario, each in its own namespace.
+//! One cluster and one kube-controller-manager serve every scenario, each in its own namespace;
+//! [`collection`] adds the garbage collector and namespace controller working on our own kind.
 //! Each scenario's wall time is printed (never asserted).
+
+mod collection;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -37,6 +40,7 @@ use kube::api::{
 use kube::runtime::watcher;
 use serde_json::{Value, json};
 
+use crate::support::audit::AuditLog;
 use crate::support::controller_manager::ControllerManager;
 use crate::support::kubectl::Kubectl;
 use crate::support::real_cluster::RealCluster;
@@ -60,11 +64,33 @@ const CONTROLLERS: [&str; 6] = [
     "resourcequota-controller",
 ];
 
+/// kube-controller-manager's user in the suite (`ControllerManager`'s client certificate).
+const KCM_USER: &str = "system:kube-controller-manager";
+
+/// What kube-apiserver's audit log keeps: every request kube-controller-manager makes to our
+/// groups (through the aggregator), discovery included; nothing else.
+const AUDIT_RULES: &str = r#"- level: Metadata
+  users: ["system:kube-controller-manager"]
+  resources:
+  - group: storage.svm-apiserver.io
+  - group: storagemigration.k8s.io
+- level: Metadata
+  users: ["system:kube-controller-manager"]
+  nonResourceURLs:
+  - /apis/storage.svm-apiserver.io
+  - /apis/storage.svm-apiserver.io/*
+  - /apis/storagemigration.k8s.io
+  - /apis/storagemigration.k8s.io/*
+- level: None"#;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn volume_claim_migrations_resize_claims_as_the_real_apiserver_allows() {
+    let audit = AuditLog::with_rules(AUDIT_RULES);
+    let audit_flags = audit.flags();
+    let audit_flags: Vec<&str> = audit_flags.iter().map(String::as_str).collect();
     let Some(cluster) = RealCluster::start(
         TEST,
-        &[],
+        &audit_flags,
         &[
             "--enable-volume-claim-migrations",
             "--volume-resync-interval=1s",
@@ -90,7 +116,7 @@ async fn volume_claim_migrations_resize_claims_as_the_real_apiserver_allows() {
         "--timeout=60s",
     ]);
     let started = Instant::now();
-    let _kcm = ControllerManager::start(&cluster.plane, &CONTROLLERS, &[]);
+    let kcm = ControllerManager::start(&cluster.plane, &CONTROLLERS, &[]);
     println!(
         "kube-controller-manager ({}) serving /healthz after {:.1} s",
         CONTROLLERS.join(","),
@@ -133,6 +159,17 @@ async fn volume_claim_migrations_resize_claims_as_the_real_apiserver_allows() {
         an_advanced_statefulset_is_resized_to_its_own_templates(&kubectl, &client),
     )
     .await;
+    timed(
+        "a namespace holding our objects deleted",
+        collection::a_namespace_holding_our_objects_is_deleted(&cluster, &kubectl, &client, &audit),
+    )
+    .await;
+    timed(
+        "owner references to and from our objects",
+        collection::owner_references_to_and_from_our_objects(&kubectl, &client),
+    )
+    .await;
+    collection::what_kube_controller_manager_was_answered(&cluster, &audit, &kcm).await;
 }
 
 /// Run one scenario and print its wall time.
