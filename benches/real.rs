@@ -37,6 +37,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use http_body_util::BodyExt as _;
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
 use serde_json::{Value, json};
@@ -634,6 +635,163 @@ impl Bench {
             "Our reads in protobuf and in JSON (objects current: reads and no-op PATCHes only)",
             &rows,
         );
+        println!(
+            "\nThe metadata reads alone, {READ_ROUNDS} full reads each way, alternated (kube-apiserver CPU per 1 000 objects read, bytes per object on the wire)\n"
+        );
+        println!("| resource | read | wire | kas CPU s/1000 | bytes/obj |");
+        println!("|---|---|---|---|---|");
+        for target in [&configmaps, &blobs.target()] {
+            for stream in [false, true] {
+                for wire in [Wire::Protobuf, Wire::Json, Wire::Protobuf, Wire::Json] {
+                    let (cpu, bytes) = self.read_cost(target, wire, stream).await;
+                    println!(
+                        "| {} | {} | {wire:?} | {cpu:.3} | {bytes:.0} |",
+                        target.plural,
+                        if stream { "stream" } else { "pages of 500" }
+                    );
+                }
+            }
+        }
+    }
+
+    /// kube-apiserver's CPU seconds per 1 000 objects, and the bytes per object of the answers,
+    /// for [`READ_ROUNDS`] metadata-only reads of every object of `target`: LIST pages of 500,
+    /// or one watch-list stream up to its initial-events-end bookmark.
+    async fn read_cost(&self, target: &Target, wire: Wire, stream: bool) -> (f64, f64) {
+        let path = if target.group.is_empty() {
+            format!("/api/v1/{}", target.plural)
+        } else {
+            let version = "v1";
+            format!("/apis/{}/{version}/{}", target.group, target.plural)
+        };
+        let cpu = cpu_seconds(self.kas_pid);
+        let mut bytes = 0usize;
+        for _ in 0..READ_ROUNDS {
+            bytes += if stream {
+                self.read_stream(&path, wire).await
+            } else {
+                self.read_pages(&path, wire).await
+            };
+        }
+        let objects = (target.objects * READ_ROUNDS) as f64;
+        (
+            (cpu_seconds(self.kas_pid) - cpu) / objects * 1000.0,
+            bytes as f64 / objects,
+        )
+    }
+
+    async fn read_pages(&self, path: &str, wire: Wire) -> usize {
+        let mut bytes = 0;
+        let mut token = String::new();
+        loop {
+            let mut uri = format!("{path}?limit=500");
+            if !token.is_empty() {
+                uri.push_str(&format!("&continue={token}"));
+            }
+            let request = http::Request::get(uri)
+                .header("Accept", wire.list_accept())
+                .body(Vec::new())
+                .expect("request");
+            let response = self
+                .client
+                .send(request.map(kube::client::Body::from))
+                .await;
+            let body = response
+                .expect("LIST")
+                .into_body()
+                .collect()
+                .await
+                .expect("body")
+                .to_bytes();
+            bytes += body.len();
+            // The continue token is a base64 string in either encoding: find it by its field.
+            token = continue_token(&body, wire);
+            if token.is_empty() {
+                return bytes;
+            }
+        }
+    }
+
+    async fn read_stream(&self, path: &str, wire: Wire) -> usize {
+        let uri = format!(
+            "{path}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=120"
+        );
+        let request = http::Request::get(uri)
+            .header("Accept", wire.object_accept())
+            .body(kube::client::Body::empty())
+            .expect("request");
+        let response = self.client.send(request).await.expect("watch-list");
+        let mut body = response.into_body().into_data_stream();
+        let (mut bytes, mut tail) = (0, Vec::new());
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.expect("stream");
+            bytes += chunk.len();
+            tail.extend_from_slice(&chunk);
+            let end = b"k8s.io/initial-events-end";
+            if tail.windows(end.len()).any(|w| w == end) {
+                return bytes;
+            }
+            let keep = tail.len().saturating_sub(end.len());
+            tail.drain(..keep);
+        }
+        panic!("the watch-list stream ended before its bookmark");
+    }
+}
+
+/// Full metadata reads per resource, wire format and read in [`Bench::read_cost`].
+const READ_ROUNDS: usize = 3;
+
+#[derive(Clone, Copy, Debug)]
+enum Wire {
+    Protobuf,
+    Json,
+}
+
+impl Wire {
+    fn list_accept(self) -> &'static str {
+        match self {
+            Wire::Protobuf => {
+                "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+            }
+            Wire::Json => {
+                "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json"
+            }
+        }
+    }
+
+    fn object_accept(self) -> &'static str {
+        match self {
+            Wire::Protobuf => {
+                "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+            }
+            Wire::Json => {
+                "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
+            }
+        }
+    }
+}
+
+/// The continue token of a metadata-only LIST page, in JSON or protobuf.
+fn continue_token(body: &[u8], wire: Wire) -> String {
+    use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta_pb;
+    use prost::Message;
+    match wire {
+        Wire::Json => {
+            serde_json::from_slice::<Value>(body).expect("a JSON list")["metadata"]["continue"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string()
+        }
+        Wire::Protobuf => {
+            let message = body.strip_prefix(b"k8s\0").expect("a protobuf list");
+            let envelope =
+                k8s_pb::apimachinery::pkg::runtime::Unknown::decode(message).expect("an envelope");
+            let list = meta_pb::PartialObjectMetadataList::decode(
+                envelope.raw.unwrap_or_default().as_slice(),
+            )
+            .expect("a metadata list");
+            list.metadata.and_then(|m| m.r#continue).unwrap_or_default()
+        }
     }
 }
 

@@ -498,11 +498,17 @@ fn written(
         code_if_updated
     };
     warnings.extend(written.warnings);
-    respond(call, code, negotiated, &written.object, &warnings)
+    let object = match negotiated.target {
+        Target::PartialObjectMetadata(meta) => partial_object_metadata(&written.object, meta),
+        // Written, but not answerable as a list: kube-apiserver's 500 (as for a GET).
+        Target::PartialObjectMetadataList(_) => return Ok(status::content_is_not_a_list()),
+        _ => written.object,
+    };
+    respond(call, code, negotiated, &object, &warnings)
 }
 
 async fn create(mut call: ResourceRequest) -> HandlerResult {
-    let negotiated = call.negotiate(Endpoint::Plain)?;
+    let negotiated = call.negotiate(Endpoint::Write)?;
     let format = call.body_format()?;
     let bytes = call.read_body().await?;
     let opts = call.write_options(WriteVerb::Create)?;
@@ -515,7 +521,7 @@ async fn create(mut call: ResourceRequest) -> HandlerResult {
 }
 
 async fn update(mut call: ResourceRequest, name: &str, subresource: Subresource) -> HandlerResult {
-    let negotiated = call.negotiate(Endpoint::Plain)?;
+    let negotiated = call.negotiate(Endpoint::Write)?;
     let format = call.body_format()?;
     let bytes = call.read_body().await?;
     let opts = call.write_options(WriteVerb::Update)?;
@@ -543,7 +549,7 @@ async fn update(mut call: ResourceRequest, name: &str, subresource: Subresource)
 }
 
 async fn patch(mut call: ResourceRequest, name: &str, subresource: Subresource) -> HandlerResult {
-    let negotiated = call.negotiate(Endpoint::Plain)?;
+    let negotiated = call.negotiate(Endpoint::Write)?;
     let patch_type = negotiate::patch_type(&call.headers, call.speaks_protobuf())?;
     let bytes = call.read_body().await?;
     let opts = call.write_options(WriteVerb::Patch(patch_type))?;

@@ -64,6 +64,9 @@ pub enum Target {
 pub enum Endpoint {
     /// get / list / watch of a resource: Table and PartialObjectMetadata(List).
     Read,
+    /// The answer of a create, update or patch: PartialObjectMetadata(List) (client-go's
+    /// metadata client patches so, recording 20d steps 3 and 8).
+    Write,
     /// `/apis`: aggregated discovery.
     Apis,
     /// Everything else: only the plain form.
@@ -185,7 +188,7 @@ pub fn negotiate(
     }
     // A read of any kind can be answered in protobuf (its PartialObjectMetadata forms), so
     // kube-apiserver names protobuf there even for a custom resource (recording 20g, step 10).
-    let served = if endpoint == Endpoint::Read {
+    let served = if matches!(endpoint, Endpoint::Read | Endpoint::Write) {
         Protobuf::Spoken
     } else {
         protobuf
@@ -232,6 +235,18 @@ fn clause_target(clause: &AcceptClause, endpoint: Endpoint) -> Option<Target> {
             };
             match as_kind {
                 "Table" => Some(Target::Table(version)),
+                "PartialObjectMetadata" => Some(Target::PartialObjectMetadata(version)),
+                "PartialObjectMetadataList" => Some(Target::PartialObjectMetadataList(version)),
+                _ => None,
+            }
+        }
+        (Endpoint::Write, "meta.k8s.io") => {
+            let version = match version {
+                "v1" => MetaVersion::V1,
+                "v1beta1" => MetaVersion::V1beta1,
+                _ => return None,
+            };
+            match as_kind {
                 "PartialObjectMetadata" => Some(Target::PartialObjectMetadata(version)),
                 "PartialObjectMetadataList" => Some(Target::PartialObjectMetadataList(version)),
                 _ => None,

@@ -22,6 +22,8 @@ const PROTOBUF: &str = "application/vnd.kubernetes.protobuf";
 const CLIENT_GO_ACCEPT: &str = "application/vnd.kubernetes.protobuf, */*";
 /// What client-go's metadata client sends on a list and a watch.
 const METADATA_LIST_ACCEPT: &str = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+/// What client-go's metadata client sends on a get, a patch and a watch.
+const METADATA_ACCEPT: &str = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
 const GROUP: &str = "storagemigration.k8s.io";
 
 /// Upstream's v1alpha1 messages (k8s.io/api/storagemigration/v1alpha1/generated.proto,
@@ -662,6 +664,29 @@ async fn statuses_and_kinds_without_messages() {
     assert_eq!(kind, "PartialObjectMetadataList");
     let list = meta_pb::PartialObjectMetadataList::decode(&raw[..]).expect("a metadata list");
     assert_eq!(list.items.len(), 1);
+    // client-go's metadata client patches with the singular metadata Accept: the answer is a
+    // PartialObjectMetadata in protobuf, for any kind (recording 20d, steps 3 and 8).
+    let patched = send(
+        &client,
+        Method::PATCH,
+        format!("{states}/deployments.apps"),
+        METADATA_ACCEPT,
+        Some((
+            "application/merge-patch+json",
+            br#"{"metadata":{"labels":{"gc":"seen"}}}"#.to_vec(),
+        )),
+    )
+    .await;
+    assert_eq!(patched.status, StatusCode::OK, "{}", patched.text());
+    assert_eq!(patched.content_type, PROTOBUF);
+    let (api_version, kind, raw) = open(&patched.body);
+    assert_eq!(
+        (api_version.as_str(), kind.as_str()),
+        ("meta.k8s.io/v1", "PartialObjectMetadata")
+    );
+    let object = meta_pb::PartialObjectMetadata::decode(&raw[..]).expect("metadata");
+    let labels = object.metadata.unwrap_or_default().labels;
+    assert_eq!(labels.get("gc").map(String::as_str), Some("seen"));
     let refused = send(
         &client,
         Method::POST,

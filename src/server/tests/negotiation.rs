@@ -42,8 +42,7 @@ async fn get_object_in_each_encoding() {
         "application/vnd.kubernetes.protobuf"
     );
     let envelope = crate::registry::protobuf::decode_body(&protobuf.body).expect("protobuf");
-    let status =
-        crate::registry::protobuf::meta::status_from_pb(&envelope.raw).expect("a Status");
+    let status = crate::registry::protobuf::meta::status_from_pb(&envelope.raw).expect("a Status");
     assert_eq!(status["reason"], "NotAcceptable");
     assert_eq!(
         status["message"],
