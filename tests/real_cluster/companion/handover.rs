@@ -2,13 +2,20 @@
 
 use super::*;
 
+/// Widgets in the upgrade test.
+const HANDOVER_WIDGETS: usize = 400;
+
 /// The upgrade: svm-apiserver owns the group (deploy/), then the cluster starts serving it
-/// (kube-apiserver restarted with the group on, as an upgrade to 1.37 does). Our APIServices
+/// (kube-apiserver restarted with the group on, as an upgrade to 1.37 does) and the real
+/// kube-controller-manager comes up with the StorageVersionMigrator gate. Our APIServices
 /// shadow the cluster's, so kube-controller-manager's migrator reaches our migrations through
-/// them: the guard sees its status write on a migration ours is running, stops ours and says
-/// so; the trigger follows the other migrator's success. Then the documented path — our
-/// APIServices of the group deleted, the project group kept, kube-apiserver restarted — and
-/// the server (auto) moves to companion mode by itself, with its StorageStates and history.
+/// them (protobuf, its default): the guard sees its status write on the migration ours is
+/// running, stops ours and says so; kube-controller-manager runs it to its end and the trigger
+/// follows that success. Then the documented path — our APIServices of the group deleted, the
+/// project group kept, kube-apiserver restarted — and the server (auto) moves to companion mode
+/// by itself, with its StorageStates and history; from then on the same kube-controller-manager
+/// runs the trigger's migrations on the cluster's API (a CRD move: every widget re-encoded in
+/// etcd).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_upgrade_to_a_cluster_that_serves_the_group_hands_over_without_two_migrators() {
     let Some(mut cluster) = RealCluster::start(
@@ -21,7 +28,7 @@ async fn the_upgrade_to_a_cluster_that_serves_the_group_hands_over_without_two_m
     };
     let client = cluster.plane.client().await;
     wait_for_mode(&cluster, "owner").await;
-    install_widgets_in(&cluster, 400).await;
+    install_widgets_in(&cluster, HANDOVER_WIDGETS).await;
     let migration = wait_for(
         Duration::from_secs(240),
         "the widgets' migration running in svm-apiserver",
@@ -65,22 +72,11 @@ async fn the_upgrade_to_a_cluster_that_serves_the_group_hands_over_without_two_m
         cluster.plane.client().await
     };
 
-    // kube-controller-manager's migrator, through our APIService, takes the running migration
-    // (as its typed client writes status: no `progress`, which its Go type lacks).
+    // kube-controller-manager, upgraded with the cluster, reaches our migrations through our
+    // APIService and takes the running one.
+    let kcm = real_kcm(&cluster);
     let path =
         format!("/apis/storagemigration.k8s.io/v1beta1/storageversionmigrations/{migration_name}");
-    let theirs = wait_for_async(Duration::from_secs(120), || {
-        kcm_writes(
-            &client,
-            &path,
-            json!({
-                "progress": null,
-                "conditions": [condition("Running", "True", "StorageVersionMigrationInProgress")],
-            }),
-        )
-    })
-    .await;
-    assert_eq!(theirs["metadata"]["name"], migration_name.as_str());
 
     // Ours notices, stops, and says so.
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
@@ -94,8 +90,9 @@ async fn the_upgrade_to_a_cluster_that_serves_the_group_hands_over_without_two_m
     {
         assert!(
             std::time::Instant::now() < deadline,
-            "no yield within 2 min; svm-apiserver log:\n{}",
-            cluster.svm.log()
+            "no yield within 2 min; svm-apiserver log:\n{}\nkube-controller-manager's errors:\n{}",
+            cluster.svm.log(),
+            kcm.errors().join("\n")
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
@@ -106,19 +103,39 @@ async fn the_upgrade_to_a_cluster_that_serves_the_group_hands_over_without_two_m
     );
     assert!(log.contains(DOCS), "{log}");
     let yielded_at = get_json(&client, &path).await;
-    // From now on svm-apiserver's migrator writes nothing to it: after a while its status is
-    // still what kube-controller-manager left (no progress of ours comes back).
+    // kube-controller-manager runs it to its end (its status written through our /status).
+    let finished = wait_for_async(Duration::from_secs(180), || async {
+        let migration = get_json(&client, &path).await;
+        if succeeded(&migration) {
+            Ok(migration)
+        } else {
+            Err(format!(
+                "not Succeeded yet: {migration:#}\nkube-controller-manager's errors:\n{}",
+                kcm.errors().join("\n")
+            ))
+        }
+    })
+    .await;
+    assert!(
+        owns_succeeded(&finished, "kube-controller-manager")
+            && !owns_succeeded(&finished, "svm-apiserver-migrator"),
+        "{finished:#}"
+    );
+    // From the yield on, svm-apiserver's migrator writes nothing to it: after a while its
+    // status is still what kube-controller-manager left (its typed client has no `progress`,
+    // and no progress of ours comes back).
     tokio::time::sleep(Duration::from_secs(10)).await;
     let later = get_json(&client, &path).await;
     assert_eq!(
         later["metadata"]["resourceVersion"],
-        yielded_at["metadata"]["resourceVersion"]
+        finished["metadata"]["resourceVersion"]
     );
     assert!(later["status"]["progress"].is_null(), "{later}");
-    // kube-controller-manager finishes it; the trigger follows that success.
-    kcm_writes(&client, &path, finished_by_kcm(&later))
-        .await
-        .expect("KCM's success");
+    assert_eq!(
+        status_write_time(&later, "svm-apiserver-migrator"),
+        status_write_time(&yielded_at, "svm-apiserver-migrator"),
+        "svm-apiserver wrote after kube-controller-manager: {later}"
+    );
     wait_for(
         Duration::from_secs(120),
         "the widgets StorageState safe after kube-controller-manager's success",
@@ -169,22 +186,28 @@ async fn the_upgrade_to_a_cluster_that_serves_the_group_hands_over_without_two_m
         );
     }
 
-    // From now on the trigger's migrations are the cluster's.
-    let kcm = Kcm::start(client.clone());
+    // From now on the trigger's migrations are the cluster's, and kube-controller-manager runs
+    // them there.
     let before_hash = state_after["status"]["currentStorageVersionHash"]
         .as_str()
         .unwrap_or_default()
         .to_string();
     move_widgets_storage_to_v2(&cluster);
+    let switched = std::time::Instant::now();
     let moved = widgets_safe_after_a_builtin_migration(&cluster, &client, &before_hash).await;
+    let switched = switched.elapsed();
+    assert_widgets_stored_as(&cluster, "v2", HANDOVER_WIDGETS).await;
+    assert_migrated_by_kcm(&newest_widgets_migration(&client).await);
     assert_eq!(stored_versions(&cluster), r#"["v2"]"#);
     eprintln!(
-        "upgrade under a running server: migration {migration_name} left to \
-         kube-controller-manager when it wrote the status, the state narrowed on its success; \
-         after the documented switch, companion mode with {} history entries kept, the CRD move \
-         {before_hash} -> {} narrowed through a built-in migration",
+        "upgrade under a running server: migration {migration_name} left to the real \
+         kube-controller-manager when it wrote the status through our API, and finished by it; \
+         the state narrowed on its success; after the documented switch, companion mode with {} history entries kept, the CRD move \
+         {before_hash} -> {} run by kube-controller-manager on the cluster's API ({HANDOVER_WIDGETS} widgets \
+         re-encoded in etcd), safe {:.1} s after the switch",
         history_before.len(),
-        moved["status"]["currentStorageVersionHash"]
+        moved["status"]["currentStorageVersionHash"],
+        switched.as_secs_f64()
     );
     drop(kcm);
 }

@@ -1,9 +1,10 @@
 //! Clusters that serve storagemigration.k8s.io themselves (Kubernetes 1.37+; here 1.36 with the
 //! group's v1beta1 and the StorageVersionMigrator gate switched on): companion mode, owner
-//! mode's refusal, and the upgrade from owner to companion under a running server. There is no
-//! kube-controller-manager in the suite: [`Kcm`] plays its migrator by writing the built-in
-//! migrations' status as it does (field manager `kube-controller-manager`, conditions only —
-//! the objects themselves are not rewritten).
+//! mode's refusal, and the upgrade from owner to companion under a running server. Where a
+//! migration must run, the real kube-controller-manager runs it ([`real_kcm`]: its
+//! storage-version-migrator-controller and garbage collector, with its defaults — protobuf to
+//! every API, ours included), and what it did is read from etcd and from managedFields; nothing
+//! of kube-controller-manager is played here.
 
 mod handover;
 mod modes;
@@ -14,6 +15,9 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use crate::support::control_plane::{ControlPlane, assets};
+use crate::support::controller_manager::{
+    ControllerManager, STORAGE_VERSION_MIGRATOR, STORAGE_VERSION_MIGRATOR_GATE,
+};
 use crate::support::real_cluster::{
     NAMESPACE, PROJECT_APISERVICE, RealCluster, SERVICE_ACCOUNT, install_rbac,
 };
@@ -27,25 +31,14 @@ const BUILTIN_ON: [&str; 2] = [
     "--feature-gates=StorageVersionMigrator=true",
 ];
 const BUILTIN: &str = "/apis/storagemigration.k8s.io/v1beta1/storageversionmigrations";
-const TRIGGERS: &str = "app.kubernetes.io/managed-by=svm-apiserver-trigger";
 const WIDGETS: &str = "widgets.example.test";
 const DOCS: &str = "README.md#clusters-that-serve-storagemigrationk8sio-themselves";
 
-async fn raw(
-    client: &kube::Client,
-    method: http::Method,
-    path: &str,
-    body: Option<Value>,
-) -> Result<Value, String> {
-    let mut request = http::Request::builder().method(method).uri(path);
-    let body = match body {
-        Some(value) => {
-            request = request.header("Content-Type", "application/merge-patch+json");
-            serde_json::to_vec(&value).map_err(|e| e.to_string())?
-        }
-        None => Vec::new(),
-    };
-    let request = request.body(body).map_err(|e| e.to_string())?;
+/// A GET as the cluster admin, its JSON body.
+async fn raw_get(client: &kube::Client, path: &str) -> Result<Value, String> {
+    let request = http::Request::get(path)
+        .body(Vec::new())
+        .map_err(|e| e.to_string())?;
     let text = client
         .request_text(request)
         .await
@@ -53,83 +46,80 @@ async fn raw(
     serde_json::from_str(&text).map_err(|e| format!("{e}: {text}"))
 }
 
-/// kube-controller-manager's status write on one migration, at `path` (the built-in API, or
-/// ours through the aggregator while our APIService shadows it): a merge patch of `/status`
-/// as field manager `kube-controller-manager`.
-async fn kcm_writes(client: &kube::Client, path: &str, status: Value) -> Result<Value, String> {
-    raw(
-        client,
-        http::Method::PATCH,
-        &format!("{path}/status?fieldManager=kube-controller-manager"),
-        Some(json!({ "status": status })),
+/// The real kube-controller-manager's migrator on this cluster: its
+/// storage-version-migrator-controller and the garbage collector it reads objects from, with
+/// the StorageVersionMigrator gate (as kube-apiserver's) and its defaults otherwise.
+fn real_kcm(cluster: &RealCluster) -> ControllerManager {
+    ControllerManager::start(
+        &cluster.plane,
+        &STORAGE_VERSION_MIGRATOR,
+        &[STORAGE_VERSION_MIGRATOR_GATE],
     )
-    .await
 }
 
-fn condition(type_: &str, status: &str, reason: &str) -> Value {
-    json!({
-        "type": type_, "status": status, "reason": reason, "message": "",
-        "lastTransitionTime": svm_apiserver::registry::now_text(),
-    })
+const WIDGETS_PREFIX: &str = "/registry/example.test/widgets/demo/";
+
+/// etcd holds exactly `count` widgets, every one encoded as `example.test/<version>` (read
+/// from etcd itself, not from a condition).
+async fn assert_widgets_stored_as(cluster: &RealCluster, version: &str, count: usize) {
+    let stored = cluster.plane.etcd_get_prefix(WIDGETS_PREFIX).await;
+    let versions: Vec<String> = stored
+        .iter()
+        .map(|(_, value)| {
+            serde_json::from_slice::<Value>(value)
+                .map(|object| object["apiVersion"].as_str().unwrap_or("?").to_string())
+                .unwrap_or_else(|_| "not JSON".to_string())
+        })
+        .collect();
+    let wanted = format!("example.test/{version}");
+    let other: Vec<&String> = versions.iter().filter(|v| **v != wanted).collect();
+    assert!(
+        versions.len() == count && other.is_empty(),
+        "etcd holds {} widgets, {} of them not {wanted}: {:?}",
+        versions.len(),
+        other.len(),
+        &other[..other.len().min(5)]
+    );
 }
 
-/// The status kube-controller-manager leaves on a migration it finished: the list snapshot
-/// its resourceVersion controller records first (immutable once set), then the conditions.
-fn finished_by_kcm(migration: &Value) -> Value {
-    let mut status = json!({
-        "conditions": [
-            condition("Running", "False", "MigrationCompleted"),
-            condition("Succeeded", "True", "StorageVersionMigrationSucceeded"),
-        ],
-    });
-    if migration["status"]["resourceVersion"]
-        .as_str()
-        .unwrap_or("")
-        .is_empty()
-    {
-        status["resourceVersion"] = migration["metadata"]["resourceVersion"].clone();
-    }
-    status
+/// The newest built-in migration of the widgets.
+async fn newest_widgets_migration(client: &kube::Client) -> Value {
+    builtin_migrations(client)
+        .await
+        .into_iter()
+        .filter(|m| name(m).starts_with(&format!("{WIDGETS}-")))
+        .max_by_key(|m| {
+            m["metadata"]["creationTimestamp"]
+                .as_str()
+                .map(str::to_string)
+        })
+        .expect("a built-in migration of the widgets")
 }
 
-/// Plays kube-controller-manager's migrator on the built-in API: every migration of the
-/// trigger without a result is finished (status as KCM writes it). Stops when dropped.
-struct Kcm {
-    task: tokio::task::JoinHandle<()>,
+/// The managedFields entry of `manager` on `/status` owns the `Succeeded` condition.
+fn owns_succeeded(migration: &Value, manager: &str) -> bool {
+    migration["metadata"]["managedFields"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["manager"] == manager && e["subresource"] == "status")
+        .any(|e| !e["fieldsV1"]["f:status"]["f:conditions"][r#"k:{"type":"Succeeded"}"#].is_null())
 }
 
-impl Kcm {
-    fn start(client: kube::Client) -> Kcm {
-        let task = tokio::spawn(async move {
-            loop {
-                let list = raw(
-                    &client,
-                    http::Method::GET,
-                    &format!("{BUILTIN}?labelSelector={}", TRIGGERS.replace('=', "%3D")),
-                    None,
-                )
-                .await;
-                // A restarting kube-apiserver answers nothing for a while: try again.
-                if let Ok(list) = list {
-                    for item in list["items"].as_array().into_iter().flatten() {
-                        if succeeded(item) {
-                            continue;
-                        }
-                        let path = format!("{BUILTIN}/{}", name(item));
-                        let _ = kcm_writes(&client, &path, finished_by_kcm(item)).await;
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(500)).await;
-            }
-        });
-        Kcm { task }
-    }
-}
-
-impl Drop for Kcm {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
+/// A migration kube-controller-manager ran to its end: Succeeded, that condition written by
+/// kube-controller-manager, and no status write of ours on it.
+fn assert_migrated_by_kcm(migration: &Value) {
+    assert!(succeeded(migration), "{migration:#}");
+    assert!(
+        owns_succeeded(migration, "kube-controller-manager"),
+        "{migration:#}"
+    );
+    let who = managers(migration);
+    assert!(
+        !who.iter()
+            .any(|(m, sub)| m.starts_with("svm-apiserver") && sub == "status"),
+        "{who:?}"
+    );
 }
 
 async fn metric(cluster: &RealCluster, name: &str, labels: &[&str]) -> f64 {
@@ -152,7 +142,7 @@ async fn wait_for_mode(cluster: &RealCluster, mode: &str) {
 
 /// Every migration in the built-in API: kube-apiserver's own store.
 async fn builtin_migrations(client: &kube::Client) -> Vec<Value> {
-    raw(client, http::Method::GET, BUILTIN, None)
+    raw_get(client, BUILTIN)
         .await
         .map(|list| list["items"].as_array().cloned().unwrap_or_default())
         .unwrap_or_default()
@@ -251,7 +241,7 @@ fn repo_file(path: &str) -> String {
 }
 
 async fn get_json(client: &kube::Client, path: &str) -> Value {
-    raw(client, http::Method::GET, path, None)
+    raw_get(client, path)
         .await
         .unwrap_or_else(|e| panic!("GET {path}: {e}"))
 }

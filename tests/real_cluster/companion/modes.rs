@@ -2,6 +2,15 @@
 
 use super::*;
 
+/// Widgets in the companion-mode test (each re-encoded by kube-controller-manager's migration
+/// of the CRD move).
+const WIDGETS_N: usize = 200;
+
+/// Companion mode end to end, with the real kube-controller-manager running the migrations:
+/// no APIService clash, `kubectl get storagestates` in the project group, the first start's
+/// migrations created on the cluster's API and run by kube-controller-manager (every
+/// StorageState safe on its success), nothing in our own store and our migrator idle; then a
+/// CRD move whose StorageState is safe only with every widget re-encoded in etcd.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn companion_mode_migrates_through_the_clusters_own_api() {
     let Some(cluster) = RealCluster::start_companion(
@@ -47,10 +56,12 @@ async fn companion_mode_migrates_through_the_clusters_own_api() {
         "{resources}"
     );
 
-    // The first start: the trigger's migrations are the cluster's, and their success (played
-    // by kube-controller-manager here) makes every StorageState safe.
-    let kcm = Kcm::start(client.clone());
-    install_widgets_in(&cluster, 50).await;
+    // The first start: the trigger's migrations are the cluster's, run by the real
+    // kube-controller-manager (started once the widgets exist, so that its garbage collector's
+    // first discovery already has them), and their success makes every StorageState safe.
+    install_widgets_in(&cluster, WIDGETS_N).await;
+    let kcm = real_kcm(&cluster);
+    let first_start = std::time::Instant::now();
     let states = wait_for(
         Duration::from_secs(300),
         "every StorageState safe through built-in migrations",
@@ -61,12 +72,14 @@ async fn companion_mode_migrates_through_the_clusters_own_api() {
         },
         || {
             format!(
-                "{}\nsvm-apiserver log:\n{}",
+                "{}\nsvm-apiserver log:\n{}\nkube-controller-manager's errors:\n{}",
                 cluster.kubectl().run(&["get", "storagestates"]).stdout,
-                cluster.svm.log()
+                cluster.svm.log(),
+                kcm.errors().join("\n")
             )
         },
     );
+    let first_start = first_start.elapsed();
     let state_names: Vec<String> = states.iter().map(name).collect();
     assert!(
         state_names.contains(&"storageversionmigrations.storagemigration.k8s.io".to_string()),
@@ -127,23 +140,33 @@ async fn companion_mode_migrates_through_the_clusters_own_api() {
         "{metrics}"
     );
 
-    // A CRD storage move: seen, a built-in migration created, its success narrows the state.
+    // A CRD storage move: seen, a built-in migration created and run by kube-controller-manager;
+    // the state is safe on the new hash only once etcd holds every widget re-encoded.
     let before = storage_state(&cluster, WIDGETS).expect("widgets state");
     let before_hash = before["status"]["currentStorageVersionHash"]
         .as_str()
         .unwrap_or_default()
         .to_string();
+    let moved = std::time::Instant::now();
     move_widgets_storage_to_v2(&cluster);
     let after = widgets_safe_after_a_builtin_migration(&cluster, &client, &before_hash).await;
+    let moved = moved.elapsed();
+    assert_widgets_stored_as(&cluster, "v2", WIDGETS_N).await;
+    let migration = newest_widgets_migration(&client).await;
+    assert_migrated_by_kcm(&migration);
     assert_eq!(stored_versions(&cluster), r#"["v2"]"#);
     eprintln!(
-        "companion mode on kube-apiserver 1.36 with storagemigration.k8s.io/v1beta1 on: {} \
-         StorageStates safe through {} built-in migrations; the CRD move {} -> {} narrowed \
-         through a built-in migration",
+        "companion mode on kube-apiserver 1.36 with storagemigration.k8s.io/v1beta1 on and the \
+         real kube-controller-manager: {} StorageStates safe through {} built-in migrations \
+         {:.1} s after it started; the CRD move {} -> {}: {WIDGETS_N} widgets re-encoded in \
+         etcd by its migration {}, safe {:.1} s after the switch",
         states.len(),
         ours.len(),
+        first_start.as_secs_f64(),
         before_hash,
-        after["status"]["currentStorageVersionHash"]
+        after["status"]["currentStorageVersionHash"],
+        name(&migration),
+        moved.as_secs_f64()
     );
     drop(kcm);
 }

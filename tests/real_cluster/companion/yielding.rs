@@ -5,6 +5,10 @@ use super::*;
 /// `--companion-migrator=svm-apiserver`: where kube-controller-manager's migrator is switched
 /// off, ours runs the cluster's migrations — every widget re-encoded in etcd — and the moment
 /// kube-controller-manager writes one's status anyway (managedFields say so), ours stops on it.
+/// kube-controller-manager is the real one, started while ours runs the widgets' migration (its
+/// controller switched on after all): it takes that migration and finishes it, and ours
+/// writes nothing more to it. Then, with kube-controller-manager stopped, ours runs a CRD move
+/// to its end.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn our_migrator_runs_the_clusters_migrations_and_yields_to_kube_controller_manager() {
     let Some(cluster) = RealCluster::start_companion(
@@ -43,13 +47,7 @@ async fn our_migrator_runs_the_clusters_migrations_and_yields_to_kube_controller
     };
     // ... until kube-controller-manager's controller, switched on after all, writes it too.
     let path = format!("{BUILTIN}/{}", name(&running));
-    kcm_writes(
-        &client,
-        &path,
-        json!({"conditions": [condition("Running", "True", "StorageVersionMigrationInProgress")]}),
-    )
-    .await
-    .expect("KCM's write");
+    let kcm = real_kcm(&cluster);
     let deadline = std::time::Instant::now() + Duration::from_secs(120);
     while metric(
         &cluster,
@@ -61,15 +59,15 @@ async fn our_migrator_runs_the_clusters_migrations_and_yields_to_kube_controller
     {
         assert!(
             std::time::Instant::now() < deadline,
-            "no yield within 2 min; svm-apiserver log:\n{}",
-            cluster.svm.log()
+            "no yield within 2 min; svm-apiserver log:\n{}\nkube-controller-manager's errors:\n{}",
+            cluster.svm.log(),
+            kcm.errors().join("\n")
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     let yielded = get_json(&client, &path).await;
     tokio::time::sleep(Duration::from_secs(10)).await;
     let later = get_json(&client, &path).await;
-    assert!(!succeeded(&later), "ours must not finish it: {later}");
     assert_eq!(
         status_write_time(&later, "svm-apiserver-migrator"),
         status_write_time(&yielded, "svm-apiserver-migrator"),
@@ -80,15 +78,34 @@ async fn our_migrator_runs_the_clusters_migrations_and_yields_to_kube_controller
         log.contains("another migrator works on this migration"),
         "{log}"
     );
-    kcm_writes(&client, &path, finished_by_kcm(&later))
-        .await
-        .expect("KCM's success");
+    // kube-controller-manager finishes it, and the Succeeded is its own, never ours.
+    let finished = wait_for_async(Duration::from_secs(120), || async {
+        let migration = get_json(&client, &path).await;
+        if succeeded(&migration) {
+            Ok(migration)
+        } else {
+            Err(format!("not Succeeded yet: {migration:#}"))
+        }
+    })
+    .await;
+    assert!(
+        owns_succeeded(&finished, "kube-controller-manager")
+            && !owns_succeeded(&finished, "svm-apiserver-migrator"),
+        "{finished:#}"
+    );
+    assert_eq!(
+        status_write_time(&finished, "svm-apiserver-migrator"),
+        status_write_time(&yielded, "svm-apiserver-migrator"),
+        "svm-apiserver wrote after kube-controller-manager: {finished}"
+    );
     wait_for(
         Duration::from_secs(120),
         "the widgets StorageState safe after kube-controller-manager's success",
         || storage_state(&cluster, WIDGETS).filter(is_safe),
         || crate::world::describe_state(&cluster, WIDGETS),
     );
+    // From here on, no one else is around.
+    drop(kcm);
 
     // A storage move with no one else around: ours runs the built-in migration to the end.
     let before = storage_state(&cluster, WIDGETS).expect("widgets state");
@@ -125,9 +142,9 @@ async fn our_migrator_runs_the_clusters_migrations_and_yields_to_kube_controller
         "{who:?}"
     );
     eprintln!(
-        "--companion-migrator=svm-apiserver: the built-in migration {} left to \
-         kube-controller-manager when it wrote the status; the CRD move ran by us on the \
-         built-in API, 300 widgets re-encoded as v2",
+        "--companion-migrator=svm-apiserver: the built-in migration {} left to the real \
+         kube-controller-manager when it wrote the status, and finished by it; the CRD move \
+         ran by us on the built-in API, 300 widgets re-encoded as v2",
         name(&running)
     );
 }
