@@ -4,8 +4,7 @@
 // A benchmark that cannot run stops with a panic: unwrap is how it says so.
 #![allow(clippy::unwrap_used)]
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use svm_test_support as support;
 
 use std::time::{Duration, Instant};
 

@@ -29,8 +29,7 @@
 //! ConfigMaps (built-in) and N custom resources of 1 KiB. Creating objects is the slow part
 //! (~a few thousand a second).
 
-#[path = "../tests/support/mod.rs"]
-mod support;
+use svm_test_support as support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

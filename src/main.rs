@@ -1,4 +1,5 @@
-//! The `svm-apiserver` binary: a CLI over the library. Nothing but wiring lives here.
+//! The `svm-apiserver` binary: a CLI over the crates of the workspace (crates/, one per layer).
+//! Nothing but wiring lives here.
 #![forbid(unsafe_code)]
 
 use std::path::PathBuf;
@@ -7,10 +8,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use svm_apiserver::auth::{Auth, AuthOptions};
-use svm_apiserver::controller::{self, ControllerOptions};
-use svm_apiserver::server::{self, AppState, ServeOptions};
-use svm_apiserver::storage::{self, Storage, StorageConfig, compactor};
+use svm_controllers::ControllerOptions;
+use svm_server::auth::{Auth, AuthOptions};
+use svm_server::{AppState, ServeOptions};
+use svm_storage::{Storage, StorageConfig, compactor};
 
 #[derive(Parser)]
 #[command(
@@ -35,7 +36,7 @@ enum Command {
     },
     /// Carry kube-storage-version-migrator's StorageStates and StorageVersionMigrations
     /// (migration.k8s.io/v1alpha1) over to this server, through its API; idempotent.
-    ImportKsvm(svm_apiserver::ksvm::ImportOptions),
+    ImportKsvm(svm_controllers::ksvm::ImportOptions),
     /// Check or repair the embedded store's data directory (stop the server first).
     #[command(subcommand)]
     Store(StoreCommand),
@@ -101,17 +102,17 @@ struct StorageOptions {
         long = "etcd-compaction-interval",
         alias = "compaction-interval",
         default_value = "5m",
-        value_parser = svm_apiserver::flags::go_duration
+        value_parser = svm_registry::duration::go_duration
     )]
     compaction_interval: Duration,
     /// How often an idle watch that asked for bookmarks receives one.
-    #[arg(long, default_value = "60s", value_parser = svm_apiserver::flags::go_duration)]
+    #[arg(long, default_value = "60s", value_parser = svm_registry::duration::go_duration)]
     watch_bookmark_interval: Duration,
 }
 
 impl StorageOptions {
     fn config(&self) -> anyhow::Result<StorageConfig> {
-        let tls = storage::etcd::tls::EtcdTlsFiles {
+        let tls = svm_storage::etcd::tls::EtcdTlsFiles {
             ca: self.etcd_cafile.clone(),
             cert: self.etcd_certfile.clone(),
             key: self.etcd_keyfile.clone(),
@@ -121,7 +122,7 @@ impl StorageOptions {
         Ok(if self.etcd_servers.is_empty() {
             StorageConfig::Embedded {
                 dir: self.data_dir.clone(),
-                options: storage::embedded::EmbeddedOptions {
+                options: svm_storage::embedded::EmbeddedOptions {
                     progress_interval: self.watch_bookmark_interval,
                     ..Default::default()
                 },
@@ -129,7 +130,7 @@ impl StorageOptions {
         } else {
             StorageConfig::Etcd {
                 endpoints: self.etcd_servers.clone(),
-                options: storage::etcd::EtcdOptions {
+                options: svm_storage::etcd::EtcdOptions {
                     progress_interval: self.watch_bookmark_interval,
                     tls,
                     ..Default::default()
@@ -142,13 +143,15 @@ impl StorageOptions {
         if std::env::args().any(|arg| arg.starts_with("--compaction-interval")) {
             tracing::warn!("--compaction-interval is deprecated: use --etcd-compaction-interval");
         }
-        let storage = storage::connect(self.config()?).await.with_context(|| {
-            if self.etcd_servers.is_empty() {
-                format!("opening the embedded store in {}", self.data_dir.display())
-            } else {
-                format!("connecting to etcd at {}", self.etcd_servers.join(","))
-            }
-        })?;
+        let storage = svm_storage::connect(self.config()?)
+            .await
+            .with_context(|| {
+                if self.etcd_servers.is_empty() {
+                    format!("opening the embedded store in {}", self.data_dir.display())
+                } else {
+                    format!("connecting to etcd at {}", self.etcd_servers.join(","))
+                }
+            })?;
         if self.etcd_servers.is_empty() {
             tracing::info!(dir = %self.data_dir.display(), "using the embedded store");
         } else {
@@ -172,7 +175,7 @@ async fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Serve(args) => serve(*args).await,
         Command::Certs { dir } => {
-            let files = svm_apiserver::auth::devcerts::generate(&dir)?;
+            let files = svm_devcerts::generate(&dir)?;
             println!(
                 "development PKI in {} (CA: {})",
                 dir.display(),
@@ -180,9 +183,9 @@ async fn main() -> anyhow::Result<()> {
             );
             Ok(())
         }
-        Command::ImportKsvm(options) => svm_apiserver::ksvm::run(&options).await,
+        Command::ImportKsvm(options) => svm_controllers::ksvm::run(&options).await,
         Command::Store(StoreCommand::Verify { data_dir }) => {
-            let verification = storage::embedded::verify(&data_dir)
+            let verification = svm_storage::embedded::verify(&data_dir)
                 .with_context(|| format!("reading the store in {}", data_dir.display()))?;
             println!("{verification}");
             if verification.damage.as_ref().is_some_and(|d| !d.torn) {
@@ -191,7 +194,7 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Store(StoreCommand::Recover { data_dir }) => {
-            let recovery = storage::embedded::recover(&data_dir)
+            let recovery = svm_storage::embedded::recover(&data_dir)
                 .with_context(|| format!("recovering the store in {}", data_dir.display()))?;
             println!("{recovery}");
             Ok(())
@@ -204,23 +207,23 @@ async fn serve(mut args: ServeArgs) -> anyhow::Result<()> {
     // CA for client certificates: the kubeconfig written at start carries its admin
     // certificate (O=system:masters), so `make run` works without any cluster.
     if args.server.tls_cert_file.is_none() && args.auth.client_ca_file.is_none() {
-        let dev = server::ensure_dev_certs(&args.server.cert_dir)?;
+        let dev = svm_server::ensure_dev_certs(&args.server.cert_dir)?;
         args.auth.client_ca_file = Some(dev.ca_cert);
     }
     delegate_to_the_migrated_cluster(&mut args);
     let auth = Arc::new(Auth::from_options(&args.auth).await?);
     let storage = args.storage.open().await?;
-    let kinds = svm_apiserver::api::Kinds {
+    let kinds = svm_api::Kinds {
         volume_claim_migrations: args.enable_volume_claim_migrations,
     };
-    let api = svm_apiserver::api::install(storage.clone(), &args.storage.etcd_prefix, kinds);
+    let api = svm_api::install(storage.clone(), &args.storage.etcd_prefix, kinds);
     let compaction = tokio::spawn(compactor::run(
         storage.clone(),
         args.storage.compaction_interval,
     ));
     let state = AppState::new(api.registry.clone(), storage.clone()).with_auth(auth);
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let controllers = controller::start(
+    let controllers = svm_controllers::start(
         &args.controllers,
         &api,
         storage.clone(),
@@ -236,7 +239,7 @@ async fn serve(mut args: ServeArgs) -> anyhow::Result<()> {
             shutdown.cancel();
         }
     };
-    let result = server::serve(args.server, state, signal).await;
+    let result = svm_server::serve(args.server, state, signal).await;
     shutdown.cancel();
     controllers.join().await;
     compaction.abort();

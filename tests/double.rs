@@ -44,8 +44,7 @@ mod kinds;
 mod list;
 #[path = "double/objects.rs"]
 mod objects;
-#[path = "support/recordings.rs"]
-mod recordings;
+use svm_test_support::recordings;
 #[path = "double/recordings.rs"]
 mod replay;
 #[path = "double/scale.rs"]

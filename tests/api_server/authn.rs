@@ -53,7 +53,7 @@ async fn anonymous_callers_get_401_and_the_admin_certificate_is_allowed() {
 
     // A client certificate signed by another CA does not get in.
     let other = tempfile::tempdir().unwrap();
-    svm_apiserver::auth::devcerts::generate(other.path()).unwrap();
+    svm_devcerts::generate(other.path()).unwrap();
     let mut foreign = std::fs::read(other.path().join("admin.key")).unwrap();
     foreign.extend(std::fs::read(other.path().join("admin.crt")).unwrap());
     let ca = reqwest::Certificate::from_pem(&server.ca_pem()).unwrap();

@@ -58,7 +58,7 @@ async fn forward(State(proxy): State<Proxy>, request: Request) -> Response {
 async fn kubectl_through_a_front_proxy_lists_migrations() {
     // The front proxy's own PKI: its CA is the server's requestheader CA.
     let proxy_pki = tempfile::tempdir().unwrap();
-    let files = svm_apiserver::auth::devcerts::generate(proxy_pki.path()).unwrap();
+    let files = svm_devcerts::generate(proxy_pki.path()).unwrap();
     let server = ServerProcess::start_with(
         Backend::Embedded,
         &[

@@ -336,7 +336,7 @@ fn conformance(server: &ServerProcess) {
         .spawn()
         .unwrap();
     std::thread::sleep(Duration::from_millis(300));
-    let now = svm_apiserver::registry::now_text();
+    let now = svm_registry::now_text();
     let status = format!(
         r#"{{"status":{{"conditions":[{{"type":"Succeeded","status":"True","lastTransitionTime":"{now}","reason":"Completed","message":"done"}}]}}}}"#
     );

@@ -75,7 +75,7 @@ impl FakeCluster {
     /// A review client for this cluster (plain HTTP on loopback), configured as the server's.
     pub fn client(&self) -> kube::Client {
         let config = kube::Config::new(self.url.parse().expect("url"));
-        svm_apiserver::auth::review_client(config).expect("client")
+        svm_server::auth::review_client(config).expect("client")
     }
 
     pub fn token_reviews(&self) -> usize {

@@ -7,8 +7,8 @@ use http::Request;
 use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
 use serde_json::json;
-use svm_apiserver::auth::devcerts::{self, DevCertFiles};
-use svm_apiserver::auth::{Auth, AuthOptions, PeerCertificates, Rejection};
+use svm_devcerts::{self as devcerts, DevCertFiles};
+use svm_server::auth::{Auth, AuthOptions, PeerCertificates, Rejection};
 
 use crate::fake_cluster::{FakeCluster, Policy};
 

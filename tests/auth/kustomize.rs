@@ -17,7 +17,7 @@ use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1::APIService;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use svm_apiserver::auth::devcerts;
+use svm_devcerts as devcerts;
 
 fn repo() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -1,4 +1,4 @@
-//! Tests of `svm_apiserver::auth` through its public interface — the delegated TokenReview /
+//! Tests of `svm_server::auth` through its public interface — the delegated TokenReview /
 //! SubjectAccessReview clients against a stand-in kube-apiserver that answers like recordings
 //! 15a/15b, the middleware over real TLS with client certificates — and of the deployment
 //! manifests rendered by the real kubectl 1.37.

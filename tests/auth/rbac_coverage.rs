@@ -1,5 +1,5 @@
 //! The RBAC in deploy/ grants exactly what the server asks of the cluster: every request in
-//! `svm_apiserver::cluster::access::CLUSTER_ACCESS` is allowed for our ServiceAccount, every
+//! `svm_cluster::access::CLUSTER_ACCESS` is allowed for our ServiceAccount, every
 //! verb our roles grant is used by one of them, each of our rules is load-bearing, and what the
 //! server never does is denied. The evaluator follows upstream RBAC's rule matching
 //! (kubernetes `plugin/pkg/auth/authorizer/rbac/rbac.go` and `pkg/apis/rbac/v1/evaluation_helpers.go`:
@@ -9,8 +9,8 @@
 
 use http::Method;
 use k8s_openapi::api::rbac::v1::PolicyRule;
-use svm_apiserver::auth::RequestAttributes;
-use svm_apiserver::cluster::access::{CLUSTER_ACCESS, Target};
+use svm_cluster::access::{CLUSTER_ACCESS, Target};
+use svm_server::auth::RequestAttributes;
 
 use crate::kustomize::{decode_all, name_of, namespace_of, render, subject_is_our_service_account};
 
@@ -209,7 +209,7 @@ fn allowed_by<'a>(grants: &'a [Grant], attrs: &RequestAttributes) -> Option<&'a 
 }
 
 /// Concrete requests standing for a catalogue entry ("*" resources tried on several kinds).
-fn samples(entry: &svm_apiserver::cluster::access::Access) -> Vec<RequestAttributes> {
+fn samples(entry: &svm_cluster::access::Access) -> Vec<RequestAttributes> {
     let method = match entry.verb {
         "create" => Method::POST,
         "update" => Method::PUT,

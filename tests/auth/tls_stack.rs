@@ -1,6 +1,6 @@
 //! The whole layer over real TLS: the client-certificate verifier, `PeerCertificates` from the
 //! handshake, the middleware in front of a Router, the reloading serving certificate, all with
-//! the development PKI of `auth::devcerts::generate`.
+//! the development PKI of `svm_devcerts::generate`.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -14,9 +14,9 @@ use hyper_util::server::conn::auto;
 use hyper_util::service::TowerToHyperService;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use svm_apiserver::auth::devcerts::{self, Ca, DevCertFiles};
-use svm_apiserver::auth::tls::{ReloadingCertResolver, server_config};
-use svm_apiserver::auth::{self, Auth, CaBundle, PeerCertificates, RequestHeaderConfig, UserInfo};
+use svm_devcerts::{self as devcerts, Ca, DevCertFiles};
+use svm_server::auth::tls::{ReloadingCertResolver, server_config};
+use svm_server::auth::{self, Auth, CaBundle, PeerCertificates, RequestHeaderConfig, UserInfo};
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt;

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use http::{Method, Request};
 use serde_json::json;
-use svm_apiserver::auth::{Auth, ManualClock, Rejection, UserInfo};
+use svm_server::auth::{Auth, ManualClock, Rejection, UserInfo};
 
 use crate::fake_cluster::{FakeCluster, Policy};
 

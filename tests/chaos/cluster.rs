@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use kube_double::{KubeDouble, resources::storage_version_hash};
 use serde_json::Value;
-use svm_apiserver::storage::Storage;
-use svm_apiserver::storage::etcd::{EtcdOptions, EtcdStorage};
+use svm_storage::Storage;
+use svm_storage::etcd::{EtcdOptions, EtcdStorage};
 
 use crate::support::etcd::EtcdServer;
 use crate::support::server::{Backend, ServerProcess};

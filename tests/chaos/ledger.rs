@@ -18,10 +18,10 @@ use std::time::Duration;
 
 use futures::StreamExt;
 use serde_json::Value;
-use svm_apiserver::api::migration::StorageVersionMigration;
-use svm_apiserver::registry::fence::Stamp;
-use svm_apiserver::storage::etcd::{EtcdOptions, EtcdStorage};
-use svm_apiserver::storage::{EventKind, Revision, Storage, StorageError, WatchItem};
+use svm_api::migration::StorageVersionMigration;
+use svm_registry::fence::Stamp;
+use svm_storage::etcd::{EtcdOptions, EtcdStorage};
+use svm_storage::{EventKind, Revision, Storage, StorageError, WatchItem};
 use tokio::task::JoinHandle;
 
 use crate::support::doubles::{Verdict, verdict};

@@ -6,7 +6,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use svm_apiserver::auth::devcerts::Ca;
+use svm_devcerts::Ca;
 
 use crate::support::etcd::{EtcdServer, EtcdTls};
 use crate::support::kubectl::Kubectl;

@@ -144,7 +144,7 @@ fn the_component_renders_with_deploy_and_the_service_monitor_finds_the_service()
     ] {
         copy_dir(&repo().join(sub), &dir.path().join(sub));
     }
-    svm_apiserver::auth::devcerts::generate(&dir.path().join("certs")).expect("certs");
+    svm_devcerts::generate(&dir.path().join("certs")).expect("certs");
     let overlay = dir.path().join("with-monitoring");
     std::fs::create_dir_all(&overlay).expect("mkdir");
     std::fs::write(

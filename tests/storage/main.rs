@@ -4,17 +4,16 @@
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
-#[path = "../support/mod.rs"]
-mod support;
+use svm_test_support as support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
 use support::etcd::EtcdServer;
-use svm_apiserver::storage::embedded::{self, EmbeddedOptions, EmbeddedStorage};
-use svm_apiserver::storage::etcd::{EtcdOptions, EtcdStorage};
-use svm_apiserver::storage::{
+use svm_storage::embedded::{self, EmbeddedOptions, EmbeddedStorage};
+use svm_storage::etcd::{EtcdOptions, EtcdStorage};
+use svm_storage::{
     Compare, Event, EventKind, KeyValue, ListOptions, Op, Revision, Storage, StorageError, Txn,
     TxnOutcome, WatchItem, WatchStream,
 };

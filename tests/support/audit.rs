@@ -3,14 +3,13 @@
 //! requests to an aggregated API go through kube-apiserver (the aggregator proxies them, and
 //! the audit filter records the proxied answer's code). The policy is the test's; the log is a
 //! file in a temp dir of the handle, read back as [`AuditedRequest`]s.
-#![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use serde_json::Value;
 
-use crate::support::server::keep_log;
+use crate::server::keep_log;
 
 /// An audit policy and the log kube-apiserver writes with it.
 pub struct AuditLog {

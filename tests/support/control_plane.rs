@@ -6,16 +6,15 @@
 //! `make test` points `KUBEBUILDER_ASSETS` at `.dev/envtest`, unpacked from `../shared/envtest`.
 //! Without it a real-cluster test fails, unless `SVM_REAL_CLUSTER=skip` says the run was
 //! knowingly made without one: then [`assets`] prints a banner and the test returns.
-#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use svm_apiserver::auth::devcerts::Ca;
+use svm_devcerts::Ca;
 
-use crate::support::etcd::{EtcdServer, free_port, system_etcd};
-use crate::support::kubectl::Kubectl;
+use crate::etcd::{EtcdServer, free_port, system_etcd};
+use crate::kubectl::Kubectl;
 
 /// How long kube-apiserver gets to become ready (a hang guard; it takes ~10 s idle).
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
@@ -475,7 +474,7 @@ impl ControlPlane {
 impl Drop for ControlPlane {
     fn drop(&mut self) {
         self.kill_apiserver();
-        crate::support::server::keep_log(
+        crate::server::keep_log(
             "kube-apiserver",
             &self.dir.path().join("kube-apiserver.log"),
         );

@@ -19,15 +19,14 @@
 //! them. It does not sign CSRs (no `--cluster-signing-*`). The build carries one downstream
 //! addition (`service-ca-certificate-publisher-controller`, only with `--controllers=*`): name
 //! the controllers needed.
-#![allow(dead_code)]
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::support::control_plane::ControlPlane;
-use crate::support::etcd::free_port;
-use crate::support::server::keep_log;
+use crate::control_plane::ControlPlane;
+use crate::etcd::free_port;
+use crate::server::keep_log;
 
 /// How long kube-controller-manager gets to serve `/healthz` (a hang guard; it takes ~2 s).
 const READY_TIMEOUT: Duration = Duration::from_secs(120);

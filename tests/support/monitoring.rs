@@ -1,14 +1,13 @@
 //! The metric names `deploy/monitoring` uses (the dashboard's and the alerts' PromQL), for the
 //! tests that check them against promtool and against a real scrape.
-#![allow(dead_code)]
 
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use serde_json::Value;
 
 pub fn monitoring_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/monitoring")
+    crate::repo_root().join("deploy/monitoring")
 }
 
 /// The PrometheusRule's `spec` (a plain Prometheus rules file: `groups:`), as YAML.

@@ -4,16 +4,15 @@
 //! (`addressType: FQDN`, `127.0.0.1`: an IP slice may not hold a loopback address) that the
 //! aggregator routes to, and the APIServices of `apiservice/` with the serving CA as caBundle.
 //! Every request of a test goes through the aggregator, as a user's would.
-#![allow(dead_code)]
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 
-use crate::support::control_plane::{Assets, ControlPlane, assets};
-use crate::support::kubectl::Kubectl;
-use crate::support::server::{Backend, ServerProcess};
+use crate::control_plane::{Assets, ControlPlane, assets};
+use crate::kubectl::Kubectl;
+use crate::server::{Backend, ServerProcess};
 
 pub const NAMESPACE: &str = "svm-system";
 pub const SERVICE_ACCOUNT: &str = "svm-apiserver";
@@ -275,8 +274,5 @@ ports: [{{name: https, port: {port}, protocol: TCP}}]
 }
 
 fn repo_file(path: &str) -> String {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join(path)
-        .display()
-        .to_string()
+    crate::repo_root().join(path).display().to_string()
 }

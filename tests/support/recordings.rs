@@ -54,7 +54,7 @@ impl Exchange {
 }
 
 pub fn directory() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/recordings")
+    crate::repo_root().join("tests/fixtures/recordings")
 }
 
 /// Every recording's exchanges, files in name order.

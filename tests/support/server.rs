@@ -1,6 +1,5 @@
 //! Starts the real `svm-apiserver` binary on a free loopback port for a test, with fresh dev
 //! certificates and a fresh store, and stops it on drop.
-#![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -99,7 +98,7 @@ impl ServerProcess {
         args.extend(extra.iter().map(|s| s.to_string()));
         let log_path = dir.path().join("server.log");
         let log = std::fs::File::create(&log_path).expect("log file");
-        let mut child = Command::new(env!("CARGO_BIN_EXE_svm-apiserver"))
+        let mut child = Command::new(crate::svm_apiserver_binary())
             .args(&args)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())
@@ -126,7 +125,7 @@ impl ServerProcess {
     fn spawn(&mut self) {
         let _ = std::fs::remove_file(&self.kubeconfig);
         let log = std::fs::File::create(self.dir.path().join("server.log")).expect("log file");
-        let child = Command::new(env!("CARGO_BIN_EXE_svm-apiserver"))
+        let child = Command::new(crate::svm_apiserver_binary())
             .args(&self.args)
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())

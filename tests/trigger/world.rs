@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use kube_double::KubeDouble;
 use serde_json::Value;
-use svm_apiserver::storage::etcd::{EtcdOptions, EtcdStorage};
-use svm_apiserver::trigger::history::{HashHistory, HistoryEntry};
+use svm_controllers::trigger::history::{HashHistory, HistoryEntry};
+use svm_storage::etcd::{EtcdOptions, EtcdStorage};
 
 use crate::harness::{Harness, tail};
 use crate::support::doubles::{Verdict, verdict};
@@ -276,7 +276,7 @@ impl World {
 
     /// Deletes the trigger's observer record (`<prefix>/trigger/observer`) from etcd.
     pub async fn delete_observer_record(&self) {
-        use svm_apiserver::storage::{Op, Storage, Txn};
+        use svm_storage::{Op, Storage, Txn};
         let key = format!("{}/trigger/observer", self.prefix);
         assert!(
             self.storage.get(&key).await.expect("get").is_some(),

@@ -1,0 +1,61 @@
+//! Builds the served registry: one generic store per kind and group over the shared storage.
+
+use std::sync::Arc;
+
+use super::PROJECT;
+use super::migration::MigrationStrategy;
+use super::storagestate::StorageStateStrategy;
+use super::volumes::VolumeClaimMigrationStrategy;
+use svm_registry::{Registry, Store};
+use svm_storage::Storage;
+
+/// What `install` built: the registry the HTTP layer serves, and the typed stores the
+/// controllers use (the same stores, so validation and watch events stay one code path).
+pub struct Installed {
+    pub registry: Registry,
+    pub migrations: Arc<Store<MigrationStrategy>>,
+    pub states: Arc<Store<StorageStateStrategy>>,
+    /// `storage.svm-apiserver.io` VolumeClaimMigrations (namespaced), when served.
+    pub volume_migrations: Option<Arc<Store<VolumeClaimMigrationStrategy>>>,
+}
+
+/// Which optional kinds to serve.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Kinds {
+    /// VolumeClaimMigration (alpha): served, and its controller run, only when asked for
+    /// (`--enable-volume-claim-migrations`).
+    pub volume_claim_migrations: bool,
+}
+
+/// Objects live under `<prefix>/storageversionmigrations/` and `<prefix>/storagestates/`.
+/// StorageStates are served twice over the same keys: in `storagemigration.k8s.io` and in
+/// the project group `storage.svm-apiserver.io` — one set of objects, two names.
+/// VolumeClaimMigrations (namespaced) live under `<prefix>/volumeclaimmigrations/<namespace>/`.
+pub fn install(storage: Arc<dyn Storage>, prefix: &str, kinds: Kinds) -> Installed {
+    let migrations = Arc::new(Store::new(MigrationStrategy, storage.clone(), prefix));
+    let states = Arc::new(Store::new(
+        StorageStateStrategy::default(),
+        storage.clone(),
+        prefix,
+    ));
+    let project_states = Arc::new(Store::new(
+        StorageStateStrategy::served_in(PROJECT),
+        storage.clone(),
+        prefix,
+    ));
+    let mut registry = Registry::new();
+    registry.register(migrations.clone());
+    registry.register(states.clone());
+    registry.register(project_states);
+    let volume_migrations = kinds.volume_claim_migrations.then(|| {
+        let store = Arc::new(Store::new(VolumeClaimMigrationStrategy, storage, prefix));
+        registry.register(store.clone());
+        store
+    });
+    Installed {
+        registry,
+        migrations,
+        states,
+        volume_migrations,
+    }
+}

@@ -1,0 +1,352 @@
+//! How the generic store treats StorageVersionMigrations (upstream
+//! pkg/registry/storagemigration/storagemigration/strategy.go and
+//! pkg/apis/storagemigration/validation).
+
+use serde_json::{Value, json};
+
+use super::{FAILED, KIND, SUCCEEDED, StorageVersionMigration, schema, versions};
+use crate::common::{age, age_column, dns_label_errors, name_column};
+use crate::{CATEGORY, GROUP, STORAGE_VERSION, VERSIONS};
+use svm_registry::validation::dns1123_subdomain_errors;
+use svm_registry::{ApiResult, FieldError, ResourceInfo, Strategy, TableColumn};
+
+static INFO: ResourceInfo = ResourceInfo {
+    group: GROUP,
+    kind: KIND,
+    list_kind: "StorageVersionMigrationList",
+    plural: "storageversionmigrations",
+    singular: "storageversionmigration",
+    short_names: &["svm"],
+    categories: &[CATEGORY],
+    versions: VERSIONS,
+    storage_version: STORAGE_VERSION,
+    namespaced: false,
+    has_status_subresource: true,
+};
+
+const CONDITION_STATUSES: [&str; 3] = ["True", "False", "Unknown"];
+const MAX_REASON: usize = 1024;
+const MAX_MESSAGE: usize = 32 * 1024;
+
+#[derive(Debug, Default, Clone, Copy)]
+pub struct MigrationStrategy;
+
+impl Strategy for MigrationStrategy {
+    type Object = StorageVersionMigration;
+
+    fn info(&self) -> &ResourceInfo {
+        &INFO
+    }
+
+    fn decode(&self, version: &str, value: Value) -> ApiResult<StorageVersionMigration> {
+        versions::decode(version, value)
+    }
+
+    fn encode(&self, version: &str, obj: &StorageVersionMigration) -> ApiResult<Value> {
+        versions::encode(version, obj)
+    }
+
+    fn protobuf(&self) -> Option<&'static dyn svm_registry::protobuf::ProtobufKind> {
+        Some(&super::proto::MigrationProtobuf)
+    }
+
+    fn openapi_definitions(&self, version: &str) -> Vec<(String, Value)> {
+        schema::definitions(version)
+    }
+
+    fn definition_name(&self, version: &str) -> String {
+        schema::definition_name(version)
+    }
+
+    /// Upstream: status is cleared on create (only the controller writes it, via /status).
+    fn prepare_for_create(&self, obj: &mut StorageVersionMigration) {
+        obj.status = Default::default();
+    }
+
+    fn prepare_for_update(&self, new: &mut StorageVersionMigration, old: &StorageVersionMigration) {
+        new.status = old.status.clone();
+    }
+
+    /// `/status` keeps spec; a condition without a transition time gets "now" (v1alpha1's
+    /// lastUpdateTime is optional, metav1.Condition's is required: defaulting keeps both valid).
+    fn prepare_for_status_update(
+        &self,
+        new: &mut StorageVersionMigration,
+        old: &StorageVersionMigration,
+    ) {
+        new.spec = old.spec.clone();
+        let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::from_second(
+                k8s_openapi::jiff::Timestamp::now().as_second(),
+            )
+            .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now()),
+        );
+        for condition in &mut new.status.conditions {
+            if condition.last_transition_time.is_none() {
+                condition.last_transition_time = Some(now.clone());
+            }
+        }
+    }
+
+    fn validate(&self, obj: &StorageVersionMigration) -> Vec<FieldError> {
+        validate_spec(obj)
+    }
+
+    /// Upstream: `spec` is immutable.
+    fn validate_update(
+        &self,
+        new: &StorageVersionMigration,
+        old: &StorageVersionMigration,
+    ) -> Vec<FieldError> {
+        let mut errs = validate_spec(new);
+        if new.spec != old.spec {
+            errs.push(FieldError {
+                reason: "FieldValueInvalid",
+                field: "spec".into(),
+                message: format!("Invalid value: {}: field is immutable", spec_text(new)),
+            });
+        }
+        errs
+    }
+
+    fn validate_status_update(
+        &self,
+        new: &StorageVersionMigration,
+        old: &StorageVersionMigration,
+    ) -> Vec<FieldError> {
+        let mut errs = validate_conditions(new);
+        let (new_rv, old_rv) = (&new.status.resource_version, &old.status.resource_version);
+        if !old_rv.is_empty() && new_rv != old_rv {
+            errs.push(FieldError::invalid(
+                "status.resourceVersion",
+                new_rv,
+                "field is immutable",
+            ));
+        }
+        // Upstream: a finished migration stays finished.
+        for terminal in [SUCCEEDED, FAILED] {
+            if old.condition_true(terminal).is_some() && new.condition_true(terminal).is_none() {
+                errs.push(FieldError::invalid(
+                    "status.conditions",
+                    terminal,
+                    &format!("{terminal} condition cannot be set to false once it is true"),
+                ));
+            }
+        }
+        if let Some(progress) = &new.status.progress {
+            if progress.migrated_objects < 0 {
+                errs.push(FieldError::invalid(
+                    "status.progress.migratedObjects",
+                    &progress.migrated_objects.to_string(),
+                    "must be greater than or equal to 0",
+                ));
+            }
+            if progress.remaining_objects.is_some_and(|n| n < 0) {
+                errs.push(FieldError::invalid(
+                    "status.progress.remainingObjects",
+                    &progress.remaining_objects.unwrap_or_default().to_string(),
+                    "must be greater than or equal to 0",
+                ));
+            }
+        }
+        errs
+    }
+
+    fn spec_changed(&self, new: &StorageVersionMigration, old: &StorageVersionMigration) -> bool {
+        new.spec != old.spec
+    }
+
+    fn table_columns(&self) -> Vec<TableColumn> {
+        vec![
+            name_column(),
+            TableColumn {
+                name: "Resource",
+                type_: "string",
+                format: "",
+                description: "The resource that is being migrated, as <resource>.<group>.",
+                priority: 0,
+            },
+            TableColumn {
+                name: "Status",
+                type_: "string",
+                format: "",
+                description: "The condition that is true: Running, Succeeded or Failed; Pending before the migrator starts.",
+                priority: 0,
+            },
+            TableColumn {
+                name: "Migrated",
+                type_: "integer",
+                format: "",
+                description: "Objects rewritten in the current storage version so far.",
+                priority: 0,
+            },
+            TableColumn {
+                name: "Remaining",
+                type_: "string",
+                format: "",
+                description: "The target apiserver's estimate of objects still to migrate.",
+                priority: 0,
+            },
+            age_column(),
+        ]
+    }
+
+    fn table_row(&self, obj: &StorageVersionMigration) -> Vec<Value> {
+        let resource = &obj.spec.resource;
+        let qualified = if resource.group.is_empty() {
+            resource.resource.clone()
+        } else {
+            format!("{}.{}", resource.resource, resource.group)
+        };
+        let progress = obj.status.progress.as_ref();
+        let remaining = progress
+            .and_then(|p| p.remaining_objects)
+            .map_or_else(|| "<unknown>".to_string(), |n| n.to_string());
+        vec![
+            json!(obj.metadata.name.clone().unwrap_or_default()),
+            json!(qualified),
+            json!(obj.phase()),
+            json!(progress.map_or(0, |p| p.migrated_objects)),
+            json!(remaining),
+            json!(age(obj.metadata.creation_timestamp.as_ref())),
+        ]
+    }
+}
+
+/// The spec as Go renders the internal struct in a field error: JSON of its fields, the
+/// untagged `Resource` capitalized (recording 18, step 13).
+fn spec_text(obj: &StorageVersionMigration) -> String {
+    let resource = &obj.spec.resource;
+    let mut rendered = serde_json::json!({
+        "Resource": {"group": resource.group, "resource": resource.resource},
+    });
+    if !resource.version.is_empty() {
+        rendered["Resource"]["version"] = serde_json::json!(resource.version);
+    }
+    if !obj.spec.continue_token.is_empty() {
+        rendered["ContinueToken"] = serde_json::json!(obj.spec.continue_token);
+    }
+    rendered.to_string()
+}
+
+fn validate_spec(obj: &StorageVersionMigration) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let resource = &obj.spec.resource;
+    if resource.resource.is_empty() {
+        errs.push(FieldError::required(
+            "spec.resource.resource",
+            "resource is required",
+        ));
+    } else {
+        for msg in dns_label_errors(&resource.resource) {
+            errs.push(FieldError::invalid(
+                "spec.resource.resource",
+                &resource.resource,
+                &msg,
+            ));
+        }
+    }
+    if !resource.group.is_empty() {
+        for msg in dns1123_subdomain_errors(&resource.group) {
+            errs.push(FieldError::invalid(
+                "spec.resource.group",
+                &resource.group,
+                &msg,
+            ));
+        }
+    }
+    if !resource.version.is_empty() {
+        for msg in dns_label_errors(&resource.version) {
+            errs.push(FieldError::invalid(
+                "spec.resource.version",
+                &resource.version,
+                &msg,
+            ));
+        }
+    }
+    errs
+}
+
+/// metav1 `ValidateConditions` plus upstream SVM's rules on which may be true together.
+fn validate_conditions(obj: &StorageVersionMigration) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, c) in obj.status.conditions.iter().enumerate() {
+        let path = format!("status.conditions[{i}]");
+        if c.type_.is_empty() {
+            errs.push(FieldError::required(format!("{path}.type"), ""));
+        } else if !seen.insert(c.type_.as_str()) {
+            errs.push(FieldError::duplicate(format!("{path}.type"), &c.type_));
+        }
+        if !CONDITION_STATUSES.contains(&c.status.as_str()) {
+            errs.push(FieldError::not_supported(
+                format!("{path}.status"),
+                &c.status,
+                &CONDITION_STATUSES,
+            ));
+        }
+        if c.observed_generation.is_some_and(|g| g < 0) {
+            errs.push(FieldError::invalid(
+                format!("{path}.observedGeneration"),
+                &c.observed_generation.unwrap_or_default().to_string(),
+                "must be greater than or equal to zero",
+            ));
+        }
+        if !c.reason.is_empty() {
+            if c.reason.len() > MAX_REASON {
+                errs.push(FieldError::invalid(
+                    format!("{path}.reason"),
+                    &c.reason,
+                    &format!("must be no more than {MAX_REASON} characters"),
+                ));
+            }
+            if !reason_is_valid(&c.reason) {
+                errs.push(FieldError::invalid(
+                    format!("{path}.reason"),
+                    &c.reason,
+                    "a condition reason must start with alphabetic character, optionally followed by a string of alphanumeric characters or '_,:', and must end with an alphanumeric character or '_' (e.g. 'my_name',  or 'MY_NAME',  or 'MyName',  or 'ReasonA,ReasonB',  or 'ReasonA:ReasonB', regex used for validation is '[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?')",
+                ));
+            }
+        }
+        if c.message.len() > MAX_MESSAGE {
+            errs.push(FieldError::invalid(
+                format!("{path}.message"),
+                "<long message>",
+                &format!("must be no more than {MAX_MESSAGE} characters"),
+            ));
+        }
+    }
+    // Running may stay True beside Succeeded (kube-apiserver 1.36 takes it: recording 18,
+    // step 8); Succeeded and Failed exclude each other.
+    let succeeded = obj.condition_true(SUCCEEDED).is_some();
+    let failed = obj.condition_true(FAILED).is_some();
+    if succeeded && failed {
+        errs.push(FieldError::invalid(
+            "status.conditions",
+            "Succeeded, Failed",
+            "Both success and failed conditions cannot be true at the same time",
+        ));
+    }
+    errs
+}
+
+/// `^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`
+fn reason_is_valid(reason: &str) -> bool {
+    let bytes = reason.as_bytes();
+    let Some((&first, rest)) = bytes.split_first() else {
+        return false;
+    };
+    if !first.is_ascii_alphabetic() {
+        return false;
+    }
+    let inner_ok = |b: &u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b',' | b':');
+    match rest.split_last() {
+        None => true,
+        Some((last, middle)) => {
+            (last.is_ascii_alphanumeric() || *last == b'_') && middle.iter().all(inner_ok)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

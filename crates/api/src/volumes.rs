@@ -1,0 +1,874 @@
+//! VolumeClaimMigration (`storage.svm-apiserver.io/v1alpha1`, namespaced): bring the existing
+//! PersistentVolumeClaims of a StatefulSet up to the sizes of its `volumeClaimTemplates`,
+//! ordinal by ordinal. The semantics are those of OpenKruise's "AdvancedStatefulSetVolumeResize"
+//! proposal: `OnDelete` (default) or `OnPodRollingUpdate`, expansion only, a clear error stops
+//! the rollout, an ambiguous one is retried for `maxWaitTime`, nothing is ever deleted.
+//!
+//! One served version, so the internal form is the served one. This module is the kind's
+//! types and strategy only: the generic store serves it.
+
+use std::collections::BTreeSet;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::common::{age, age_column, decode_body, encode_body_in, name_column, unknown_version};
+use super::{CATEGORY, PROJECT};
+use svm_registry::validation::{dns1123_label_errors, dns1123_subdomain_errors};
+use svm_registry::{ApiResult, FieldError, ResourceInfo, Strategy, TableColumn};
+
+pub const KIND: &str = "VolumeClaimMigration";
+
+/// Targets the controller knows: apps/v1 StatefulSets and OpenKruise's Advanced StatefulSets.
+pub const TARGET_API_VERSIONS: &[&str] = &["apps/v1", "apps.kruise.io/v1beta1"];
+pub const TARGET_KIND: &str = "StatefulSet";
+
+pub const ON_DELETE: &str = "OnDelete";
+pub const ON_POD_ROLLING_UPDATE: &str = "OnPodRollingUpdate";
+const STRATEGIES: &[&str] = &[ON_DELETE, ON_POD_ROLLING_UPDATE];
+
+/// The proposal's default wait for an ambiguous failure before the claim is reported failed.
+pub const DEFAULT_MAX_WAIT_TIME: &str = "60s";
+
+/// Condition types, in the order the STATUS column prefers them.
+pub const SUCCEEDED: &str = "Succeeded";
+pub const FAILED: &str = "Failed";
+pub const PAUSED: &str = "Paused";
+pub const RUNNING: &str = "Running";
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct VolumeClaimMigration {
+    #[serde(default)]
+    pub metadata: ObjectMeta,
+    #[serde(default)]
+    pub spec: VolumeClaimMigrationSpec,
+    #[serde(default)]
+    pub status: VolumeClaimMigrationStatus,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeClaimMigrationSpec {
+    /// The StatefulSet, in the migration's namespace.
+    #[serde(default)]
+    pub target: Target,
+    /// The size each template's claims must reach. Required for apps/v1 (whose templates are
+    /// immutable); for an Advanced StatefulSet, empty means "the target's own templates".
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub templates: Vec<TemplateSize>,
+    /// `OnDelete` (default) or `OnPodRollingUpdate`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub volume_claim_update_strategy: String,
+    /// How many pods may be unavailable at once during the rollout (default 1).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_unavailable: Option<i32>,
+    /// How long an ambiguous failure is retried (Go duration, default 60s).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub max_wait_time: String,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
+    /// apps/v1 only: when done, re-create the StatefulSet with orphan cascade so that its
+    /// templates say the new sizes (pods and claims kept, uids unchanged).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub recreate_stateful_set: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Target {
+    #[serde(default)]
+    pub api_version: String,
+    #[serde(default)]
+    pub kind: String,
+    #[serde(default)]
+    pub name: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TemplateSize {
+    /// The volumeClaimTemplate's name.
+    #[serde(default)]
+    pub name: String,
+    /// The requested size, a Kubernetes quantity (e.g. `100Gi`).
+    #[serde(default)]
+    pub storage: String,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct VolumeClaimMigrationStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub templates: Vec<TemplateStatus>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub claims: Vec<ClaimStatus>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// `spec.recreateStatefulSet`: how far the StatefulSet's replacement is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub recreate: Option<RecreateStatus>,
+}
+
+/// The replacement of an apps/v1 StatefulSet by one whose templates say the new sizes. The
+/// object to create is saved here before the old one is deleted, so that a restart between
+/// the deletion and the creation loses nothing.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct RecreateStatus {
+    /// `Deleting` (the old object is being deleted with orphan cascade) or `Recreated`.
+    #[serde(default)]
+    pub phase: String,
+    /// The uid of the StatefulSet being replaced: the deletion's precondition.
+    #[serde(default, rename = "statefulSetUID")]
+    pub stateful_set_uid: String,
+    /// The StatefulSet to create in its place; dropped once it exists.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manifest: Option<Value>,
+}
+
+pub const RECREATE_DELETING: &str = "Deleting";
+pub const RECREATE_DONE: &str = "Recreated";
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateStatus {
+    pub template_name: String,
+    /// Claims whose resize was issued.
+    #[serde(default)]
+    pub compatible_replicas: i32,
+    /// Claims resized.
+    #[serde(default)]
+    pub compatible_ready_replicas: i32,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClaimStatus {
+    pub name: String,
+    #[serde(default)]
+    pub template: String,
+    #[serde(default)]
+    pub ordinal: i32,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub requested: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub capacity: String,
+    /// `Pending`, `Resizing`, `FileSystemResizePending`, `Resized`, `Failed`.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub phase: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub last_error: String,
+    /// The claim's uid when the controller first saw it: `OnDelete` resizes a claim only once
+    /// its uid changed (deleted and re-created).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub uid: String,
+    /// When the current resize was issued (RFC 3339): `maxWaitTime` counts from here.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub resize_start_time: String,
+    /// The uid of the pod deleted so that its file system is resized on restart: deleted
+    /// once, never again for the same resize.
+    #[serde(
+        default,
+        rename = "restartedPodUID",
+        skip_serializing_if = "String::is_empty"
+    )]
+    pub restarted_pod_uid: String,
+}
+
+impl k8s_openapi::Resource for VolumeClaimMigration {
+    const API_VERSION: &'static str = "storage.svm-apiserver.io/v1alpha1";
+    const GROUP: &'static str = PROJECT.name;
+    const KIND: &'static str = KIND;
+    const VERSION: &'static str = "v1alpha1";
+    const URL_PATH_SEGMENT: &'static str = "volumeclaimmigrations";
+    type Scope = k8s_openapi::NamespaceResourceScope;
+}
+
+impl k8s_openapi::Metadata for VolumeClaimMigration {
+    type Ty = ObjectMeta;
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+static INFO: ResourceInfo = ResourceInfo {
+    group: PROJECT.name,
+    kind: KIND,
+    list_kind: "VolumeClaimMigrationList",
+    plural: "volumeclaimmigrations",
+    singular: "volumeclaimmigration",
+    short_names: &["vcm"],
+    categories: &[CATEGORY],
+    versions: PROJECT.versions,
+    storage_version: PROJECT.storage_version,
+    namespaced: true,
+    has_status_subresource: true,
+};
+
+#[derive(Debug, Default, Clone, Copy)]
+pub struct VolumeClaimMigrationStrategy;
+
+fn check_version(version: &str) -> ApiResult<()> {
+    if INFO.versions.contains(&version) {
+        Ok(())
+    } else {
+        Err(unknown_version(KIND, version))
+    }
+}
+
+/// A Kubernetes quantity in bytes (`resource.Quantity` for storage: a decimal number with an
+/// optional binary `Ki..Ei`, decimal `k..E` or exponent `e<n>` suffix). `None` when it does
+/// not parse; fractions of a byte round up, as upstream's `Value()`.
+pub fn quantity_bytes(text: &str) -> Option<u128> {
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '+'))
+        .unwrap_or(text.len());
+    let (number, suffix) = text.split_at(split);
+    let number = number.strip_prefix('+').unwrap_or(number);
+    if number.is_empty() || number.starts_with('.') && number.len() == 1 {
+        return None;
+    }
+    let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+    if !whole.bytes().all(|b| b.is_ascii_digit()) || !fraction.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let (base, exponent): (u128, u32) = match suffix {
+        "" => (10, 0),
+        "Ki" => (2, 10),
+        "Mi" => (2, 20),
+        "Gi" => (2, 30),
+        "Ti" => (2, 40),
+        "Pi" => (2, 50),
+        "Ei" => (2, 60),
+        "k" => (10, 3),
+        "M" => (10, 6),
+        "G" => (10, 9),
+        "T" => (10, 12),
+        "P" => (10, 15),
+        "E" => (10, 18),
+        other => {
+            let exponent = other
+                .strip_prefix('e')
+                .or_else(|| other.strip_prefix('E'))?;
+            (10, exponent.parse().ok().filter(|e: &u32| *e <= 30)?)
+        }
+    };
+    let multiplier = base.checked_pow(exponent)?;
+    let digits: u128 = format!("{whole}{fraction}").parse().ok()?;
+    let scale = 10u128.checked_pow(u32::try_from(fraction.len()).ok()?)?;
+    let bytes = digits.checked_mul(multiplier)?;
+    Some(bytes.div_ceil(scale))
+}
+
+impl VolumeClaimMigrationSpec {
+    pub fn strategy(&self) -> &str {
+        if self.volume_claim_update_strategy.is_empty() {
+            ON_DELETE
+        } else {
+            &self.volume_claim_update_strategy
+        }
+    }
+
+    pub fn is_apps_v1(&self) -> bool {
+        self.target.api_version == "apps/v1"
+    }
+}
+
+impl Strategy for VolumeClaimMigrationStrategy {
+    type Object = VolumeClaimMigration;
+
+    fn info(&self) -> &ResourceInfo {
+        &INFO
+    }
+
+    fn decode(&self, version: &str, value: Value) -> ApiResult<VolumeClaimMigration> {
+        check_version(version)?;
+        decode_body(KIND, version, value)
+    }
+
+    fn encode(&self, version: &str, obj: &VolumeClaimMigration) -> ApiResult<Value> {
+        check_version(version)?;
+        encode_body_in(PROJECT.name, KIND, version, obj)
+    }
+
+    fn openapi_definitions(&self, version: &str) -> Vec<(String, Value)> {
+        definitions(version)
+    }
+
+    fn definition_name(&self, version: &str) -> String {
+        definition_name(version)
+    }
+
+    fn prepare_for_create(&self, obj: &mut VolumeClaimMigration) {
+        obj.status = VolumeClaimMigrationStatus::default();
+        default_spec(&mut obj.spec);
+    }
+
+    fn prepare_for_update(&self, new: &mut VolumeClaimMigration, old: &VolumeClaimMigration) {
+        new.status = old.status.clone();
+        default_spec(&mut new.spec);
+    }
+
+    fn prepare_for_status_update(
+        &self,
+        new: &mut VolumeClaimMigration,
+        old: &VolumeClaimMigration,
+    ) {
+        new.spec = old.spec.clone();
+    }
+
+    fn validate(&self, obj: &VolumeClaimMigration) -> Vec<FieldError> {
+        validate_spec(&obj.spec)
+    }
+
+    fn validate_update(
+        &self,
+        new: &VolumeClaimMigration,
+        old: &VolumeClaimMigration,
+    ) -> Vec<FieldError> {
+        let mut errs = self.validate(new);
+        if new.spec.target != old.spec.target {
+            errs.push(FieldError::invalid(
+                "spec.target",
+                &serde_json::to_string(&new.spec.target).unwrap_or_default(),
+                "field is immutable",
+            ));
+        }
+        errs
+    }
+
+    fn validate_status_update(
+        &self,
+        new: &VolumeClaimMigration,
+        _old: &VolumeClaimMigration,
+    ) -> Vec<FieldError> {
+        let mut errs = Vec::new();
+        for (i, t) in new.status.templates.iter().enumerate() {
+            let path = format!("status.templates[{i}]");
+            if t.compatible_replicas < 0 || t.compatible_ready_replicas < 0 {
+                errs.push(FieldError::invalid(
+                    format!("{path}.compatibleReplicas"),
+                    &t.compatible_replicas.to_string(),
+                    "must be greater than or equal to 0",
+                ));
+            }
+            if t.compatible_ready_replicas > t.compatible_replicas {
+                errs.push(FieldError::invalid(
+                    format!("{path}.compatibleReadyReplicas"),
+                    &t.compatible_ready_replicas.to_string(),
+                    "must not exceed compatibleReplicas: a claim is resized only after its resize was issued",
+                ));
+            }
+        }
+        errs
+    }
+
+    fn spec_changed(&self, new: &VolumeClaimMigration, old: &VolumeClaimMigration) -> bool {
+        new.spec != old.spec
+    }
+
+    fn table_columns(&self) -> Vec<TableColumn> {
+        let column = |name, type_, description| TableColumn {
+            name,
+            type_,
+            format: "",
+            description,
+            priority: 0,
+        };
+        vec![
+            name_column(),
+            column(
+                "Target",
+                "string",
+                "The StatefulSet whose claims are migrated.",
+            ),
+            column(
+                "Templates",
+                "string",
+                "The size each template's claims must reach.",
+            ),
+            column(
+                "Compatible",
+                "integer",
+                "Claims whose resize was issued, over all templates.",
+            ),
+            column("Ready", "integer", "Claims resized, over all templates."),
+            column(
+                "Status",
+                "string",
+                "Succeeded, Failed, Paused, Running, or Pending before the controller's first pass.",
+            ),
+            age_column(),
+        ]
+    }
+
+    fn table_row(&self, obj: &VolumeClaimMigration) -> Vec<Value> {
+        let templates: Vec<String> = obj
+            .spec
+            .templates
+            .iter()
+            .map(|t| format!("{}={}", t.name, t.storage))
+            .collect();
+        let templates = if templates.is_empty() {
+            "<target's>".to_string()
+        } else {
+            templates.join(",")
+        };
+        let compatible: i32 = obj
+            .status
+            .templates
+            .iter()
+            .map(|t| t.compatible_replicas)
+            .sum();
+        let ready: i32 = obj
+            .status
+            .templates
+            .iter()
+            .map(|t| t.compatible_ready_replicas)
+            .sum();
+        vec![
+            json!(obj.metadata.name.clone().unwrap_or_default()),
+            json!(format!("{}/{}", obj.spec.target.kind, obj.spec.target.name)),
+            json!(templates),
+            json!(compatible),
+            json!(ready),
+            json!(phase(&obj.status)),
+            json!(age(obj.metadata.creation_timestamp.as_ref())),
+        ]
+    }
+
+    fn selectable_fields(&self) -> &'static [&'static str] {
+        &["spec.target.name"]
+    }
+
+    fn field_value(&self, obj: &VolumeClaimMigration, field: &str) -> Option<String> {
+        (field == "spec.target.name").then(|| obj.spec.target.name.clone())
+    }
+}
+
+/// The first true condition of Succeeded, Failed, Paused, Running; `Pending` when none is.
+pub fn phase(status: &VolumeClaimMigrationStatus) -> &'static str {
+    [SUCCEEDED, FAILED, PAUSED, RUNNING]
+        .into_iter()
+        .find(|kind| {
+            status
+                .conditions
+                .iter()
+                .any(|c| c.type_ == *kind && c.status == "True")
+        })
+        .unwrap_or("Pending")
+}
+
+fn default_spec(spec: &mut VolumeClaimMigrationSpec) {
+    if spec.volume_claim_update_strategy.is_empty() {
+        spec.volume_claim_update_strategy = ON_DELETE.into();
+    }
+    if spec.max_unavailable.is_none() {
+        spec.max_unavailable = Some(1);
+    }
+    if spec.max_wait_time.is_empty() {
+        spec.max_wait_time = DEFAULT_MAX_WAIT_TIME.into();
+    }
+}
+
+fn validate_spec(spec: &VolumeClaimMigrationSpec) -> Vec<FieldError> {
+    let mut errs = validate_target(&spec.target);
+    let apps_v1 = spec.is_apps_v1();
+    if apps_v1 && spec.templates.is_empty() {
+        errs.push(FieldError::required(
+            "spec.templates",
+            "apps/v1 StatefulSets' volumeClaimTemplates are immutable: give the size of each template to migrate",
+        ));
+    }
+    let mut names = BTreeSet::new();
+    for (i, template) in spec.templates.iter().enumerate() {
+        let path = format!("spec.templates[{i}]");
+        if template.name.is_empty() {
+            errs.push(FieldError::required(format!("{path}.name"), ""));
+        } else if !names.insert(template.name.as_str()) {
+            errs.push(FieldError::duplicate(
+                format!("{path}.name"),
+                &template.name,
+            ));
+        } else {
+            for msg in dns1123_label_errors(&template.name) {
+                errs.push(FieldError::invalid(
+                    format!("{path}.name"),
+                    &template.name,
+                    &msg,
+                ));
+            }
+        }
+        match quantity_bytes(&template.storage) {
+            _ if template.storage.is_empty() => {
+                errs.push(FieldError::required(format!("{path}.storage"), ""))
+            }
+            None => errs.push(FieldError::invalid(
+                format!("{path}.storage"),
+                &template.storage,
+                "must be a quantity such as 100Gi (quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$')",
+            )),
+            Some(0) => errs.push(FieldError::invalid(
+                format!("{path}.storage"),
+                &template.storage,
+                "must be greater than zero",
+            )),
+            Some(_) => {}
+        }
+    }
+    if !STRATEGIES.contains(&spec.strategy()) {
+        errs.push(FieldError::not_supported(
+            "spec.volumeClaimUpdateStrategy",
+            &spec.volume_claim_update_strategy,
+            STRATEGIES,
+        ));
+    }
+    if let Some(max) = spec.max_unavailable.filter(|m| *m < 1) {
+        errs.push(FieldError::invalid(
+            "spec.maxUnavailable",
+            &max.to_string(),
+            "must be greater than or equal to 1",
+        ));
+    }
+    if !spec.max_wait_time.is_empty() {
+        match svm_registry::duration::go_duration(&spec.max_wait_time) {
+            Ok(d) if !d.is_zero() => {}
+            Ok(_) => errs.push(FieldError::invalid(
+                "spec.maxWaitTime",
+                &spec.max_wait_time,
+                "must be greater than zero",
+            )),
+            Err(e) => errs.push(FieldError::invalid(
+                "spec.maxWaitTime",
+                &spec.max_wait_time,
+                &format!("must be a duration such as 60s or 5m: {e}"),
+            )),
+        }
+    }
+    if spec.recreate_stateful_set && !apps_v1 && !spec.target.api_version.is_empty() {
+        errs.push(FieldError::forbidden(
+            "spec.recreateStatefulSet",
+            "only apps/v1 StatefulSets need re-creating: an Advanced StatefulSet's templates are mutable",
+        ));
+    }
+    errs
+}
+
+fn validate_target(target: &Target) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    if target.api_version.is_empty() {
+        errs.push(FieldError::required("spec.target.apiVersion", ""));
+    } else if !TARGET_API_VERSIONS.contains(&target.api_version.as_str()) {
+        errs.push(FieldError::not_supported(
+            "spec.target.apiVersion",
+            &target.api_version,
+            TARGET_API_VERSIONS,
+        ));
+    }
+    if target.kind != TARGET_KIND {
+        errs.push(FieldError::not_supported(
+            "spec.target.kind",
+            &target.kind,
+            &[TARGET_KIND],
+        ));
+    }
+    if target.name.is_empty() {
+        errs.push(FieldError::required("spec.target.name", ""));
+    } else {
+        for msg in dns1123_subdomain_errors(&target.name) {
+            errs.push(FieldError::invalid("spec.target.name", &target.name, &msg));
+        }
+    }
+    errs
+}
+
+/// `io.svm-apiserver.storage.v1alpha1.VolumeClaimMigration`: the group's reversed domain, as
+/// CRDs are named.
+fn definition_name(version: &str) -> String {
+    let reversed: Vec<&str> = PROJECT.name.split('.').rev().collect();
+    format!("{}.{version}.{KIND}", reversed.join("."))
+}
+
+fn definitions(version: &str) -> Vec<(String, Value)> {
+    const META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1";
+    let name = definition_name(version);
+    let r = |n: &str, description: &str| json!({"allOf": [{"$ref": format!("#/components/schemas/{n}")}], "default": {}, "description": description});
+    let s = |description: &str| json!({"type": "string", "description": description});
+    let int = |description: &str| json!({"type": "integer", "format": "int32", "description": description});
+    let array_of = |item: &str, description: &str, key: &str| {
+        json!({
+            "type": "array",
+            "description": description,
+            "items": {"allOf": [{"$ref": format!("#/components/schemas/{item}")}], "default": {}},
+            "x-kubernetes-list-type": "map",
+            "x-kubernetes-list-map-keys": [key],
+        })
+    };
+    vec![
+        (
+            name.clone(),
+            json!({
+                "description": "VolumeClaimMigration brings the existing PersistentVolumeClaims of a StatefulSet up to the sizes of its volumeClaimTemplates, ordinal by ordinal, highest first. Only expansions where the StorageClass allows them; nothing is ever deleted.",
+                "type": "object",
+                "properties": {
+                    "apiVersion": s("APIVersion defines the versioned schema of this representation of an object."),
+                    "kind": s("Kind is a string value representing the REST resource this object represents."),
+                    "metadata": r(&format!("{META}.ObjectMeta"), "Standard object metadata."),
+                    "spec": r(&format!("{name}Spec"), "What the claims must become, and how."),
+                    "status": r(&format!("{name}Status"), "How far the migration is."),
+                },
+                "x-kubernetes-group-version-kind": [{"group": PROJECT.name, "kind": KIND, "version": version}],
+            }),
+        ),
+        (
+            format!("{name}Spec"),
+            json!({
+                "description": "The StatefulSet, the sizes, and the rollout.",
+                "type": "object",
+                "required": ["target"],
+                "properties": {
+                    "target": r(&format!("{name}Target"), "The StatefulSet (apps/v1, or apps.kruise.io/v1beta1 Advanced StatefulSet) in this namespace. Immutable."),
+                    "templates": array_of(&format!("{name}TemplateSize"), "The size each volumeClaimTemplate's claims must reach. Required for apps/v1; for an Advanced StatefulSet, empty means the target's own templates.", "name"),
+                    "volumeClaimUpdateStrategy": s("OnDelete (default): a claim is brought up to date only when it is deleted and re-created. OnPodRollingUpdate: claims are expanded in place, each before its pod is rolled."),
+                    "maxUnavailable": int("How many pods may be unavailable at once during the rollout. Default 1."),
+                    "maxWaitTime": s("How long an ambiguous failure (no clear error from the resizer) is retried before the claim is reported Failed. A Go duration; default 60s."),
+                    "paused": {"type": "boolean", "description": "Stop issuing resizes until unset."},
+                    "recreateStatefulSet": {"type": "boolean", "description": "apps/v1 only: when every claim is resized, re-create the StatefulSet with orphan cascade so that its volumeClaimTemplates say the new sizes. Pods and claims are kept."},
+                },
+            }),
+        ),
+        (
+            format!("{name}Target"),
+            json!({
+                "description": "A StatefulSet in the migration's namespace.",
+                "type": "object",
+                "required": ["apiVersion", "kind", "name"],
+                "properties": {
+                    "apiVersion": s("apps/v1 or apps.kruise.io/v1beta1."),
+                    "kind": s("StatefulSet."),
+                    "name": s("The StatefulSet's name."),
+                },
+            }),
+        ),
+        (
+            format!("{name}TemplateSize"),
+            json!({
+                "description": "The size one volumeClaimTemplate's claims must reach.",
+                "type": "object",
+                "required": ["name", "storage"],
+                "properties": {
+                    "name": {"type": "string", "default": "", "description": "The volumeClaimTemplate's name."},
+                    "storage": {"type": "string", "default": "", "description": "The requested storage, a quantity such as 100Gi. Only increases are applied."},
+                },
+            }),
+        ),
+        (
+            format!("{name}Status"),
+            json!({
+                "description": "How far a VolumeClaimMigration is. Done when observedGeneration equals metadata.generation and, for every template, compatibleReadyReplicas equals compatibleReplicas.",
+                "type": "object",
+                "properties": {
+                    "observedGeneration": {"type": "integer", "format": "int64", "description": "The generation the status is about."},
+                    "templates": array_of(&format!("{name}TemplateStatus"), "Counts per template.", "templateName"),
+                    "claims": array_of(&format!("{name}ClaimStatus"), "One entry per claim.", "name"),
+                    "conditions": {
+                        "type": "array",
+                        "description": "Running, Succeeded, Failed, Paused.",
+                        "items": {"allOf": [{"$ref": format!("#/components/schemas/{META}.Condition")}], "default": {}},
+                        "x-kubernetes-list-type": "map",
+                        "x-kubernetes-list-map-keys": ["type"],
+                    },
+                    "recreate": {"allOf": [{"$ref": format!("#/components/schemas/{name}RecreateStatus")}], "description": "spec.recreateStatefulSet: how far the StatefulSet's replacement is."},
+                },
+            }),
+        ),
+        (
+            format!("{name}RecreateStatus"),
+            json!({
+                "description": "The replacement of an apps/v1 StatefulSet by one whose volumeClaimTemplates say the new sizes (deleted with orphan cascade, created again from the saved manifest).",
+                "type": "object",
+                "properties": {
+                    "phase": s("Deleting or Recreated."),
+                    "statefulSetUID": s("The uid of the StatefulSet being replaced."),
+                    "manifest": {"type": "object", "x-kubernetes-preserve-unknown-fields": true, "x-kubernetes-embedded-resource": true, "description": "The StatefulSet to create in its place, saved before the old one is deleted."},
+                },
+            }),
+        ),
+        (
+            format!("{name}TemplateStatus"),
+            json!({
+                "description": "Counts of one template's claims.",
+                "type": "object",
+                "required": ["templateName"],
+                "properties": {
+                    "templateName": {"type": "string", "default": "", "description": "The volumeClaimTemplate's name."},
+                    "compatibleReplicas": int("Claims whose resize was issued."),
+                    "compatibleReadyReplicas": int("Claims resized."),
+                },
+            }),
+        ),
+        (
+            format!("{name}ClaimStatus"),
+            json!({
+                "description": "One claim's progress.",
+                "type": "object",
+                "required": ["name"],
+                "properties": {
+                    "name": {"type": "string", "default": "", "description": "The PersistentVolumeClaim's name."},
+                    "template": s("The volumeClaimTemplate it was made from."),
+                    "ordinal": int("The ordinal of its pod."),
+                    "requested": s("The storage requested of it."),
+                    "capacity": s("Its capacity as last seen."),
+                    "phase": s("Pending, Resizing, FileSystemResizePending, Resized or Failed."),
+                    "lastError": s("The last error seen for it."),
+                    "uid": s("The claim's uid when first seen (OnDelete resizes it once the uid changed)."),
+                    "resizeStartTime": s("When the current resize was issued (RFC 3339); maxWaitTime counts from here."),
+                    "restartedPodUID": s("The pod deleted so that the file system is resized on restart."),
+                },
+            }),
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn migration(api_version: &str, templates: &[(&str, &str)]) -> VolumeClaimMigration {
+        VolumeClaimMigration {
+            spec: VolumeClaimMigrationSpec {
+                target: Target {
+                    api_version: api_version.into(),
+                    kind: "StatefulSet".into(),
+                    name: "web".into(),
+                },
+                templates: templates
+                    .iter()
+                    .map(|(name, storage)| TemplateSize {
+                        name: (*name).into(),
+                        storage: (*storage).into(),
+                    })
+                    .collect(),
+                ..Default::default()
+            },
+            ..Default::default()
+        }
+    }
+
+    fn fields(errs: &[FieldError]) -> Vec<&str> {
+        errs.iter().map(|e| e.field.as_str()).collect()
+    }
+
+    #[test]
+    fn quantities_parse_as_upstream_counts_bytes() {
+        for (text, bytes) in [
+            ("10Gi", 10u128 << 30),
+            ("1.5Gi", 3 << 29),
+            ("100G", 100_000_000_000),
+            ("1e3", 1000),
+            ("512", 512),
+            ("0.5", 1),
+        ] {
+            assert_eq!(quantity_bytes(text), Some(bytes), "{text}");
+        }
+        for bad in ["", "Gi", "10Xi", "-1Gi", "1.2.3", "ten"] {
+            assert_eq!(quantity_bytes(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_good_spec_passes_and_defaults_fill_in() {
+        let s = VolumeClaimMigrationStrategy;
+        let mut m = migration("apps/v1", &[("data", "100Gi"), ("logs", "20Gi")]);
+        s.prepare_for_create(&mut m);
+        assert!(s.validate(&m).is_empty(), "{:?}", s.validate(&m));
+        assert_eq!(m.spec.volume_claim_update_strategy, ON_DELETE);
+        assert_eq!(m.spec.max_unavailable, Some(1));
+        assert_eq!(m.spec.max_wait_time, "60s");
+    }
+
+    #[test]
+    fn bad_specs_name_every_defect() {
+        let s = VolumeClaimMigrationStrategy;
+        let mut m = migration("apps/v2", &[("data", "lots"), ("data", "1Gi"), ("", "0")]);
+        m.spec.target.kind = "Deployment".into();
+        m.spec.volume_claim_update_strategy = "Always".into();
+        m.spec.max_unavailable = Some(0);
+        m.spec.max_wait_time = "soon".into();
+        assert_eq!(
+            fields(&s.validate(&m)),
+            vec![
+                "spec.target.apiVersion",
+                "spec.target.kind",
+                "spec.templates[0].storage",
+                "spec.templates[1].name",
+                "spec.templates[2].name",
+                "spec.templates[2].storage",
+                "spec.volumeClaimUpdateStrategy",
+                "spec.maxUnavailable",
+                "spec.maxWaitTime",
+            ]
+        );
+        // apps/v1 needs sizes; only apps/v1 is re-created.
+        assert_eq!(
+            fields(&s.validate(&migration("apps/v1", &[]))),
+            vec!["spec.templates"]
+        );
+        let mut kruise = migration("apps.kruise.io/v1beta1", &[]);
+        assert!(s.validate(&kruise).is_empty());
+        kruise.spec.recreate_stateful_set = true;
+        assert_eq!(
+            fields(&s.validate(&kruise)),
+            vec!["spec.recreateStatefulSet"]
+        );
+    }
+
+    #[test]
+    fn the_target_is_immutable_and_status_counts_are_consistent() {
+        let s = VolumeClaimMigrationStrategy;
+        let old = migration("apps/v1", &[("data", "10Gi")]);
+        let mut new = old.clone();
+        new.spec.target.name = "other".into();
+        assert_eq!(fields(&s.validate_update(&new, &old)), vec!["spec.target"]);
+        let mut status = old.clone();
+        status.status.templates = vec![TemplateStatus {
+            template_name: "data".into(),
+            compatible_replicas: 1,
+            compatible_ready_replicas: 2,
+        }];
+        assert_eq!(
+            fields(&s.validate_status_update(&status, &old)),
+            vec!["status.templates[0].compatibleReadyReplicas"]
+        );
+    }
+
+    #[test]
+    fn the_table_row_sums_templates_and_names_the_phase() {
+        let s = VolumeClaimMigrationStrategy;
+        let mut m = migration("apps/v1", &[("data", "100Gi"), ("logs", "20Gi")]);
+        m.metadata.name = Some("grow".into());
+        m.status.templates = vec![
+            TemplateStatus {
+                template_name: "data".into(),
+                compatible_replicas: 3,
+                compatible_ready_replicas: 2,
+            },
+            TemplateStatus {
+                template_name: "logs".into(),
+                compatible_replicas: 1,
+                compatible_ready_replicas: 1,
+            },
+        ];
+        let row = s.table_row(&m);
+        assert_eq!(row.len(), s.table_columns().len());
+        assert_eq!(row[1], "StatefulSet/web");
+        assert_eq!(row[2], "data=100Gi,logs=20Gi");
+        assert_eq!((row[3].clone(), row[4].clone()), (json!(4), json!(3)));
+        assert_eq!(row[5], "Pending");
+    }
+}

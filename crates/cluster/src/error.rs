@@ -1,0 +1,308 @@
+//! What can go wrong talking to the target cluster, classified the way the migrator must act
+//! on it: retry (with backoff, honouring Retry-After), treat as done, or give up.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// A metav1.Status as the cluster answered it (only what the migrator looks at).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+pub struct StatusBody {
+    #[serde(default)]
+    pub reason: String,
+    #[serde(default)]
+    pub message: String,
+    #[serde(default)]
+    pub metadata: StatusMeta,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+pub struct StatusMeta {
+    /// An Expired list's inconsistent continue token (recording 05).
+    #[serde(default, rename = "continue")]
+    pub continue_token: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// The cluster answered with an error status.
+    #[error("{code} {reason}: {message}")]
+    Api {
+        code: u16,
+        reason: String,
+        message: String,
+        /// `Retry-After`, as 429s and some 5xx carry it.
+        retry_after: Option<Duration>,
+        /// The inconsistent continue token of a 410 Expired list.
+        continue_token: Option<String>,
+        /// A 429 from API Priority and Fairness: the UID of the priority level that rejected
+        /// it (`X-Kubernetes-PF-PriorityLevel-UID`). The apiserver is saturated for the
+        /// flows of that level, not only for this request.
+        flow_control: Option<String>,
+    },
+    /// No answer: connection refused or reset, TLS failure, timeout.
+    #[error("request to the cluster failed: {0}")]
+    Transport(String),
+    /// An answer we could not read.
+    #[error("unreadable answer from the cluster: {0}")]
+    Decode(String),
+    /// A protobuf answer we could not read.
+    #[error("unreadable protobuf answer from the cluster ({what})")]
+    Protobuf {
+        what: String,
+        #[source]
+        source: svm_registry::protobuf::ProtobufError,
+    },
+    /// Building the client (kubeconfig, certificates).
+    #[error("cluster client configuration: {0}")]
+    Config(String),
+    /// A 401 or 403 from an apiserver that does not say it is ready: right after a start its
+    /// authenticators and RBAC authorizer are not yet synced and refuse what they will allow
+    /// a moment later, so the refusal is not taken as final.
+    #[error("{refused} (the apiserver is not ready: {readyz})")]
+    RefusedWhileNotReady {
+        #[source]
+        refused: Box<ClusterError>,
+        /// What `/readyz` said instead of `ok`.
+        readyz: String,
+    },
+}
+
+/// A Status answer, in JSON or (where the request preferred it) protobuf; empty when it is
+/// neither.
+fn status_body(body: &[u8]) -> StatusBody {
+    use svm_registry::protobuf::{self, meta};
+    let protobuf_status = protobuf::decode_body(body)
+        .ok()
+        .filter(|envelope| envelope.kind == "Status")
+        .and_then(|envelope| meta::status_from_pb(&envelope.raw).ok());
+    match protobuf_status {
+        Some(value) => serde_json::from_value(value).unwrap_or_default(),
+        None => serde_json::from_slice(body).unwrap_or_default(),
+    }
+}
+
+impl ClusterError {
+    /// A failure of the kube client's stack: an error status the client decoded is
+    /// [`ClusterError::Api`], a refusal by the catalogue guard a configuration error (never
+    /// retried), anything else a transport failure.
+    pub fn from_kube(err: kube::Error) -> Self {
+        if let kube::Error::Api(status) = err {
+            return ClusterError::Api {
+                code: status.code,
+                reason: status.reason,
+                message: status.message,
+                retry_after: None,
+                continue_token: None,
+                flow_control: None,
+            };
+        }
+        if let kube::Error::Service(inner) = &err
+            && let Some(refused) = inner.downcast_ref::<super::client::NotCatalogued>()
+        {
+            return ClusterError::Config(refused.to_string());
+        }
+        ClusterError::Transport(err.to_string())
+    }
+
+    pub fn from_status(
+        code: u16,
+        body: &[u8],
+        retry_after: Option<Duration>,
+        fallback: &str,
+    ) -> Self {
+        let status = status_body(body);
+        let message = if status.message.is_empty() {
+            let text = String::from_utf8_lossy(body);
+            let text = text.trim();
+            if text.is_empty() {
+                fallback.to_string()
+            } else {
+                text.chars().take(512).collect()
+            }
+        } else {
+            status.message
+        };
+        ClusterError::Api {
+            code,
+            reason: status.reason,
+            message,
+            retry_after,
+            continue_token: status.metadata.continue_token.filter(|t| !t.is_empty()),
+            flow_control: None,
+        }
+    }
+
+    /// Marks a 429 as API Priority and Fairness's when its answer carries APF's headers
+    /// (kube-apiserver sets `X-Kubernetes-PF-FlowSchema-UID` and
+    /// `X-Kubernetes-PF-PriorityLevel-UID` on every response it classified).
+    pub fn with_flow_control(mut self, headers: &http::HeaderMap) -> Self {
+        if let ClusterError::Api {
+            code: 429,
+            flow_control,
+            ..
+        } = &mut self
+        {
+            *flow_control = headers
+                .get(PRIORITY_LEVEL_UID_HEADER)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+        }
+        self
+    }
+
+    /// The priority level of an APF rejection (see [`ClusterError::with_flow_control`]).
+    pub fn flow_control(&self) -> Option<&str> {
+        match self {
+            ClusterError::Api { flow_control, .. } => flow_control.as_deref(),
+            _ => None,
+        }
+    }
+
+    pub fn code(&self) -> Option<u16> {
+        match self {
+            ClusterError::Api { code, .. } => Some(*code),
+            _ => None,
+        }
+    }
+
+    /// Worth another try later: throttling (429), server-side trouble (5xx), timeouts (408,
+    /// 504) and anything that never got an answer. Everything else (400, 403, 405, 422, an
+    /// admission webhook's denial) would fail the same way again.
+    pub fn is_retriable(&self) -> bool {
+        match self {
+            ClusterError::Api { code, .. } => *code == 429 || *code == 408 || *code >= 500,
+            ClusterError::Transport(_) | ClusterError::RefusedWhileNotReady { .. } => true,
+            ClusterError::Decode(_) | ClusterError::Protobuf { .. } | ClusterError::Config(_) => {
+                false
+            }
+        }
+    }
+
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            ClusterError::Api { retry_after, .. } => *retry_after,
+            _ => None,
+        }
+    }
+
+    pub fn is_not_found(&self) -> bool {
+        self.code() == Some(404)
+    }
+
+    pub fn is_conflict(&self) -> bool {
+        self.code() == Some(409)
+    }
+
+    /// 401 Unauthorized or 403 Forbidden.
+    pub fn is_refusal(&self) -> bool {
+        matches!(self.code(), Some(401 | 403))
+    }
+
+    /// 410 Gone / Expired: a continue token or resourceVersion too old to serve.
+    pub fn is_expired(&self) -> bool {
+        self.code() == Some(410)
+    }
+}
+
+/// The header naming the APF priority level a request was classified into.
+pub const PRIORITY_LEVEL_UID_HEADER: &str = "x-kubernetes-pf-prioritylevel-uid";
+
+/// `Retry-After` in seconds (the form kube-apiserver sends); HTTP dates are not used by it.
+pub fn parse_retry_after(value: Option<&http::HeaderValue>) -> Option<Duration> {
+    let seconds: u64 = value?.to_str().ok()?.trim().parse().ok()?;
+    Some(Duration::from_secs(seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_status_the_kube_client_decoded_keeps_its_code() {
+        let forbidden =
+            kube::core::Status::failure("watch is forbidden", "Forbidden").with_code(403);
+        let err = ClusterError::from_kube(kube::Error::Api(forbidden.boxed()));
+        assert_eq!(err.code(), Some(403));
+        assert!(!err.is_retriable());
+        assert!(err.to_string().contains("watch is forbidden"), "{err}");
+        let throttled = kube::core::Status::failure("slow down", "TooManyRequests").with_code(429);
+        assert!(ClusterError::from_kube(kube::Error::Api(throttled.boxed())).is_retriable());
+    }
+
+    #[test]
+    fn classifies_codes() {
+        let err = |code| ClusterError::from_status(code, b"", None, "x");
+        for code in [429, 500, 502, 503, 504, 408] {
+            assert!(err(code).is_retriable(), "{code}");
+        }
+        for code in [400, 403, 404, 405, 409, 410, 422] {
+            assert!(!err(code).is_retriable(), "{code}");
+        }
+        assert!(ClusterError::Transport("reset".into()).is_retriable());
+    }
+
+    #[test]
+    fn a_429_with_apf_headers_is_flow_control() {
+        let mut headers = http::HeaderMap::new();
+        headers.insert(
+            "X-Kubernetes-PF-PriorityLevel-UID",
+            "uid-1".parse().expect("value"),
+        );
+        headers.insert(
+            "X-Kubernetes-PF-FlowSchema-UID",
+            "uid-2".parse().expect("value"),
+        );
+        let apf = ClusterError::from_status(429, b"", Some(Duration::from_secs(1)), "x")
+            .with_flow_control(&headers);
+        assert_eq!(apf.flow_control(), Some("uid-1"));
+        // Another 429 (max-inflight, a proxy) and another code are not APF's.
+        let plain = ClusterError::from_status(429, b"", None, "x")
+            .with_flow_control(&http::HeaderMap::new());
+        assert_eq!(plain.flow_control(), None);
+        let unavailable =
+            ClusterError::from_status(503, b"", None, "x").with_flow_control(&headers);
+        assert_eq!(unavailable.flow_control(), None);
+    }
+
+    #[test]
+    fn reads_the_expired_token_and_message() {
+        let body = br#"{"kind":"Status","apiVersion":"v1","metadata":{"continue":"abc"},"status":"Failure","message":"too old","reason":"Expired","code":410}"#;
+        let err = ClusterError::from_status(410, body, None, "x");
+        match err {
+            ClusterError::Api {
+                code,
+                reason,
+                message,
+                continue_token,
+                ..
+            } => {
+                assert_eq!(
+                    (
+                        code,
+                        reason.as_str(),
+                        message.as_str(),
+                        continue_token.as_deref()
+                    ),
+                    (410, "Expired", "too old", Some("abc"))
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_non_status_body_becomes_the_message() {
+        let err = ClusterError::from_status(502, b"bad gateway\n", None, "x");
+        assert_eq!(err.to_string(), "502 : bad gateway");
+    }
+
+    #[test]
+    fn retry_after_in_seconds() {
+        let v = http::HeaderValue::from_static("3");
+        assert_eq!(parse_retry_after(Some(&v)), Some(Duration::from_secs(3)));
+        let bad = http::HeaderValue::from_static("soon");
+        assert_eq!(parse_retry_after(Some(&bad)), None);
+        assert_eq!(parse_retry_after(None), None);
+    }
+}

@@ -1,0 +1,245 @@
+//! What becomes of the migrations in this server's own store when it enters companion mode
+//! (the cluster now serves `storagemigration.k8s.io`, and nothing reaches our copy of it):
+//!
+//! - finished ones (Succeeded or Failed) stay, as a record; the hash history says the same;
+//! - unfinished ones of the trigger are deleted: the trigger creates the migration of each
+//!   resource's newest history entry on the cluster's API (same name), so nothing owed is lost;
+//! - unfinished ones of anyone else (made by hand, or by a tool) are carried over: created on
+//!   the cluster's API under the same name, labels, annotations and resource, then deleted
+//!   here. Their progress does not carry over (the built-in API has no field for it; the
+//!   migration starts from the beginning there, and objects already rewritten cost a no-op).
+//!
+//! Idempotent: a carried-over migration that already exists on the cluster is only deleted
+//! here.
+
+use crate::trigger::FIELD_MANAGER;
+use crate::trigger::plan::{MANAGED_BY, MANAGED_BY_LABEL};
+use svm_api::migration::{FAILED, MigrationStrategy, SUCCEEDED, StorageVersionMigration};
+use svm_cluster::BuiltinMigrations;
+use svm_registry::rest::Preconditions;
+use svm_registry::{ApiError, Fence, Guarded};
+
+/// The annotation a carried-over migration gets on the cluster.
+pub const CARRIED_OVER_ANNOTATION: &str = "storage.svm-apiserver.io/carried-over-from";
+
+/// What [`carry_over`] did, by name.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Carried {
+    pub carried: Vec<String>,
+    pub dropped: Vec<String>,
+}
+
+fn finished(m: &StorageVersionMigration) -> bool {
+    m.condition_true(SUCCEEDED).is_some() || m.condition_true(FAILED).is_some()
+}
+
+fn the_triggers(m: &StorageVersionMigration) -> bool {
+    m.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(MANAGED_BY_LABEL))
+        .is_some_and(|v| v == MANAGED_BY)
+}
+
+/// The cluster's copy of one of ours: what a user gave (name, labels, annotations, resource),
+/// nothing a server set.
+fn for_the_cluster(m: &StorageVersionMigration) -> StorageVersionMigration {
+    let mut copy = StorageVersionMigration::default();
+    copy.metadata.name = m.metadata.name.clone();
+    copy.metadata.labels = m.metadata.labels.clone();
+    let mut annotations = m.metadata.annotations.clone().unwrap_or_default();
+    annotations.insert(CARRIED_OVER_ANNOTATION.into(), "svm-apiserver".into());
+    copy.metadata.annotations = Some(annotations);
+    copy.spec = m.spec.clone();
+    copy
+}
+
+/// Moves the unfinished migrations of our store as the module says: our store's writes carry
+/// the term's fence, and the term is re-checked before each create on the cluster.
+pub async fn carry_over(
+    ours: &Guarded<MigrationStrategy>,
+    cluster: &BuiltinMigrations,
+    fence: &Fence,
+) -> Result<Carried, ApiError> {
+    let (all, _) = ours.list_all().await?;
+    let mut done = Carried::default();
+    for migration in all.iter().filter(|m| !finished(m)) {
+        let name = migration.metadata.name.clone().unwrap_or_default();
+        if the_triggers(migration) {
+            done.dropped.push(name.clone());
+        } else {
+            fence.check().await?;
+            match cluster
+                .create(&for_the_cluster(migration), FIELD_MANAGER)
+                .await
+            {
+                Ok(_) => {}
+                Err(err) if err.code() == Some(409) => {}
+                Err(err) => {
+                    return Err(ApiError::Internal(format!(
+                        "carrying migration {name} over to the cluster's API: {err}"
+                    )));
+                }
+            }
+            done.carried.push(name.clone());
+        }
+        match ours.delete(&name, &Preconditions::default()).await {
+            Ok(_) | Err(ApiError::NotFound { .. }) => {}
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(done)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::migrator::status::set_condition;
+
+    #[test]
+    fn the_clusters_copy_keeps_what_a_user_gave_and_says_where_it_came_from() {
+        let mut m = StorageVersionMigration::default();
+        m.metadata.name = Some("secrets-rotate".into());
+        m.metadata.uid = Some("u".into());
+        m.metadata.resource_version = Some("7".into());
+        m.metadata.labels = Some([("team".to_string(), "storage".to_string())].into());
+        m.spec.resource.resource = "secrets".into();
+        set_condition(&mut m.status, "Running", true, "Started", "", None);
+        let copy = for_the_cluster(&m);
+        assert_eq!(copy.metadata.name.as_deref(), Some("secrets-rotate"));
+        assert_eq!(copy.metadata.uid, None);
+        assert_eq!(copy.metadata.resource_version, None);
+        assert_eq!(copy.metadata.labels, m.metadata.labels);
+        assert_eq!(
+            copy.metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(CARRIED_OVER_ANNOTATION))
+                .map(String::as_str),
+            Some("svm-apiserver")
+        );
+        assert_eq!(copy.spec, m.spec);
+        assert!(copy.status.conditions.is_empty());
+        assert!(!finished(&m));
+        assert!(!the_triggers(&m));
+    }
+
+    /// A loopback listener that counts the connections made to it and closes each at once:
+    /// how many requests a client tried to send the "cluster".
+    async fn counting_cluster() -> (
+        svm_cluster::ClusterClient,
+        std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    ) {
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicUsize, Ordering};
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let seen = Arc::new(AtomicUsize::new(0));
+        let counted = seen.clone();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                counted.fetch_add(1, Ordering::SeqCst);
+                drop(socket);
+            }
+        });
+        let url: http::Uri = format!("http://127.0.0.1:{port}").parse().expect("url");
+        let client =
+            svm_cluster::ClusterClient::from_config(kube::Config::new(url)).expect("client");
+        (client, seen)
+    }
+
+    /// Companion mode writes to the cluster's built-in API, where our fence's compare cannot
+    /// ride: the trigger's creates and deletes, the migrator's status writes and the
+    /// carry-over each re-read the term first. Once another replica holds the term, none of
+    /// them sends anything, each answers Fenced, and the term's token is cancelled.
+    #[tokio::test]
+    async fn no_write_reaches_the_clusters_api_once_the_term_is_over() {
+        use std::sync::Arc;
+        use std::sync::atomic::Ordering;
+
+        use tokio_util::sync::CancellationToken;
+
+        use crate::migrator::Source;
+        use crate::trigger::Migrations;
+        use svm_registry::Store;
+        use svm_registry::fence::term_key;
+        use svm_storage::embedded::EmbeddedStorage;
+        use svm_storage::{Op, Storage, Txn, TxnOutcome};
+
+        let storage: Arc<dyn Storage> = Arc::new(EmbeddedStorage::in_memory());
+        let take_term = |holder: &'static str| {
+            let storage = storage.clone();
+            async move {
+                let put = Txn {
+                    compares: vec![],
+                    ops: vec![Op::Put(term_key("/p"), holder.as_bytes().to_vec())],
+                };
+                match storage.txn(put).await.expect("txn") {
+                    TxnOutcome::Committed { revision } => revision,
+                    other => panic!("{other:?}"),
+                }
+            }
+        };
+        let (client, seen) = counting_cluster().await;
+        let builtin = BuiltinMigrations::new(client, "v1");
+        let store = Arc::new(Store::new(MigrationStrategy, storage.clone(), "/p"));
+        let mut users = StorageVersionMigration::default();
+        users.metadata.name = Some("rotate-secrets".into());
+        users.spec.resource.resource = "secrets".into();
+
+        // While the term lasts, a write does go out (the listener sees it): the count below
+        // can tell.
+        let revision = take_term("a").await;
+        let token = CancellationToken::new();
+        let fence = Fence::for_term(storage.clone(), "/p", "a", revision, token.clone());
+        let trigger = Migrations::Cluster {
+            builtin: builtin.clone(),
+            fence: fence.clone(),
+        };
+        assert!(trigger.create(users.clone()).await.is_err(), "no cluster");
+        let while_leading = seen.load(Ordering::SeqCst);
+        assert!(while_leading > 0, "the create never reached the listener");
+
+        // Another replica takes over.
+        take_term("b").await;
+        let fenced = |r: Result<(), ApiError>, what: &str| {
+            assert!(matches!(r, Err(ApiError::Fenced(_))), "{what}: {r:?}");
+        };
+        fenced(trigger.create(users.clone()).await.map(|_| ()), "create");
+        assert!(
+            token.is_cancelled(),
+            "a term found over stops the controllers"
+        );
+        fenced(
+            trigger
+                .delete("rotate-secrets", &Preconditions::default())
+                .await,
+            "delete",
+        );
+        let migrator = Source::Cluster {
+            builtin: builtin.clone(),
+            fence: fence.clone(),
+        };
+        fenced(
+            migrator.update_status(users.clone()).await.map(|_| ()),
+            "status write",
+        );
+        // The carry-over: a user's unfinished migration in our store stays there, and nothing
+        // is created on the cluster.
+        store.create(users).await.expect("ours");
+        let ours = Guarded::new(store.clone(), fence.clone());
+        fenced(
+            carry_over(&ours, &builtin, &fence).await.map(|_| ()),
+            "carry-over",
+        );
+        assert!(store.get("rotate-secrets").await.expect("get").is_some());
+        assert_eq!(
+            seen.load(Ordering::SeqCst),
+            while_leading,
+            "a request reached the cluster after the term ended"
+        );
+    }
+}

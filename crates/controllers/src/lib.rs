@@ -1,0 +1,410 @@
+//! Hosts the controllers inside `serve` (docs/architecture.md, "Code map"): builds the
+//! target-cluster client from `--kubeconfig` (or the in-cluster configuration), elects a leader
+//! among the replicas, and runs the trigger and the migrator on the leader only. Controllers talk
+//! to our own objects only through the registry.
+
+pub(crate) mod apimode;
+pub mod ksvm;
+pub(crate) mod leader;
+pub(crate) mod metrics;
+pub(crate) mod migrator;
+mod term;
+pub mod trigger;
+pub(crate) mod volumes;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::apimode::metrics::ApiModeMetrics;
+use crate::apimode::{ApiMode, CompanionMigrator, Decision};
+use crate::migrator::{Backoff, MigratorMetrics};
+use crate::volumes::VolumeMetrics;
+use leader::{ElectionConfig, LeaderElector};
+use metrics::LeaderMetrics;
+use svm_api::Installed;
+use svm_cluster::ClusterClient;
+use svm_registry::Fence;
+use svm_server::Metrics;
+use svm_storage::Storage;
+
+/// Controller flags of `serve`.
+#[derive(Args, Clone, Debug)]
+pub struct ControllerOptions {
+    /// kubeconfig of the cluster whose objects are migrated. Default: the in-cluster
+    /// configuration when running in a pod; without either, no controller runs (API only).
+    #[arg(long)]
+    pub kubeconfig: Option<PathBuf>,
+    /// Controllers to run, comma-separated: `trigger` (keeps StorageStates true and creates
+    /// migrations), `migrator` (runs StorageVersionMigrations), `volumes` (runs
+    /// VolumeClaimMigrations, when `--enable-volume-claim-migrations` serves them); `migrator`
+    /// alone runs manual migrations only, an empty value none (API only).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "trigger,migrator,volumes"
+    )]
+    pub controllers: Vec<String>,
+    /// Which part of storagemigration.k8s.io this server plays: `owner` serves the group (and
+    /// refuses to run where kube-apiserver serves it itself), `companion` leaves the group to
+    /// the cluster and creates the trigger's migrations on its built-in API, `auto` is
+    /// companion where the cluster serves the group, else owner. See README.md, "Clusters
+    /// that serve storagemigration.k8s.io themselves".
+    #[arg(long, value_enum, default_value_t = ApiMode::Auto)]
+    pub api_mode: ApiMode,
+    /// In companion mode, who runs the built-in migrations: `kube-controller-manager` (its
+    /// storage-version-migrator-controller), or `svm-apiserver` where that controller is
+    /// switched off.
+    #[arg(long, value_enum, default_value_t = CompanionMigrator::KubeControllerManager)]
+    pub companion_migrator: CompanionMigrator,
+    /// How often the trigger polls aggregated discovery (an unchanged cluster answers 304).
+    #[arg(long, default_value = "10s", value_parser = svm_registry::duration::go_duration)]
+    pub discovery_interval: Duration,
+    /// How often every VolumeClaimMigration is looked at again when nothing of its own changed
+    /// (claims and pods change without telling it).
+    #[arg(long, default_value = "10s", value_parser = svm_registry::duration::go_duration)]
+    pub volume_resync_interval: Duration,
+    /// How often each StorageState's lastHeartbeatTime is refreshed while nothing changes.
+    #[arg(long, default_value = "5m", value_parser = svm_registry::duration::go_duration)]
+    pub heartbeat_interval: Duration,
+    /// How long the trigger may be away and still vouch, on its return, that no built-in
+    /// storage version changed unseen (identity leases of crashed apiservers live an hour).
+    #[arg(long, default_value = "1h", value_parser = svm_registry::duration::go_duration)]
+    pub vouch_window: Duration,
+    /// Resources the trigger never tracks, as `resource.group` (`resource` for the core
+    /// group). Events expire within an hour (kube-apiserver's --event-ttl), long before an
+    /// old storage version could be removed.
+    #[arg(long, default_value = "events,events.events.k8s.io")]
+    pub trigger_ignore_resources: String,
+    /// Migrations run at once (at most one per resource).
+    #[arg(long, default_value_t = 2)]
+    pub workers: usize,
+    /// Objects per LIST page, and between checkpoints of a streamed migration.
+    #[arg(long, default_value_t = 500, value_parser = clap::value_parser!(u32).range(1..=10_000))]
+    pub chunk_size: u32,
+    /// Objects a migration reads from watch-list streams (sendInitialEvents) at most; past
+    /// them the rest is read in pages. Memory does not grow with it (objects are PATCHed as
+    /// they arrive, a window at a time). 0: always page.
+    #[arg(long, default_value_t = 10_000_000)]
+    pub watch_list_max_objects: usize,
+    /// PATCHes in flight for the whole pool: `auto` finds them from the apiserver's latency
+    /// (growing while it stays flat, backing off when it rises and on 429s and 5xx); a number
+    /// fixes them (still halved by 429s and 5xx, growing back to it).
+    #[arg(long, default_value = "auto", value_parser = parse_object_concurrency)]
+    pub object_concurrency: migrator::ConcurrencyMode,
+    /// Requests per second to the kube-apiserver, for the whole pool (0: unlimited). The
+    /// default keeps the migrator under the KEP's 10 single-object requests per second.
+    #[arg(long, default_value_t = 5.0)]
+    pub qps: f64,
+    /// Requests allowed at once above the rate (a full bucket).
+    #[arg(long, default_value_t = 10)]
+    pub burst: u32,
+    /// Retries of one request after retriable errors (429, 5xx, timeouts, resets) before the
+    /// migration pauses and later resumes from its checkpoint.
+    #[arg(long, default_value_t = 8)]
+    pub max_retries: u32,
+    /// What the migrator asks kube-apiserver to answer its reads in, as kube's components have
+    /// it: `application/vnd.kubernetes.protobuf` (JSON as the fallback; kube-apiserver spends
+    /// less CPU encoding protobuf) or `application/json`.
+    #[arg(long, value_enum, default_value_t = KubeApiContentType::Protobuf)]
+    pub kube_api_content_type: KubeApiContentType,
+    /// Run the controllers only on the replica holding the leader record (`<prefix>/leader`);
+    /// other replicas serve the API. Off: run them here unconditionally (one replica only).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub leader_elect: bool,
+    /// How long a leader record must sit unrenewed before another replica takes over.
+    #[arg(long, default_value = "15s", value_parser = svm_registry::duration::go_duration)]
+    pub leader_elect_lease_duration: Duration,
+    /// How long the leader keeps trying to renew before it stops its controllers.
+    #[arg(long, default_value = "10s", value_parser = svm_registry::duration::go_duration)]
+    pub leader_elect_renew_deadline: Duration,
+    /// How often the leader renews and candidates retry.
+    #[arg(long, default_value = "2s", value_parser = svm_registry::duration::go_duration)]
+    pub leader_elect_retry_period: Duration,
+}
+
+impl ControllerOptions {
+    fn wants(&self, name: &str) -> bool {
+        self.controllers.iter().any(|c| c.trim() == name)
+    }
+
+    fn validate(&self) -> anyhow::Result<()> {
+        for name in &self.controllers {
+            let name = name.trim();
+            if !name.is_empty() && !["migrator", "trigger", "volumes"].contains(&name) {
+                anyhow::bail!(
+                    "--controllers: unknown controller {name:?} (known: trigger, migrator, volumes)"
+                );
+            }
+        }
+        if self.qps < 0.0 || !self.qps.is_finite() {
+            anyhow::bail!("--qps must be 0 (unlimited) or positive");
+        }
+        if self.discovery_interval.is_zero()
+            || self.heartbeat_interval.is_zero()
+            || self.volume_resync_interval.is_zero()
+        {
+            anyhow::bail!(
+                "--discovery-interval, --heartbeat-interval and --volume-resync-interval must be positive"
+            );
+        }
+        if self.workers == 0 {
+            anyhow::bail!("--workers must be at least 1");
+        }
+        if self.leader_elect_renew_deadline >= self.leader_elect_lease_duration
+            || self.leader_elect_retry_period >= self.leader_elect_renew_deadline
+        {
+            anyhow::bail!("leader election needs retry period < renew deadline < lease duration");
+        }
+        Ok(())
+    }
+
+    pub fn trigger_settings(&self) -> trigger::Settings {
+        trigger::Settings {
+            discovery_interval: self.discovery_interval,
+            heartbeat_interval: self.heartbeat_interval,
+            vouch_window: self.vouch_window,
+            ignored: trigger::parse_resources(&self.trigger_ignore_resources),
+            ..trigger::Settings::default()
+        }
+    }
+
+    pub fn migrator_settings(&self) -> migrator::Settings {
+        migrator::Settings {
+            workers: self.workers,
+            chunk_size: self.chunk_size,
+            watch_list_max_objects: self.watch_list_max_objects,
+            concurrency: self.object_concurrency,
+            qps: self.qps,
+            burst: self.burst,
+            backoff: Backoff {
+                max_retries: self.max_retries,
+                ..Backoff::default()
+            },
+            resync: Duration::from_secs(60),
+        }
+    }
+}
+
+/// `--kube-api-content-type`'s values, named as kube's components name them.
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KubeApiContentType {
+    #[value(name = "application/vnd.kubernetes.protobuf")]
+    Protobuf,
+    #[value(name = "application/json")]
+    Json,
+}
+
+impl KubeApiContentType {
+    fn wire_format(self) -> svm_cluster::WireFormat {
+        match self {
+            KubeApiContentType::Protobuf => svm_cluster::WireFormat::Protobuf,
+            KubeApiContentType::Json => svm_cluster::WireFormat::Json,
+        }
+    }
+}
+
+/// `--object-concurrency`: `auto`, or a number of PATCHes from 1 up.
+fn parse_object_concurrency(value: &str) -> Result<migrator::ConcurrencyMode, String> {
+    if value == "auto" {
+        return Ok(migrator::ConcurrencyMode::Adaptive {
+            ceiling: migrator::concurrency::DEFAULT_CEILING,
+        });
+    }
+    match value.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(migrator::ConcurrencyMode::Fixed(n)),
+        _ => Err(format!(
+            "{value:?} is neither `auto` nor a number from 1 up"
+        )),
+    }
+}
+
+/// The running controllers.
+pub struct Controllers {
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Controllers {
+    /// Waits for every controller to stop (after the shutdown token fired).
+    pub async fn join(self) {
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+/// Starts the controllers `options` ask for; they stop when `shutdown` fires.
+pub async fn start(
+    options: &ControllerOptions,
+    api: &Installed,
+    storage: Arc<dyn Storage>,
+    prefix: &str,
+    metrics: &Arc<Metrics>,
+    shutdown: CancellationToken,
+) -> anyhow::Result<Controllers> {
+    options.validate()?;
+    let mut tasks = Vec::new();
+    let (run_trigger, run_migrator) = (options.wants("trigger"), options.wants("migrator"));
+    let volume_store = api
+        .volume_migrations
+        .clone()
+        .filter(|_| options.wants("volumes"));
+    if !run_trigger && !run_migrator && volume_store.is_none() {
+        return Ok(Controllers { tasks });
+    }
+    let Some(cluster) = ClusterClient::connect(options.kubeconfig.as_deref())
+        .await
+        .context("--kubeconfig")?
+    else {
+        tracing::warn!("no --kubeconfig and not in a cluster: no controller runs (API only)");
+        return Ok(Controllers { tasks });
+    };
+    let cluster = cluster.with_wire_format(options.kube_api_content_type.wire_format());
+    refuse_at_start(options.api_mode, &cluster).await?;
+    let migrator_metrics = MigratorMetrics::new();
+    let trigger_metrics = trigger::Metrics::default();
+    let mode_metrics = ApiModeMetrics::default();
+    let leader_metrics = LeaderMetrics::default();
+    let volume_metrics = VolumeMetrics::default();
+    if let Ok(mut registry) = metrics.registry.lock() {
+        if volume_store.is_some() {
+            volume_metrics.register(&mut registry);
+        }
+        leader_metrics.register(&mut registry);
+        if run_migrator {
+            migrator_metrics.register(&mut registry);
+        }
+        if run_trigger {
+            trigger_metrics.register(&mut registry);
+        }
+        mode_metrics.register(&mut registry);
+    }
+    // One trigger and one migrator per leadership term, as the API mode decides; the trigger's
+    // history and the migrations' checkpoints are in our store, so the next term (here or on
+    // another replica) goes on where this one stopped. Everything they write to our store
+    // carries the term's fence, and they stop when its token is cancelled.
+    // What only the leader knows goes with its term, so a former leader's stale series never
+    // add to (or outvote) the new leader's.
+    let term_series = (
+        migrator_metrics.migrations_by_status.clone(),
+        trigger_metrics.unsafe_since.clone(),
+    );
+    let term = Arc::new(term::Term {
+        cluster,
+        states: api.states.clone(),
+        migrations: api.migrations.clone(),
+        storage: storage.clone(),
+        prefix: prefix.to_string(),
+        run_trigger,
+        run_migrator,
+        api_mode: options.api_mode,
+        companion_migrator: options.companion_migrator,
+        trigger_settings: options.trigger_settings(),
+        migrator_settings: options.migrator_settings(),
+        trigger_metrics,
+        migrator_metrics,
+        mode_metrics,
+        instance: std::env::var("POD_NAME").ok().or_else(hostname),
+        volumes: volume_store.map(|store| term::VolumesTerm {
+            store,
+            settings: volumes::Settings {
+                resync: options.volume_resync_interval,
+            },
+            metrics: volume_metrics,
+        }),
+    });
+    let lead = move |fence: Fence| {
+        let held = leader_metrics.term();
+        let term = term.clone();
+        let term_series = term_series.clone();
+        async move {
+            let _held = held;
+            let modes = term.mode_metrics.mode.clone();
+            term.run(fence).await;
+            // The API mode is the leader's view too: a former leader's last mode must not
+            // outlive its term (an alert reads the mode across replicas).
+            modes.clear();
+            term_series.0.clear();
+            term_series.1.clear();
+        }
+    };
+    if !options.leader_elect {
+        let unfenced = Fence::unfenced(storage, shutdown);
+        tasks.push(tokio::spawn(lead(unfenced)));
+        return Ok(Controllers { tasks });
+    }
+    let identity = format!(
+        "{}_{}",
+        std::env::var("POD_NAME")
+            .ok()
+            .or_else(hostname)
+            .unwrap_or_else(|| "svm-apiserver".into()),
+        uuid::Uuid::new_v4()
+    );
+    let elector = LeaderElector::new(
+        storage,
+        prefix,
+        ElectionConfig {
+            identity,
+            lease_duration: options.leader_elect_lease_duration,
+            renew_deadline: options.leader_elect_renew_deadline,
+            retry_period: options.leader_elect_retry_period,
+        },
+    );
+    tasks.push(tokio::spawn(elector.run(shutdown, lead)));
+    Ok(Controllers { tasks })
+}
+
+/// `--api-mode=owner` on a cluster that serves the group itself refuses to run: `serve`
+/// fails with the reason (naming the flag and the docs). An unanswered detection is not a
+/// refusal: the term's watch decides once the cluster answers.
+async fn refuse_at_start(mode: ApiMode, cluster: &ClusterClient) -> anyhow::Result<()> {
+    match apimode::detect(cluster).await {
+        Ok(serving) => match apimode::decide(mode, &serving) {
+            Decision::Refused { reason } => anyhow::bail!(reason),
+            decision => {
+                tracing::info!(mode = decision.label(), "API mode at start: {decision}");
+                Ok(())
+            }
+        },
+        Err(err) => {
+            tracing::warn!(error = %err, "could not tell who serves storagemigration.k8s.io yet; the controllers wait for the answer");
+            Ok(())
+        }
+    }
+}
+
+fn hostname() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn object_concurrency_is_auto_or_a_positive_number() {
+        assert_eq!(
+            parse_object_concurrency("auto"),
+            Ok(migrator::ConcurrencyMode::Adaptive {
+                ceiling: migrator::concurrency::DEFAULT_CEILING
+            })
+        );
+        assert_eq!(
+            parse_object_concurrency("16"),
+            Ok(migrator::ConcurrencyMode::Fixed(16))
+        );
+        for bad in ["0", "-1", "", "many", "4.5"] {
+            let err = parse_object_concurrency(bad).expect_err(bad);
+            assert!(err.contains("neither `auto` nor a number"), "{bad}: {err}");
+        }
+    }
+}

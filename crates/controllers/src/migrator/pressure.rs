@@ -1,0 +1,276 @@
+//! How hard the migrator pushes the apiserver: one owner for the whole pool, fed with every
+//! answer. It holds the two levers and decides both:
+//!
+//! - the **rate** (`--qps`/`--burst`, a token bucket every request takes a token from, paused
+//!   by a Retry-After and lowered while API Priority and Fairness rejects: [`RateLimiter`]);
+//! - the **PATCHes in flight** ([`AdaptiveLimit`]): grown while the apiserver's latency stays
+//!   flat, shrunk when it rises, halved by a 429, a 5xx or a timeout.
+//!
+//! Every request reports its answer here ([`Pressure::answered`]); nothing else decides how
+//! fast to go. An APF rejection moves both levers: the concurrency, because the level is
+//! full, and the rate, because a throttled pool may already be below any concurrency limit
+//! (five requests a second rarely have two in flight).
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::sync::Notify;
+
+use super::concurrency::{AdaptiveLimit, Epoch, Mode, Step};
+use super::limiter::RateLimiter;
+use svm_cluster::ClusterError;
+
+/// What an answer changed, for the caller's logs and metrics.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Reaction {
+    /// The pool waits this long before its next request (Retry-After).
+    pub paused: Option<Duration>,
+    /// An APF rejection from this priority level lowered the rate to this many per second.
+    pub apf: Option<(String, f64)>,
+    /// The PATCH limit moved (or a window closed).
+    pub step: Option<Step>,
+}
+
+#[derive(Debug)]
+struct Slots {
+    limit: AdaptiveLimit,
+    in_flight: usize,
+}
+
+#[derive(Debug)]
+pub struct Pressure {
+    rate: RateLimiter,
+    slots: Mutex<Slots>,
+    freed: Notify,
+}
+
+/// A PATCH in flight; its slot is given back when dropped.
+#[must_use]
+pub struct Slot<'a> {
+    pressure: &'a Pressure,
+    sent_in: Epoch,
+}
+
+impl Slot<'_> {
+    /// The limit's epoch when the slot was taken: its answer counts in that one only.
+    pub fn epoch(&self) -> Epoch {
+        self.sent_in
+    }
+}
+
+impl Drop for Slot<'_> {
+    fn drop(&mut self) {
+        self.pressure.release();
+    }
+}
+
+impl Pressure {
+    pub fn new(qps: f64, burst: u32, concurrency: Mode) -> Self {
+        Self {
+            rate: RateLimiter::new(qps, burst),
+            slots: Mutex::new(Slots {
+                limit: AdaptiveLimit::new(concurrency),
+                in_flight: 0,
+            }),
+            freed: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Slots> {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Wait for the rate to allow one more request (and for any pause to end).
+    pub async fn token(&self) {
+        self.rate.acquire().await;
+    }
+
+    /// Wait for a PATCH slot under the current limit.
+    pub async fn slot(&self) -> Slot<'_> {
+        let mut waited = false;
+        loop {
+            let freed = self.freed.notified();
+            tokio::pin!(freed);
+            // Registered before looking, so a slot freed in between still wakes us.
+            freed.as_mut().enable();
+            {
+                let mut slots = self.lock();
+                if slots.in_flight < slots.limit.limit() {
+                    slots.in_flight += 1;
+                    if waited || slots.in_flight == slots.limit.limit() {
+                        slots.limit.note_saturated();
+                    }
+                    return Slot {
+                        pressure: self,
+                        sent_in: slots.limit.epoch(),
+                    };
+                }
+            }
+            waited = true;
+            freed.await;
+        }
+    }
+
+    fn release(&self) {
+        self.lock().in_flight -= 1;
+        self.freed.notify_waiters();
+    }
+
+    /// What the answer to a request says about the apiserver: `latency` of an answer that
+    /// was not an overload feeds the PATCH limit for a PATCH (`sent_in`: its slot's epoch; a
+    /// page of 500 takes longer for other reasons); an overload answer backs off.
+    pub fn answered<T>(
+        &self,
+        result: &Result<T, ClusterError>,
+        latency: Duration,
+        sent_in: Option<Epoch>,
+    ) -> Reaction {
+        let mut reaction = Reaction::default();
+        let err = match result {
+            Ok(_) => {
+                if let Some(epoch) = sent_in {
+                    reaction.step = self.sample(latency, epoch);
+                }
+                return reaction;
+            }
+            Err(err) => err,
+        };
+        if !overloaded(err) {
+            return reaction;
+        }
+        if let Some(after) = err.retry_after() {
+            self.rate.pause(after);
+            reaction.paused = Some(after);
+        }
+        if let Some(level) = err.flow_control() {
+            reaction.apf = Some((level.to_string(), self.rate.backpressure()));
+        }
+        reaction.step = Some(self.lock().limit.on_overload());
+        reaction
+    }
+
+    fn sample(&self, latency: Duration, sent_in: Epoch) -> Option<Step> {
+        let step = self.lock().limit.on_latency(latency, sent_in);
+        if step == Some(Step::Grew) || step == Some(Step::Probed) {
+            self.freed.notify_waiters();
+        }
+        step
+    }
+
+    /// The rate in force (requests per second; 0 when unlimited).
+    pub fn rate(&self) -> f64 {
+        self.rate.rate()
+    }
+
+    /// PATCHes allowed in flight now.
+    pub fn concurrency(&self) -> usize {
+        self.lock().limit.limit()
+    }
+}
+
+/// Answers that mean the apiserver has more than it can take: a 429 (max-inflight or a full
+/// APF level), a 5xx, a timeout, or no answer at all.
+fn overloaded(err: &ClusterError) -> bool {
+    match err {
+        ClusterError::Api { code, .. } => *code == 429 || *code == 408 || *code >= 500,
+        ClusterError::Transport(_) | ClusterError::RefusedWhileNotReady { .. } => true,
+        ClusterError::Decode(_) | ClusterError::Protobuf { .. } | ClusterError::Config(_) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    fn api(code: u16, retry_after: Option<u64>, apf: bool) -> ClusterError {
+        ClusterError::Api {
+            code,
+            reason: String::new(),
+            message: String::new(),
+            retry_after: retry_after.map(Duration::from_secs),
+            continue_token: None,
+            flow_control: apf.then(|| "level-uid".to_string()),
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn slots_hold_the_limit_and_a_freed_one_lets_the_next_request_in() {
+        let pressure = Arc::new(Pressure::new(0.0, 1, Mode::Fixed(2)));
+        let a = pressure.slot().await;
+        let _b = pressure.slot().await;
+        let waiting = {
+            let pressure = pressure.clone();
+            tokio::spawn(async move {
+                let _c = pressure.slot().await;
+            })
+        };
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!waiting.is_finished(), "a third slot under a limit of two");
+        drop(a);
+        tokio::time::timeout(Duration::from_secs(1), waiting)
+            .await
+            .expect("woken when a slot is freed")
+            .expect("task");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn an_apf_rejection_pauses_lowers_the_rate_and_halves_the_concurrency() {
+        let pressure = Pressure::new(100.0, 10, Mode::Fixed(16));
+        let rejected: Result<(), _> = Err(api(429, Some(2), true));
+        let reaction = pressure.answered(&rejected, Duration::from_millis(5), None);
+        assert_eq!(reaction.paused, Some(Duration::from_secs(2)));
+        assert_eq!(reaction.apf, Some(("level-uid".to_string(), 50.0)));
+        assert_eq!(reaction.step, Some(Step::BackedOff));
+        assert_eq!(pressure.concurrency(), 8);
+        assert_eq!(pressure.rate(), 50.0);
+        let start = tokio::time::Instant::now();
+        pressure.token().await;
+        assert!(start.elapsed() >= Duration::from_secs(2), "the pause holds");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn other_overloads_halve_the_concurrency_only_and_refusals_change_nothing() {
+        let pressure = Pressure::new(100.0, 10, Mode::Fixed(16));
+        let unavailable: Result<(), _> = Err(api(503, None, false));
+        pressure.answered(&unavailable, Duration::ZERO, None);
+        assert_eq!((pressure.concurrency(), pressure.rate()), (8, 100.0));
+        let pressure = Pressure::new(100.0, 10, Mode::Fixed(16));
+        let reset: Result<(), _> = Err(ClusterError::Transport("reset".into()));
+        pressure.answered(&reset, Duration::ZERO, None);
+        assert_eq!(pressure.concurrency(), 8);
+        let pressure = Pressure::new(100.0, 10, Mode::Fixed(16));
+        for refused in [403, 404, 409, 422] {
+            let answer: Result<(), _> = Err(api(refused, None, false));
+            assert_eq!(
+                pressure.answered(&answer, Duration::ZERO, None),
+                Reaction::default()
+            );
+        }
+        assert_eq!(pressure.concurrency(), 16);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn flat_latency_grows_a_busy_adaptive_limit() {
+        let pressure = Arc::new(Pressure::new(0.0, 1, Mode::Adaptive { ceiling: 64 }));
+        // More work than slots: every slot in use, and more waiting.
+        let mut tasks = Vec::new();
+        for _ in 0..64 {
+            let pressure = pressure.clone();
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..50 {
+                    let slot = pressure.slot().await;
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                    let ok: Result<(), ClusterError> = Ok(());
+                    pressure.answered(&ok, Duration::from_millis(10), Some(slot.epoch()));
+                    drop(slot);
+                }
+            }));
+        }
+        for task in tasks {
+            task.await.expect("task");
+        }
+        assert_eq!(pressure.concurrency(), 64);
+    }
+}

@@ -1,0 +1,792 @@
+//! One migration, from start to end: resolve the resource, read it — one watch-list stream,
+//! PATCHing while it arrives, or metadata-only LIST pages — rewrite every object with the
+//! no-op PATCH, and checkpoint as it goes (the last key below which everything is done, or
+//! the continue token of the last page) — so a restarted server resumes there, not at the
+//! start.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::stream::FuturesUnordered;
+use futures::{StreamExt, TryStreamExt, stream};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use super::MigratorContext;
+use super::events::Reason;
+use super::metrics::{MigrationLabels, ResourceLabel, RetryLabels};
+use super::pressure::Slot;
+use super::status::{
+    StatusWriteError, bounded_message, check, set_condition, write_progress, write_status,
+};
+use super::window::Window;
+use crate::apimode::guard::{ForeignWrite, StatusGuard};
+use svm_api::migration::{FAILED, MigrationProgress, RUNNING, SUCCEEDED, StorageVersionMigration};
+use svm_cluster::objects::{
+    Initial, InitialEvents, StreamUnavailable, list_metadata, open_metadata_stream, touch,
+};
+use svm_cluster::resources::{group_resource, resolve};
+use svm_cluster::{ClusterError, MetadataPage, ObjectRef, ResolveError, ResolvedResource, Touched};
+
+/// How long the apiserver may take to stream a whole resource's metadata (its
+/// `timeoutSeconds`); a stream cut short after some progress is opened again, skipping what
+/// is done.
+const WATCH_LIST_TIMEOUT: Duration = Duration::from_secs(300);
+
+fn count(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+/// How a run ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    /// Succeeded or Failed, and recorded so.
+    Finished,
+    /// Deleted, or the pool is shutting down: nothing more to do here.
+    Stopped,
+    /// The apiserver kept failing past the retry cap: try again later, from the checkpoint.
+    RetryLater(String),
+    /// Another migrator wrote the migration's status: left to it, never run here again.
+    Yielded(ForeignWrite),
+}
+
+/// How a streamed read ended.
+enum Streamed {
+    /// Every object done, checkpointed with the stream's revision.
+    Complete,
+    /// Page the rest; why.
+    Page(String),
+}
+
+/// How one stream of a streamed read ended (everything admitted is done and checkpointed).
+enum StreamEnd {
+    /// Its initial-events-end bookmark came (with the list revision, checkpointed).
+    Complete(String),
+    Cut {
+        why: String,
+        /// Some object was admitted from this stream.
+        progressed: bool,
+    },
+    TooLarge,
+    OutOfOrder(String),
+}
+
+impl StreamEnd {
+    /// Whether the stream served the resource (all of it, or some before it was cut).
+    fn served(&self) -> bool {
+        !matches!(
+            self,
+            StreamEnd::Cut {
+                progressed: false,
+                ..
+            }
+        )
+    }
+
+    fn out_of_order(err: &super::window::OutOfOrder) -> Self {
+        StreamEnd::OutOfOrder(format!(
+            "the stream is not in key order ({:?} after {:?})",
+            err.key, err.previous
+        ))
+    }
+}
+
+enum RunError {
+    /// The migration cannot succeed: recorded as Failed with this reason and message.
+    Fatal {
+        reason: &'static str,
+        message: String,
+    },
+    Retry(String),
+    Stopped,
+    Yielded(ForeignWrite),
+}
+
+impl From<StatusWriteError> for RunError {
+    fn from(err: StatusWriteError) -> Self {
+        match err {
+            StatusWriteError::Gone | StatusWriteError::Deposed(_) => RunError::Stopped,
+            StatusWriteError::Yielded(foreign) => RunError::Yielded(foreign),
+            StatusWriteError::Behind { .. } => {
+                tracing::warn!(error = %err, "another run of this migration got further; this one stops");
+                RunError::Stopped
+            }
+            other => RunError::Retry(other.to_string()),
+        }
+    }
+}
+
+pub(crate) async fn run(
+    shared: Arc<MigratorContext>,
+    name: String,
+    cancel: CancellationToken,
+) -> Outcome {
+    let runner = Runner {
+        shared,
+        name,
+        cancel,
+        guard: Mutex::new(StatusGuard::default()),
+    };
+    match runner.run().await {
+        Ok(()) => Outcome::Finished,
+        Err(RunError::Stopped) => Outcome::Stopped,
+        Err(RunError::Yielded(foreign)) => Outcome::Yielded(foreign),
+        Err(RunError::Retry(message)) => Outcome::RetryLater(message),
+        Err(RunError::Fatal { reason, message }) => runner.fail(reason, message).await,
+    }
+}
+
+struct Runner {
+    shared: Arc<MigratorContext>,
+    name: String,
+    cancel: CancellationToken,
+    /// What this run wrote of the status, to notice another migrator's writes.
+    guard: Mutex<StatusGuard>,
+}
+
+impl Runner {
+    fn stopped(&self) -> bool {
+        self.cancel.is_cancelled()
+    }
+
+    async fn run(&self) -> Result<(), RunError> {
+        let Some(migration) = self.migration().await? else {
+            return Err(RunError::Stopped);
+        };
+        if migration.condition_true(SUCCEEDED).is_some()
+            || migration.condition_true(FAILED).is_some()
+        {
+            return Ok(());
+        }
+        // Another migrator already wrote its status (managedFields say who): never start.
+        if let Some(foreign) = check(&self.guard, &migration) {
+            return Err(RunError::Yielded(foreign));
+        }
+        let resource = self.discover(&migration).await?;
+        let mut progress = migration.status.progress.clone().unwrap_or_default();
+        self.mark_running(&migration, &resource, &progress).await?;
+
+        let resource_label = ResourceLabel {
+            resource: resource.group_resource(),
+        };
+        let token = Some(progress.continue_token.clone()).filter(|t| !t.is_empty());
+        // A paged migration keeps paging (its continue token is the resume point); anything
+        // else first tries the whole resource as one stream.
+        if token.is_none() && self.shared.settings.watch_list_max_objects > 0 {
+            match self
+                .migrate_streamed(&resource, &resource_label, &mut progress)
+                .await?
+            {
+                Streamed::Complete => return self.succeed(&resource, &progress).await,
+                Streamed::Page(why) => {
+                    tracing::info!(migration = %self.name, %why, through = %progress.migrated_through, "listing in pages");
+                }
+            }
+        }
+        self.shared
+            .metrics
+            .count_read(&resource_label.resource, "pages");
+        self.migrate_paged(&resource, &resource_label, &mut progress, token)
+            .await?;
+        self.succeed(&resource, &progress).await
+    }
+
+    /// The migration's resource as the cluster serves it (retried like any request); a
+    /// resource that cannot be migrated (no list or patch) fails the migration.
+    async fn discover(
+        &self,
+        migration: &StorageVersionMigration,
+    ) -> Result<ResolvedResource, RunError> {
+        let spec = &migration.spec.resource;
+        let label = group_resource(&spec.group, &spec.resource);
+        self.with_retries(&label, "discovery", || {
+            let cluster = &self.shared.cluster;
+            async move {
+                match resolve(cluster, &spec.group, &spec.version, &spec.resource).await {
+                    Ok(found) => Ok(Ok(found)),
+                    Err(ResolveError::Unmigratable(message)) => Ok(Err(message)),
+                    Err(ResolveError::Cluster(err)) => Err(err),
+                }
+            }
+        })
+        .await
+        .map_err(|err| self.classify(err, "DiscoveryFailed", &format!("discovering {label}")))?
+        .map_err(|message| RunError::Fatal {
+            reason: "ResourceNotMigratable",
+            message,
+        })
+    }
+
+    /// A migration starting says so (condition Running, an Event); one resuming from its
+    /// checkpoint only logs it.
+    async fn mark_running(
+        &self,
+        migration: &StorageVersionMigration,
+        resource: &ResolvedResource,
+        progress: &MigrationProgress,
+    ) -> Result<(), RunError> {
+        if migration.condition_true(RUNNING).is_some() {
+            tracing::info!(
+                migration = %self.name,
+                migrated = progress.migrated_objects,
+                "resuming from the checkpoint"
+            );
+            return Ok(());
+        }
+        let message = format!(
+            "migrating {} ({} objects between checkpoints)",
+            resource.group_resource(),
+            self.shared.settings.chunk_size
+        );
+        write_status(
+            &self.shared.migrations,
+            &self.name,
+            &self.guard,
+            |status, generation| {
+                set_condition(
+                    status,
+                    RUNNING,
+                    true,
+                    "MigrationStarted",
+                    &message,
+                    generation,
+                );
+            },
+        )
+        .await?;
+        self.shared.event(migration, Reason::Started, message).await;
+        Ok(())
+    }
+
+    /// Opens the watch-list stream, through the pool's pressure and the retry loop like any
+    /// request.
+    async fn open_stream(
+        &self,
+        resource: &ResolvedResource,
+    ) -> Result<Result<InitialEvents, StreamUnavailable>, RunError> {
+        self.with_retries(&resource.group_resource(), "watch", || {
+            open_metadata_stream(&self.shared.cluster, resource, WATCH_LIST_TIMEOUT)
+        })
+        .await
+        .map_err(|err| {
+            self.classify(
+                err,
+                "ListFailed",
+                &format!("listing {}", resource.group_resource()),
+            )
+        })
+    }
+
+    /// Reads the resource as watch-list streams, PATCHing while they arrive. A stream cut
+    /// after some progress (its `timeoutSeconds`, a restart of the apiserver) is opened
+    /// again, skipping what is done; one that gives nothing new, that is refused, that passes
+    /// `--watch-list-max-objects` or that is not in key order ends in `Page`: the caller
+    /// pages the rest, skipping keys up to `progress.migrated_through`.
+    async fn migrate_streamed(
+        &self,
+        resource: &ResolvedResource,
+        label: &ResourceLabel,
+        progress: &mut MigrationProgress,
+    ) -> Result<Streamed, RunError> {
+        let mut counted = false;
+        loop {
+            let events = match self.open_stream(resource).await? {
+                Ok(events) => events,
+                Err(StreamUnavailable(why)) => return Ok(Streamed::Page(why)),
+            };
+            let end = self.pipeline(resource, label, progress, events).await?;
+            // A read by stream is one that served: an apiserver that cannot stream (etcd 3.4)
+            // opens it and sends an ERROR event first, and the read is counted as pages.
+            if !counted && end.served() {
+                counted = true;
+                self.shared.metrics.count_read(&label.resource, "stream");
+            }
+            match end {
+                StreamEnd::Complete(_) => return Ok(Streamed::Complete),
+                StreamEnd::Cut { why, progressed } if progressed => {
+                    tracing::info!(migration = %self.name, %why, through = %progress.migrated_through, "the stream was cut; streaming the rest");
+                }
+                StreamEnd::Cut { why, .. } => return Ok(Streamed::Page(why)),
+                StreamEnd::TooLarge => {
+                    let max = self.shared.settings.watch_list_max_objects;
+                    return Ok(Streamed::Page(format!(
+                        "more than {max} objects (--watch-list-max-objects)"
+                    )));
+                }
+                StreamEnd::OutOfOrder(why) => {
+                    // A key checkpointed from this stream may be above objects still to come:
+                    // nothing may be skipped, so page from the start (finished objects cost a
+                    // no-op PATCH each, no write).
+                    progress.migrated_through.clear();
+                    self.checkpoint(progress, "").await?;
+                    return Ok(Streamed::Page(why));
+                }
+            }
+        }
+    }
+
+    /// Objects arrived and not yet done that the pipeline holds at most: enough to keep
+    /// every PATCH slot busy while a slow one holds the done prefix back, and at least a
+    /// chunk; it follows the concurrency limit as that moves.
+    fn window_size(&self) -> usize {
+        let chunk = usize::try_from(self.shared.settings.chunk_size).unwrap_or(usize::MAX);
+        chunk
+            .max(self.shared.pressure.concurrency().saturating_mul(4))
+            .max(1)
+    }
+
+    /// One stream: each object is PATCHed as it arrives (objects at or below the checkpoint
+    /// only pass), at most [`Runner::window_size`] between the done prefix and the newest;
+    /// the stream is read only while the window has room, so memory stays bounded and the
+    /// connection pushes back on the apiserver. Every `--chunk-size` objects that join the
+    /// done prefix, its last key is the checkpoint. Before returning, everything admitted is
+    /// finished and checkpointed.
+    async fn pipeline(
+        &self,
+        resource: &ResolvedResource,
+        label: &ResourceLabel,
+        progress: &mut MigrationProgress,
+        mut events: InitialEvents,
+    ) -> Result<StreamEnd, RunError> {
+        let chunk = usize::try_from(self.shared.settings.chunk_size)
+            .unwrap_or(usize::MAX)
+            .max(1);
+        let max = self.shared.settings.watch_list_max_objects;
+        let group_resource = resource.group_resource();
+        let skip_through = progress.migrated_through.clone();
+        let mut window = Window::new();
+        let mut in_flight = FuturesUnordered::new();
+        let mut unsaved = 0;
+        let mut arrived = 0;
+        let mut progressed = false;
+        let end = loop {
+            if self.stopped() {
+                return Err(RunError::Stopped);
+            }
+            tokio::select! {
+                biased;
+                () = self.cancel.cancelled() => return Err(RunError::Stopped),
+                Some(finished) = in_flight.next(), if !in_flight.is_empty() => {
+                    let joined = window.done(finished?);
+                    unsaved += joined;
+                    if unsaved >= chunk {
+                        self.save_prefix(label, progress, &window, unsaved, None, "").await?;
+                        unsaved = 0;
+                    }
+                }
+                step = events.next(), if window.len() < self.window_size() => match step {
+                    Initial::Object(object) => {
+                        arrived += 1;
+                        if arrived > max {
+                            break StreamEnd::TooLarge;
+                        }
+                        let key = object.key();
+                        if !skip_through.is_empty() && key <= skip_through {
+                            if let Err(err) = window.pass(key) {
+                                break StreamEnd::out_of_order(&err);
+                            }
+                            continue;
+                        }
+                        let seq = match window.admit(key) {
+                            Ok(seq) => seq,
+                            Err(err) => break StreamEnd::out_of_order(&err),
+                        };
+                        progressed = true;
+                        let group_resource = &group_resource;
+                        in_flight.push(async move {
+                            self.patch_object(resource, group_resource, &object).await.map(|()| seq)
+                        });
+                    }
+                    Initial::End { resource_version } => {
+                        break StreamEnd::Complete(resource_version);
+                    }
+                    Initial::Broken(why) => break StreamEnd::Cut { why, progressed },
+                },
+            }
+        };
+        while let Some(finished) = in_flight.next().await {
+            unsaved += window.done(finished?);
+        }
+        match end {
+            StreamEnd::Complete(resource_version) => {
+                self.save_prefix(
+                    label,
+                    progress,
+                    &window,
+                    unsaved,
+                    Some(0),
+                    &resource_version,
+                )
+                .await?;
+                Ok(StreamEnd::Complete(resource_version))
+            }
+            other => {
+                if unsaved > 0 || window.through() > progress.migrated_through.as_str() {
+                    self.save_prefix(label, progress, &window, unsaved, None, "")
+                        .await?;
+                }
+                Ok(other)
+            }
+        }
+    }
+
+    /// Checkpoints the end of the window's done prefix, `joined` more objects done.
+    async fn save_prefix(
+        &self,
+        label: &ResourceLabel,
+        progress: &mut MigrationProgress,
+        window: &Window,
+        joined: usize,
+        remaining: Option<i64>,
+        resource_version: &str,
+    ) -> Result<(), RunError> {
+        if window.through() > progress.migrated_through.as_str() {
+            progress.migrated_through = window.through().to_string();
+        }
+        self.record_progress(label, progress, joined, remaining);
+        self.checkpoint(progress, resource_version).await
+    }
+
+    /// Pages through the resource with metadata-only LISTs from `token`, checkpointing the
+    /// continue token after each page. Objects a streamed run already finished (at or before
+    /// `migrated_through`) are skipped.
+    async fn migrate_paged(
+        &self,
+        resource: &ResolvedResource,
+        label: &ResourceLabel,
+        progress: &mut MigrationProgress,
+        mut token: Option<String>,
+    ) -> Result<(), RunError> {
+        let done = progress.migrated_through.clone();
+        loop {
+            if self.stopped() {
+                return Err(RunError::Stopped);
+            }
+            let page = match self.list_page(resource, token.as_deref()).await {
+                Ok(page) => page,
+                Err(ClusterError::Api {
+                    code: 410,
+                    continue_token,
+                    ..
+                }) => {
+                    // The token expired (compaction). kube-apiserver hands back an
+                    // inconsistent token that continues after the same key at the current
+                    // revision (recording 05): objects not yet seen are still all ahead of it.
+                    // Without one, start over: finished objects cost only a no-op PATCH.
+                    tracing::info!(migration = %self.name, resumed = continue_token.is_some(), "continue token expired");
+                    token = continue_token;
+                    continue;
+                }
+                Err(err) => {
+                    return Err(self.classify(
+                        err,
+                        "ListFailed",
+                        &format!("listing {}", resource.group_resource()),
+                    ));
+                }
+            };
+            let todo: Vec<ObjectRef> = if done.is_empty() {
+                page.items
+            } else {
+                page.items
+                    .into_iter()
+                    .filter(|item| item.key() > done)
+                    .collect()
+            };
+            self.migrate_page(resource, &todo).await?;
+            progress.continue_token = page.continue_token.clone().unwrap_or_default();
+            self.record_progress(
+                label,
+                progress,
+                todo.len(),
+                Some(page.remaining.unwrap_or(0)),
+            );
+            self.checkpoint(progress, &page.resource_version).await?;
+            token = page.continue_token;
+            if token.is_none() {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Counts `migrated` more objects into `progress` and the metrics.
+    fn record_progress(
+        &self,
+        label: &ResourceLabel,
+        progress: &mut MigrationProgress,
+        migrated: usize,
+        remaining: Option<i64>,
+    ) {
+        progress.migrated_objects += count(migrated);
+        // A stream does not know what is left until it ends.
+        progress.remaining_objects = remaining.map(|r| r.max(0));
+        progress.last_checkpoint_time = Some(svm_registry::now_time());
+        let metrics = &self.shared.metrics;
+        metrics
+            .migrated_objects
+            .get_or_create(label)
+            .inc_by(count(migrated));
+        if let Some(remaining) = progress.remaining_objects {
+            metrics
+                .remaining_objects
+                .get_or_create(label)
+                .set(remaining);
+        }
+    }
+
+    /// Succeeded=True, Running=False, the metric and the event.
+    async fn succeed(
+        &self,
+        resource: &ResolvedResource,
+        progress: &MigrationProgress,
+    ) -> Result<(), RunError> {
+        let message = format!(
+            "migrated {} objects of {}",
+            progress.migrated_objects,
+            resource.group_resource()
+        );
+        let stored = write_status(
+            &self.shared.migrations,
+            &self.name,
+            &self.guard,
+            |status, generation| {
+                set_condition(
+                    status,
+                    RUNNING,
+                    false,
+                    "MigrationSucceeded",
+                    &message,
+                    generation,
+                );
+                set_condition(
+                    status,
+                    SUCCEEDED,
+                    true,
+                    "MigrationSucceeded",
+                    &message,
+                    generation,
+                );
+            },
+        )
+        .await?;
+        self.shared
+            .metrics
+            .migrations
+            .get_or_create(&MigrationLabels {
+                resource: resource.group_resource(),
+                status: SUCCEEDED.into(),
+            })
+            .inc();
+        self.shared.event(&stored, Reason::Succeeded, message).await;
+        Ok(())
+    }
+
+    async fn migration(&self) -> Result<Option<StorageVersionMigration>, RunError> {
+        match self.shared.migrations.get(&self.name).await {
+            Ok(found) => Ok(found.filter(|m| m.metadata.deletion_timestamp.is_none())),
+            Err(err) => Err(RunError::Retry(format!("reading the migration: {err}"))),
+        }
+    }
+
+    async fn list_page(
+        &self,
+        resource: &ResolvedResource,
+        token: Option<&str>,
+    ) -> Result<MetadataPage, ClusterError> {
+        let chunk = self.shared.settings.chunk_size;
+        self.with_retries(&resource.group_resource(), "list", || {
+            list_metadata(&self.shared.cluster, resource, chunk, token)
+        })
+        .await
+    }
+
+    /// Rewrites a page's objects, as many at a time as the pool's PATCH slots allow (see
+    /// [`Runner::with_retries`]); the first error that cannot be retried ends the page (and
+    /// the migration).
+    async fn migrate_page(
+        &self,
+        resource: &ResolvedResource,
+        items: &[ObjectRef],
+    ) -> Result<(), RunError> {
+        let label = resource.group_resource();
+        stream::iter(items.iter().map(Ok))
+            .try_for_each_concurrent(None, |object| self.patch_object(resource, &label, object))
+            .await
+    }
+
+    /// The no-op PATCH of one object, retried; an error that cannot be retried is the
+    /// migration's.
+    async fn patch_object(
+        &self,
+        resource: &ResolvedResource,
+        label: &str,
+        object: &ObjectRef,
+    ) -> Result<(), RunError> {
+        // A stopped run (deleted, or its leadership term over) sends no more.
+        if self.stopped() {
+            return Err(RunError::Stopped);
+        }
+        let touched = self
+            .with_retries(label, "patch", || {
+                touch(&self.shared.cluster, resource, object)
+            })
+            .await
+            .map_err(|err| {
+                self.classify(
+                    err,
+                    "ObjectRejected",
+                    &format!("patching {label} {}", object.display_name()),
+                )
+            })?;
+        if touched == Touched::Rewritten {
+            tracing::trace!(object = %object.display_name(), "rewritten");
+        }
+        Ok(())
+    }
+
+    async fn checkpoint(
+        &self,
+        progress: &MigrationProgress,
+        resource_version: &str,
+    ) -> Result<(), RunError> {
+        write_progress(
+            &self.shared.migrations,
+            &self.name,
+            &self.guard,
+            progress,
+            resource_version,
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// A retriable error that outlived the retry cap waits for a later run; anything else is
+    /// the migration's failure, named with what was being done.
+    fn classify(&self, err: ClusterError, reason: &'static str, doing: &str) -> RunError {
+        if err.is_retriable() {
+            RunError::Retry(format!("{doing}: {err}"))
+        } else {
+            RunError::Fatal {
+                reason,
+                message: bounded_message(format!("{doing}: {err}")),
+            }
+        }
+    }
+
+    /// One request under the pool's [`Pressure`](super::Pressure) (a token from the rate; a
+    /// slot, for a PATCH), retried with backoff while the error is retriable and the cap
+    /// allows. Every answer is reported to it: a Retry-After pauses the whole pool, an
+    /// overload halves the PATCHes in flight, a PATCH's latency moves their limit.
+    async fn with_retries<T, F, Fut>(
+        &self,
+        resource: &str,
+        verb: &str,
+        call: F,
+    ) -> Result<T, ClusterError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, ClusterError>>,
+    {
+        let backoff = self.shared.settings.backoff;
+        let pressure = &self.shared.pressure;
+        // Only PATCHes take a slot and feed the concurrency limit: their latency is what
+        // queueing in the apiserver shows in; a page or a stream takes long for other reasons.
+        let patch = verb == "patch";
+        let mut attempt = 0;
+        loop {
+            pressure.token().await;
+            let slot = if patch {
+                Some(pressure.slot().await)
+            } else {
+                None
+            };
+            let started = Instant::now();
+            let result = call().await;
+            let latency = started.elapsed();
+            let sent_in = slot.as_ref().map(Slot::epoch);
+            drop(slot);
+            let metrics = &self.shared.metrics;
+            let code = match &result {
+                Ok(_) => Some(200),
+                Err(err) => err.code(),
+            };
+            metrics.observe_request(verb, code, latency.as_secs_f64());
+            let reaction = pressure.answered(&result, latency, sent_in);
+            metrics.rate_limit.set(pressure.rate());
+            metrics.patch_concurrency.set(count(pressure.concurrency()));
+            if let Some((level, rate)) = &reaction.apf {
+                metrics.apf_rejections.inc();
+                tracing::info!(%resource, verb, priority_level = %level, rate, "API Priority and Fairness rejected a request; lowering the pool's rate");
+            }
+            if let Some(step) = reaction.step {
+                tracing::debug!(%resource, ?step, limit = pressure.concurrency(), "PATCH concurrency");
+            }
+            match result {
+                Err(err) if err.is_retriable() && !self.stopped() => {
+                    let labels = RetryLabels {
+                        resource: resource.to_string(),
+                        reason: err
+                            .code()
+                            .map_or_else(|| "transport".into(), |c| c.to_string()),
+                    };
+                    if attempt >= backoff.max_retries {
+                        // Left to the migration-level retry (a pause, then on from the
+                        // checkpoint): counted apart, so every retriable answer is in one of
+                        // the two counters.
+                        metrics.retries_exhausted.get_or_create(&labels).inc();
+                        return Err(err);
+                    }
+                    metrics.retries.get_or_create(&labels).inc();
+                    let delay = backoff.delay(attempt, err.retry_after());
+                    tracing::debug!(%resource, verb, attempt, ?delay, error = %err, "retrying");
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = self.cancel.cancelled() => return Err(err),
+                    }
+                    attempt += 1;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Records the failure (Failed=True, Running=False) and says so in an event.
+    async fn fail(&self, reason: &'static str, message: String) -> Outcome {
+        tracing::warn!(migration = %self.name, reason, %message, "migration failed");
+        let written = write_status(
+            &self.shared.migrations,
+            &self.name,
+            &self.guard,
+            |status, generation| {
+                set_condition(status, RUNNING, false, reason, &message, generation);
+                set_condition(status, FAILED, true, reason, &message, generation);
+            },
+        )
+        .await;
+        match written {
+            Ok(stored) => {
+                let spec = &stored.spec.resource;
+                self.shared
+                    .metrics
+                    .migrations
+                    .get_or_create(&MigrationLabels {
+                        resource: group_resource(&spec.group, &spec.resource),
+                        status: FAILED.into(),
+                    })
+                    .inc();
+                self.shared.event(&stored, Reason::Failed, message).await;
+                Outcome::Finished
+            }
+            Err(StatusWriteError::Gone | StatusWriteError::Deposed(_)) => Outcome::Stopped,
+            Err(StatusWriteError::Yielded(foreign)) => Outcome::Yielded(foreign),
+            Err(err) => Outcome::RetryLater(err.to_string()),
+        }
+    }
+}
+
+/// A pause before a migration that hit the retry cap is tried again (it resumes from its
+/// checkpoint).
+pub(crate) fn retry_delay(failures: u32) -> Duration {
+    Duration::from_secs(5u64.saturating_mul(1 << failures.min(6))).min(Duration::from_secs(300))
+}

@@ -1,0 +1,632 @@
+//! Applying the trigger's plans through the registry (so validation, resourceVersions and
+//! watch events stay one code path): StorageStates with their history entries in one
+//! transaction, the trigger's migrations, and a CRD's `status.storedVersions`.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Api;
+use kube::api::PostParams;
+use tokio::time::Instant;
+
+use svm_api::migration::{GroupVersionResource, MigrationSpec, StorageVersionMigration};
+use svm_api::storagestate::{
+    GroupResource, StorageState, StorageStateSpec, StorageStateStatus, StorageStateStrategy,
+    UNKNOWN_HASH,
+};
+use svm_cluster::ClusterClient;
+use svm_registry::rest::Preconditions;
+use svm_registry::{ApiError, Guarded};
+
+use super::history::{HashHistory, HistoryEntry, ObserverRecord, Source};
+use super::metrics::{SourceLabel, StorageStateLabel, TriggerMetrics};
+use super::plan::{
+    HASH_ANNOTATION, HISTORY_SEQ_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL, Observed,
+    OwnedMigration, StatePlan, plan_migrations, plan_state,
+};
+use super::{ClusterView, CrdInfo, Migrations, Settings, Trigger};
+
+/// The newest history entry of a resource, as the reconciler needs it.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct LastEntry {
+    pub seq: u64,
+    /// When it was recorded (Unix seconds).
+    pub time: Option<i64>,
+}
+
+impl LastEntry {
+    pub(super) fn of(entry: Option<&HistoryEntry>) -> Self {
+        entry.map_or_else(Self::default, |e| Self {
+            seq: e.seq,
+            time: e
+                .time
+                .parse::<jiff::Timestamp>()
+                .ok()
+                .map(|t| t.as_second()),
+        })
+    }
+}
+
+pub(super) struct Reconciler {
+    cluster: ClusterClient,
+    states: Guarded<StorageStateStrategy>,
+    migrations: Migrations,
+    history: HashHistory,
+    settings: Settings,
+    metrics: TriggerMetrics,
+    /// The last history sequence number of each resource.
+    last_seq: BTreeMap<(String, String), u64>,
+    /// When the last history entry of each resource was recorded (Unix seconds).
+    last_change: BTreeMap<(String, String), i64>,
+    /// StorageStates not safe, and since when (Unix seconds), as published.
+    unsafe_since: BTreeMap<String, i64>,
+    /// The earliest unreconciled change in the cluster, during a pass.
+    pending_change: Option<jiff::Timestamp>,
+    /// `Unknown` entries owed to built-in resources (reasons), until written.
+    owed_unknown: BTreeMap<(String, String), Vec<String>>,
+    /// When the observer record was last written, and what it said of the instances.
+    last_record: Option<(Instant, ObserverRecord)>,
+}
+
+fn key_of(observed: &Observed) -> (String, String) {
+    (observed.group.clone(), observed.resource.clone())
+}
+
+fn heartbeat_due(state: &StorageState, interval: Duration) -> bool {
+    let Some(last) = &state.status.last_heartbeat_time else {
+        return true;
+    };
+    let now = k8s_openapi::jiff::Timestamp::now();
+    now.duration_since(last.0)
+        .try_into()
+        .map_or(true, |elapsed: Duration| elapsed >= interval)
+}
+
+fn safe(status: &StorageStateStatus) -> bool {
+    status.current_storage_version_hash != UNKNOWN_HASH
+        && !status.current_storage_version_hash.is_empty()
+        && status.persisted_storage_version_hashes == [status.current_storage_version_hash.clone()]
+}
+
+impl Reconciler {
+    pub(super) fn new(trigger: &Trigger) -> Self {
+        Self {
+            cluster: trigger.cluster.clone(),
+            states: trigger.states.clone(),
+            migrations: trigger.migrations.clone(),
+            history: trigger.history.clone(),
+            settings: trigger.settings.clone(),
+            metrics: trigger.metrics.clone(),
+            last_seq: BTreeMap::new(),
+            last_change: BTreeMap::new(),
+            unsafe_since: BTreeMap::new(),
+            pending_change: None,
+            owed_unknown: BTreeMap::new(),
+            last_record: None,
+        }
+    }
+
+    pub(super) fn set_last_entries(&mut self, last: BTreeMap<(String, String), LastEntry>) {
+        self.last_change = last
+            .iter()
+            .filter_map(|(key, e)| Some((key.clone(), e.time?)))
+            .collect();
+        self.last_seq = last.into_iter().map(|(key, e)| (key, e.seq)).collect();
+    }
+
+    /// Publishes which StorageStates are unsafe and since when: from the history entry that
+    /// made it unsafe when this term saw it happen, else (a StorageState already unsafe when
+    /// the term began) from the resource's newest entry, a lower bound.
+    fn publish_safety(&mut self, key: &(String, String), name: &str, status: &StorageStateStatus) {
+        let label = StorageStateLabel {
+            storagestate: name.to_string(),
+        };
+        if safe(status) {
+            if self.unsafe_since.remove(name).is_some() {
+                self.metrics.unsafe_since.remove(&label);
+            }
+            return;
+        }
+        let since = *self
+            .unsafe_since
+            .entry(name.to_string())
+            .or_insert_with(|| {
+                self.last_change
+                    .get(key)
+                    .copied()
+                    .unwrap_or_else(|| jiff::Timestamp::now().as_second())
+            });
+        self.metrics.unsafe_since.get_or_create(&label).set(since);
+    }
+
+    /// The oldest heartbeat among the StorageStates (now when there are none).
+    fn publish_oldest_heartbeat(&self, states: &[StorageState]) {
+        let oldest = states
+            .iter()
+            .filter_map(|s| s.status.last_heartbeat_time.as_ref())
+            .map(|t| t.0.as_second())
+            .min()
+            .unwrap_or_else(|| jiff::Timestamp::now().as_second());
+        self.metrics.oldest_heartbeat.set(oldest);
+    }
+
+    /// One pass over every resource. Returns whether everything was done (otherwise the
+    /// caller comes back soon: a conflict, a storage hiccup).
+    pub(super) async fn reconcile(&mut self, world: &mut ClusterView) -> bool {
+        let observed = world.observe(&self.settings);
+        self.pending_change = world.changed_at;
+        if world.look.is_some() {
+            self.owe_unknown(world, &observed);
+        }
+        let (states, migrations) = match (
+            self.states.list_all().await,
+            self.migrations.list_all().await,
+        ) {
+            (Ok((states, _)), Ok(migrations)) => (states, migrations),
+            (Err(err), _) | (_, Err(err)) => {
+                tracing::warn!(error = %err, "reading StorageStates and migrations failed");
+                return false;
+            }
+        };
+        self.publish_oldest_heartbeat(&states);
+        let tracked_done = self
+            .reconcile_tracked(world, &observed, &states, &migrations)
+            .await;
+        let gone_done = self
+            .forget_gone(world, &observed, &states, &migrations)
+            .await;
+        self.drop_untracked_metrics(&observed);
+        let done = tracked_done && gone_done;
+        if done {
+            world.resync_crds = false;
+            world.changed_at = None;
+        }
+        self.metrics.resources.set(observed.len() as i64);
+        self.maybe_write_record(world).await;
+        done
+    }
+
+    /// The apiserver instances the trigger cannot vouch for owe an `Unknown` entry to every
+    /// built-in resource (a CRD's storage is known from the CRD itself).
+    fn owe_unknown(
+        &mut self,
+        world: &mut ClusterView,
+        observed: &BTreeMap<(String, String), Observed>,
+    ) {
+        let reasons = world.instances.take_unvouched();
+        if reasons.is_empty() {
+            return;
+        }
+        tracing::warn!(?reasons, "recording Unknown for every built-in resource");
+        for (key, o) in observed {
+            if o.source != Source::CustomResourceDefinition {
+                self.owed_unknown
+                    .entry(key.clone())
+                    .or_default()
+                    .extend(reasons.iter().cloned());
+            }
+        }
+    }
+
+    /// Every observed resource reconciled; whether all were done.
+    async fn reconcile_tracked(
+        &mut self,
+        world: &ClusterView,
+        observed: &BTreeMap<(String, String), Observed>,
+        states: &[StorageState],
+        migrations: &[StorageVersionMigration],
+    ) -> bool {
+        let by_name: BTreeMap<String, &StorageState> = states
+            .iter()
+            .map(|s| (s.metadata.name.clone().unwrap_or_default(), s))
+            .collect();
+        let mut done = true;
+        let mut safe_count = 0;
+        for (key, observed) in observed {
+            let name = StorageState::name_for(&observed.group, &observed.resource);
+            let crd = world
+                .crd_backed(&observed.group, &observed.resource)
+                .cloned();
+            let state = by_name.get(&name).copied();
+            let resync = world.resync_crds;
+            match self
+                .reconcile_one(observed, state, migrations, crd.as_ref(), resync)
+                .await
+            {
+                Ok(status) => {
+                    safe_count += i64::from(safe(&status));
+                    self.publish_safety(key, &name, &status);
+                }
+                Err(err) => {
+                    tracing::info!(resource = %name, error = %err, "reconcile deferred");
+                    done = false;
+                }
+            }
+        }
+        self.metrics.safe_resources.set(safe_count);
+        done
+    }
+
+    /// StorageStates of resources known to be gone are removed; whether all were.
+    async fn forget_gone(
+        &mut self,
+        world: &ClusterView,
+        observed: &BTreeMap<(String, String), Observed>,
+        states: &[StorageState],
+        migrations: &[StorageVersionMigration],
+    ) -> bool {
+        let mut done = true;
+        for state in states {
+            let resource = &state.spec.resource;
+            let key = (resource.group.clone(), resource.resource.clone());
+            if !observed.contains_key(&key)
+                && world.known_gone(&key.0, &key.1)
+                && let Err(err) = self.forget(state, migrations).await
+            {
+                tracing::info!(error = %err, "removing a StorageState deferred");
+                done = false;
+            }
+        }
+        done
+    }
+
+    /// The unsafe-since gauge of a resource no longer tracked goes away with it.
+    fn drop_untracked_metrics(&mut self, observed: &BTreeMap<(String, String), Observed>) {
+        let tracked: Vec<String> = observed
+            .values()
+            .map(|o| StorageState::name_for(&o.group, &o.resource))
+            .collect();
+        let untracked: Vec<String> = self
+            .unsafe_since
+            .keys()
+            .filter(|name| !tracked.contains(name))
+            .cloned()
+            .collect();
+        for name in untracked {
+            self.unsafe_since.remove(&name);
+            self.metrics
+                .unsafe_since
+                .remove(&StorageStateLabel { storagestate: name });
+        }
+    }
+
+    /// Plans and applies one resource: its StorageState (with the history entries the change
+    /// makes), then its migrations. Returns the status as written.
+    async fn reconcile_one(
+        &mut self,
+        observed: &Observed,
+        state: Option<&StorageState>,
+        migrations: &[StorageVersionMigration],
+        crd: Option<&CrdInfo>,
+        resync_crds: bool,
+    ) -> Result<StorageStateStatus, ApiError> {
+        let key = key_of(observed);
+        let owed = self.owed_reasons(&key);
+        let plan = plan_state(
+            state,
+            observed,
+            owed.as_deref(),
+            resync_crds && crd.is_some(),
+        );
+        let stored = self.write_state(observed, state, &plan).await?;
+        self.apply_migration_plan(observed, stored, migrations, crd)
+            .await
+    }
+
+    /// Why this resource's hash is owed as unknown, each reason once.
+    fn owed_reasons(&self, key: &(String, String)) -> Option<String> {
+        self.owed_unknown.get(key).map(|reasons| {
+            let mut unique: Vec<&str> = Vec::new();
+            for reason in reasons {
+                if !unique.contains(&reason.as_str()) {
+                    unique.push(reason);
+                }
+            }
+            unique.join("; ")
+        })
+    }
+
+    /// Writes the planned StorageState status (creating the object first if needed) and its
+    /// history entries in one transaction, when the plan changes it or a heartbeat is due.
+    async fn write_state(
+        &mut self,
+        observed: &Observed,
+        state: Option<&StorageState>,
+        plan: &StatePlan,
+    ) -> Result<StorageState, ApiError> {
+        let key = key_of(observed);
+        let name = StorageState::name_for(&observed.group, &observed.resource);
+        let last_seq = self.last_seq.get(&key).copied().unwrap_or(0);
+        let mut status = StorageStateStatus {
+            persisted_storage_version_hashes: plan.persisted.clone(),
+            current_storage_version_hash: plan.current.clone(),
+            last_heartbeat_time: state.and_then(|s| s.status.last_heartbeat_time.clone()),
+        };
+        let due = state.is_none_or(|s| heartbeat_due(s, self.settings.heartbeat_interval));
+        let stored = match state {
+            Some(s) => s.clone(),
+            None => self.create_state(&name, observed).await?,
+        };
+        if !(plan.changes(state) || due || stored.status != status) {
+            return Ok(stored);
+        }
+        if due || plan.changes(state) {
+            status.last_heartbeat_time = Some(svm_registry::now_time());
+        }
+        let (records, entries) =
+            self.history
+                .append(&observed.group, &observed.resource, last_seq, &plan.entries);
+        let mut next = stored;
+        next.status = status;
+        let stored = self.states.update_status_with(next, &records).await?;
+        if !entries.is_empty() {
+            self.entries_recorded(&name, &entries);
+            self.last_change
+                .insert(key.clone(), jiff::Timestamp::now().as_second());
+            self.last_seq
+                .insert(key.clone(), last_seq + entries.len() as u64);
+        }
+        self.owed_unknown.remove(&key);
+        Ok(stored)
+    }
+
+    /// Logs and counts history entries just written, with the detection lag of what the
+    /// cluster changed (an Unvouched entry marks what the trigger could not see: no lag).
+    fn entries_recorded(&self, name: &str, entries: &[HistoryEntry]) {
+        let now = jiff::Timestamp::now();
+        for entry in entries {
+            tracing::info!(resource = %name, hash = %entry.hash, source = ?entry.source, reason = %entry.reason, "storage-version hash recorded");
+            let source = SourceLabel {
+                source: format!("{:?}", entry.source),
+            };
+            self.metrics.history_entries.get_or_create(&source).inc();
+            if let Some(changed) = self.pending_change
+                && entry.source != Source::Unvouched
+            {
+                let lag = now.duration_since(changed).as_secs_f64().max(0.0);
+                self.metrics
+                    .detection_lag
+                    .get_or_create(&source)
+                    .observe(lag);
+            }
+        }
+    }
+
+    /// The resource's migrations: stale ones deleted, the one it needs created, and once every
+    /// object is in the current storage version the StorageState (and a CRD's storedVersions)
+    /// narrowed to it.
+    async fn apply_migration_plan(
+        &mut self,
+        observed: &Observed,
+        mut stored: StorageState,
+        migrations: &[StorageVersionMigration],
+        crd: Option<&CrdInfo>,
+    ) -> Result<StorageStateStatus, ApiError> {
+        let key = key_of(observed);
+        let name = StorageState::name_for(&observed.group, &observed.resource);
+        let last_seq = self.last_seq.get(&key).copied().unwrap_or(0);
+        let owned: Vec<OwnedMigration> = migrations
+            .iter()
+            .filter_map(|m| OwnedMigration::of(m, &observed.group, &observed.resource))
+            .collect();
+        let current = stored.status.current_storage_version_hash.clone();
+        let mplan = plan_migrations(
+            &name,
+            &current,
+            &stored.status.persisted_storage_version_hashes,
+            last_seq,
+            &owned,
+        );
+        for stale in &mplan.delete {
+            self.delete_migration(stale).await?;
+        }
+        if let Some(migration) = &mplan.create {
+            self.create_migration(migration, observed, &current, last_seq)
+                .await?;
+        }
+        if mplan.narrow {
+            if let Some(crd) = crd
+                && !self.narrow_stored_versions(crd, &current).await
+            {
+                return Err(ApiError::Internal(format!(
+                    "narrowing {}'s storedVersions: retrying",
+                    crd.object.metadata.name.as_deref().unwrap_or_default()
+                )));
+            }
+            let mut next = stored.clone();
+            next.status.persisted_storage_version_hashes = vec![current.clone()];
+            next.status.last_heartbeat_time = Some(svm_registry::now_time());
+            stored = self.states.update_status(next).await?;
+            tracing::info!(resource = %name, hash = %current, "every stored object is in the current storage version");
+        }
+        if let Some(crd) = crd
+            && safe(&stored.status)
+            && crd.stored_versions.len() > 1
+        {
+            // Safe already (e.g. after a restart): the CRD's record can narrow too.
+            self.narrow_stored_versions(crd, &current).await;
+        }
+        Ok(stored.status)
+    }
+
+    /// A new StorageState: created with persisted `["Unknown"]` (the strategy's default);
+    /// the first observation is written next, with its history entry.
+    async fn create_state(
+        &self,
+        name: &str,
+        observed: &Observed,
+    ) -> Result<StorageState, ApiError> {
+        let state = StorageState {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                ..Default::default()
+            },
+            spec: StorageStateSpec {
+                resource: GroupResource {
+                    group: observed.group.clone(),
+                    resource: observed.resource.clone(),
+                },
+            },
+            status: StorageStateStatus::default(),
+        };
+        match self.states.create(state).await {
+            Ok(created) => Ok(created),
+            Err(ApiError::AlreadyExists { .. }) => self
+                .states
+                .get(name)
+                .await?
+                .ok_or_else(|| ApiError::Internal(format!("StorageState {name} vanished"))),
+            Err(err) => Err(err),
+        }
+    }
+
+    async fn create_migration(
+        &self,
+        name: &str,
+        observed: &Observed,
+        hash: &str,
+        seq: u64,
+    ) -> Result<(), ApiError> {
+        let migration = StorageVersionMigration {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                labels: Some([(MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string())].into()),
+                annotations: Some(
+                    [
+                        (HISTORY_SEQ_ANNOTATION.to_string(), seq.to_string()),
+                        (HASH_ANNOTATION.to_string(), hash.to_string()),
+                    ]
+                    .into(),
+                ),
+                ..Default::default()
+            },
+            spec: MigrationSpec {
+                resource: GroupVersionResource {
+                    group: observed.group.clone(),
+                    version: String::new(),
+                    resource: observed.resource.clone(),
+                },
+                continue_token: String::new(),
+            },
+            status: Default::default(),
+        };
+        match self.migrations.create(migration).await {
+            Ok(_) => {
+                tracing::info!(migration = %name, %hash, "migration created");
+                self.metrics.migrations_created.inc();
+                Ok(())
+            }
+            // Another leader's term (or an earlier pass) created it: the same migration.
+            Err(ApiError::AlreadyExists { .. }) => Ok(()),
+            Err(err) => Err(err),
+        }
+    }
+
+    async fn delete_migration(&self, name: &str) -> Result<(), ApiError> {
+        match self
+            .migrations
+            .delete(name, &Preconditions::default())
+            .await
+        {
+            Ok(_) | Err(ApiError::NotFound { .. }) => {
+                tracing::info!(migration = %name, "stale migration deleted");
+                Ok(())
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// A StorageState whose resource is no longer served: it and the trigger's migrations of
+    /// it go (the history stays).
+    async fn forget(
+        &mut self,
+        state: &StorageState,
+        migrations: &[StorageVersionMigration],
+    ) -> Result<(), ApiError> {
+        let resource = &state.spec.resource;
+        for m in migrations
+            .iter()
+            .filter_map(|m| OwnedMigration::of(m, &resource.group, &resource.resource))
+        {
+            self.delete_migration(&m.name).await?;
+        }
+        let name = state.metadata.name.clone().unwrap_or_default();
+        match self.states.delete(&name, &Preconditions::default()).await {
+            Ok(_) | Err(ApiError::NotFound { .. }) => {
+                tracing::info!(resource = %name, "resource no longer served; StorageState removed");
+                Ok(())
+            }
+            Err(err) => Err(err),
+        }
+    }
+
+    /// `status.storedVersions` of the CRD narrowed to its storage version (whose hash is
+    /// `hash`), with the CRD's resourceVersion as the precondition. Returns false when it
+    /// must be tried again (a conflict: the CRD changed; the watch brings the new one).
+    async fn narrow_stored_versions(&self, crd: &CrdInfo, hash: &str) -> bool {
+        let Some(version) = &crd.storage_version else {
+            return true;
+        };
+        if crd.encoding(version).hash != hash || crd.stored_versions == [version.clone()] {
+            return true;
+        }
+        let mut object: CustomResourceDefinition = crd.object.clone();
+        let mut status = object.status.clone().unwrap_or_default();
+        status.stored_versions = Some(vec![version.clone()]);
+        object.status = Some(status);
+        let name = object.metadata.name.clone().unwrap_or_default();
+        // Narrowing says "nothing older is stored": only the leader may say it, so leadership
+        // is checked right before (the CRD's resourceVersion is the precondition of the write).
+        if let Err(err) = self.states.fence().check().await {
+            tracing::info!(crd = %name, error = %err, "not narrowing status.storedVersions");
+            return false;
+        }
+        let api: Api<CustomResourceDefinition> = Api::all(self.cluster.kube().clone());
+        match api
+            .replace_status(&name, &PostParams::default(), &object)
+            .await
+        {
+            Ok(_) => {
+                tracing::info!(crd = %name, %version, "status.storedVersions narrowed");
+                true
+            }
+            Err(kube::Error::Api(status)) if status.code == 409 => false,
+            Err(err) => {
+                // Forbidden or refused: the StorageState is still true; the CRD keeps its
+                // longer list (and a later start migrates those versions once more).
+                tracing::warn!(crd = %name, error = %err, "narrowing status.storedVersions failed");
+                true
+            }
+        }
+    }
+
+    /// Writes what is vouched for, when everything is accounted for, at heartbeat pace or when
+    /// the instances changed.
+    async fn maybe_write_record(&mut self, world: &ClusterView) {
+        if !world.leases_synced || !world.instances.all_accounted() || !self.owed_unknown.is_empty()
+        {
+            return;
+        }
+        let record = world.instances.record();
+        let due = match &self.last_record {
+            None => true,
+            Some((at, last)) => {
+                last.instances != record.instances
+                    || at.elapsed() >= self.settings.heartbeat_interval
+            }
+        };
+        if !due {
+            return;
+        }
+        match self
+            .history
+            .write_observer(self.states.fence(), &record)
+            .await
+        {
+            Ok(()) => self.last_record = Some((Instant::now(), record)),
+            Err(err) => tracing::warn!(error = %err, "writing the observer record failed"),
+        }
+    }
+}

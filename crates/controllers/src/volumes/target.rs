@@ -1,0 +1,332 @@
+//! The cluster side of a VolumeClaimMigration: its StatefulSet (apps/v1 or OpenKruise's
+//! apps.kruise.io/v1beta1, read as JSON: both have `spec.replicas` and
+//! `spec.volumeClaimTemplates`), the claims `<template>-<statefulset>-<ordinal>`, their
+//! StorageClasses and the pods `<statefulset>-<ordinal>`, read one by one (no list of a
+//! namespace's claims or pods); and the two writes: a claim's request, a pod's deletion.
+
+use std::collections::BTreeSet;
+
+use http::Method;
+use k8s_openapi::api::core::v1::ObjectReference;
+use serde_json::{Value, json};
+
+use super::plan::{self, ClaimView, PodView, TemplateTarget};
+use super::recreate;
+use svm_api::volumes::{VolumeClaimMigration, quantity_bytes};
+use svm_cluster::{ClusterClient, ClusterError};
+
+/// What one pass read.
+pub struct Observed {
+    pub view: plan::Observed,
+    /// The StatefulSet, for its Events.
+    pub statefulset: ObjectReference,
+}
+
+pub async fn observe(
+    cluster: &ClusterClient,
+    vcm: &VolumeClaimMigration,
+) -> Result<Observed, ClusterError> {
+    let namespace = vcm.metadata.namespace.as_deref().unwrap_or_default();
+    let target = &vcm.spec.target;
+    let path = statefulset_path(vcm, namespace);
+    // While the StatefulSet is replaced, the saved manifest says what it will be.
+    let saved = vcm
+        .status
+        .recreate
+        .as_ref()
+        .and_then(|r| r.manifest.as_ref());
+    let served = match cluster.get_json::<Value>(&path).await {
+        Ok(found) => Some(found),
+        Err(err) if err.code() == Some(404) && saved.is_some() => None,
+        Err(err) => return Err(err),
+    };
+    let seen = served.as_ref().map(|object| recreate::Seen {
+        uid: text_at(object, "/metadata/uid"),
+        deleting: object.pointer("/metadata/deletionTimestamp").is_some(),
+        object: object.clone(),
+    });
+    let Some(sts) = served.as_ref().or(saved) else {
+        return Err(ClusterError::Decode(format!("{path}: no StatefulSet")));
+    };
+    let mut view = plan::Observed {
+        replicas: sts
+            .pointer("/spec/replicas")
+            .and_then(Value::as_i64)
+            .and_then(|r| i32::try_from(r).ok())
+            .unwrap_or(1),
+        templates: templates(vcm, sts),
+        statefulset: seen,
+        ..Default::default()
+    };
+    for ordinal in 0..view.replicas.max(0) {
+        for template in &view.templates {
+            let name = plan::claim_name(&template.name, &target.name, ordinal);
+            let path = format!("/api/v1/namespaces/{namespace}/persistentvolumeclaims/{name}");
+            if let Some(claim) = get_optional(cluster, &path).await? {
+                view.claims.insert(name, claim_view(&claim));
+            }
+        }
+    }
+    let classes: BTreeSet<String> = view
+        .claims
+        .values()
+        .filter_map(|c| c.storage_class.clone())
+        .collect();
+    for class in classes {
+        let path = format!("/apis/storage.k8s.io/v1/storageclasses/{class}");
+        if let Some(found) = get_optional(cluster, &path).await? {
+            let expands = found["allowVolumeExpansion"].as_bool() == Some(true);
+            view.storage_classes.insert(class, expands);
+        }
+    }
+    for ordinal in ordinals_with_pods_to_watch(vcm, &view) {
+        let name = plan::pod_name(&target.name, ordinal);
+        let path = format!("/api/v1/namespaces/{namespace}/pods/{name}");
+        if let Some(pod) = get_optional(cluster, &path).await? {
+            view.pods.insert(name, pod_view(&pod));
+        }
+    }
+    let statefulset = ObjectReference {
+        api_version: Some(target.api_version.clone()),
+        kind: Some(target.kind.clone()),
+        name: Some(target.name.clone()),
+        namespace: Some(namespace.to_string()),
+        uid: Some(text_at(sts, "/metadata/uid")).filter(|u| !u.is_empty()),
+        ..Default::default()
+    };
+    Ok(Observed { view, statefulset })
+}
+
+fn statefulset_path(vcm: &VolumeClaimMigration, namespace: &str) -> String {
+    let target = &vcm.spec.target;
+    format!(
+        "/apis/{}/namespaces/{namespace}/statefulsets/{}",
+        target.api_version, target.name
+    )
+}
+
+fn text_at(object: &Value, pointer: &str) -> String {
+    object
+        .pointer(pointer)
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The sizes asked for: the migration's `spec.templates`, or (empty, for an Advanced
+/// StatefulSet whose templates are mutable) the target's own templates.
+fn templates(vcm: &VolumeClaimMigration, sts: &Value) -> Vec<TemplateTarget> {
+    let own: Vec<(String, String)> = sts
+        .pointer("/spec/volumeClaimTemplates")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .map(|t| {
+            let name = t.pointer("/metadata/name").and_then(Value::as_str);
+            let size = t
+                .pointer("/spec/resources/requests/storage")
+                .and_then(Value::as_str);
+            (
+                name.unwrap_or_default().to_string(),
+                size.unwrap_or_default().to_string(),
+            )
+        })
+        .collect();
+    let own_size = |name: &str| own.iter().find(|(n, _)| n == name).map(|(_, s)| s.clone());
+    if vcm.spec.templates.is_empty() {
+        return own
+            .iter()
+            .map(|(name, storage)| TemplateTarget {
+                name: name.clone(),
+                storage: storage.clone(),
+                bytes: quantity_bytes(storage).unwrap_or(0),
+                template_bytes: None,
+                in_target: true,
+            })
+            .collect();
+    }
+    vcm.spec
+        .templates
+        .iter()
+        .map(|t| TemplateTarget {
+            name: t.name.clone(),
+            storage: t.storage.clone(),
+            bytes: quantity_bytes(&t.storage).unwrap_or(0),
+            template_bytes: own_size(&t.name).as_deref().and_then(quantity_bytes),
+            in_target: own_size(&t.name).is_some(),
+        })
+        .collect()
+}
+
+fn claim_view(claim: &Value) -> ClaimView {
+    let text = |pointer: &str| {
+        claim
+            .pointer(pointer)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let fs_resize_pending = claim
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "FileSystemResizePending" && c["status"] == "True");
+    let allocation = text("/status/allocatedResourceStatuses/storage");
+    let infeasible = allocation.ends_with("Infeasible").then(|| {
+        let said = claim
+            .pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .find_map(|c| c["message"].as_str().filter(|m| !m.is_empty()));
+        match said {
+            Some(message) => format!("{allocation}: {message}"),
+            None => allocation.clone(),
+        }
+    });
+    ClaimView {
+        uid: text("/metadata/uid"),
+        storage_class: Some(text("/spec/storageClassName")).filter(|c| !c.is_empty()),
+        requested: text("/spec/resources/requests/storage"),
+        capacity: text("/status/capacity/storage"),
+        fs_resize_pending,
+        infeasible,
+    }
+}
+
+fn pod_view(pod: &Value) -> PodView {
+    let ready = pod
+        .pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Ready" && c["status"] == "True");
+    PodView {
+        uid: pod
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string(),
+        ready,
+    }
+}
+
+/// Pods are read only where a file-system resize waits for one, or a restart is followed.
+fn ordinals_with_pods_to_watch(vcm: &VolumeClaimMigration, view: &plan::Observed) -> Vec<i32> {
+    let statefulset = &vcm.spec.target.name;
+    let restarted = |name: &str| {
+        vcm.status
+            .claims
+            .iter()
+            .any(|c| c.name == name && !c.restarted_pod_uid.is_empty())
+    };
+    (0..view.replicas.max(0))
+        .filter(|ordinal| {
+            view.templates.iter().any(|t| {
+                let name = plan::claim_name(&t.name, statefulset, *ordinal);
+                view.claims.get(&name).is_some_and(|c| c.fs_resize_pending) || restarted(&name)
+            })
+        })
+        .collect()
+}
+
+/// A GET whose 404 is an answer: `None`.
+async fn get_optional(cluster: &ClusterClient, path: &str) -> Result<Option<Value>, ClusterError> {
+    match cluster.get_json::<Value>(path).await {
+        Ok(found) => Ok(Some(found)),
+        Err(err) if err.code() == Some(404) => Ok(None),
+        Err(err) => Err(err),
+    }
+}
+
+/// Asks for `storage` on the claim (a merge patch of its request, nothing else).
+pub async fn resize(
+    cluster: &ClusterClient,
+    namespace: &str,
+    claim: &str,
+    storage: &str,
+) -> Result<(), ClusterError> {
+    let patch = json!({"spec": {"resources": {"requests": {"storage": storage}}}});
+    let body = serde_json::to_vec(&patch).map_err(|e| ClusterError::Decode(e.to_string()))?;
+    cluster
+        .request(
+            Method::PATCH,
+            &format!("/api/v1/namespaces/{namespace}/persistentvolumeclaims/{claim}"),
+            "application/json",
+            Some(("application/merge-patch+json", body)),
+        )
+        .await
+        .map(drop)
+}
+
+/// Deletes the pod (its StatefulSet starts it again); gone already is as good.
+pub async fn delete_pod(
+    cluster: &ClusterClient,
+    namespace: &str,
+    pod: &str,
+) -> Result<(), ClusterError> {
+    let path = format!("/api/v1/namespaces/{namespace}/pods/{pod}");
+    match cluster
+        .request(Method::DELETE, &path, "application/json", None)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(err) if err.code() == Some(404) => Ok(()),
+        Err(err) => Err(err),
+    }
+}
+
+/// Deletes the StatefulSet with orphan cascade (its pods and claims stay) if it still has
+/// `uid`; gone already is as good.
+pub async fn delete_statefulset(
+    cluster: &ClusterClient,
+    vcm: &VolumeClaimMigration,
+    uid: &str,
+) -> Result<(), ClusterError> {
+    let namespace = vcm.metadata.namespace.as_deref().unwrap_or_default();
+    let options = json!({
+        "apiVersion": "v1",
+        "kind": "DeleteOptions",
+        "propagationPolicy": "Orphan",
+        "preconditions": {"uid": uid},
+    });
+    let body = serde_json::to_vec(&options).map_err(|e| ClusterError::Decode(e.to_string()))?;
+    let path = statefulset_path(vcm, namespace);
+    match cluster
+        .request(
+            Method::DELETE,
+            &path,
+            "application/json",
+            Some(("application/json", body)),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(err) if err.code() == Some(404) => Ok(()),
+        Err(err) => Err(err),
+    }
+}
+
+/// Creates the saved StatefulSet.
+pub async fn create_statefulset(
+    cluster: &ClusterClient,
+    vcm: &VolumeClaimMigration,
+    manifest: &Value,
+) -> Result<(), ClusterError> {
+    let namespace = vcm.metadata.namespace.as_deref().unwrap_or_default();
+    let body = serde_json::to_vec(manifest).map_err(|e| ClusterError::Decode(e.to_string()))?;
+    let path = format!(
+        "/apis/{}/namespaces/{namespace}/statefulsets",
+        vcm.spec.target.api_version
+    );
+    cluster
+        .request(
+            Method::POST,
+            &path,
+            "application/json",
+            Some(("application/json", body)),
+        )
+        .await
+        .map(drop)
+}

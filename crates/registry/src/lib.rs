@@ -1,0 +1,57 @@
+//! The generic REST registry: one `Store<S>` over the `Storage` trait, driven by a per-kind
+//! `Strategy` (k8s.io/apiserver's `genericregistry.Store` + `strategy.go`).
+
+pub(crate) mod continue_token;
+pub mod duration;
+pub(crate) mod error;
+pub mod fence;
+pub(crate) mod field_validation;
+pub mod managed_fields;
+pub(crate) mod metadata;
+pub mod openapi_meta;
+pub(crate) mod patch;
+pub mod protobuf;
+pub mod rest;
+pub(crate) mod selectors;
+pub(crate) mod store;
+pub(crate) mod strategy;
+#[cfg(any(test, feature = "testing"))]
+pub mod testing;
+pub mod validation;
+pub mod versions;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+pub use error::{ApiError, ApiResult, FieldError};
+pub use fence::{Fence, Record};
+pub use rest::RestStorage;
+pub use store::{Guarded, ObjectRef, Store, Update, now as now_time, now_text};
+pub use strategy::{ListMerge, ResourceInfo, Strategy, TableColumn};
+
+/// Every served resource, by (group, plural).
+#[derive(Clone, Default)]
+pub struct Registry {
+    resources: BTreeMap<(String, String), Arc<dyn RestStorage>>,
+}
+
+impl Registry {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn register(&mut self, storage: Arc<dyn RestStorage>) {
+        let info = storage.info();
+        self.resources
+            .insert((info.group.to_string(), info.plural.to_string()), storage);
+    }
+
+    pub fn get(&self, group: &str, plural: &str) -> Option<&Arc<dyn RestStorage>> {
+        self.resources.get(&(group.to_string(), plural.to_string()))
+    }
+
+    /// All served resources, in (group, plural) order.
+    pub fn iter(&self) -> impl Iterator<Item = &Arc<dyn RestStorage>> {
+        self.resources.values()
+    }
+}

@@ -1,0 +1,132 @@
+//! `Guarded<S>`: a store as the controllers of one leadership term write to it. The same code
+//! path as every other write (validation, resourceVersions, watch events), plus the term's
+//! [`Fence`] in each write's storage transaction: a write commits only while the term lasts.
+
+use std::sync::Arc;
+
+use super::super::error::ApiResult;
+use super::super::fence::{Fence, Record};
+use super::super::rest::{Preconditions, Subresource};
+use super::super::strategy::Strategy;
+use super::managed::DEFAULT_FIELD_MANAGER;
+use super::{Also, Deletion, ObjectRef, Store, StoreEventStream};
+use svm_storage::Revision;
+
+pub struct Guarded<S: Strategy> {
+    store: Arc<Store<S>>,
+    fence: Fence,
+    /// The field manager its writes are recorded for in managedFields.
+    manager: &'static str,
+}
+
+impl<S: Strategy> Clone for Guarded<S> {
+    fn clone(&self) -> Self {
+        Self {
+            store: self.store.clone(),
+            fence: self.fence.clone(),
+            manager: self.manager,
+        }
+    }
+}
+
+impl<S: Strategy> Guarded<S> {
+    /// Writes under `fence`, recorded for [`DEFAULT_FIELD_MANAGER`].
+    pub fn new(store: Arc<Store<S>>, fence: Fence) -> Self {
+        Self {
+            store,
+            fence,
+            manager: DEFAULT_FIELD_MANAGER,
+        }
+    }
+
+    /// The same, recorded for `manager` (e.g. `svm-apiserver-migrator`).
+    pub fn managed_by(mut self, manager: &'static str) -> Self {
+        self.manager = manager;
+        self
+    }
+
+    pub fn fence(&self) -> &Fence {
+        &self.fence
+    }
+
+    fn also<'a>(&'a self, records: &'a [Record]) -> Also<'a> {
+        Also {
+            fence: Some(&self.fence),
+            records,
+        }
+    }
+
+    /// Reads need no fence.
+    pub async fn get<'a>(&self, at: impl Into<ObjectRef<'a>>) -> ApiResult<Option<S::Object>> {
+        self.store.get(at).await
+    }
+
+    pub async fn list_all(&self) -> ApiResult<(Vec<S::Object>, Revision)> {
+        self.store.list_all().await
+    }
+
+    pub async fn watch(&self, after: Revision) -> ApiResult<StoreEventStream<S::Object>> {
+        self.store.watch(after).await
+    }
+
+    pub async fn create(&self, obj: S::Object) -> ApiResult<S::Object> {
+        self.create_with(obj, &[]).await
+    }
+
+    /// A create with `records` in the same transaction (the trigger's hash history): all
+    /// land, or nothing does.
+    pub async fn create_with(&self, obj: S::Object, records: &[Record]) -> ApiResult<S::Object> {
+        self.store
+            .create_object(
+                obj,
+                false,
+                self.also(records),
+                self.store.tracking_for(self.manager),
+            )
+            .await
+    }
+
+    pub async fn update(&self, obj: S::Object) -> ApiResult<S::Object> {
+        self.store
+            .replace_with(
+                obj,
+                Subresource::Main,
+                false,
+                self.store.tracking_for(self.manager),
+                self.also(&[]),
+            )
+            .await
+    }
+
+    pub async fn update_status(&self, obj: S::Object) -> ApiResult<S::Object> {
+        self.update_status_with(obj, &[]).await
+    }
+
+    /// A status update with `records` in the same transaction; the object's resourceVersion
+    /// is the precondition for all of it (a 409 writes nothing).
+    pub async fn update_status_with(
+        &self,
+        obj: S::Object,
+        records: &[Record],
+    ) -> ApiResult<S::Object> {
+        self.store
+            .replace_with(
+                obj,
+                Subresource::Status,
+                false,
+                self.store.tracking_for(self.manager),
+                self.also(records),
+            )
+            .await
+    }
+
+    pub async fn delete<'a>(
+        &self,
+        at: impl Into<ObjectRef<'a>>,
+        preconditions: &Preconditions,
+    ) -> ApiResult<Deletion<S::Object>> {
+        self.store
+            .delete_object(at.into(), preconditions, None, false, self.also(&[]))
+            .await
+    }
+}
