@@ -15,6 +15,13 @@ mod kubectl_apply;
 mod kubectl_conformance;
 mod namespaced;
 mod protobuf;
+#[allow(dead_code)]
+#[path = "../support/protobuf_fields.rs"]
+mod protobuf_fields;
+mod protobuf_recordings;
 mod python_client;
+#[allow(dead_code)]
+#[path = "../support/recordings.rs"]
+mod recordings;
 mod server_side_apply;
 mod watch;
