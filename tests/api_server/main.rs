@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 use svm_test_support as support;
+use svm_test_support::{protobuf_fields, recordings};
 
 mod authn;
 mod bad_input;
@@ -14,6 +15,7 @@ mod kubectl_apply;
 mod kubectl_conformance;
 mod namespaced;
 mod protobuf;
+mod protobuf_recordings;
 mod python_client;
 mod server_side_apply;
 mod watch;

@@ -8,6 +8,7 @@ pub mod doubles;
 pub mod etcd;
 pub mod kubectl;
 pub mod monitoring;
+pub mod protobuf_fields;
 pub mod real_cluster;
 pub mod recordings;
 pub mod seed;

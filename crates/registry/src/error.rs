@@ -139,6 +139,11 @@ pub enum ApiError {
     /// 415 UnsupportedMediaType.
     #[error("{0}")]
     UnsupportedMediaType(String),
+    /// 415 UnsupportedMediaType from the route itself (go-restful's refusal of a Content-Type
+    /// the route does not consume, before any handler): its bare text and empty details
+    /// (recording 20g step 15).
+    #[error("415: Unsupported Media Type")]
+    RouteUnsupportedMediaType,
     /// 422 Invalid, with one cause per field error. `kind` is the Kind (not the plural).
     #[error(
         "{} \"{name}\" is invalid: {}",
@@ -193,7 +198,7 @@ impl ApiError {
             | ApiError::Fenced(_) => 409,
             ApiError::Expired { .. } => 410,
             ApiError::TooLarge(_) => 413,
-            ApiError::UnsupportedMediaType(_) => 415,
+            ApiError::UnsupportedMediaType(_) | ApiError::RouteUnsupportedMediaType => 415,
             ApiError::Invalid { .. } => 422,
             ApiError::TooManyRequests { .. } => 429,
             ApiError::Internal(_) | ApiError::Unknown(_) => 500,
@@ -217,7 +222,9 @@ impl ApiError {
             }
             ApiError::Expired { .. } => "Expired",
             ApiError::TooLarge(_) => "RequestEntityTooLarge",
-            ApiError::UnsupportedMediaType(_) => "UnsupportedMediaType",
+            ApiError::UnsupportedMediaType(_) | ApiError::RouteUnsupportedMediaType => {
+                "UnsupportedMediaType"
+            }
             ApiError::Invalid { .. } => "Invalid",
             ApiError::TooManyRequests { .. } => "TooManyRequests",
             ApiError::Internal(_) => "InternalError",
@@ -357,8 +364,14 @@ impl ApiError {
         if !self.reason().is_empty() {
             status["reason"] = json!(self.reason());
         }
-        // go-restful's 404 for an unknown path carries empty details; others omit them.
-        if !details.is_empty() || matches!(self, ApiError::UnknownPath) {
+        // go-restful's 404 for an unknown path and its 415 carry empty details; others omit
+        // them.
+        if !details.is_empty()
+            || matches!(
+                self,
+                ApiError::UnknownPath | ApiError::RouteUnsupportedMediaType
+            )
+        {
             status["details"] = Value::Object(details);
         }
         status["code"] = json!(self.code());
@@ -387,6 +400,17 @@ mod tests {
         );
         assert_eq!(status["code"], 404);
         assert_eq!(status["reason"], "NotFound");
+    }
+
+    #[test]
+    fn the_routes_own_415_has_empty_details() {
+        let status = ApiError::RouteUnsupportedMediaType.to_status();
+        assert_eq!(status["message"], "415: Unsupported Media Type");
+        assert_eq!(status["reason"], "UnsupportedMediaType");
+        assert_eq!(status["details"], serde_json::json!({}));
+        assert_eq!(status["code"], 415);
+        let handler = ApiError::UnsupportedMediaType("the body ...".into()).to_status();
+        assert!(handler.get("details").is_none());
     }
 
     #[test]

@@ -453,7 +453,7 @@ fn decode_protobuf_object(call: &ResourceRequest, bytes: &[u8]) -> Result<Value,
             summarize(bytes)
         ))
     };
-    let envelope = protobuf::decode_body(bytes).map_err(|err| unrecognized(&err))?;
+    let envelope = protobuf::decode_body(bytes).map_err(|err| unrecognized(&err.in_go_words()))?;
     if envelope.raw.is_empty() {
         return Err(unrecognized(&"empty body"));
     }
@@ -468,7 +468,8 @@ fn decode_protobuf_object(call: &ResourceRequest, bytes: &[u8]) -> Result<Value,
         Some(messages) if own_version => {
             messages.decode(version, &envelope.raw).map_err(|err| {
                 ApiError::BadRequest(format!(
-                    "{kind} in version {version:?} cannot be handled as a {kind}: {err}",
+                    "{kind} in version {version:?} cannot be handled as a {kind}: {}",
+                    err.in_go_words(),
                     kind = call.kind()
                 ))
             })?
@@ -594,7 +595,7 @@ fn decode_protobuf_delete_options(bytes: &[u8]) -> Result<Value, ApiError> {
             summarize(bytes)
         ))
     };
-    let envelope = protobuf::decode_body(bytes).map_err(|err| unrecognized(&err))?;
+    let envelope = protobuf::decode_body(bytes).map_err(|err| unrecognized(&err.in_go_words()))?;
     if envelope.kind != "DeleteOptions" {
         return Err(ApiError::BadRequest(format!(
             "{} in version {:?} cannot be handled as a DeleteOptions: no kind {:?} is registered for version {:?}",
@@ -604,7 +605,7 @@ fn decode_protobuf_delete_options(bytes: &[u8]) -> Result<Value, ApiError> {
             envelope.api_version
         )));
     }
-    meta::delete_options_from_pb(&envelope.raw).map_err(|err| unrecognized(&err))
+    meta::delete_options_from_pb(&envelope.raw).map_err(|err| unrecognized(&err.in_go_words()))
 }
 
 async fn delete(mut call: ResourceRequest, name: &str) -> HandlerResult {

@@ -387,9 +387,7 @@ pub fn body_format(headers: &HeaderMap, protobuf: Protobuf) -> Result<BodyFormat
 /// kind with protobuf messages gets go-restful's bare text, recording 20g step 15).
 pub fn patch_type(headers: &HeaderMap, protobuf: Protobuf) -> Result<PatchType, ApiError> {
     match content_media_type(headers).as_deref() {
-        Some(PROTOBUF) if protobuf == Protobuf::Spoken => Err(ApiError::UnsupportedMediaType(
-            "415: Unsupported Media Type".into(),
-        )),
+        Some(PROTOBUF) if protobuf == Protobuf::Spoken => Err(ApiError::RouteUnsupportedMediaType),
         Some("application/json-patch+json") => Ok(PatchType::Json),
         Some("application/merge-patch+json") => Ok(PatchType::Merge),
         Some("application/strategic-merge-patch+json") => Ok(PatchType::StrategicMerge),

@@ -166,7 +166,7 @@ impl ProtobufKind for MigrationProtobuf {
     }
 
     fn decode(&self, version: &str, raw: &[u8]) -> Result<Value, ProtobufError> {
-        let malformed = ProtobufError::malformed("StorageVersionMigration");
+        let malformed = ProtobufError::malformed_in("StorageVersionMigration", raw);
         match version {
             "v1alpha1" => {
                 let message = AlphaMigration::decode(raw).map_err(malformed)?;

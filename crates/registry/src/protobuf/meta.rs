@@ -294,8 +294,8 @@ pub fn status_from_pb(raw: &[u8]) -> Result<Value, ProtobufError> {
 
 /// A protobuf metav1.DeleteOptions message as the JSON body a client would have sent.
 pub fn delete_options_from_pb(raw: &[u8]) -> Result<Value, ProtobufError> {
-    let options =
-        pb::DeleteOptions::decode(raw).map_err(ProtobufError::malformed("DeleteOptions"))?;
+    let options = pb::DeleteOptions::decode(raw)
+        .map_err(ProtobufError::malformed_in("DeleteOptions", raw))?;
     let options = json::DeleteOptions {
         api_version: None,
         kind: None,

@@ -44,6 +44,8 @@ pub enum ProtobufError {
         what: &'static str,
         #[source]
         source: prost::DecodeError,
+        /// What Go's decoder says of the same bytes ([`ProtobufError::in_go_words`]).
+        go: String,
     },
     /// A field holds a value its JSON form cannot carry (a time out of range, a managed-fields
     /// set that is not JSON).
@@ -69,12 +71,117 @@ pub enum ProtobufError {
 
 impl ProtobufError {
     pub fn malformed(what: &'static str) -> impl FnOnce(prost::DecodeError) -> Self {
-        move |source| ProtobufError::Malformed { what, source }
+        move |source| ProtobufError::Malformed {
+            what,
+            go: go_words(&source),
+            source,
+        }
+    }
+
+    /// As [`ProtobufError::malformed`], for a decode of `message`: its top-level fields are
+    /// walked as Go's decoder walks them, for Go's words where prost has none (a declared
+    /// length of 2^63 or more is "negative" to Go).
+    pub fn malformed_in<'a>(
+        what: &'static str,
+        message: &'a [u8],
+    ) -> impl FnOnce(prost::DecodeError) -> Self + 'a {
+        move |source| ProtobufError::Malformed {
+            what,
+            go: go_wire_error(message).unwrap_or_else(|| go_words(&source)),
+            source,
+        }
+    }
+
+    /// The error as kube-apiserver words it in a 400 about a body (recording 20h): malformed
+    /// bytes in the words of Go's generated decoder (`unexpected EOF` for a field cut short or
+    /// a length past the end, `proto: negative length found during unmarshaling`, `proto:
+    /// integer overflow`, `proto: illegal wireType 7`); anything else as it displays.
+    pub fn in_go_words(&self) -> String {
+        match self {
+            ProtobufError::Malformed { go, .. } => go.clone(),
+            other => other.to_string(),
+        }
     }
 
     pub fn shape(what: &'static str) -> impl FnOnce(serde_json::Error) -> Self {
         move |source| ProtobufError::Shape { what, source }
     }
+}
+
+/// Go's `io.ErrUnexpectedEOF`, which its generated decoders return for bytes cut short.
+const GO_UNEXPECTED_EOF: &str = "unexpected EOF";
+
+/// Go's words for a prost decode error of a nested field (the top level is walked by
+/// [`go_wire_error`]): prost's "buffer underflow" and "invalid varint" are bytes that end too
+/// soon, Go's `unexpected EOF`.
+fn go_words(source: &prost::DecodeError) -> String {
+    let text = source.to_string();
+    if text.ends_with("buffer underflow") || text.ends_with("invalid varint") {
+        return GO_UNEXPECTED_EOF.into();
+    }
+    if let Some((_, value)) = text.rsplit_once("invalid wire type value: ") {
+        return format!("proto: illegal wireType {value}");
+    }
+    text
+}
+
+/// The first fault in `message`'s top-level fields as Go's generated `Unmarshal` finds it (a
+/// varint of more than 10 bytes, a declared length that is negative as an int64 or runs past
+/// the end, bytes that end inside a field, a wire type that does not exist); `None` when the
+/// top level is well formed (a fault is deeper, or is of a kind this walk does not see).
+fn go_wire_error(message: &[u8]) -> Option<String> {
+    fn varint(rest: &mut &[u8]) -> Result<u64, String> {
+        let mut value = 0u64;
+        let mut shift = 0;
+        loop {
+            if shift >= 64 {
+                return Err("proto: integer overflow".into());
+            }
+            let Some((&byte, tail)) = rest.split_first() else {
+                return Err(GO_UNEXPECTED_EOF.into());
+            };
+            *rest = tail;
+            value |= u64::from(byte & 0x7f) << shift;
+            if byte < 0x80 {
+                return Ok(value);
+            }
+            shift += 7;
+        }
+    }
+    fn skip(rest: &mut &[u8], length: u64) -> Result<(), String> {
+        match usize::try_from(length) {
+            Ok(length) if length <= rest.len() => {
+                *rest = &rest[length..];
+                Ok(())
+            }
+            _ => Err(GO_UNEXPECTED_EOF.into()),
+        }
+    }
+    let mut rest = message;
+    let walked = (|| {
+        while !rest.is_empty() {
+            let key = varint(&mut rest)?;
+            match key & 7 {
+                0 => {
+                    varint(&mut rest)?;
+                }
+                1 => skip(&mut rest, 8)?,
+                2 => {
+                    let length = varint(&mut rest)?;
+                    if i64::try_from(length).is_err() {
+                        return Err("proto: negative length found during unmarshaling".into());
+                    }
+                    skip(&mut rest, length)?;
+                }
+                5 => skip(&mut rest, 4)?,
+                // Groups (3, 4) are left to prost.
+                3 | 4 => return Ok(()),
+                other => return Err(format!("proto: illegal wireType {other}")),
+            }
+        }
+        Ok(())
+    })();
+    walked.err()
 }
 
 /// The messages of one of our kinds: its served JSON (an object or a list, in one served
@@ -122,7 +229,8 @@ pub fn decode_body(body: &[u8]) -> Result<Envelope, ProtobufError> {
     let Some(message) = body.strip_prefix(&MAGIC) else {
         return Err(ProtobufError::NoMagic);
     };
-    let unknown = Unknown::decode(message).map_err(ProtobufError::malformed("runtime.Unknown"))?;
+    let unknown = Unknown::decode(message)
+        .map_err(ProtobufError::malformed_in("runtime.Unknown", message))?;
     let type_meta = unknown.type_meta.unwrap_or_default();
     Ok(Envelope {
         api_version: type_meta.api_version.unwrap_or_default(),
@@ -247,6 +355,48 @@ mod tests {
             decode_body(&overflow),
             Err(ProtobufError::Malformed { .. })
         ));
+    }
+
+    /// Recording 20h's bad bodies, in Go's words.
+    #[test]
+    fn malformed_bodies_are_worded_as_go_words_them() {
+        let words = |body: &[u8]| match decode_body(body) {
+            Err(err @ ProtobufError::Malformed { .. }) => err.in_go_words(),
+            other => panic!("{other:?}"),
+        };
+        let valid = encode_body("v1", "ConfigMap", vec![0x0a, 0x02, 0x0a, 0x00]);
+        // Cut inside raw (20h step 4): a length past the end.
+        assert_eq!(words(&valid[..valid.len() - 6]), "unexpected EOF");
+        // raw declaring 2^64-1 bytes (20h step 12).
+        let mut overflow = b"k8s\0".to_vec();
+        overflow.extend([0x12]);
+        overflow.extend([0xff; 9]);
+        overflow.extend([0x01, 0x0a]);
+        assert_eq!(
+            words(&overflow),
+            "proto: negative length found during unmarshaling"
+        );
+        // 2^62 bytes: positive, past the end.
+        let mut long = b"k8s\0".to_vec();
+        long.extend([
+            0x12, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x40, 0x0a,
+        ]);
+        assert_eq!(words(&long), "unexpected EOF");
+        // A varint of eleven bytes; a wire type that does not exist.
+        let mut varint = b"k8s\0".to_vec();
+        varint.extend([0x08]);
+        varint.extend([0x80; 10]);
+        varint.extend([0x01]);
+        assert_eq!(words(&varint), "proto: integer overflow");
+        assert_eq!(words(b"k8s\0\x0f"), "proto: illegal wireType 7");
+        // A message decoded from an envelope's raw: prost's nested faults in Go's words.
+        let nested = k8s_pb::apimachinery::pkg::apis::meta::v1::Status::decode(
+            &[0x0a, 0x03, 0x0a, 0x09, b'x'][..],
+        )
+        .map_err(ProtobufError::malformed("Status"))
+        .expect_err("a nested string cut short");
+        assert_eq!(nested.in_go_words(), "unexpected EOF");
+        assert!(nested.to_string().starts_with("Status: failed to decode"));
     }
 
     #[test]
