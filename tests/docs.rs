@@ -5,10 +5,10 @@
 //!
 //! - every relative Markdown link reaches a file or directory of the repository, and a link with
 //!   an `#anchor` into our Markdown reaches a heading of it (GitHub's anchor rules);
-//! - every repository path written in backticks exists (`src/server/negotiate.rs`,
+//! - every repository path written in backticks exists (`crates/server/src/negotiate.rs`,
 //!   `hack/envtest.sh`, `deploy/base/`). A path is one whose first segment names an entry of the
 //!   repository's root or of the Markdown file's own directory (and, on the pages under docs/,
-//!   of `src/`: `registry/store/mod.rs`), or that starts with `../`. Paths git ignores (what
+//!   of `crates/`: `registry/src/store/mod.rs`), or that starts with `../`. Paths git ignores (what
 //!   `make certs` or a build writes) are not checked, nor anything with a placeholder, a glob
 //!   or a URL;
 //! - every Rust path written in backticks whose first segment is a module of `src/`
@@ -443,17 +443,27 @@ fn definitions(source: &str) -> Definitions {
     defs
 }
 
-/// The crate's source: each `.rs` file under src/ with what it defines.
+/// The workspace's source: each `.rs` file under `src/` (the binary) and under each crate's
+/// `crates/<name>/src/`, with what it defines.
 struct Source {
-    src: PathBuf,
+    /// `src/` and every `crates/<name>/src/`: where module paths start.
+    roots: Vec<PathBuf>,
     files: BTreeMap<PathBuf, Definitions>,
 }
 
 impl Source {
     fn read() -> Self {
-        let src = root().join("src");
+        let mut roots = vec![root().join("src")];
+        for entry in fs::read_dir(root().join("crates")).unwrap() {
+            let src = entry.unwrap().path().join("src");
+            if src.is_dir() {
+                roots.push(src);
+            }
+        }
         let mut paths = Vec::new();
-        rust_files(&src, &mut paths);
+        for src in &roots {
+            rust_files(src, &mut paths);
+        }
         let files = paths
             .into_iter()
             .map(|path| {
@@ -461,12 +471,18 @@ impl Source {
                 (path, defs)
             })
             .collect();
-        Source { src, files }
+        Source { roots, files }
     }
 
-    /// Where modules named `name` are: `…/name.rs` and `…/name/`, anywhere under src/.
+    /// Where modules named `name` are: a crate of the workspace (`svm_server`, or `server` for
+    /// `crates/server`), and `…/name.rs` and `…/name/` anywhere in the sources.
     fn modules_named(&self, name: &str) -> Vec<PathBuf> {
         let mut out = BTreeSet::new();
+        let crate_dir = name.strip_prefix("svm_").unwrap_or(name);
+        let crate_src = root().join("crates").join(crate_dir).join("src");
+        if self.roots.contains(&crate_src) {
+            out.insert(crate_src.join("lib"));
+        }
         for path in self.files.keys() {
             if path.file_stem().is_some_and(|stem| stem == name)
                 && !["mod", "lib", "main"].contains(&name)
@@ -474,7 +490,7 @@ impl Source {
                 out.insert(path.with_extension(""));
             }
             for ancestor in path.ancestors().skip(1) {
-                if ancestor == self.src {
+                if self.roots.iter().any(|src| ancestor == src) {
                     break;
                 }
                 if ancestor.file_name().is_some_and(|dir| dir == name) {
@@ -485,9 +501,19 @@ impl Source {
         out.into_iter().collect()
     }
 
-    /// A module, given as its path without extension (`src/registry/fence`): its file
-    /// (`fence.rs`) and every file under its directory (`fence/`).
+    /// A module, given as its path without extension (`crates/registry/src/fence`): its file
+    /// (`fence.rs`) and every file under its directory (`fence/`); a crate (`…/src/lib`): every
+    /// file of it.
     fn module_files(&self, module: &Path) -> Vec<&Definitions> {
+        if module.file_name().is_some_and(|name| name == "lib") {
+            let src = module.parent().unwrap_or(module);
+            return self
+                .files
+                .iter()
+                .filter(|(path, _)| path.starts_with(src))
+                .map(|(_, defs)| defs)
+                .collect();
+        }
         let file = module.with_extension("rs");
         self.files
             .iter()
@@ -498,6 +524,15 @@ impl Source {
 
     fn is_module(&self, module: &Path) -> bool {
         module.with_extension("rs").is_file() || module.is_dir()
+    }
+
+    /// The directory a module's submodules live in (a crate's: its `src/`).
+    fn submodule_dir(module: &Path) -> PathBuf {
+        if module.file_name().is_some_and(|name| name == "lib") {
+            module.parent().unwrap_or(module).to_path_buf()
+        } else {
+            module.to_path_buf()
+        }
     }
 
     fn defines_type_anywhere(&self, name: &str) -> bool {
@@ -516,7 +551,7 @@ impl Source {
         let Some((first, after)) = rest.split_first() else {
             return true;
         };
-        let submodule = module.join(first);
+        let submodule = Self::submodule_dir(module).join(first);
         let files = self.module_files(module);
         let declared = files.iter().any(|defs| defs.items.contains(*first));
         if self.is_module(&submodule) && self.resolves(&submodule, after) {
@@ -687,7 +722,7 @@ fn every_repository_path_in_backticks_exists() {
             bases.push(dir.clone());
         }
         if doc.path.starts_with("docs") {
-            bases.push(PathBuf::from("src"));
+            bases.push(PathBuf::from("crates"));
         }
         for block in blocks(&doc.text) {
             for (offset, span) in code_spans(&block.text) {
@@ -853,8 +888,8 @@ fn spans_links_and_paths_are_read_as_markdown_has_them() {
     assert_eq!(line_of(&block, found[0].0), 8);
     assert_eq!(links("`[no](link)`"), []);
     assert_eq!(
-        path_like("src/server/negotiate.rs,"),
-        Some("src/server/negotiate.rs")
+        path_like("crates/server/src/negotiate.rs,"),
+        Some("crates/server/src/negotiate.rs")
     );
     for not_a_path in [
         "apps/v1",

@@ -8,17 +8,17 @@ use svm_server::auth::RequestAttributes;
 /// Which part of the server makes the request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Component {
-    /// Delegated authentication and authorization (`src/auth`).
+    /// Delegated authentication and authorization (`crates/server/src/auth`).
     Auth,
-    /// Running migrations (`src/migrator`, `src/cluster`).
+    /// Running migrations (`crates/controllers/src/migrator`, `crates/cluster/src/`).
     Migrator,
     /// Events on migrations (kube's recorder).
     Events,
-    /// Watching storage versions and keeping StorageStates true (`src/trigger`).
+    /// Watching storage versions and keeping StorageStates true (`crates/controllers/src/trigger`).
     Trigger,
-    /// Which part of `storagemigration.k8s.io` the server plays (`src/apimode`).
+    /// Which part of `storagemigration.k8s.io` the server plays (`crates/controllers/src/apimode`).
     ApiMode,
-    /// Resizing a StatefulSet's claims for VolumeClaimMigrations (`src/volumes`).
+    /// Resizing a StatefulSet's claims for VolumeClaimMigrations (`crates/controllers/src/volumes`).
     Volumes,
 }
 

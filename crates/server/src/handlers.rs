@@ -128,7 +128,7 @@ enum PathKind {
     Item,
 }
 
-/// A resource path's parameters, by their names in the routes (`src/server/mod.rs`): every
+/// A resource path's parameters, by their names in the routes (`crates/server/src/lib.rs`): every
 /// route to a resource, cluster-wide or under `/namespaces/{namespace}/`, a collection or an
 /// item (`{name}`, `{subresource}`), extracts into this one shape.
 #[derive(serde::Deserialize)]
