@@ -32,7 +32,7 @@ mod alpha {
     use k8s_pb::apimachinery::pkg::apis::meta::v1 as meta_pb;
 
     #[derive(Clone, PartialEq, prost::Message)]
-    pub struct StorageVersionMigration {
+    pub(super) struct StorageVersionMigration {
         #[prost(message, optional, tag = "1")]
         pub metadata: Option<meta_pb::ObjectMeta>,
         #[prost(message, optional, tag = "2")]
@@ -42,7 +42,7 @@ mod alpha {
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
-    pub struct StorageVersionMigrationList {
+    pub(super) struct StorageVersionMigrationList {
         #[prost(message, optional, tag = "1")]
         pub metadata: Option<meta_pb::ListMeta>,
         #[prost(message, repeated, tag = "2")]
@@ -50,7 +50,7 @@ mod alpha {
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Spec {
+    pub(super) struct Spec {
         #[prost(message, optional, tag = "1")]
         pub resource: Option<GroupVersionResource>,
         #[prost(string, optional, tag = "2")]
@@ -58,7 +58,7 @@ mod alpha {
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
-    pub struct GroupVersionResource {
+    pub(super) struct GroupVersionResource {
         #[prost(string, optional, tag = "1")]
         pub group: Option<String>,
         #[prost(string, optional, tag = "2")]
@@ -68,7 +68,7 @@ mod alpha {
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
-    pub struct Status {
+    pub(super) struct Status {
         #[prost(message, repeated, tag = "1")]
         pub conditions: Vec<MigrationCondition>,
         #[prost(string, optional, tag = "2")]
@@ -76,7 +76,7 @@ mod alpha {
     }
 
     #[derive(Clone, PartialEq, prost::Message)]
-    pub struct MigrationCondition {
+    pub(super) struct MigrationCondition {
         #[prost(string, optional, tag = "1")]
         pub r#type: Option<String>,
         #[prost(string, optional, tag = "2")]

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 /// Who may do what: `(user, verb, resource)` triples are allowed, the rest denied;
 /// system:masters is allowed everything (as RBAC's short-circuit in recording 15b).
 #[derive(Default)]
-pub struct Policy {
+pub(crate) struct Policy {
     pub tokens: HashMap<String, Value>,
     pub allowed: Vec<(String, String, String)>,
     /// `data` of kube-system/extension-apiserver-authentication; `None` answers 404.
@@ -23,7 +23,7 @@ pub struct Policy {
 }
 
 #[derive(Default)]
-pub struct Calls {
+pub(crate) struct Calls {
     pub token_reviews: AtomicUsize,
     pub access_reviews: AtomicUsize,
     pub last_access_review: Mutex<Option<Value>>,
@@ -35,14 +35,14 @@ struct Shared {
     failing: AtomicBool,
 }
 
-pub struct FakeCluster {
+pub(crate) struct FakeCluster {
     pub url: String,
     shared: Arc<Shared>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl FakeCluster {
-    pub async fn start(policy: Policy) -> FakeCluster {
+    pub(crate) async fn start(policy: Policy) -> FakeCluster {
         let shared = Arc::new(Shared {
             policy: Mutex::new(policy),
             calls: Calls::default(),
@@ -73,20 +73,20 @@ impl FakeCluster {
     }
 
     /// A review client for this cluster (plain HTTP on loopback), configured as the server's.
-    pub fn client(&self) -> kube::Client {
+    pub(crate) fn client(&self) -> kube::Client {
         let config = kube::Config::new(self.url.parse().expect("url"));
         svm_server::auth::review_client(config).expect("client")
     }
 
-    pub fn token_reviews(&self) -> usize {
+    pub(crate) fn token_reviews(&self) -> usize {
         self.shared.calls.token_reviews.load(Ordering::SeqCst)
     }
 
-    pub fn access_reviews(&self) -> usize {
+    pub(crate) fn access_reviews(&self) -> usize {
         self.shared.calls.access_reviews.load(Ordering::SeqCst)
     }
 
-    pub fn last_access_review(&self) -> Value {
+    pub(crate) fn last_access_review(&self) -> Value {
         self.shared
             .calls
             .last_access_review
@@ -97,11 +97,11 @@ impl FakeCluster {
     }
 
     /// Answer every review with a 503 Status (or stop doing so).
-    pub fn set_failing(&self, failing: bool) {
+    pub(crate) fn set_failing(&self, failing: bool) {
         self.shared.failing.store(failing, Ordering::SeqCst);
     }
 
-    pub fn allow(&self, user: &str, verb: &str, resource: &str) {
+    pub(crate) fn allow(&self, user: &str, verb: &str, resource: &str) {
         self.shared.policy.lock().expect("lock").allowed.push((
             user.into(),
             verb.into(),
@@ -109,7 +109,7 @@ impl FakeCluster {
         ));
     }
 
-    pub fn revoke_all(&self) {
+    pub(crate) fn revoke_all(&self) {
         self.shared.policy.lock().expect("lock").allowed.clear();
     }
 }

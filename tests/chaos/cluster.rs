@@ -13,11 +13,12 @@ use crate::support::etcd::EtcdServer;
 use crate::support::server::{Backend, ServerProcess};
 
 /// The migrated resources and how many objects each holds (10^4 in all).
-pub const RESOURCES: [(&str, usize); 2] = [("configmaps", 6_000), ("widgets.example.test", 4_000)];
+pub(crate) const RESOURCES: [(&str, usize); 2] =
+    [("configmaps", 6_000), ("widgets.example.test", 4_000)];
 /// The lease a paused leader is held past.
-pub const LEASE: Duration = Duration::from_secs(3);
+pub(crate) const LEASE: Duration = Duration::from_secs(3);
 
-pub struct Cluster {
+pub(crate) struct Cluster {
     pub replicas: Vec<ServerProcess>,
     pub etcd: EtcdServer,
     pub double: KubeDouble,
@@ -27,7 +28,7 @@ pub struct Cluster {
 
 impl Cluster {
     /// etcd, the double with [`RESOURCES`] stored in v1, and two replicas on it.
-    pub async fn start(qps: u32) -> Cluster {
+    pub(crate) async fn start(qps: u32) -> Cluster {
         let etcd = EtcdServer::start();
         let double = crate::support::doubles::with_widgets(
             KubeDouble::builder().lease_renewal(Duration::from_millis(200)),
@@ -72,7 +73,7 @@ impl Cluster {
     }
 
     /// A fresh client of the trial's etcd (a fresh one each time: etcd restarts).
-    pub async fn etcd_client(&self) -> Option<EtcdStorage> {
+    pub(crate) async fn etcd_client(&self) -> Option<EtcdStorage> {
         let options = EtcdOptions {
             request_timeout: Duration::from_secs(5),
             ..EtcdOptions::default()
@@ -87,7 +88,7 @@ impl Cluster {
     }
 
     /// A stored object of ours, decoded (`storagestates/configmaps`).
-    pub async fn stored(&self, path: &str) -> Option<Value> {
+    pub(crate) async fn stored(&self, path: &str) -> Option<Value> {
         let client = self.etcd_client().await?;
         let kv = client
             .get(&format!("{}/{path}", self.prefix))
@@ -98,7 +99,7 @@ impl Cluster {
 
     /// The replica holding the lease now (its index), found by the identity its log printed
     /// when it became the leader.
-    pub async fn leader(&self) -> Option<usize> {
+    pub(crate) async fn leader(&self) -> Option<usize> {
         let record = self.stored("leader").await?;
         let holder = record["holderIdentity"].as_str()?.to_string();
         self.replicas
@@ -107,7 +108,7 @@ impl Cluster {
     }
 
     /// Waits (up to 30 s) for a leader.
-    pub async fn wait_leader(&self) -> Option<usize> {
+    pub(crate) async fn wait_leader(&self) -> Option<usize> {
         for _ in 0..300 {
             if let Some(found) = self.leader().await {
                 return Some(found);
@@ -118,7 +119,7 @@ impl Cluster {
     }
 
     /// Objects of `resource` not yet stored in `version`.
-    pub fn old_objects(&self, resource: &str, version: &str) -> usize {
+    pub(crate) fn old_objects(&self, resource: &str, version: &str) -> usize {
         let expected = match resource.split_once('.') {
             Some((_, group)) => format!("{group}/{version}"),
             None => version.to_string(),
@@ -132,7 +133,7 @@ impl Cluster {
     }
 
     /// Objects of every migrated resource not yet in v2.
-    pub fn old_total(&self) -> usize {
+    pub(crate) fn old_total(&self) -> usize {
         RESOURCES
             .iter()
             .map(|(resource, _)| self.old_objects(resource, "v2"))
@@ -140,7 +141,7 @@ impl Cluster {
     }
 
     /// Whether StorageState `name` says safe at the storage version hash of `resource` in v2.
-    pub async fn safe_at_v2(&self, resource: &str) -> bool {
+    pub(crate) async fn safe_at_v2(&self, resource: &str) -> bool {
         let Some(state) = self.stored(&format!("storagestates/{resource}")).await else {
             return false;
         };
@@ -153,7 +154,7 @@ impl Cluster {
     }
 
     /// Lines of the replicas' logs that say a fenced write was refused.
-    pub fn refusals(&self) -> usize {
+    pub(crate) fn refusals(&self) -> usize {
         self.replicas
             .iter()
             .map(|r| {
@@ -166,7 +167,7 @@ impl Cluster {
     }
 
     /// The last lines of each replica's log.
-    pub fn logs_tail(&self, lines: usize) -> String {
+    pub(crate) fn logs_tail(&self, lines: usize) -> String {
         self.replicas
             .iter()
             .enumerate()
@@ -191,12 +192,12 @@ fn kind_of(plural: &str) -> String {
 }
 
 /// A process stopped with SIGSTOP; SIGCONT when dropped (whatever happens in between).
-pub struct Stopped {
+pub(crate) struct Stopped {
     pid: u32,
 }
 
 impl Stopped {
-    pub fn stop(pid: u32) -> Stopped {
+    pub(crate) fn stop(pid: u32) -> Stopped {
         signal(pid, "-STOP");
         Stopped { pid }
     }

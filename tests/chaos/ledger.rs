@@ -46,7 +46,7 @@ struct Seen {
     broken: Option<String>,
 }
 
-pub struct Ledger {
+pub(crate) struct Ledger {
     prefix: String,
     endpoint: String,
     seen: Arc<Mutex<Seen>>,
@@ -61,7 +61,7 @@ impl Drop for Ledger {
 
 /// What the ledger shows about a run.
 #[derive(Clone, Debug, Default)]
-pub struct Accounting {
+pub(crate) struct Accounting {
     /// Stamped controller writes per holder identity.
     pub writes_by_holder: BTreeMap<String, u64>,
     /// Stamped writes whose term was over when they landed, per holder.
@@ -82,12 +82,12 @@ pub struct Accounting {
 }
 
 impl Accounting {
-    pub fn deposed(&self) -> u64 {
+    pub(crate) fn deposed(&self) -> u64 {
         self.deposed_by_holder.values().sum()
     }
 
     /// Migrations that succeeded exactly once, of those that succeeded.
-    pub fn succeeded_once(&self) -> (usize, usize) {
+    pub(crate) fn succeeded_once(&self) -> (usize, usize) {
         (
             self.successes.values().filter(|n| **n == 1).count(),
             self.successes.len(),
@@ -98,7 +98,11 @@ impl Accounting {
 impl Ledger {
     /// Starts reading every change under `prefix` from revision 1; StorageStates that say safe
     /// are judged against `engine`.
-    pub fn start(endpoint: &str, prefix: &str, engine: Arc<kube_double::engine::Engine>) -> Self {
+    pub(crate) fn start(
+        endpoint: &str,
+        prefix: &str,
+        engine: Arc<kube_double::engine::Engine>,
+    ) -> Self {
         let seen = Arc::new(Mutex::new(Seen::default()));
         let task = tokio::spawn(follow(
             endpoint.to_string(),
@@ -116,7 +120,7 @@ impl Ledger {
 
     /// Waits (a hang guard of a minute) until the ledger has every change up to etcd's current
     /// revision.
-    pub async fn catch_up(&self) -> Result<(), String> {
+    pub(crate) async fn catch_up(&self) -> Result<(), String> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         loop {
             if let Ok(storage) = connect(&self.endpoint).await
@@ -136,7 +140,7 @@ impl Ledger {
     }
 
     /// The accounting of everything seen so far.
-    pub fn account(&self) -> Accounting {
+    pub(crate) fn account(&self) -> Accounting {
         let seen = self.seen.lock().unwrap();
         let leader_term = format!("{}/leader-term", self.prefix);
         let leader = format!("{}/leader", self.prefix);

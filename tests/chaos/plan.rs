@@ -7,7 +7,7 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
 #[derive(Clone, Debug, PartialEq)]
-pub enum Fault {
+pub(crate) enum Fault {
     /// SIGKILL the leader; start it again after the pause.
     KillLeader { down: Duration },
     /// SIGSTOP the leader past its lease (another replica takes over), then SIGCONT.
@@ -26,7 +26,7 @@ pub enum Fault {
 }
 
 impl Fault {
-    pub fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         let secs = |d: &Duration| format!("{:.1}s", d.as_secs_f64());
         match self {
             Fault::KillLeader { down } => format!("kill-9 leader ({} down)", secs(down)),
@@ -48,14 +48,14 @@ impl Fault {
 
 /// A fault and the share of old objects migrated (0..1) at which it strikes.
 #[derive(Clone, Debug)]
-pub struct Step {
+pub(crate) struct Step {
     pub at: f64,
     pub fault: Fault,
 }
 
 /// Four faults of any kind, at increasing points of the migration; with a fair coin, a stream
 /// cut armed before the migration starts (the first watch-list is then cut).
-pub fn draw(seed: u64) -> Vec<Step> {
+pub(crate) fn draw(seed: u64) -> Vec<Step> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut steps = Vec::new();
     if rng.random_bool(0.5) {

@@ -15,7 +15,7 @@ const UPGRADE_GUARD: Duration = Duration::from_secs(300);
 
 /// What one trial saw.
 #[derive(Clone, Debug)]
-pub struct Report {
+pub(crate) struct Report {
     pub seed: u64,
     /// Each fault as applied: what, at what share of the migration, and what came of it.
     pub faults: Vec<String>,
@@ -33,7 +33,7 @@ pub struct Report {
 
 impl Report {
     /// What went wrong; empty when every invariant held.
-    pub fn problems(&self) -> Vec<String> {
+    pub(crate) fn problems(&self) -> Vec<String> {
         let a = &self.accounting;
         let mut out = Vec::new();
         if let Some(failure) = &self.failure {
@@ -80,7 +80,7 @@ impl Report {
 }
 
 /// Runs the trial of `seed`.
-pub async fn run(seed: u64, qps: u32) -> Report {
+pub(crate) async fn run(seed: u64, qps: u32) -> Report {
     let started = Instant::now();
     let mut report = Report {
         seed,

@@ -7,14 +7,14 @@ use serde_json::Value;
 use crate::support::real_cluster::RealCluster;
 
 /// `kubectl get <what> -o json`'s items.
-pub fn items(cluster: &RealCluster, what: &str) -> Vec<Value> {
+pub(crate) fn items(cluster: &RealCluster, what: &str) -> Vec<Value> {
     let out = cluster.kubectl().ok(&["get", what, "-o", "json"]);
     let list: Value = serde_json::from_str(&out).expect("kubectl printed JSON");
     list["items"].as_array().cloned().unwrap_or_default()
 }
 
 /// The condition types whose status is "True".
-pub fn true_conditions(migration: &Value) -> Vec<String> {
+pub(crate) fn true_conditions(migration: &Value) -> Vec<String> {
     migration["status"]["conditions"]
         .as_array()
         .into_iter()
@@ -24,7 +24,7 @@ pub fn true_conditions(migration: &Value) -> Vec<String> {
         .collect()
 }
 
-pub fn name(object: &Value) -> String {
+pub(crate) fn name(object: &Value) -> String {
     object["metadata"]["name"]
         .as_str()
         .unwrap_or_default()
@@ -32,7 +32,7 @@ pub fn name(object: &Value) -> String {
 }
 
 /// A StorageState is safe when its persisted hashes are exactly `[current]`.
-pub fn is_safe(state: &Value) -> bool {
+pub(crate) fn is_safe(state: &Value) -> bool {
     let status = &state["status"];
     let current = status["currentStorageVersionHash"].as_str().unwrap_or("");
     !current.is_empty()
@@ -42,7 +42,7 @@ pub fn is_safe(state: &Value) -> bool {
 
 /// Poll `check` until it gives `Some`, or fail with what `describe` says after `limit` (a hang
 /// guard, not a speed check).
-pub fn wait_for<T>(
+pub(crate) fn wait_for<T>(
     limit: Duration,
     what: &str,
     mut check: impl FnMut() -> Option<T>,
@@ -63,7 +63,7 @@ pub fn wait_for<T>(
 }
 
 /// Create `count` objects from `make(i)` through `api`, `parallel` at a time.
-pub async fn create_many(
+pub(crate) async fn create_many(
     api: &kube::Api<kube::api::DynamicObject>,
     count: usize,
     parallel: usize,
@@ -93,7 +93,7 @@ pub async fn create_many(
 }
 
 /// The StorageState of `name`, once it exists.
-pub fn storage_state(cluster: &RealCluster, name: &str) -> Option<Value> {
+pub(crate) fn storage_state(cluster: &RealCluster, name: &str) -> Option<Value> {
     let out = cluster
         .kubectl()
         .run(&["get", "storagestate", name, "-o", "json"]);
@@ -105,23 +105,23 @@ pub fn storage_state(cluster: &RealCluster, name: &str) -> Option<Value> {
 }
 
 /// The migrations of one resource (`resource.group`), by name.
-pub fn migrations_of(cluster: &RealCluster, state: &str) -> Vec<Value> {
+pub(crate) fn migrations_of(cluster: &RealCluster, state: &str) -> Vec<Value> {
     items(cluster, "storageversionmigrations")
         .into_iter()
         .filter(|m| name(m).starts_with(&format!("{state}-")))
         .collect()
 }
 
-pub fn succeeded(migration: &Value) -> bool {
+pub(crate) fn succeeded(migration: &Value) -> bool {
     true_conditions(migration).iter().any(|c| c == "Succeeded")
 }
 
-pub fn failed(migration: &Value) -> bool {
+pub(crate) fn failed(migration: &Value) -> bool {
     true_conditions(migration).iter().any(|c| c == "Failed")
 }
 
 /// What a failed wait on a resource prints: its StorageState, the migrations, the server's log.
-pub fn describe_state(cluster: &RealCluster, state: &str) -> String {
+pub(crate) fn describe_state(cluster: &RealCluster, state: &str) -> String {
     let kubectl = cluster.kubectl();
     format!(
         "{}\n{}\nsvm-apiserver log:\n{}",
@@ -135,7 +135,11 @@ pub fn describe_state(cluster: &RealCluster, state: &str) -> String {
 
 /// How many objects under `prefix` etcd holds encoded as `api_version`: a custom resource is
 /// stored as JSON with the apiVersion of its storage version.
-pub async fn stored_json_objects(cluster: &RealCluster, prefix: &str, api_version: &str) -> usize {
+pub(crate) async fn stored_json_objects(
+    cluster: &RealCluster,
+    prefix: &str,
+    api_version: &str,
+) -> usize {
     cluster
         .plane
         .etcd_get_prefix(prefix)
@@ -150,7 +154,7 @@ pub async fn stored_json_objects(cluster: &RealCluster, prefix: &str, api_versio
 
 /// The widgets CRD (`example.test`, namespaced, stored in the first of `versions`) and `count`
 /// widgets in namespace `demo`, created in v1.
-pub async fn install_widgets(cluster: &RealCluster, versions: &[&str], count: usize) {
+pub(crate) async fn install_widgets(cluster: &RealCluster, versions: &[&str], count: usize) {
     let kubectl = cluster.kubectl();
     kubectl.ok(&["create", "namespace", "demo"]);
     let crd = kube_double::crd::manifest("example.test", "widgets", "Widget", versions);

@@ -2,7 +2,7 @@
 
 use super::*;
 
-pub async fn a_watch_ahead_of_the_store_waits_for_its_revision(s: &dyn Storage) {
+pub(crate) async fn a_watch_ahead_of_the_store_waits_for_its_revision(s: &dyn Storage) {
     let current = s.current_revision().await.unwrap();
     let mut stream = s.watch("/a/", current + 2).await.unwrap();
     for key in ["/a/1", "/a/2", "/a/3"] {

@@ -1,9 +1,9 @@
 //! What every Storage must do, run against the embedded store (durable and in memory) and etcd.
 
-pub use super::more_scenarios::*;
+pub(crate) use super::more_scenarios::*;
 use super::*;
 
-pub async fn revisions_start_at_one_and_advance_by_one(s: &dyn Storage) {
+pub(crate) async fn revisions_start_at_one_and_advance_by_one(s: &dyn Storage) {
     assert_eq!(s.current_revision().await.unwrap(), 1);
     assert_eq!(s.create("/r/a", b"1".to_vec()).await.unwrap(), 2);
     assert_eq!(s.create("/r/b", b"1".to_vec()).await.unwrap(), 3);
@@ -22,7 +22,7 @@ pub async fn revisions_start_at_one_and_advance_by_one(s: &dyn Storage) {
     assert_eq!((a.create_revision, a.mod_revision), (6, 6));
 }
 
-pub async fn create_update_delete_check_their_preconditions(s: &dyn Storage) {
+pub(crate) async fn create_update_delete_check_their_preconditions(s: &dyn Storage) {
     let created = s.create("/p/a", b"1".to_vec()).await.unwrap();
     assert!(matches!(
         s.create("/p/a", b"2".to_vec()).await,
@@ -64,7 +64,7 @@ pub async fn create_update_delete_check_their_preconditions(s: &dyn Storage) {
     ));
 }
 
-pub async fn a_failed_compare_writes_nothing(s: &dyn Storage) {
+pub(crate) async fn a_failed_compare_writes_nothing(s: &dyn Storage) {
     let b = s.create("/t/b", b"1".to_vec()).await.unwrap();
     let outcome = s
         .txn(Txn {
@@ -120,7 +120,7 @@ pub async fn a_failed_compare_writes_nothing(s: &dyn Storage) {
     assert_eq!(keys(&all.items), vec!["/t/b"]);
 }
 
-pub async fn a_transaction_commits_at_one_revision(s: &dyn Storage) {
+pub(crate) async fn a_transaction_commits_at_one_revision(s: &dyn Storage) {
     let b = s.create("/t/b", b"1".to_vec()).await.unwrap();
     let outcome = s
         .txn(Txn {
@@ -162,7 +162,7 @@ pub async fn a_transaction_commits_at_one_revision(s: &dyn Storage) {
     assert_eq!(s.current_revision().await.unwrap(), b + 1);
 }
 
-pub async fn invalid_transactions_are_rejected(s: &dyn Storage) {
+pub(crate) async fn invalid_transactions_are_rejected(s: &dyn Storage) {
     let twice = s
         .txn(Txn {
             compares: vec![],
@@ -183,7 +183,7 @@ pub async fn invalid_transactions_are_rejected(s: &dyn Storage) {
     assert_eq!(s.get("/t/a").await.unwrap(), None);
 }
 
-pub async fn list_pages_with_start_limit_and_remaining(s: &dyn Storage) {
+pub(crate) async fn list_pages_with_start_limit_and_remaining(s: &dyn Storage) {
     for key in ["/l/e", "/l/a", "/l/c", "/l/b", "/l/d", "/k/x", "/m/x", "/l"] {
         s.create(key, key.as_bytes().to_vec()).await.unwrap();
     }
@@ -283,7 +283,7 @@ pub async fn list_pages_with_start_limit_and_remaining(s: &dyn Storage) {
     assert_eq!((none.remaining, none.revision), (0, 9));
 }
 
-pub async fn list_at_a_past_revision_sees_that_revision(s: &dyn Storage) {
+pub(crate) async fn list_at_a_past_revision_sees_that_revision(s: &dyn Storage) {
     let a = s.create("/h/a", b"a1".to_vec()).await.unwrap(); // 2
     let b = s.create("/h/b", b"b1".to_vec()).await.unwrap(); // 3
     let a2 = s.update("/h/a", b"a2".to_vec(), a).await.unwrap(); // 4
@@ -320,7 +320,7 @@ pub async fn list_at_a_past_revision_sees_that_revision(s: &dyn Storage) {
     assert_eq!(keys(&now.items), vec!["/h/a", "/h/c"]);
 }
 
-pub async fn future_revisions_are_refused(s: &dyn Storage) {
+pub(crate) async fn future_revisions_are_refused(s: &dyn Storage) {
     let current = s.create("/f/a", b"1".to_vec()).await.unwrap();
     assert!(matches!(
         s.list("/f/", at(current + 1)).await,
@@ -334,7 +334,7 @@ pub async fn future_revisions_are_refused(s: &dyn Storage) {
     assert_eq!(s.list("/f/", at(current)).await.unwrap().items.len(), 1);
 }
 
-pub async fn compaction_expires_old_reads_and_watches(s: &dyn Storage) {
+pub(crate) async fn compaction_expires_old_reads_and_watches(s: &dyn Storage) {
     let a = s.create("/c/a", b"1".to_vec()).await.unwrap(); // 2
     let a = s.update("/c/a", b"2".to_vec(), a).await.unwrap(); // 3
     s.create("/c/b", b"1".to_vec()).await.unwrap(); // 4
@@ -391,7 +391,7 @@ pub async fn compaction_expires_old_reads_and_watches(s: &dyn Storage) {
     assert_eq!(text(&now.items[0]), "3");
 }
 
-pub async fn watch_replays_history_then_streams_live(s: &dyn Storage) {
+pub(crate) async fn watch_replays_history_then_streams_live(s: &dyn Storage) {
     let a = s.create("/w/a", b"a1".to_vec()).await.unwrap(); // 2
     s.create("/x/other", b"x".to_vec()).await.unwrap(); // 3
     let a2 = s.update("/w/a", b"a2".to_vec(), a).await.unwrap(); // 4
@@ -437,7 +437,7 @@ pub async fn watch_replays_history_then_streams_live(s: &dyn Storage) {
     );
 }
 
-pub async fn delete_events_carry_the_previous_value(s: &dyn Storage) {
+pub(crate) async fn delete_events_carry_the_previous_value(s: &dyn Storage) {
     let a = s.create("/d/a", b"a1".to_vec()).await.unwrap();
     let a2 = s.update("/d/a", b"a2".to_vec(), a).await.unwrap();
     let mut live = s.watch("/d/", a2).await.unwrap();
@@ -456,7 +456,7 @@ pub async fn delete_events_carry_the_previous_value(s: &dyn Storage) {
     }
 }
 
-pub async fn watch_sends_progress_when_idle(s: &dyn Storage) {
+pub(crate) async fn watch_sends_progress_when_idle(s: &dyn Storage) {
     let current = s.create("/i/a", b"1".to_vec()).await.unwrap();
     let mut stream = s.watch("/i/", current).await.unwrap();
     match next_item(&mut stream).await.unwrap() {

@@ -16,12 +16,12 @@ use crate::support::doubles::{Verdict, verdict};
 use crate::support::etcd::EtcdServer;
 use crate::support::server::Backend;
 
-pub const STATES: &str = "/apis/storagemigration.k8s.io/v1/storagestates";
+pub(crate) const STATES: &str = "/apis/storagemigration.k8s.io/v1/storagestates";
 /// How long a scenario step may take (a hang guard, not a speed check).
-pub const WAIT: Duration = Duration::from_secs(120);
-pub const SVMS: &str = "/apis/storagemigration.k8s.io/v1/storageversionmigrations";
+pub(crate) const WAIT: Duration = Duration::from_secs(120);
+pub(crate) const SVMS: &str = "/apis/storagemigration.k8s.io/v1/storageversionmigrations";
 
-pub struct World {
+pub(crate) struct World {
     pub etcd: EtcdServer,
     pub prefix: String,
     pub h: Harness,
@@ -41,7 +41,7 @@ pub struct World {
 }
 
 /// Flags every trigger test runs with (fast polls, unthrottled migrations).
-pub const FAST: &[&str] = &[
+pub(crate) const FAST: &[&str] = &[
     "--controllers=trigger,migrator",
     "--discovery-interval=1s",
     "--qps=0",
@@ -50,13 +50,13 @@ pub const FAST: &[&str] = &[
 ];
 
 impl World {
-    pub async fn start(double: KubeDouble, flags: &[&str]) -> World {
+    pub(crate) async fn start(double: KubeDouble, flags: &[&str]) -> World {
         let etcd = EtcdServer::start();
         let prefix = format!("/svm-trigger-{}", uuid::Uuid::new_v4());
         Self::start_on(etcd, prefix, double, flags).await
     }
 
-    pub async fn start_on(
+    pub(crate) async fn start_on(
         etcd: EtcdServer,
         prefix: String,
         double: KubeDouble,
@@ -160,7 +160,7 @@ impl World {
     }
 
     /// The double's read-back: every object of `resource` is encoded as `encoding`.
-    pub fn assert_all_stored_in(&self, resource: &str, encoding: &str) {
+    pub(crate) fn assert_all_stored_in(&self, resource: &str, encoding: &str) {
         let summary = self.h.double.stored_summary(resource);
         assert!(
             summary.keys().all(|(e, _)| e == encoding),
@@ -170,7 +170,7 @@ impl World {
 
     /// Fails the test if the checker ever saw a safe verdict over old objects, went blind,
     /// or never judged a safe verdict at all (then it proved nothing).
-    pub fn assert_never_unsafe(&self) {
+    pub(crate) fn assert_never_unsafe(&self) {
         let counts = self.checked.summary();
         eprintln!("safety checker: {counts}");
         if let Some(problem) = self.violation.lock().unwrap().clone() {
@@ -200,11 +200,11 @@ impl World {
         list["items"].as_array().cloned().unwrap_or_default()
     }
 
-    pub async fn states(&self) -> Vec<Value> {
+    pub(crate) async fn states(&self) -> Vec<Value> {
         self.items(STATES).await
     }
 
-    pub async fn state(&self, name: &str) -> Option<Value> {
+    pub(crate) async fn state(&self, name: &str) -> Option<Value> {
         let resp = self
             .h
             .http
@@ -218,12 +218,16 @@ impl World {
         resp.json().await.ok()
     }
 
-    pub async fn migrations(&self) -> Vec<Value> {
+    pub(crate) async fn migrations(&self) -> Vec<Value> {
         self.items(SVMS).await
     }
 
     /// Migrations of `group/resource`, by name.
-    pub async fn migrations_of(&self, group: &str, resource: &str) -> BTreeMap<String, Value> {
+    pub(crate) async fn migrations_of(
+        &self,
+        group: &str,
+        resource: &str,
+    ) -> BTreeMap<String, Value> {
         self.migrations()
             .await
             .into_iter()
@@ -235,12 +239,12 @@ impl World {
             .collect()
     }
 
-    pub async fn history(&self, group: &str, resource: &str) -> Vec<HistoryEntry> {
+    pub(crate) async fn history(&self, group: &str, resource: &str) -> Vec<HistoryEntry> {
         self.history.read(group, resource).await.expect("history")
     }
 
     /// Polls until `done(state)` holds for StorageState `name`.
-    pub async fn wait_state(
+    pub(crate) async fn wait_state(
         &self,
         name: &str,
         timeout: Duration,
@@ -275,7 +279,7 @@ impl World {
     }
 
     /// Deletes the trigger's observer record (`<prefix>/trigger/observer`) from etcd.
-    pub async fn delete_observer_record(&self) {
+    pub(crate) async fn delete_observer_record(&self) {
         use svm_storage::{Op, Storage, Txn};
         let key = format!("{}/trigger/observer", self.prefix);
         assert!(
@@ -293,7 +297,7 @@ impl World {
 
     /// Polls the hash history of `group/resource` until `done(entries)` holds. (Intermediate
     /// StorageState values can be overtaken by a quick migration; the history cannot.)
-    pub async fn wait_history(
+    pub(crate) async fn wait_history(
         &self,
         group: &str,
         resource: &str,
@@ -316,7 +320,7 @@ impl World {
     }
 
     /// Waits until StorageState `name` is gone.
-    pub async fn wait_state_gone(&self, name: &str, timeout: Duration) {
+    pub(crate) async fn wait_state_gone(&self, name: &str, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         while self.state(name).await.is_some() {
             assert!(
@@ -329,7 +333,7 @@ impl World {
     }
 
     /// Waits until StorageState `name` is safe at `hash`.
-    pub async fn wait_safe(&self, name: &str, hash: &str, timeout: Duration) -> Value {
+    pub(crate) async fn wait_safe(&self, name: &str, hash: &str, timeout: Duration) -> Value {
         self.wait_state(name, timeout, &format!("safe at {hash}"), |s| {
             current(s) == hash && persisted(s) == [hash]
         })
@@ -381,7 +385,7 @@ impl Drop for World {
 }
 
 /// The storage-version hash of `group/version/kind`, as discovery publishes it.
-pub fn hash(group: &str, version: &str, kind: &str) -> String {
+pub(crate) fn hash(group: &str, version: &str, kind: &str) -> String {
     kube_double::resources::storage_version_hash(group, version, kind)
 }
 
@@ -390,7 +394,7 @@ pub fn hash(group: &str, version: &str, kind: &str) -> String {
 const LEASE_RENEWAL: Duration = Duration::from_millis(200);
 
 /// A double without the StorageVersion API (most clusters), with the `demo` namespace.
-pub async fn double_without_storage_version_api() -> KubeDouble {
+pub(crate) async fn double_without_storage_version_api() -> KubeDouble {
     let double = KubeDouble::builder()
         .storage_version_api(false)
         .lease_renewal(LEASE_RENEWAL)
@@ -403,7 +407,7 @@ pub async fn double_without_storage_version_api() -> KubeDouble {
 
 /// A double with the StorageVersion API, the `demo` namespace and the
 /// `widgets.example.test` CRD (v1 and v2).
-pub async fn double_with_widgets() -> KubeDouble {
+pub(crate) async fn double_with_widgets() -> KubeDouble {
     crate::support::doubles::with_widgets(
         KubeDouble::builder().lease_renewal(LEASE_RENEWAL),
         "demo",
@@ -411,19 +415,19 @@ pub async fn double_with_widgets() -> KubeDouble {
     .await
 }
 
-pub fn current(state: &Value) -> &str {
+pub(crate) fn current(state: &Value) -> &str {
     state["status"]["currentStorageVersionHash"]
         .as_str()
         .unwrap_or("")
 }
 
-pub fn persisted(state: &Value) -> Vec<&str> {
+pub(crate) fn persisted(state: &Value) -> Vec<&str> {
     state["status"]["persistedStorageVersionHashes"]
         .as_array()
         .map(|a| a.iter().filter_map(Value::as_str).collect())
         .unwrap_or_default()
 }
 
-pub fn hashes(entries: &[HistoryEntry]) -> Vec<&str> {
+pub(crate) fn hashes(entries: &[HistoryEntry]) -> Vec<&str> {
     entries.iter().map(|e| e.hash.as_str()).collect()
 }

@@ -8,7 +8,7 @@ use serde_json::{Map, Value};
 use svm_registry::{ApiError, ApiResult, TableColumn};
 
 /// The Name column every table starts with (kube-apiserver's text).
-pub fn name_column() -> TableColumn {
+pub(crate) fn name_column() -> TableColumn {
     TableColumn {
         name: "Name",
         type_: "string",
@@ -20,7 +20,7 @@ pub fn name_column() -> TableColumn {
 
 /// The Age column every table ends with: a `string` cell like `4m43s`, as built-ins have it
 /// (recording 07).
-pub fn age_column() -> TableColumn {
+pub(crate) fn age_column() -> TableColumn {
     TableColumn {
         name: "Age",
         type_: "string",
@@ -32,7 +32,7 @@ pub fn age_column() -> TableColumn {
 
 /// Deserialize the body of `kind` in `version` (apiVersion/kind already checked by the store).
 /// A body that does not fit is a 400 with kube-apiserver's wording (recording 16b).
-pub fn decode_body<T: DeserializeOwned>(
+pub(crate) fn decode_body<T: DeserializeOwned>(
     kind: &str,
     version: &str,
     mut value: Value,
@@ -49,12 +49,12 @@ pub fn decode_body<T: DeserializeOwned>(
 }
 
 /// Serialize `object` with `apiVersion` and `kind` first, as kube-apiserver orders built-ins.
-pub fn encode_body<T: Serialize>(kind: &str, version: &str, object: &T) -> ApiResult<Value> {
+pub(crate) fn encode_body<T: Serialize>(kind: &str, version: &str, object: &T) -> ApiResult<Value> {
     encode_body_in(super::GROUP, kind, version, object)
 }
 
 /// [`encode_body`] for a kind of `group`.
-pub fn encode_body_in<T: Serialize>(
+pub(crate) fn encode_body_in<T: Serialize>(
     group: &str,
     kind: &str,
     version: &str,
@@ -73,7 +73,7 @@ pub fn encode_body_in<T: Serialize>(
     Ok(Value::Object(out))
 }
 
-pub fn unknown_version(kind: &str, version: &str) -> ApiError {
+pub(crate) fn unknown_version(kind: &str, version: &str) -> ApiError {
     ApiError::BadRequest(format!(
         "{kind} in version {version:?} cannot be handled: version {version:?} is not served"
     ))
@@ -81,7 +81,7 @@ pub fn unknown_version(kind: &str, version: &str) -> ApiError {
 
 /// The Age cell: time since `created`, in kubectl's short form (`4m43s`, `3h`, `12d`), as
 /// kube-apiserver's table convertors write it (apimachinery's `HumanDuration`).
-pub fn age(created: Option<&Time>) -> String {
+pub(crate) fn age(created: Option<&Time>) -> String {
     let Some(created) = created else {
         return "<unknown>".to_string();
     };
@@ -91,7 +91,7 @@ pub fn age(created: Option<&Time>) -> String {
 }
 
 /// apimachinery `duration.HumanDuration` for whole seconds.
-pub fn human_duration(seconds: i64) -> String {
+pub(crate) fn human_duration(seconds: i64) -> String {
     if seconds < -1 {
         return "<invalid>".to_string();
     }
@@ -129,7 +129,7 @@ pub fn human_duration(seconds: i64) -> String {
 }
 
 /// RFC 1123 DNS label errors (resource names such as `deployments`).
-pub use svm_registry::validation::dns1123_label_errors as dns_label_errors;
+pub(crate) use svm_registry::validation::dns1123_label_errors as dns_label_errors;
 
 #[cfg(test)]
 mod tests {

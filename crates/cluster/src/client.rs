@@ -258,7 +258,7 @@ fn tuned(mut config: kube::Config) -> kube::Config {
 /// A request outside the access catalogue, refused before it leaves the process.
 #[derive(Debug, thiserror::Error)]
 #[error("{0} is not in the access catalogue (crates/cluster/src/access.rs)")]
-pub struct NotCatalogued(pub String);
+pub(crate) struct NotCatalogued(pub String);
 
 /// Only what the RBAC in deploy/ grants: every request of the kube client — raw requests,
 /// watchers, the events recorder — must be in the catalogue. A missing entry is a bug here,

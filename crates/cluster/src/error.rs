@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 /// A metav1.Status as the cluster answered it (only what the migrator looks at).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
-pub struct StatusBody {
+pub(crate) struct StatusBody {
     #[serde(default)]
     pub reason: String,
     #[serde(default)]
@@ -17,7 +17,7 @@ pub struct StatusBody {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
-pub struct StatusMeta {
+pub(crate) struct StatusMeta {
     /// An Expired list's inconsistent continue token (recording 05).
     #[serde(default, rename = "continue")]
     pub continue_token: Option<String>,
@@ -206,10 +206,10 @@ impl ClusterError {
 }
 
 /// The header naming the APF priority level a request was classified into.
-pub const PRIORITY_LEVEL_UID_HEADER: &str = "x-kubernetes-pf-prioritylevel-uid";
+pub(crate) const PRIORITY_LEVEL_UID_HEADER: &str = "x-kubernetes-pf-prioritylevel-uid";
 
 /// `Retry-After` in seconds (the form kube-apiserver sends); HTTP dates are not used by it.
-pub fn parse_retry_after(value: Option<&http::HeaderValue>) -> Option<Duration> {
+pub(crate) fn parse_retry_after(value: Option<&http::HeaderValue>) -> Option<Duration> {
     let seconds: u64 = value?.to_str().ok()?.trim().parse().ok()?;
     Some(Duration::from_secs(seconds))
 }

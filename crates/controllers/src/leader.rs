@@ -31,7 +31,7 @@ use svm_registry::fence::term_key;
 use svm_storage::{Compare, Op, Revision, Storage, Txn, TxnOutcome};
 
 #[derive(Clone, Debug)]
-pub struct ElectionConfig {
+pub(crate) struct ElectionConfig {
     /// This replica's identity (pod name, or hostname plus a random suffix).
     pub identity: String,
     pub lease_duration: Duration,
@@ -42,7 +42,7 @@ pub struct ElectionConfig {
 /// The record under `<prefix>/leader` (the fields of a coordination.k8s.io Lease's spec).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct LeaderRecord {
+pub(crate) struct LeaderRecord {
     pub holder_identity: String,
     pub lease_duration_seconds: u64,
     /// RFC 3339, for operators; never compared across machines.
@@ -55,13 +55,13 @@ pub struct LeaderRecord {
 /// revision names the term (the fence of the term's writes).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct TermRecord {
+pub(crate) struct TermRecord {
     pub holder_identity: String,
     pub acquire_time: String,
     pub leader_transitions: u64,
 }
 
-pub struct LeaderElector {
+pub(crate) struct LeaderElector {
     storage: std::sync::Arc<dyn Storage>,
     prefix: String,
     key: String,
@@ -78,7 +78,11 @@ pub struct LeaderElector {
 }
 
 impl LeaderElector {
-    pub fn new(storage: std::sync::Arc<dyn Storage>, prefix: &str, config: ElectionConfig) -> Self {
+    pub(crate) fn new(
+        storage: std::sync::Arc<dyn Storage>,
+        prefix: &str,
+        config: ElectionConfig,
+    ) -> Self {
         Self {
             storage,
             prefix: prefix.trim_end_matches('/').to_string(),
@@ -133,7 +137,7 @@ impl LeaderElector {
     }
 
     /// One attempt to acquire or renew; true while we hold the lease.
-    pub async fn try_acquire_or_renew(&mut self) -> bool {
+    pub(crate) async fn try_acquire_or_renew(&mut self) -> bool {
         let current = match self.storage.get(&self.key).await {
             Ok(current) => current,
             Err(err) => {
@@ -221,7 +225,7 @@ impl LeaderElector {
     }
 
     /// Gives the lease up (on shutdown), so another replica need not wait it out.
-    pub async fn release(&mut self) {
+    pub(crate) async fn release(&mut self) {
         if let Some(revision) = self.held {
             let txn = Txn {
                 compares: vec![Compare::ModRevision(self.key.clone(), revision)],
@@ -240,7 +244,7 @@ impl LeaderElector {
     /// token is cancelled the moment the term ends: the lease is lost (not renewed within the
     /// renew deadline, or taken over), a fenced write is refused, or `shutdown` fires. Loops
     /// to campaign again after a loss.
-    pub async fn run<F, Fut>(mut self, shutdown: CancellationToken, mut lead: F)
+    pub(crate) async fn run<F, Fut>(mut self, shutdown: CancellationToken, mut lead: F)
     where
         F: FnMut(Fence) -> Fut,
         Fut: std::future::Future<Output = ()> + Send + 'static,

@@ -6,7 +6,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 #[derive(Debug, Clone, Default)]
-pub struct LeaderMetrics {
+pub(crate) struct LeaderMetrics {
     /// 1 while this replica runs the controllers, else 0.
     pub is_leader: Gauge,
     /// Leadership terms this replica has started.
@@ -14,7 +14,7 @@ pub struct LeaderMetrics {
 }
 
 impl LeaderMetrics {
-    pub fn register(&self, registry: &mut Registry) {
+    pub(crate) fn register(&self, registry: &mut Registry) {
         registry.register(
             "svm_leader_is_leader",
             "1 while this replica holds the leader record and runs the controllers, else 0",
@@ -28,7 +28,7 @@ impl LeaderMetrics {
     }
 
     /// Marks a term as running until the returned guard drops (however the term ends).
-    pub fn term(&self) -> TermGuard {
+    pub(crate) fn term(&self) -> TermGuard {
         self.terms.inc();
         self.is_leader.set(1);
         TermGuard {
@@ -37,7 +37,7 @@ impl LeaderMetrics {
     }
 }
 
-pub struct TermGuard {
+pub(crate) struct TermGuard {
     is_leader: Gauge,
 }
 

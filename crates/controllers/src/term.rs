@@ -72,7 +72,7 @@ async fn stop(work: &CancellationToken, tasks: Vec<JoinHandle<()>>) {
 impl Term {
     /// Runs until the term's token is cancelled (leadership lost, or shutdown). Everything the
     /// controllers write to our store carries `fence`.
-    pub async fn run(self: Arc<Self>, fence: Fence) {
+    pub(crate) async fn run(self: Arc<Self>, fence: Fence) {
         let leading = fence.token().clone();
         let (tx, mut serving) = watch::channel::<Option<GroupServing>>(None);
         let watcher = apimode::watch(self.cluster.clone(), tx);

@@ -22,7 +22,7 @@ struct Wire {
 
 /// A decoded continue token.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ContinueToken {
+pub(crate) struct ContinueToken {
     /// The revision every page of the list is read at; `None` for an inconsistent token
     /// (continue at the current revision).
     pub revision: Option<Revision>,
@@ -32,7 +32,7 @@ pub struct ContinueToken {
 
 impl ContinueToken {
     /// The token for the page after the item stored under `last_key_suffix`.
-    pub fn after(last_key_suffix: &str, revision: Revision) -> Self {
+    pub(crate) fn after(last_key_suffix: &str, revision: Revision) -> Self {
         Self {
             revision: Some(revision),
             start: format!("{last_key_suffix}\0"),
@@ -40,14 +40,14 @@ impl ContinueToken {
     }
 
     /// The same position, continued at the current revision (rv -1).
-    pub fn inconsistent(&self) -> Self {
+    pub(crate) fn inconsistent(&self) -> Self {
         Self {
             revision: None,
             start: self.start.clone(),
         }
     }
 
-    pub fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         let wire = Wire {
             v: VERSION.into(),
             rv: self.revision.unwrap_or(-1),
@@ -59,7 +59,7 @@ impl ContinueToken {
     }
 
     /// Decode a client's token; every defect is a 400 with upstream's wording.
-    pub fn decode(token: &str) -> Result<Self, ApiError> {
+    pub(crate) fn decode(token: &str) -> Result<Self, ApiError> {
         let invalid = |detail: String| {
             ApiError::BadRequest(format!(
                 "invalid continue token: continue key is not valid{detail}"

@@ -14,14 +14,14 @@ const MAX_DEPTH: usize = 128;
 
 /// The definitions one served version validates against, with meta.k8s.io's built in.
 #[derive(Debug, Clone, Default)]
-pub struct Schemas {
+pub(crate) struct Schemas {
     definitions: BTreeMap<String, Value>,
 }
 
 impl Schemas {
     /// The kind's definitions; the meta.k8s.io ones it refers to are added unless it defines
     /// them itself.
-    pub fn new(kind_definitions: Vec<(String, Value)>) -> Self {
+    pub(crate) fn new(kind_definitions: Vec<(String, Value)>) -> Self {
         let mut definitions: BTreeMap<String, Value> =
             super::openapi_meta::definitions(&[]).into_iter().collect();
         definitions.extend(kind_definitions);
@@ -30,14 +30,14 @@ impl Schemas {
 
     /// The typed schema of definition `root` (what server-side apply and strategic merge
     /// patch read), from the same definitions.
-    pub fn typed(&self, root: &str) -> super::managed_fields::schema::TypedSchema {
+    pub(crate) fn typed(&self, root: &str) -> super::managed_fields::schema::TypedSchema {
         super::managed_fields::schema::TypedSchema::new(&self.definitions, root)
     }
 
     /// Remove every field of `object` that the definition `root` does not declare and return
     /// their dotted paths in document order. `apiVersion` and `kind` are always known at the
     /// root. An unknown root definition makes everything known (nothing to judge by).
-    pub fn prune_unknown(&self, root: &str, object: &mut Value) -> Vec<String> {
+    pub(crate) fn prune_unknown(&self, root: &str, object: &mut Value) -> Vec<String> {
         let mut unknown = Vec::new();
         if let Some(schema) = self.definitions.get(root) {
             self.walk(schema, object, "", 0, &mut unknown);

@@ -11,7 +11,7 @@ use super::error::FieldError;
 use super::validation::{dns1123_subdomain_errors, label_value_errors, qualified_name_errors};
 
 /// Upper bound of the summed length of annotation keys and values.
-pub const TOTAL_ANNOTATION_SIZE_LIMIT: usize = 256 * 1024;
+pub(crate) const TOTAL_ANNOTATION_SIZE_LIMIT: usize = 256 * 1024;
 
 /// The alphabet of generated name suffixes (no vowels, no confusable characters).
 const NAME_SUFFIX_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
@@ -23,7 +23,7 @@ const FINALIZER_ORPHAN: &str = "orphan";
 const FINALIZER_FOREGROUND: &str = "foregroundDeletion";
 
 /// `generateName` plus five random characters, the base cut to keep the name within 63.
-pub fn generate_name(base: &str) -> String {
+pub(crate) fn generate_name(base: &str) -> String {
     let mut cut = base.len().min(MAX_GENERATED_BASE_LENGTH);
     while !base.is_char_boundary(cut) {
         cut -= 1;
@@ -59,7 +59,7 @@ fn name_errors(name: &str, prefix: bool) -> Vec<String> {
 /// ObjectMeta on create (`ValidateObjectMetaAccessor`, cluster-scoped), after name generation.
 /// `namespaced`: whether the kind is namespaced (then `metadata.namespace` is a required DNS
 /// label; otherwise it is forbidden).
-pub fn validate_create(meta: &ObjectMeta, namespaced: bool) -> Vec<FieldError> {
+pub(crate) fn validate_create(meta: &ObjectMeta, namespaced: bool) -> Vec<FieldError> {
     let mut errs = Vec::new();
     if let Some(generate_name) = meta.generate_name.as_deref().filter(|g| !g.is_empty()) {
         for msg in name_errors(generate_name, true) {
@@ -253,7 +253,11 @@ fn immutable<T: serde::Serialize + PartialEq>(
 
 /// ObjectMeta on update (`ValidateObjectMetaAccessorUpdate`): the create rules on the new
 /// object, immutable system fields, no new finalizers while deleting.
-pub fn validate_update(new: &ObjectMeta, old: &ObjectMeta, namespaced: bool) -> Vec<FieldError> {
+pub(crate) fn validate_update(
+    new: &ObjectMeta,
+    old: &ObjectMeta,
+    namespaced: bool,
+) -> Vec<FieldError> {
     let mut errs = validate_create(new, namespaced);
     if old.deletion_timestamp.is_some() {
         let old_set: BTreeSet<&String> = old.finalizers.iter().flatten().collect();

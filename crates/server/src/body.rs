@@ -15,7 +15,7 @@ use super::negotiate::BodyFormat;
 use svm_registry::ApiError;
 
 /// Read the whole body, failing with 413 once it exceeds `limit` bytes.
-pub async fn read_limited(
+pub(crate) async fn read_limited(
     headers: &HeaderMap,
     body: Body,
     limit: usize,
@@ -39,14 +39,14 @@ pub async fn read_limited(
 
 /// A decoded object body.
 #[derive(Debug)]
-pub struct DecodedBody {
+pub(crate) struct DecodedBody {
     pub object: Value,
     /// Dotted paths of JSON keys given more than once (the last value wins, as in Go).
     pub duplicate_fields: Vec<String>,
 }
 
 /// Parse a create/update body of a resource whose Kind is `kind`.
-pub fn decode_object(
+pub(crate) fn decode_object(
     bytes: &[u8],
     format: BodyFormat,
     kind: &str,
@@ -98,7 +98,7 @@ pub fn decode_object(
 }
 
 /// Parse an optional JSON/YAML options body (DeleteOptions); empty means none.
-pub fn decode_options(
+pub(crate) fn decode_options(
     bytes: &[u8],
     format: BodyFormat,
     kind: &str,
@@ -119,7 +119,7 @@ fn go_like_json_error(err: &serde_json::Error) -> String {
 }
 
 /// kube-apiserver's `summarizeData`: the first 30 bytes, as text for `{...}`, else as hex.
-pub fn summarize(bytes: &[u8]) -> String {
+pub(crate) fn summarize(bytes: &[u8]) -> String {
     const MAX: usize = 30;
     if bytes.is_empty() {
         return "<empty>".into();

@@ -58,7 +58,7 @@ fn write_file(path: &Path, contents: &[u8], private: bool) -> Result<()> {
 
 /// A rustls server config for the PEM chain and key, offering HTTP/2 and HTTP/1.1 via ALPN and
 /// not asking for client certificates.
-pub fn server_config(cert_file: &Path, key_file: &Path) -> Result<Arc<ServerConfig>> {
+pub(crate) fn server_config(cert_file: &Path, key_file: &Path) -> Result<Arc<ServerConfig>> {
     let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert_file)
         .with_context(|| format!("reading {}", cert_file.display()))?
         .collect::<Result<_, _>>()

@@ -72,7 +72,7 @@ pub(super) struct ConnectionContext {
 }
 
 impl ConnectionContext {
-    pub fn new(
+    pub(crate) fn new(
         tls: TlsAcceptor,
         app: axum::Router,
         limits: ConnectionLimits,

@@ -34,7 +34,11 @@ const DRAIN_TIME: Duration = Duration::from_secs(10);
 
 /// Middleware: hand the handler a body that gives back what it did not read, then drain that
 /// (HTTP/1.x).
-pub async fn deliver(State(state): State<AppState>, request: Request, next: Next) -> Response {
+pub(crate) async fn deliver(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
     if request.version() >= Version::HTTP_2 {
         return next.run(request).await;
     }

@@ -25,7 +25,7 @@ const STATUS_VERBS: [&str; 3] = ["get", "patch", "update"];
 
 /// Every discovery document of the served registry.
 #[derive(Debug, Clone)]
-pub struct Discovery {
+pub(crate) struct Discovery {
     pub group_list: Value,
     groups: BTreeMap<String, Value>,
     resource_lists: BTreeMap<(String, String), Value>,
@@ -35,7 +35,7 @@ pub struct Discovery {
 }
 
 impl Discovery {
-    pub fn build(registry: &Registry) -> Self {
+    pub(crate) fn build(registry: &Registry) -> Self {
         let groups = served_groups(registry);
         let group_docs: Vec<Value> = groups
             .iter()
@@ -71,23 +71,23 @@ impl Discovery {
         }
     }
 
-    pub fn group(&self, group: &str) -> Option<&Value> {
+    pub(crate) fn group(&self, group: &str) -> Option<&Value> {
         self.groups.get(group)
     }
 
-    pub fn resource_list(&self, group: &str, version: &str) -> Option<&Value> {
+    pub(crate) fn resource_list(&self, group: &str, version: &str) -> Option<&Value> {
         self.resource_lists
             .get(&(group.to_string(), version.to_string()))
     }
 }
 
 /// A quoted, upper-case hex SHA-512 of the compact JSON, like kube-apiserver's discovery ETags.
-pub fn quoted_etag(value: &Value) -> String {
+pub(crate) fn quoted_etag(value: &Value) -> String {
     format!("\"{}\"", hash_hex(value))
 }
 
 /// Upper-case hex SHA-512 of the compact JSON of `value`.
-pub fn hash_hex(value: &Value) -> String {
+pub(crate) fn hash_hex(value: &Value) -> String {
     let bytes = serde_json::to_vec(value).unwrap_or_default();
     Sha512::digest(&bytes)
         .iter()

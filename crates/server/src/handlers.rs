@@ -132,7 +132,7 @@ enum PathKind {
 /// route to a resource, cluster-wide or under `/namespaces/{namespace}/`, a collection or an
 /// item (`{name}`, `{subresource}`), extracts into this one shape.
 #[derive(serde::Deserialize)]
-pub struct ResourcePath {
+pub(crate) struct ResourcePath {
     group: String,
     version: String,
     #[serde(rename = "resource")]
@@ -186,7 +186,7 @@ fn call(
 }
 
 /// `.../{resource}`, cluster-wide or in a namespace.
-pub async fn collection(
+pub(crate) async fn collection(
     State(state): State<AppState>,
     Path(target): Path<ResourcePath>,
     connection: Option<Extension<ConnectionControl>>,
@@ -232,7 +232,7 @@ async fn serve_collection(
 
 /// `.../{resource}/{name}` and `.../{resource}/{name}/{subresource}`, cluster-wide or in a
 /// namespace.
-pub async fn item(
+pub(crate) async fn item(
     State(state): State<AppState>,
     Path(target): Path<ResourcePath>,
     method: Method,

@@ -67,7 +67,7 @@ fn text(code: StatusCode, body: String) -> Response {
         .into_response()
 }
 
-pub async fn endpoint(
+pub(crate) async fn endpoint(
     State(state): State<AppState>,
     uri: http::Uri,
     Path(endpoint): Path<String>,
@@ -107,7 +107,7 @@ pub async fn endpoint(
     text(StatusCode::OK, format!("{report}{endpoint} check passed\n"))
 }
 
-pub async fn single_check(
+pub(crate) async fn single_check(
     State(state): State<AppState>,
     Path((endpoint, name)): Path<(String, String)>,
 ) -> Response {

@@ -41,7 +41,7 @@ impl InflightLimits {
 }
 
 /// Middleware: serve the request within its budget, or answer 429.
-pub async fn limit(State(state): State<AppState>, request: Request, next: Next) -> Response {
+pub(crate) async fn limit(State(state): State<AppState>, request: Request, next: Next) -> Response {
     if is_long_running(&request) || is_privileged(&request) {
         return next.run(request).await;
     }

@@ -109,7 +109,7 @@ fn fit_open_files(wanted: usize) -> usize {
 }
 
 /// Bind with a ready TLS configuration (e.g. one that verifies client certificates).
-pub async fn bind_with_tls_config(
+pub(crate) async fn bind_with_tls_config(
     addr: SocketAddr,
     tls: Arc<ServerConfig>,
     state: AppState,

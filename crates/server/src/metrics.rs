@@ -21,7 +21,7 @@ use super::AppState;
 use crate::auth::RequestAttributes;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RequestLabels {
+pub(crate) struct RequestLabels {
     pub verb: String,
     pub group: String,
     pub version: String,
@@ -179,7 +179,7 @@ impl Metrics {
 
 /// The request's labels, derived from its path the way kube-apiserver's RequestInfo does:
 /// LIST / WATCH for collection GETs, APPLY for server-side apply.
-pub fn request_labels(
+pub(crate) fn request_labels(
     method: &Method,
     request: &RequestAttributes,
     content_type: &str,
@@ -229,7 +229,7 @@ pub fn request_labels(
 }
 
 /// Middleware: counts and times every request.
-pub async fn track(State(state): State<AppState>, request: Request, next: Next) -> Response {
+pub(crate) async fn track(State(state): State<AppState>, request: Request, next: Next) -> Response {
     let attributes = RequestAttributes::of(&request);
     let content_type = request
         .headers()

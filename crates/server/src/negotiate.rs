@@ -11,16 +11,16 @@ use svm_registry::ApiError;
 use svm_registry::protobuf::{self, ProtobufError, ProtobufKind, meta};
 use svm_registry::rest::PatchType;
 
-pub const JSON: &str = "application/json";
-pub const YAML: &str = "application/yaml";
-pub const PROTOBUF: &str = protobuf::MEDIA_TYPE;
+pub(crate) const JSON: &str = "application/json";
+pub(crate) const YAML: &str = "application/yaml";
+pub(crate) const PROTOBUF: &str = protobuf::MEDIA_TYPE;
 /// The exact Content-Type of an aggregated discovery response (recording 02a).
-pub const DISCOVERY_V2: &str =
+pub(crate) const DISCOVERY_V2: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
 
 /// How a response body is written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Encoding {
+pub(crate) enum Encoding {
     /// Compact JSON ending in a newline, or 2-space indented JSON without one (curl, wget,
     /// browsers and `?pretty=true`, recording 00).
     Json {
@@ -33,13 +33,13 @@ pub enum Encoding {
 
 /// The `meta.k8s.io` version a Table or PartialObjectMetadata was asked in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MetaVersion {
+pub(crate) enum MetaVersion {
     V1,
     V1beta1,
 }
 
 impl MetaVersion {
-    pub fn api_version(self) -> &'static str {
+    pub(crate) fn api_version(self) -> &'static str {
         match self {
             MetaVersion::V1 => "meta.k8s.io/v1",
             MetaVersion::V1beta1 => "meta.k8s.io/v1beta1",
@@ -49,7 +49,7 @@ impl MetaVersion {
 
 /// The form of the response an `Accept` clause asks for (its `as`/`g`/`v` parameters).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Target {
+pub(crate) enum Target {
     /// The resource itself (no `as` parameter).
     Object,
     Table(MetaVersion),
@@ -61,7 +61,7 @@ pub enum Target {
 
 /// Which alternative forms an endpoint can produce.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Endpoint {
+pub(crate) enum Endpoint {
     /// get / list / watch of a resource: Table and PartialObjectMetadata(List).
     Read,
     /// The answer of a create, update or patch: PartialObjectMetadata(List) (client-go's
@@ -76,13 +76,13 @@ pub enum Endpoint {
 /// Whether the plain form of what an endpoint answers has protobuf messages (a kind with
 /// them, a Status); the `meta.k8s.io` forms always have.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Protobuf {
+pub(crate) enum Protobuf {
     Spoken,
     NotSpoken,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Negotiated {
+pub(crate) struct Negotiated {
     pub encoding: Encoding,
     pub target: Target,
 }
@@ -90,7 +90,7 @@ pub struct Negotiated {
 impl Negotiated {
     /// Serialize `value` in the negotiated encoding: the body and its Content-Type. `kind` is
     /// the messages of the resource's kind, for a protobuf answer of the object form.
-    pub fn encode(
+    pub(crate) fn encode(
         &self,
         value: &Value,
         kind: Option<&dyn ProtobufKind>,
@@ -109,7 +109,7 @@ impl Negotiated {
 
 /// A whole protobuf body of a JSON value: a `meta.k8s.io` form, a Status, or an object or list
 /// of `kind`, by the value's own apiVersion and kind.
-pub fn protobuf_body(
+pub(crate) fn protobuf_body(
     value: &Value,
     kind: Option<&dyn ProtobufKind>,
 ) -> Result<Vec<u8>, ProtobufError> {
@@ -133,7 +133,7 @@ pub fn protobuf_body(
 
 /// Serialize `value` as JSON or YAML: compact JSON gets Go's trailing newline; pretty JSON none.
 /// (Protobuf needs the kind's messages: [`Negotiated::encode`].)
-pub fn encode(encoding: Encoding, value: &Value) -> (Bytes, &'static str) {
+pub(crate) fn encode(encoding: Encoding, value: &Value) -> (Bytes, &'static str) {
     match encoding {
         Encoding::Json { pretty: false } => {
             let mut body = serde_json::to_vec(value).unwrap_or_default();
@@ -157,7 +157,7 @@ pub fn encode(encoding: Encoding, value: &Value) -> (Bytes, &'static str) {
 
 /// Negotiate the response of a request from its headers and query. `pretty` is the `pretty`
 /// query parameter, if given; `protobuf` whether the plain form has protobuf messages.
-pub fn negotiate(
+pub(crate) fn negotiate(
     headers: &HeaderMap,
     pretty: Option<&str>,
     endpoint: Endpoint,
@@ -273,7 +273,7 @@ fn wants_pretty(headers: &HeaderMap, pretty: Option<&str>) -> bool {
 }
 
 /// Go's `strconv.ParseBool`.
-pub fn parse_go_bool(value: &str) -> Option<bool> {
+pub(crate) fn parse_go_bool(value: &str) -> Option<bool> {
     match value {
         "1" | "t" | "T" | "TRUE" | "true" | "True" => Some(true),
         "0" | "f" | "F" | "FALSE" | "false" | "False" => Some(false),
@@ -281,7 +281,7 @@ pub fn parse_go_bool(value: &str) -> Option<bool> {
     }
 }
 
-pub fn header_str(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
+pub(crate) fn header_str(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
     headers
         .get(name)
         .and_then(|v: &HeaderValue| v.to_str().ok())
@@ -361,7 +361,7 @@ fn parse_media_type(raw: &str) -> Option<(String, Vec<(String, String)>)> {
 
 /// The format of a create/update body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BodyFormat {
+pub(crate) enum BodyFormat {
     Json,
     Yaml,
     Protobuf,
@@ -370,7 +370,7 @@ pub enum BodyFormat {
 /// The body format from `Content-Type` (parameters such as `charset` ignored); anything else,
 /// including no Content-Type or protobuf for a kind without messages, is a 415 as in
 /// kube-apiserver.
-pub fn body_format(headers: &HeaderMap, protobuf: Protobuf) -> Result<BodyFormat, ApiError> {
+pub(crate) fn body_format(headers: &HeaderMap, protobuf: Protobuf) -> Result<BodyFormat, ApiError> {
     let content_type = content_media_type(headers);
     match content_type.as_deref() {
         Some("application/json") => Ok(BodyFormat::Json),
@@ -385,7 +385,7 @@ pub fn body_format(headers: &HeaderMap, protobuf: Protobuf) -> Result<BodyFormat
 
 /// The patch type from `Content-Type` (recording 09d for the 415 text; a protobuf body on a
 /// kind with protobuf messages gets go-restful's bare text, recording 20g step 15).
-pub fn patch_type(headers: &HeaderMap, protobuf: Protobuf) -> Result<PatchType, ApiError> {
+pub(crate) fn patch_type(headers: &HeaderMap, protobuf: Protobuf) -> Result<PatchType, ApiError> {
     match content_media_type(headers).as_deref() {
         Some(PROTOBUF) if protobuf == Protobuf::Spoken => Err(ApiError::RouteUnsupportedMediaType),
         Some("application/json-patch+json") => Ok(PatchType::Json),

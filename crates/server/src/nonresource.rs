@@ -45,19 +45,19 @@ fn finish(result: Result<Response, HttpError>) -> Response {
 }
 
 /// Every path no route serves: a NotFound Status under our group, plain text elsewhere.
-pub async fn not_found(State(state): State<AppState>, uri: Uri) -> Response {
+pub(crate) async fn not_found(State(state): State<AppState>, uri: Uri) -> Response {
     status::not_found(|g| state.discovery.group(g).is_some(), uri.path())
 }
 
 /// `/api`: the core group is not ours. kube-apiserver's generic servers (sample-apiserver,
 /// metrics-server) register no legacy API, so `/api` is a plain 404, which client-go's
 /// discovery tolerates ("aggregated api servers can return it").
-pub async fn core_api() -> Response {
+pub(crate) async fn core_api() -> Response {
     status::page_not_found()
 }
 
 /// `/apis`: the APIGroupList, or aggregated discovery v2 with ETag / 304 (recording 02a).
-pub async fn apis(
+pub(crate) async fn apis(
     State(state): State<AppState>,
     method: Method,
     uri: Uri,
@@ -113,7 +113,7 @@ fn if_none_match(headers: &HeaderMap, etag: &str) -> bool {
         .any(|candidate| candidate.trim() == etag)
 }
 
-pub async fn api_group(
+pub(crate) async fn api_group(
     State(state): State<AppState>,
     Path(group): Path<String>,
     method: Method,
@@ -126,7 +126,7 @@ pub async fn api_group(
     }
 }
 
-pub async fn api_resources(
+pub(crate) async fn api_resources(
     State(state): State<AppState>,
     Path((group, version)): Path<(String, String)>,
     method: Method,
@@ -163,7 +163,7 @@ fn etagged(
     Ok(response)
 }
 
-pub async fn openapi_v2(
+pub(crate) async fn openapi_v2(
     State(state): State<AppState>,
     method: Method,
     uri: Uri,
@@ -175,7 +175,7 @@ pub async fn openapi_v2(
     )
 }
 
-pub async fn openapi_v3_index(
+pub(crate) async fn openapi_v3_index(
     State(state): State<AppState>,
     method: Method,
     uri: Uri,
@@ -186,7 +186,7 @@ pub async fn openapi_v3_index(
 
 /// `/openapi/v3/apis/<g>/<v>`: with `?hash=` matching, immutable and cacheable; with a stale
 /// hash, a redirect to the current one (as kube-openapi does).
-pub async fn openapi_v3_doc(
+pub(crate) async fn openapi_v3_doc(
     State(state): State<AppState>,
     Path(path): Path<String>,
     method: Method,
@@ -234,12 +234,12 @@ pub async fn openapi_v3_doc(
 }
 
 /// This server's version as `git describe` would put it.
-pub fn git_version() -> String {
+pub(crate) fn git_version() -> String {
     format!("v{}", env!("CARGO_PKG_VERSION"))
 }
 
 /// version.Info, as `kubectl version` reads it.
-pub fn version_info() -> Value {
+pub(crate) fn version_info() -> Value {
     let major = env!("CARGO_PKG_VERSION_MAJOR");
     let minor = env!("CARGO_PKG_VERSION_MINOR");
     json!({
@@ -265,11 +265,11 @@ fn go_arch() -> &'static str {
     }
 }
 
-pub async fn version(method: Method, uri: Uri, headers: HeaderMap) -> Response {
+pub(crate) async fn version(method: Method, uri: Uri, headers: HeaderMap) -> Response {
     finish(only_get(&method).and_then(|()| json_response(&headers, &uri, &version_info())))
 }
 
-pub async fn metrics(State(state): State<AppState>, method: Method) -> Response {
+pub(crate) async fn metrics(State(state): State<AppState>, method: Method) -> Response {
     if let Err(err) = only_get(&method) {
         return err.into_response();
     }

@@ -7,9 +7,9 @@ use std::time::Duration;
 use super::DEFAULT_MAX_REQUEST_BODY_BYTES;
 
 /// kube-apiserver's `--max-requests-inflight` default.
-pub const DEFAULT_MAX_REQUESTS_INFLIGHT: usize = 400;
+pub(crate) const DEFAULT_MAX_REQUESTS_INFLIGHT: usize = 400;
 /// kube-apiserver's `--max-mutating-requests-inflight` default.
-pub const DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT: usize = 200;
+pub(crate) const DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT: usize = 200;
 
 #[derive(clap::Args, Clone, Debug)]
 pub struct ServeOptions {

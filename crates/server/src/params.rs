@@ -12,10 +12,10 @@ use svm_registry::{ApiError, FieldError};
 
 /// The raw query string as ordered (name, value) pairs.
 #[derive(Debug, Clone, Default)]
-pub struct Query(Vec<(String, String)>);
+pub(crate) struct Query(Vec<(String, String)>);
 
 impl Query {
-    pub fn parse(raw: Option<&str>) -> Self {
+    pub(crate) fn parse(raw: Option<&str>) -> Self {
         Query(
             form_urlencoded::parse(raw.unwrap_or("").as_bytes())
                 .map(|(k, v)| (k.into_owned(), v.into_owned()))
@@ -24,14 +24,14 @@ impl Query {
     }
 
     /// The first value of `name`.
-    pub fn get(&self, name: &str) -> Option<&str> {
+    pub(crate) fn get(&self, name: &str) -> Option<&str> {
         self.0
             .iter()
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.as_str())
     }
 
-    pub fn all(&self, name: &str) -> Vec<&str> {
+    pub(crate) fn all(&self, name: &str) -> Vec<&str> {
         self.0
             .iter()
             .filter(|(k, _)| k == name)
@@ -46,7 +46,7 @@ impl Query {
 
     /// A boolean the way apimachinery converts query parameters: only `0` and `false` (any
     /// case) are false; any other given value is true.
-    pub fn flag(&self, name: &str) -> bool {
+    pub(crate) fn flag(&self, name: &str) -> bool {
         match self.get(name) {
             None => false,
             Some(v) => !(v == "0" || v.eq_ignore_ascii_case("false")),
@@ -67,7 +67,7 @@ impl Query {
     }
 
     /// `watch=true|1|...`: the list endpoint streams instead.
-    pub fn is_watch(&self) -> bool {
+    pub(crate) fn is_watch(&self) -> bool {
         self.flag("watch")
     }
 }
@@ -92,7 +92,7 @@ fn go_slice(values: &[&str]) -> String {
 }
 
 /// `resourceVersionMatch` etc. of a list, validated as kube-apiserver's ValidateListOptions.
-pub fn list_params(query: &Query) -> Result<ListParams, ApiError> {
+pub(crate) fn list_params(query: &Query) -> Result<ListParams, ApiError> {
     let params = ListParams {
         label_selector: query.string("labelSelector"),
         field_selector: query.string("fieldSelector"),
@@ -145,7 +145,7 @@ pub fn list_params(query: &Query) -> Result<ListParams, ApiError> {
 /// Watch parameters, validated and defaulted as kube-apiserver 1.36 does with WatchList on: a
 /// watch with bookmarks from resourceVersion "" or "0" becomes a watch-list request
 /// (`sendInitialEvents=true`, `resourceVersionMatch=NotOlderThan`; recording 10b, step 2).
-pub fn watch_params(query: &Query) -> Result<WatchParams, ApiError> {
+pub(crate) fn watch_params(query: &Query) -> Result<WatchParams, ApiError> {
     let timeout = query.int("timeoutSeconds")?;
     let mut params = WatchParams {
         label_selector: query.string("labelSelector"),
@@ -200,7 +200,7 @@ pub fn watch_params(query: &Query) -> Result<WatchParams, ApiError> {
     Ok(params)
 }
 
-pub fn get_options(query: &Query) -> GetOptions {
+pub(crate) fn get_options(query: &Query) -> GetOptions {
     GetOptions {
         resource_version: query.string("resourceVersion"),
     }
@@ -208,14 +208,14 @@ pub fn get_options(query: &Query) -> GetOptions {
 
 /// Which write a set of options belongs to (names the options kind in a 422).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WriteVerb {
+pub(crate) enum WriteVerb {
     Create,
     Update,
     Patch(PatchType),
 }
 
 /// Options of create / update / patch, validated as ValidateCreateOptions & co.
-pub fn write_options(query: &Query, verb: WriteVerb) -> Result<WriteOptions, ApiError> {
+pub(crate) fn write_options(query: &Query, verb: WriteVerb) -> Result<WriteOptions, ApiError> {
     let mut causes = Vec::new();
     let dry_run = dry_run(query, &mut causes);
     let field_manager = query.string("fieldManager");
@@ -307,7 +307,10 @@ fn validate_field_manager(manager: &str, causes: &mut Vec<FieldError>) {
 
 /// DeleteOptions from the query and an optional body (query values win where both are given,
 /// as apimachinery decodes the body first and the query over it).
-pub fn delete_options(query: &Query, body: Option<&Value>) -> Result<DeleteOptions, ApiError> {
+pub(crate) fn delete_options(
+    query: &Query,
+    body: Option<&Value>,
+) -> Result<DeleteOptions, ApiError> {
     let mut causes = Vec::new();
     let mut opts = DeleteOptions::default();
     if let Some(body) = body {
@@ -375,13 +378,13 @@ pub fn delete_options(query: &Query, body: Option<&Value>) -> Result<DeleteOptio
 
 /// `includeObject` of a Table request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IncludeObject {
+pub(crate) enum IncludeObject {
     None,
     Metadata,
     Object,
 }
 
-pub fn include_object(query: &Query) -> Result<IncludeObject, ApiError> {
+pub(crate) fn include_object(query: &Query) -> Result<IncludeObject, ApiError> {
     match query.get("includeObject").unwrap_or("") {
         "" | "Metadata" => Ok(IncludeObject::Metadata),
         "None" => Ok(IncludeObject::None),

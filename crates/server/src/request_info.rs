@@ -10,7 +10,7 @@ use axum::response::Response;
 use crate::auth::RequestAttributes;
 
 /// Middleware: resolves the request's attributes and keeps them in its extensions.
-pub async fn resolve(mut request: Request, next: Next) -> Response {
+pub(crate) async fn resolve(mut request: Request, next: Next) -> Response {
     let attributes = RequestAttributes::from_request(
         request.method(),
         request.uri().path(),

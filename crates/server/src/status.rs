@@ -17,7 +17,7 @@ use svm_registry::ApiError;
 use svm_registry::protobuf::meta;
 
 /// `Cache-Control` kube-apiserver sets on every API response that is not cacheable discovery.
-pub const NO_CACHE_PRIVATE: &str = "no-cache, private";
+pub(crate) const NO_CACHE_PRIVATE: &str = "no-cache, private";
 
 /// An [`ApiError`] on its way out: rendered with `ApiError::to_status()` as compact JSON, the way
 /// kube-apiserver writes a failure Status.
@@ -77,7 +77,7 @@ struct StatusBody(Value);
 /// for a plain object (kube-apiserver's `ErrorNegotiated`: the `as=` forms do not apply to
 /// errors, so client-go's metadata client, which asks for PartialObjectMetadataList in
 /// protobuf then plain JSON, gets JSON).
-pub async fn speak_protobuf(request: Request, next: Next) -> Response {
+pub(crate) async fn speak_protobuf(request: Request, next: Next) -> Response {
     let wants_protobuf =
         negotiate::negotiate(request.headers(), None, Endpoint::Plain, Protobuf::Spoken)
             .is_ok_and(|n| n.encoding == Encoding::Protobuf);
@@ -107,7 +107,7 @@ pub async fn speak_protobuf(request: Request, next: Next) -> Response {
 
 /// kube-apiserver's answer for a path outside every served API group (an unknown group, or no
 /// API path at all): Go's `http.NotFound`, plain text, not a Status (recording 09c, step 5).
-pub fn page_not_found() -> Response {
+pub(crate) fn page_not_found() -> Response {
     (
         StatusCode::NOT_FOUND,
         [
@@ -124,12 +124,12 @@ pub fn page_not_found() -> Response {
 /// resource or subresource, or anything deeper): go-restful's 404 as a NotFound Status, "the
 /// server could not find the requested resource", with empty details (checked against
 /// kube-apiserver v1.36.2 for each kind of path).
-pub fn unknown_path() -> Response {
+pub(crate) fn unknown_path() -> Response {
     HttpError(ApiError::UnknownPath).into_response()
 }
 
 /// The 404 for `path`: a Status under a served API group, plain text elsewhere.
-pub fn not_found(served_group: impl Fn(&str) -> bool, path: &str) -> Response {
+pub(crate) fn not_found(served_group: impl Fn(&str) -> bool, path: &str) -> Response {
     let group = path
         .strip_prefix("/apis/")
         .and_then(|rest| rest.split('/').next())
@@ -141,14 +141,14 @@ pub fn not_found(served_group: impl Fn(&str) -> bool, path: &str) -> Response {
 }
 
 /// 405 for a method the path does not support.
-pub fn method_not_allowed() -> HttpError {
+pub(crate) fn method_not_allowed() -> HttpError {
     HttpError(ApiError::MethodNotAllowed(
         "the server does not allow this method on the requested resource".into(),
     ))
 }
 
 /// The Success Status kube-apiserver returns for a delete whose object is gone.
-pub fn delete_success(group: &str, plural: &str, name: &str, uid: Option<&str>) -> Value {
+pub(crate) fn delete_success(group: &str, plural: &str, name: &str, uid: Option<&str>) -> Value {
     let mut details = serde_json::Map::new();
     details.insert("name".into(), json!(name));
     if !group.is_empty() {
@@ -169,7 +169,7 @@ pub fn delete_success(group: &str, plural: &str, name: &str, uid: Option<&str>) 
 
 /// The 500 kube-apiserver answers when a single object is requested as a
 /// PartialObjectMetadataList: a Status without a reason (recording 06, step 5).
-pub fn content_is_not_a_list() -> Response {
+pub(crate) fn content_is_not_a_list() -> Response {
     let mut status = ApiError::Internal(String::new()).to_status();
     if let Some(map) = status.as_object_mut() {
         map.remove("reason");

@@ -11,7 +11,7 @@ use super::params::IncludeObject;
 use svm_registry::{ApiResult, RestStorage};
 
 /// Turns objects of one resource and version into Table pieces.
-pub struct TableWriter {
+pub(crate) struct TableWriter {
     resource: Arc<dyn RestStorage>,
     version: String,
     meta: MetaVersion,
@@ -19,7 +19,7 @@ pub struct TableWriter {
 }
 
 impl TableWriter {
-    pub fn new(
+    pub(crate) fn new(
         resource: Arc<dyn RestStorage>,
         version: &str,
         meta: MetaVersion,
@@ -33,7 +33,7 @@ impl TableWriter {
         }
     }
 
-    pub fn column_definitions(&self) -> Value {
+    pub(crate) fn column_definitions(&self) -> Value {
         let columns: Vec<Value> = self
             .resource
             .table_columns()
@@ -63,7 +63,7 @@ impl TableWriter {
 
     /// A Table of a list: its metadata (resourceVersion, continue, remainingItemCount) carried
     /// over.
-    pub fn list_table(&self, list: &Value) -> ApiResult<Value> {
+    pub(crate) fn list_table(&self, list: &Value) -> ApiResult<Value> {
         let rows = items(list)
             .iter()
             .map(|item| self.row(item))
@@ -73,7 +73,7 @@ impl TableWriter {
 
     /// A Table of one object; `with_columns` false leaves the column definitions out, as in
     /// every watch event after the first.
-    pub fn object_table(&self, object: &Value, with_columns: bool) -> ApiResult<Value> {
+    pub(crate) fn object_table(&self, object: &Value, with_columns: bool) -> ApiResult<Value> {
         let mut metadata = Map::new();
         if let Some(rv) = object.pointer("/metadata/resourceVersion") {
             metadata.insert("resourceVersion".into(), rv.clone());
@@ -107,7 +107,7 @@ fn list_metadata(list: &Value) -> Value {
 }
 
 /// `{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/<v>","metadata":{...}}`.
-pub fn partial_object_metadata(object: &Value, meta: MetaVersion) -> Value {
+pub(crate) fn partial_object_metadata(object: &Value, meta: MetaVersion) -> Value {
     json!({
         "kind": "PartialObjectMetadata",
         "apiVersion": meta.api_version(),
@@ -116,7 +116,7 @@ pub fn partial_object_metadata(object: &Value, meta: MetaVersion) -> Value {
 }
 
 /// A list as PartialObjectMetadataList: every item carries kind and apiVersion.
-pub fn partial_object_metadata_list(list: &Value, meta: MetaVersion) -> Value {
+pub(crate) fn partial_object_metadata_list(list: &Value, meta: MetaVersion) -> Value {
     let items: Vec<Value> = items(list)
         .iter()
         .map(|item| partial_object_metadata(item, meta))

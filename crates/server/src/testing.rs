@@ -21,7 +21,7 @@ use svm_registry::{
 };
 use svm_storage::{self as storage, ListOptions, ListResult, Revision, Storage, Txn, TxnOutcome};
 
-pub const GROUP: &str = "test.example.io";
+pub(crate) const GROUP: &str = "test.example.io";
 
 static INFO: ResourceInfo = ResourceInfo {
     group: GROUP,
@@ -38,14 +38,14 @@ static INFO: ResourceInfo = ResourceInfo {
 };
 
 /// An in-memory resource with just enough behaviour to drive every HTTP path.
-pub struct MemoryResource {
+pub(crate) struct MemoryResource {
     objects: Mutex<BTreeMap<String, Value>>,
     revision: AtomicI64,
     events: broadcast::Sender<WatchEvent>,
 }
 
 impl MemoryResource {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self {
             objects: Mutex::new(BTreeMap::new()),
             revision: AtomicI64::new(1),
@@ -53,7 +53,7 @@ impl MemoryResource {
         }
     }
 
-    pub fn arc() -> Arc<dyn RestStorage> {
+    pub(crate) fn arc() -> Arc<dyn RestStorage> {
         Arc::new(Self::new())
     }
 
@@ -434,12 +434,12 @@ impl RestStorage for MemoryResource {
 }
 
 /// A `Storage` that only answers `health`, switchable for /readyz tests.
-pub struct HealthSwitch {
+pub(crate) struct HealthSwitch {
     pub healthy: AtomicBool,
 }
 
 impl HealthSwitch {
-    pub fn new(healthy: bool) -> Arc<Self> {
+    pub(crate) fn new(healthy: bool) -> Arc<Self> {
         Arc::new(Self {
             healthy: AtomicBool::new(healthy),
         })
@@ -488,7 +488,7 @@ impl Storage for HealthSwitch {
 }
 
 /// A registry with the one test resource.
-pub fn registry_with(resource: Arc<dyn RestStorage>) -> Registry {
+pub(crate) fn registry_with(resource: Arc<dyn RestStorage>) -> Registry {
     let mut registry = Registry::new();
     registry.register(resource);
     registry

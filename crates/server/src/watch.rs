@@ -35,14 +35,14 @@ use svm_registry::rest::{WatchEvent, WatchEventStream};
 const MIN_REQUEST_TIMEOUT: Duration = Duration::from_secs(1800);
 
 /// How each event's object is shown.
-pub enum EventForm {
+pub(crate) enum EventForm {
     Object,
     Table(TableWriter),
     PartialObjectMetadata(MetaVersion),
 }
 
 impl EventForm {
-    pub fn for_target(target: Target, table: Option<TableWriter>) -> Self {
+    pub(crate) fn for_target(target: Target, table: Option<TableWriter>) -> Self {
         match (target, table) {
             (Target::Table(_), Some(writer)) => EventForm::Table(writer),
             (Target::PartialObjectMetadata(meta), _) => EventForm::PartialObjectMetadata(meta),
@@ -53,7 +53,7 @@ impl EventForm {
 
 /// How the events are written on the wire.
 #[derive(Clone, Copy)]
-pub enum Framing {
+pub(crate) enum Framing {
     /// A compact JSON line per event.
     JsonLines,
     /// A 4-byte length and a metav1.WatchEvent message per event; the object is a whole
@@ -63,7 +63,7 @@ pub enum Framing {
 
 impl Framing {
     /// The response's Content-Type.
-    pub fn content_type(self) -> &'static str {
+    pub(crate) fn content_type(self) -> &'static str {
         match self {
             Framing::JsonLines => "application/json",
             Framing::Protobuf(_) => protobuf::WATCH_MEDIA_TYPE,
@@ -86,7 +86,7 @@ impl Framing {
 }
 
 /// The effective duration of a watch.
-pub fn watch_timeout(timeout_seconds: Option<u64>) -> Duration {
+pub(crate) fn watch_timeout(timeout_seconds: Option<u64>) -> Duration {
     match timeout_seconds {
         Some(seconds) => Duration::from_secs(seconds),
         None => {
@@ -98,7 +98,7 @@ pub fn watch_timeout(timeout_seconds: Option<u64>) -> Duration {
 
 /// The framed events of a watch, transformed into the requested form. Errors in the transform
 /// (a row the resource cannot render) or in the encoding end the stream with an ERROR event.
-pub fn frame_events(
+pub(crate) fn frame_events(
     events: WatchEventStream,
     form: EventForm,
     framing: Framing,
@@ -171,17 +171,17 @@ fn line(event: &WatchEvent) -> Bytes {
 }
 
 /// How much framed output one watcher may have waiting for its client.
-pub const WATCH_BUFFER_BYTES: usize = 64 << 10;
+pub(crate) const WATCH_BUFFER_BYTES: usize = 64 << 10;
 /// How long a full buffer may stay full before the watcher is dropped as unresponsive.
-pub const UNRESPONSIVE_GRACE: Duration = Duration::from_secs(5);
+pub(crate) const UNRESPONSIVE_GRACE: Duration = Duration::from_secs(5);
 
 /// Called once when a watcher is dropped for not reading (to count it, to close its
 /// connection).
-pub type OnUnresponsive = Box<dyn FnOnce() + Send>;
+pub(crate) type OnUnresponsive = Box<dyn FnOnce() + Send>;
 
 /// The streaming response: `lines` are pumped into the bounded buffer by a task of their own
 /// until they end, `timeout` passes, `shutdown` completes, or the client goes away.
-pub fn response(
+pub(crate) fn response(
     lines: impl Stream<Item = Bytes> + Send + 'static,
     content_type: &'static str,
     timeout: Duration,
@@ -203,12 +203,12 @@ pub fn response(
 
 /// The buffer's bounds.
 #[derive(Debug, Clone, Copy)]
-pub struct Bounds {
+pub(crate) struct Bounds {
     pub bytes: usize,
     pub grace: Duration,
 }
 
-pub fn response_with(
+pub(crate) fn response_with(
     lines: impl Stream<Item = Bytes> + Send + 'static,
     content_type: &'static str,
     timeout: Duration,

@@ -20,11 +20,11 @@ use svm_registry::rest::Preconditions;
 use svm_registry::{ApiError, Fence, Guarded};
 
 /// The annotation a carried-over migration gets on the cluster.
-pub const CARRIED_OVER_ANNOTATION: &str = "storage.svm-apiserver.io/carried-over-from";
+pub(crate) const CARRIED_OVER_ANNOTATION: &str = "storage.svm-apiserver.io/carried-over-from";
 
 /// What [`carry_over`] did, by name.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Carried {
+pub(crate) struct Carried {
     pub carried: Vec<String>,
     pub dropped: Vec<String>,
 }
@@ -56,7 +56,7 @@ fn for_the_cluster(m: &StorageVersionMigration) -> StorageVersionMigration {
 
 /// Moves the unfinished migrations of our store as the module says: our store's writes carry
 /// the term's fence, and the term is re-checked before each create on the cluster.
-pub async fn carry_over(
+pub(crate) async fn carry_over(
     ours: &Guarded<MigrationStrategy>,
     cluster: &BuiltinMigrations,
     fence: &Fence,

@@ -23,15 +23,15 @@ use svm_cluster::{ClusterClient, ClusterError};
 
 /// The label our APIService manifests carry (apiservice/), to tell ours from others' in
 /// messages.
-pub const OUR_LABEL: (&str, &str) = ("app.kubernetes.io/name", "svm-apiserver");
+pub(crate) const OUR_LABEL: (&str, &str) = ("app.kubernetes.io/name", "svm-apiserver");
 
 /// The label kube-aggregator's autoregistration puts on the APIServices it manages
 /// (`onstart` for kube-apiserver's own groups, `true` for CRDs').
-pub const AUTOMANAGED_LABEL: &str = "kube-aggregator.kubernetes.io/automanaged";
+pub(crate) const AUTOMANAGED_LABEL: &str = "kube-aggregator.kubernetes.io/automanaged";
 
 /// Who serves each version of the group.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct GroupServing {
+pub(crate) struct GroupServing {
     /// Versions kube-apiserver serves itself, preferred first.
     pub builtin: Vec<String>,
     /// Versions the aggregator sends to a Service, preferred first.
@@ -40,7 +40,7 @@ pub struct GroupServing {
 
 /// A version registered to a Service.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Delegated {
+pub(crate) struct Delegated {
     pub version: String,
     /// `namespace/name` of the Service.
     pub service: String,
@@ -53,13 +53,13 @@ pub struct Delegated {
 
 impl GroupServing {
     /// The version companion mode uses: the cluster's preferred built-in one.
-    pub fn preferred_builtin(&self) -> Option<&str> {
+    pub(crate) fn preferred_builtin(&self) -> Option<&str> {
         self.builtin.first().map(String::as_str)
     }
 
     /// From the group's APIServices (any order) and, when there are none, the versions the
     /// group's discovery document lists (kube-apiserver answering for itself).
-    pub fn from_apiservices(apiservices: &[APIService], discovered: &[String]) -> Self {
+    pub(crate) fn from_apiservices(apiservices: &[APIService], discovered: &[String]) -> Self {
         let mut entries: Vec<(i32, String, Option<Delegated>)> = Vec::new();
         for apiservice in apiservices {
             let Some(spec) = &apiservice.spec else {
@@ -115,7 +115,7 @@ struct GroupVersionEntry {
 }
 
 /// Reads the group's APIServices, and its discovery document when it has none.
-pub async fn detect(cluster: &ClusterClient) -> Result<GroupServing, ClusterError> {
+pub(crate) async fn detect(cluster: &ClusterClient) -> Result<GroupServing, ClusterError> {
     let list: k8s_openapi::List<APIService> = cluster
         .get_json("/apis/apiregistration.k8s.io/v1/apiservices")
         .await?;

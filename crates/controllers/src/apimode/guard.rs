@@ -20,11 +20,11 @@ use svm_api::migration::MigrationStatus;
 /// Managers that are this server: `svm-apiserver` (the store's default),
 /// `svm-apiserver-migrator` (the migrator's status writes, here and on the cluster's built-in
 /// objects), `svm-apiserver-trigger` (the trigger's creates).
-pub const OUR_MANAGER_PREFIX: &str = "svm-apiserver";
+pub(crate) const OUR_MANAGER_PREFIX: &str = "svm-apiserver";
 
 /// A status write by someone else.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ForeignWrite {
+pub(crate) struct ForeignWrite {
     /// The manager, as managedFields name it; `None` when only the status itself shows the
     /// write (no managedFields entry says who).
     pub manager: Option<String>,
@@ -48,7 +48,7 @@ fn is_ours(manager: &str) -> bool {
 
 /// The latest `/status` write that managedFields record for a manager that is not this
 /// server, if any.
-pub fn foreign_status_write(meta: &ObjectMeta) -> Option<ForeignWrite> {
+pub(crate) fn foreign_status_write(meta: &ObjectMeta) -> Option<ForeignWrite> {
     meta.managed_fields
         .as_deref()
         .unwrap_or_default()
@@ -64,7 +64,7 @@ pub fn foreign_status_write(meta: &ObjectMeta) -> Option<ForeignWrite> {
 
 /// What one run of our migrator knows of the status it wrote, to notice any other writer.
 #[derive(Clone, Debug, Default)]
-pub struct StatusGuard {
+pub(crate) struct StatusGuard {
     /// The status as our last write stored it (`None` before this run's first write).
     last_written: Option<MigrationStatus>,
 }
@@ -72,7 +72,11 @@ pub struct StatusGuard {
 impl StatusGuard {
     /// Someone else wrote this migration's status: by managedFields, or because the status
     /// is no longer what this run last wrote.
-    pub fn check(&self, meta: &ObjectMeta, status: &MigrationStatus) -> Option<ForeignWrite> {
+    pub(crate) fn check(
+        &self,
+        meta: &ObjectMeta,
+        status: &MigrationStatus,
+    ) -> Option<ForeignWrite> {
         if let Some(foreign) = foreign_status_write(meta) {
             return Some(foreign);
         }
@@ -86,7 +90,7 @@ impl StatusGuard {
     }
 
     /// Our write stored `status`.
-    pub fn wrote(&mut self, status: &MigrationStatus) {
+    pub(crate) fn wrote(&mut self, status: &MigrationStatus) {
         self.last_written = Some(status.clone());
     }
 }

@@ -9,17 +9,17 @@ use prometheus_client::registry::Registry;
 use super::Decision;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ModeLabel {
+pub(crate) struct ModeLabel {
     pub mode: String,
 }
 
 #[derive(Clone, Default)]
-pub struct ApiModeMetrics {
+pub(crate) struct ApiModeMetrics {
     pub mode: Family<ModeLabel, Gauge>,
 }
 
 impl ApiModeMetrics {
-    pub fn register(&self, registry: &mut Registry) {
+    pub(crate) fn register(&self, registry: &mut Registry) {
         registry.register(
             "svm_api_mode",
             "The API mode the controllers run in (owner, companion), or why none runs (waiting, refused)",
@@ -27,7 +27,7 @@ impl ApiModeMetrics {
         );
     }
 
-    pub fn set(&self, decision: &Decision) {
+    pub(crate) fn set(&self, decision: &Decision) {
         for mode in ["owner", "companion", "waiting", "refused"] {
             self.mode
                 .get_or_create(&ModeLabel { mode: mode.into() })

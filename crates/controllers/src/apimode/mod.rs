@@ -17,21 +17,21 @@
 //! The decision is taken at start and again whenever the group's APIServices change (a watch;
 //! see [`detect`]): a cluster upgraded under a running server is noticed at once.
 
-pub mod carry;
-pub mod detect;
-pub mod guard;
-pub mod metrics;
+pub(crate) mod carry;
+pub(crate) mod detect;
+pub(crate) mod guard;
+pub(crate) mod metrics;
 mod watch;
 
 use std::fmt;
 
-pub use detect::{GroupServing, detect};
-pub use watch::watch;
+pub(crate) use detect::{GroupServing, detect};
+pub(crate) use watch::watch;
 
 use svm_api::GROUP;
 
 /// Where the documentation of the modes and the upgrade path lives.
-pub const DOCS: &str = "README.md#clusters-that-serve-storagemigrationk8sio-themselves";
+pub(crate) const DOCS: &str = "README.md#clusters-that-serve-storagemigrationk8sio-themselves";
 
 /// `--api-mode`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -58,7 +58,7 @@ pub enum CompanionMigrator {
 
 /// What the controllers do, given the flag and the cluster.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// Trigger and migrator on this server's own store.
     Owner,
     /// The trigger's migrations are the cluster's, in `version` (its preferred built-in one).
@@ -72,7 +72,7 @@ pub enum Decision {
 
 impl Decision {
     /// The label of `svm_api_mode`.
-    pub fn label(&self) -> &'static str {
+    pub(crate) fn label(&self) -> &'static str {
         match self {
             Decision::Owner => "owner",
             Decision::Companion { .. } => "companion",
@@ -101,7 +101,7 @@ fn versions(list: &[String]) -> String {
 }
 
 /// Decides what to do on a cluster that serves the group as `serving` says.
-pub fn decide(mode: ApiMode, serving: &GroupServing) -> Decision {
+pub(crate) fn decide(mode: ApiMode, serving: &GroupServing) -> Decision {
     let taken_over: Vec<String> = serving
         .delegated
         .iter()
@@ -153,7 +153,7 @@ pub fn decide(mode: ApiMode, serving: &GroupServing) -> Decision {
 }
 
 /// What is wrong with the group's registration for `decision`, each a sentence for the log.
-pub fn warnings(decision: &Decision, serving: &GroupServing) -> Vec<String> {
+pub(crate) fn warnings(decision: &Decision, serving: &GroupServing) -> Vec<String> {
     let mut out = Vec::new();
     match decision {
         Decision::Companion { .. } | Decision::Waiting { .. } => {

@@ -26,7 +26,10 @@ fn name_of(apiservice: &APIService) -> String {
 
 /// Publishes who serves the group into `out` after the first list and every relevant change,
 /// until `out` has no receiver left.
-pub fn watch(cluster: ClusterClient, out: latest::Sender<Option<GroupServing>>) -> JoinHandle<()> {
+pub(crate) fn watch(
+    cluster: ClusterClient,
+    out: latest::Sender<Option<GroupServing>>,
+) -> JoinHandle<()> {
     tokio::spawn(async move {
         let (tx, mut updates) = mpsc::channel::<Update<APIService>>(64);
         let lister = watches::watch(

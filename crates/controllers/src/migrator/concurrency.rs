@@ -35,17 +35,17 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 /// A window holds at least this many answers, so that its median means something.
-pub const MIN_WINDOW: usize = 8;
+pub(crate) const MIN_WINDOW: usize = 8;
 /// Window medians the baseline is the minimum of.
-pub const BASELINE_WINDOWS: usize = 32;
+pub(crate) const BASELINE_WINDOWS: usize = 32;
 /// Latency within this factor of the baseline is flat: room to grow.
-pub const GROW_BELOW: f64 = 1.3;
+pub(crate) const GROW_BELOW: f64 = 1.3;
 /// Latency past this factor of the baseline is queueing: shrink.
-pub const SHRINK_ABOVE: f64 = 1.8;
+pub(crate) const SHRINK_ABOVE: f64 = 1.8;
 /// Where an adaptive limit starts (the old fixed default).
-pub const INITIAL: usize = 4;
+pub(crate) const INITIAL: usize = 4;
 /// The adaptive limit's ceiling unless `--object-concurrency` sets one.
-pub const DEFAULT_CEILING: usize = 256;
+pub(crate) const DEFAULT_CEILING: usize = 256;
 
 /// Who sets the limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -58,11 +58,11 @@ pub enum Mode {
 
 /// Which limit a request was sent under: it changes with every move of the limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Epoch(u64);
+pub(crate) struct Epoch(u64);
 
 /// What the last window decided (for logs and tests).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Step {
+pub(crate) enum Step {
     Grew,
     Held,
     Shrank,
@@ -73,7 +73,7 @@ pub enum Step {
 }
 
 #[derive(Debug)]
-pub struct AdaptiveLimit {
+pub(crate) struct AdaptiveLimit {
     mode: Mode,
     limit: usize,
     epoch: Epoch,
@@ -91,7 +91,7 @@ pub struct AdaptiveLimit {
 }
 
 impl AdaptiveLimit {
-    pub fn new(mode: Mode) -> Self {
+    pub(crate) fn new(mode: Mode) -> Self {
         let limit = match mode {
             Mode::Adaptive { ceiling } => INITIAL.min(ceiling.max(1)),
             Mode::Fixed(n) => n.max(1),
@@ -111,12 +111,12 @@ impl AdaptiveLimit {
     }
 
     /// PATCHes allowed in flight now.
-    pub fn limit(&self) -> usize {
+    pub(crate) fn limit(&self) -> usize {
         self.limit
     }
 
     /// The epoch a request sent now belongs to.
-    pub fn epoch(&self) -> Epoch {
+    pub(crate) fn epoch(&self) -> Epoch {
         self.epoch
     }
 
@@ -138,19 +138,19 @@ impl AdaptiveLimit {
     }
 
     /// The latency baseline (lowest recent window median), once a window has closed.
-    pub fn baseline(&self) -> Option<Duration> {
+    pub(crate) fn baseline(&self) -> Option<Duration> {
         self.medians.iter().min().copied()
     }
 
     /// A request had to wait for a slot: the limit, not the work, is what holds it back.
-    pub fn note_saturated(&mut self) {
+    pub(crate) fn note_saturated(&mut self) {
         self.saturated = true;
     }
 
     /// An answer that says nothing about overload (2xx, 404, 409) to a request sent in
     /// `sent_in` took `latency`. Returns the window's decision when this answer closed one;
     /// an answer from an earlier epoch is not counted.
-    pub fn on_latency(&mut self, latency: Duration, sent_in: Epoch) -> Option<Step> {
+    pub(crate) fn on_latency(&mut self, latency: Duration, sent_in: Epoch) -> Option<Step> {
         if sent_in != self.epoch {
             return None;
         }
@@ -163,7 +163,7 @@ impl AdaptiveLimit {
     }
 
     /// The apiserver is overloaded (429, 5xx, a timeout): halve the limit, once per window.
-    pub fn on_overload(&mut self) -> Step {
+    pub(crate) fn on_overload(&mut self) -> Step {
         if !self.backed_off {
             self.backed_off = true;
             self.slow_start = false;

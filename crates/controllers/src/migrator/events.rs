@@ -9,7 +9,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use svm_api::migration::{KIND, StorageVersionMigration};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reason {
+pub(crate) enum Reason {
     Started,
     Succeeded,
     Failed,
@@ -35,7 +35,7 @@ impl Reason {
     }
 }
 
-pub struct Events {
+pub(crate) struct Events {
     recorder: Recorder,
 }
 
@@ -46,7 +46,7 @@ impl std::fmt::Debug for Events {
 }
 
 impl Events {
-    pub fn new(client: kube::Client, instance: Option<String>) -> Self {
+    pub(crate) fn new(client: kube::Client, instance: Option<String>) -> Self {
         let reporter = Reporter {
             controller: "svm-apiserver".into(),
             instance,
@@ -56,7 +56,12 @@ impl Events {
         }
     }
 
-    pub async fn publish(&self, migration: &StorageVersionMigration, reason: Reason, note: String) {
+    pub(crate) async fn publish(
+        &self,
+        migration: &StorageVersionMigration,
+        reason: Reason,
+        note: String,
+    ) {
         let reference = ObjectReference {
             api_version: Some(format!("{}/v1", svm_api::GROUP)),
             kind: Some(KIND.into()),

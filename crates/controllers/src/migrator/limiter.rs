@@ -29,7 +29,7 @@ const DECREASE_GAP: Duration = Duration::from_secs(1);
 const MIN_RATE_FRACTION: f64 = 1.0 / 32.0;
 
 #[derive(Debug)]
-pub struct RateLimiter {
+pub(crate) struct RateLimiter {
     /// The configured rate (`--qps`); the bucket refills at `BucketState::rate` ≤ this.
     qps: f64,
     burst: f64,
@@ -54,7 +54,7 @@ struct BucketState {
 }
 
 impl RateLimiter {
-    pub fn new(qps: f64, burst: u32) -> Self {
+    pub(crate) fn new(qps: f64, burst: u32) -> Self {
         let burst = (f64::from(burst) - qps.max(0.0) * DISPATCH_SLACK_SECONDS).max(1.0);
         Self {
             qps,
@@ -71,12 +71,12 @@ impl RateLimiter {
         }
     }
 
-    pub fn unlimited(&self) -> bool {
+    pub(crate) fn unlimited(&self) -> bool {
         self.qps <= 0.0
     }
 
     /// Wait for a token (and for any pause to end).
-    pub async fn acquire(&self) {
+    pub(crate) async fn acquire(&self) {
         loop {
             match self.take(Instant::now()) {
                 Take::Now => return,
@@ -133,7 +133,7 @@ impl RateLimiter {
     /// so the pool halves its rate (at most once per [`DECREASE_GAP`], down to 1/32 of
     /// `--qps`) and doubles it back for every [`RECOVERY_INTERVAL`] without a rejection.
     /// Unlimited pools (`--qps 0`) only pause. Returns the rate now in force.
-    pub fn backpressure(&self) -> f64 {
+    pub(crate) fn backpressure(&self) -> f64 {
         let now = Instant::now();
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         if self.unlimited() {
@@ -153,7 +153,7 @@ impl RateLimiter {
     }
 
     /// The rate in force (requests per second; 0 when unlimited).
-    pub fn rate(&self) -> f64 {
+    pub(crate) fn rate(&self) -> f64 {
         if self.unlimited() {
             return 0.0;
         }
@@ -162,7 +162,7 @@ impl RateLimiter {
 
     /// Hold every request of the pool for `delay` (Retry-After): the apiserver asked for it.
     /// The bucket is emptied too, so the pool does not answer a 429 with a burst.
-    pub fn pause(&self, delay: Duration) {
+    pub(crate) fn pause(&self, delay: Duration) {
         let now = Instant::now();
         let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let until = now + delay;

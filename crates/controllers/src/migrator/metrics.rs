@@ -12,20 +12,20 @@ use prometheus_client::registry::Registry;
 use std::sync::atomic::AtomicU64;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResourceLabel {
+pub(crate) struct ResourceLabel {
     /// `configmaps`, `deployments.apps`.
     pub resource: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct MigrationLabels {
+pub(crate) struct MigrationLabels {
     pub resource: String,
     /// `Succeeded` or `Failed`.
     pub status: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RequestLabels {
+pub(crate) struct RequestLabels {
     /// `list` or `patch` (and `discovery`).
     pub verb: String,
     /// The HTTP code, or `error` when there was no answer.
@@ -33,33 +33,33 @@ pub struct RequestLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReadLabels {
+pub(crate) struct ReadLabels {
     pub resource: String,
     /// `stream` (one watch-list) or `pages` (metadata-only LISTs, the fallback).
     pub mode: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ManagerLabel {
+pub(crate) struct ManagerLabel {
     /// The other migrator's field manager (`kube-controller-manager`), or `unknown`.
     pub manager: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RetryLabels {
+pub(crate) struct RetryLabels {
     pub resource: String,
     /// `429`, `503`, `transport`, …
     pub reason: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct StatusLabel {
+pub(crate) struct StatusLabel {
     /// `Pending`, `Running`, `Succeeded` or `Failed`.
     pub status: String,
 }
 
 /// The statuses [`MigratorMetrics::migrations_by_status`] always reports (zero included).
-pub const STATUSES: [&str; 4] = ["Pending", "Running", "Succeeded", "Failed"];
+pub(crate) const STATUSES: [&str; 4] = ["Pending", "Running", "Succeeded", "Failed"];
 
 fn latency_histogram() -> Histogram {
     Histogram::new([
@@ -68,7 +68,7 @@ fn latency_histogram() -> Histogram {
 }
 
 #[derive(Debug, Clone)]
-pub struct MigratorMetrics {
+pub(crate) struct MigratorMetrics {
     /// Objects migrated per resource since the process started.
     pub migrated_objects: Family<ResourceLabel, Gauge>,
     /// The remaining-objects estimate of the running migration of each resource.
@@ -103,7 +103,7 @@ impl Default for MigratorMetrics {
 }
 
 impl MigratorMetrics {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         let yielded: Family<ManagerLabel, Counter> = Family::default();
         // Served at 0 from the start, so that the first yield to kube-controller-manager is an
         // increase an alert (`increase()`) sees, not a series born at 1.
@@ -127,7 +127,7 @@ impl MigratorMetrics {
         }
     }
 
-    pub fn register(&self, registry: &mut Registry) {
+    pub(crate) fn register(&self, registry: &mut Registry) {
         registry.register(
             "storage_migrator_core_migrator_migrated_objects",
             "The number of objects migrated, per resource.",
@@ -199,7 +199,7 @@ impl MigratorMetrics {
     }
 
     /// Publishes the count of migrations in each status.
-    pub fn set_statuses(&self, counts: &[(&str, i64)]) {
+    pub(crate) fn set_statuses(&self, counts: &[(&str, i64)]) {
         for status in STATUSES {
             let n = counts
                 .iter()
@@ -213,7 +213,7 @@ impl MigratorMetrics {
         }
     }
 
-    pub fn count_read(&self, resource: &str, mode: &str) {
+    pub(crate) fn count_read(&self, resource: &str, mode: &str) {
         self.reads
             .get_or_create(&ReadLabels {
                 resource: resource.into(),
@@ -222,7 +222,7 @@ impl MigratorMetrics {
             .inc();
     }
 
-    pub fn observe_request(&self, verb: &str, code: Option<u16>, seconds: f64) {
+    pub(crate) fn observe_request(&self, verb: &str, code: Option<u16>, seconds: f64) {
         self.request_duration
             .get_or_create(&RequestLabels {
                 verb: verb.into(),

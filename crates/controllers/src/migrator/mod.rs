@@ -4,15 +4,15 @@
 //! and PATCHes in flight). Migrations come from the registry's watch; deleting one stops its
 //! work within a page.
 
-pub mod concurrency;
-pub mod events;
-pub mod limiter;
-pub mod metrics;
+pub(crate) mod concurrency;
+pub(crate) mod events;
+pub(crate) mod limiter;
+pub(crate) mod metrics;
 mod pool;
-pub mod pressure;
+pub(crate) mod pressure;
 mod runner;
-pub mod source;
-pub mod status;
+pub(crate) mod source;
+pub(crate) mod status;
 mod window;
 
 use std::time::Duration;
@@ -20,13 +20,13 @@ use std::time::Duration;
 use svm_api::migration::StorageVersionMigration;
 use svm_cluster::ClusterClient;
 
-pub use concurrency::Mode as ConcurrencyMode;
-pub use events::Events;
-pub use limiter::Backoff;
-pub use metrics::MigratorMetrics;
-pub use pool::Migrator;
-pub use pressure::Pressure;
-pub use source::Source;
+pub(crate) use concurrency::Mode as ConcurrencyMode;
+pub(crate) use events::Events;
+pub(crate) use limiter::Backoff;
+pub(crate) use metrics::MigratorMetrics;
+pub(crate) use pool::Migrator;
+pub(crate) use pressure::Pressure;
+pub(crate) use source::Source;
 
 /// The migrator's knobs (flags of `serve`).
 #[derive(Clone, Debug)]
@@ -79,7 +79,7 @@ pub(crate) struct MigratorContext {
 }
 
 impl MigratorContext {
-    pub async fn event(
+    pub(crate) async fn event(
         &self,
         migration: &StorageVersionMigration,
         reason: events::Reason,

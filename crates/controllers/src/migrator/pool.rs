@@ -22,7 +22,7 @@ use svm_api::migration::{FAILED, SUCCEEDED, StorageVersionMigration};
 use svm_cluster::ClusterClient;
 use svm_cluster::watches::Update;
 
-pub struct Migrator {
+pub(crate) struct Migrator {
     shared: Arc<MigratorContext>,
 }
 
@@ -134,7 +134,7 @@ impl Scheduler {
 }
 
 impl Migrator {
-    pub fn new(
+    pub(crate) fn new(
         cluster: ClusterClient,
         migrations: impl Into<Source>,
         settings: Settings,
@@ -157,7 +157,7 @@ impl Migrator {
 
     /// Runs until `shutdown` fires; then cancels every running migration (each keeps its
     /// checkpoint) and waits for the workers to stop.
-    pub async fn run(self, shutdown: CancellationToken) {
+    pub(crate) async fn run(self, shutdown: CancellationToken) {
         let mut scheduler = Scheduler::default();
         let mut workers: JoinSet<(String, Outcome)> = JoinSet::new();
         let (tx, mut updates) = mpsc::channel(256);

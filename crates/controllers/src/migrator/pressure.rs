@@ -22,7 +22,7 @@ use svm_cluster::ClusterError;
 
 /// What an answer changed, for the caller's logs and metrics.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Reaction {
+pub(crate) struct Reaction {
     /// The pool waits this long before its next request (Retry-After).
     pub paused: Option<Duration>,
     /// An APF rejection from this priority level lowered the rate to this many per second.
@@ -38,7 +38,7 @@ struct Slots {
 }
 
 #[derive(Debug)]
-pub struct Pressure {
+pub(crate) struct Pressure {
     rate: RateLimiter,
     slots: Mutex<Slots>,
     freed: Notify,
@@ -46,14 +46,14 @@ pub struct Pressure {
 
 /// A PATCH in flight; its slot is given back when dropped.
 #[must_use]
-pub struct Slot<'a> {
+pub(crate) struct Slot<'a> {
     pressure: &'a Pressure,
     sent_in: Epoch,
 }
 
 impl Slot<'_> {
     /// The limit's epoch when the slot was taken: its answer counts in that one only.
-    pub fn epoch(&self) -> Epoch {
+    pub(crate) fn epoch(&self) -> Epoch {
         self.sent_in
     }
 }
@@ -65,7 +65,7 @@ impl Drop for Slot<'_> {
 }
 
 impl Pressure {
-    pub fn new(qps: f64, burst: u32, concurrency: Mode) -> Self {
+    pub(crate) fn new(qps: f64, burst: u32, concurrency: Mode) -> Self {
         Self {
             rate: RateLimiter::new(qps, burst),
             slots: Mutex::new(Slots {
@@ -81,12 +81,12 @@ impl Pressure {
     }
 
     /// Wait for the rate to allow one more request (and for any pause to end).
-    pub async fn token(&self) {
+    pub(crate) async fn token(&self) {
         self.rate.acquire().await;
     }
 
     /// Wait for a PATCH slot under the current limit.
-    pub async fn slot(&self) -> Slot<'_> {
+    pub(crate) async fn slot(&self) -> Slot<'_> {
         let mut waited = false;
         loop {
             let freed = self.freed.notified();
@@ -119,7 +119,7 @@ impl Pressure {
     /// What the answer to a request says about the apiserver: `latency` of an answer that
     /// was not an overload feeds the PATCH limit for a PATCH (`sent_in`: its slot's epoch; a
     /// page of 500 takes longer for other reasons); an overload answer backs off.
-    pub fn answered<T>(
+    pub(crate) fn answered<T>(
         &self,
         result: &Result<T, ClusterError>,
         latency: Duration,
@@ -158,12 +158,12 @@ impl Pressure {
     }
 
     /// The rate in force (requests per second; 0 when unlimited).
-    pub fn rate(&self) -> f64 {
+    pub(crate) fn rate(&self) -> f64 {
         self.rate.rate()
     }
 
     /// PATCHes allowed in flight now.
-    pub fn concurrency(&self) -> usize {
+    pub(crate) fn concurrency(&self) -> usize {
         self.lock().limit.limit()
     }
 }

@@ -40,7 +40,7 @@ fn count(n: usize) -> i64 {
 
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Outcome {
+pub(super) enum Outcome {
     /// Succeeded or Failed, and recorded so.
     Finished,
     /// Deleted, or the pool is shutting down: nothing more to do here.

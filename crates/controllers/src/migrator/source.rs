@@ -19,7 +19,7 @@ use svm_cluster::{BuiltinMigrations, ClusterError};
 use svm_registry::{ApiError, Fence, Guarded};
 
 #[derive(Clone)]
-pub enum Source {
+pub(crate) enum Source {
     /// This server's store, written under the leadership term's fence.
     Ours(Guarded<MigrationStrategy>),
     /// The cluster's built-in API. Our fence cannot ride a write to the cluster: each status
@@ -63,7 +63,7 @@ fn api_error(err: ClusterError, name: &str) -> ApiError {
 impl Source {
     /// Writes recorded in managedFields for `manager` (our store's; the cluster's writes name
     /// the migrator's field manager themselves).
-    pub fn managed_by(self, manager: &'static str) -> Self {
+    pub(crate) fn managed_by(self, manager: &'static str) -> Self {
         match self {
             Source::Ours(store) => Source::Ours(store.managed_by(manager)),
             cluster => cluster,
@@ -71,7 +71,7 @@ impl Source {
     }
 
     /// The leadership term these writes belong to.
-    pub fn fence(&self) -> &Fence {
+    pub(crate) fn fence(&self) -> &Fence {
         match self {
             Source::Ours(store) => store.fence(),
             Source::Cluster { fence, .. } => fence,
@@ -79,14 +79,17 @@ impl Source {
     }
 
     /// Which API, for messages.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         match self {
             Source::Ours(_) => "svm-apiserver's own store".into(),
             Source::Cluster { builtin, .. } => format!("the cluster's {}", builtin.api_version()),
         }
     }
 
-    pub async fn get(&self, name: &str) -> Result<Option<StorageVersionMigration>, ApiError> {
+    pub(crate) async fn get(
+        &self,
+        name: &str,
+    ) -> Result<Option<StorageVersionMigration>, ApiError> {
         match self {
             Source::Ours(store) => store.get(name).await,
             Source::Cluster { builtin, .. } => {
@@ -96,7 +99,7 @@ impl Source {
     }
 
     /// Writes `migration`'s status as the migrator (its resourceVersion the precondition).
-    pub async fn update_status(
+    pub(crate) async fn update_status(
         &self,
         migration: StorageVersionMigration,
     ) -> Result<StorageVersionMigration, ApiError> {
@@ -120,7 +123,7 @@ impl Source {
 
     /// Feeds every migration (a relist first, after any gap, and every `resync`), then each
     /// change, into `out` until it is closed.
-    pub fn feed(
+    pub(crate) fn feed(
         &self,
         out: mpsc::Sender<Update<StorageVersionMigration>>,
         resync: Duration,

@@ -15,11 +15,11 @@ use svm_registry::ApiError;
 
 /// The migrator's name in `metadata.managedFields`: it owns the status fields it writes
 /// (conditions, progress) and takes nothing a user applied.
-pub const FIELD_MANAGER: &str = "svm-apiserver-migrator";
+pub(crate) const FIELD_MANAGER: &str = "svm-apiserver-migrator";
 
 /// How a status write ended when it did not succeed.
 #[derive(Debug, thiserror::Error)]
-pub enum StatusWriteError {
+pub(crate) enum StatusWriteError {
     /// The migration is gone (deleted): stop working on it.
     #[error("the migration was deleted")]
     Gone,
@@ -42,7 +42,7 @@ pub enum StatusWriteError {
 /// object and applies `change` to what is stored then. Returns the stored object. `guard`
 /// holds what this run last wrote: a status someone else wrote since is
 /// [`StatusWriteError::Yielded`], and nothing is written.
-pub async fn write_status(
+pub(crate) async fn write_status(
     source: &Source,
     name: &str,
     guard: &Mutex<StatusGuard>,
@@ -59,7 +59,7 @@ pub async fn write_status(
 /// first time) — never moving it backwards: when the stored progress counts more objects than
 /// `progress` (another run got further), nothing is written and the answer is
 /// [`StatusWriteError::Behind`]. A conflict retry checks again against what it re-reads.
-pub async fn write_progress(
+pub(crate) async fn write_progress(
     source: &Source,
     name: &str,
     guard: &Mutex<StatusGuard>,
@@ -120,7 +120,7 @@ async fn write_status_checked(
 }
 
 /// Another migrator's write on `migration`, by the guard.
-pub fn check(
+pub(crate) fn check(
     guard: &Mutex<StatusGuard>,
     migration: &StorageVersionMigration,
 ) -> Option<ForeignWrite> {
@@ -132,7 +132,7 @@ pub fn check(
 
 /// Sets condition `type_` (metav1.Condition semantics: lastTransitionTime moves only when the
 /// status changes).
-pub fn set_condition(
+pub(crate) fn set_condition(
     status: &mut MigrationStatus,
     type_: &str,
     value: bool,
@@ -164,7 +164,7 @@ pub fn set_condition(
 }
 
 /// A condition message fits the API's limit (32 KiB) whatever the cluster answered.
-pub fn bounded_message(message: String) -> String {
+pub(crate) fn bounded_message(message: String) -> String {
     const LIMIT: usize = 4096;
     if message.len() <= LIMIT {
         return message;

@@ -12,13 +12,13 @@ use std::collections::VecDeque;
 
 /// An object arrived at or below the key of the one before it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OutOfOrder {
+pub(super) struct OutOfOrder {
     pub previous: String,
     pub key: String,
 }
 
 #[derive(Debug, Default)]
-pub struct Window {
+pub(super) struct Window {
     /// Arrival order: (key, done), from the first object not yet in the done prefix.
     entries: VecDeque<(String, bool)>,
     /// Sequence number of `entries[0]`.
@@ -30,22 +30,22 @@ pub struct Window {
 }
 
 impl Window {
-    pub fn new() -> Self {
+    pub(super) fn new() -> Self {
         Self::default()
     }
 
     /// Objects arrived and not yet in the done prefix (what memory holds).
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.entries.len()
     }
 
     /// The last key of the done prefix: everything that arrived at or below it is done.
-    pub fn through(&self) -> &str {
+    pub(super) fn through(&self) -> &str {
         &self.through
     }
 
     /// An object that needs no work (done before a restart) arrived: only its order counts.
-    pub fn pass(&mut self, key: String) -> Result<(), OutOfOrder> {
+    pub(super) fn pass(&mut self, key: String) -> Result<(), OutOfOrder> {
         self.check_order(&key)?;
         if self.entries.is_empty() {
             self.through.clone_from(&key);
@@ -55,7 +55,7 @@ impl Window {
     }
 
     /// An object to rewrite arrived: its sequence number, for [`Window::done`].
-    pub fn admit(&mut self, key: String) -> Result<u64, OutOfOrder> {
+    pub(super) fn admit(&mut self, key: String) -> Result<u64, OutOfOrder> {
         self.check_order(&key)?;
         self.last.clone_from(&key);
         self.entries.push_back((key, false));
@@ -63,7 +63,7 @@ impl Window {
     }
 
     /// The object `seq` is done: returns how many objects joined the done prefix.
-    pub fn done(&mut self, seq: u64) -> usize {
+    pub(super) fn done(&mut self, seq: u64) -> usize {
         let Some(index) = seq
             .checked_sub(self.first)
             .and_then(|i| usize::try_from(i).ok())

@@ -41,12 +41,12 @@ const RENEWALS_TO_ACCOUNT: u32 = 2;
 
 /// A look in progress: the instance that must have answered it, if exactly one was live.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct LookTicket {
+pub(crate) struct LookTicket {
     sole: Option<(String, String)>,
 }
 
 #[derive(Debug, Default)]
-pub struct Instances {
+pub(crate) struct Instances {
     live: BTreeMap<String, Instance>,
     /// The StorageVersion API is watched and healthy.
     encodings_watched: bool,
@@ -56,7 +56,7 @@ pub struct Instances {
 
 impl Instances {
     /// A lease added or changed. Returns whether a new instance appeared (look again).
-    pub fn applied(&mut self, name: &str, holder: &str) -> bool {
+    pub(crate) fn applied(&mut self, name: &str, holder: &str) -> bool {
         if holder.is_empty() {
             return false;
         }
@@ -86,7 +86,7 @@ impl Instances {
     }
 
     /// A lease deleted (the instance stopped).
-    pub fn deleted(&mut self, name: &str) {
+    pub(crate) fn deleted(&mut self, name: &str) {
         if let Some(old) = self.live.remove(name) {
             self.went(name, &old, "stopped");
         }
@@ -94,7 +94,7 @@ impl Instances {
 
     /// The lease watch listed anew after a gap: what changed in between is treated as seen
     /// now. Returns whether anything changed.
-    pub fn relisted(&mut self, leases: &[(String, String)]) -> bool {
+    pub(crate) fn relisted(&mut self, leases: &[(String, String)]) -> bool {
         let mut changed = false;
         let gone: Vec<String> = self
             .live
@@ -122,7 +122,7 @@ impl Instances {
     }
 
     /// The StorageVersion API watch is (or is no longer) healthy.
-    pub fn set_encodings_watched(&mut self, watched: bool) {
+    pub(crate) fn set_encodings_watched(&mut self, watched: bool) {
         self.encodings_watched = watched;
         if watched {
             for instance in self.live.values_mut() {
@@ -131,7 +131,7 @@ impl Instances {
         }
     }
 
-    pub fn start_look(&self) -> LookTicket {
+    pub(crate) fn start_look(&self) -> LookTicket {
         let sole = (self.live.len() == 1)
             .then(|| self.live.iter().next())
             .flatten()
@@ -141,7 +141,7 @@ impl Instances {
 
     /// A look completed: if the instance it started with is still the only one, its next
     /// renewals account for it.
-    pub fn finish_look(&mut self, ticket: &LookTicket) {
+    pub(crate) fn finish_look(&mut self, ticket: &LookTicket) {
         let Some((name, holder)) = &ticket.sole else {
             return;
         };
@@ -156,7 +156,7 @@ impl Instances {
 
     /// The only live instance's name, if there is exactly one (the apiserver a discovery answer
     /// came from).
-    pub fn sole(&self) -> Option<String> {
+    pub(crate) fn sole(&self) -> Option<String> {
         (self.live.len() == 1)
             .then(|| self.live.keys().next().cloned())
             .flatten()
@@ -164,7 +164,7 @@ impl Instances {
 
     /// Compares the live instances with the record of a previous run: what changed while the
     /// trigger was away cannot be vouched for.
-    pub fn compare_with_record(
+    pub(crate) fn compare_with_record(
         &mut self,
         record: &ObserverRecord,
         away: Option<Duration>,
@@ -205,23 +205,23 @@ impl Instances {
     }
 
     /// Something else the trigger cannot vouch for.
-    pub fn unvouched(&mut self, reason: String) {
+    pub(crate) fn unvouched(&mut self, reason: String) {
         self.unvouched.push(reason);
     }
 
     /// The reasons gathered since the last call (each becomes an `Unknown` entry for every
     /// built-in resource).
-    pub fn take_unvouched(&mut self) -> Vec<String> {
+    pub(crate) fn take_unvouched(&mut self) -> Vec<String> {
         std::mem::take(&mut self.unvouched)
     }
 
     /// Whether every live instance is accounted for (a record may be written).
-    pub fn all_accounted(&self) -> bool {
+    pub(crate) fn all_accounted(&self) -> bool {
         self.unvouched.is_empty() && self.live.values().all(|i| i.accounted)
     }
 
     /// The record of what is vouched for now.
-    pub fn record(&self) -> ObserverRecord {
+    pub(crate) fn record(&self) -> ObserverRecord {
         ObserverRecord {
             last_vouched: svm_registry::now_text(),
             instances: self

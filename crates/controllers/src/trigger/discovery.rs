@@ -23,7 +23,7 @@ const AGGREGATED_ACCEPT: &str =
 
 /// A resource as a legacy discovery document lists it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DiscoveredResource {
+pub(crate) struct DiscoveredResource {
     pub group: String,
     /// The version whose document listed it.
     pub version: String,
@@ -37,7 +37,7 @@ pub struct DiscoveredResource {
 
 /// The result of a look.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct DiscoverySnapshot {
+pub(crate) struct DiscoverySnapshot {
     pub resources: BTreeMap<(String, String), DiscoveredResource>,
     /// Every group-version document answered (a failed one, e.g. an unavailable aggregated
     /// API, leaves its resources out: they must not be taken for gone).
@@ -48,14 +48,14 @@ pub struct DiscoverySnapshot {
 
 /// Counters of the requests discovery made (for metrics and the idle-cost benchmark).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct DiscoveryCounts {
+pub(crate) struct DiscoveryCounts {
     pub not_modified: u64,
     pub fetched: u64,
     pub group_versions: u64,
 }
 
 #[derive(Debug)]
-pub struct Discovery {
+pub(crate) struct Discovery {
     client: ClusterClient,
     /// ETags of `/api` and `/apis`.
     etags: [Option<String>; 2],
@@ -164,7 +164,7 @@ fn decode<T: serde::de::DeserializeOwned>(path: &str, body: &[u8]) -> Result<T, 
 }
 
 impl Discovery {
-    pub fn new(client: ClusterClient) -> Self {
+    pub(crate) fn new(client: ClusterClient) -> Self {
         Self {
             client,
             etags: [None, None],
@@ -176,7 +176,7 @@ impl Discovery {
 
     /// Whether anything changed since the last poll (always true before the first one, and on
     /// a cluster without aggregated discovery).
-    pub async fn poll(&mut self) -> Result<bool, ClusterError> {
+    pub(crate) async fn poll(&mut self) -> Result<bool, ClusterError> {
         let mut changed = false;
         for (index, path) in ["/api", "/apis"].into_iter().enumerate() {
             let answer = self
@@ -218,7 +218,7 @@ impl Discovery {
     }
 
     /// Reads every group's legacy documents for storage-version hashes.
-    pub async fn look(&mut self) -> Result<DiscoverySnapshot, ClusterError> {
+    pub(crate) async fn look(&mut self) -> Result<DiscoverySnapshot, ClusterError> {
         if self.groups.iter().all(Vec::is_empty) {
             self.poll().await?;
         }

@@ -19,7 +19,7 @@ use super::history::{NewEntry, Source};
 
 /// One apiserver's encoding of a resource.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Encoding {
+pub(crate) struct Encoding {
     pub hash: String,
     /// `apps/v1`, `v1`.
     pub encoding_version: String,
@@ -29,7 +29,7 @@ pub struct Encoding {
 
 /// What the cluster shows for a resource now.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum View {
+pub(crate) enum View {
     /// Every apiserver (that the source can see) encodes in this one.
     Agreed(Encoding),
     /// Apiservers use different encodings (an HA rolling upgrade): one entry per apiserver.
@@ -37,7 +37,7 @@ pub enum View {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Observed {
+pub(crate) struct Observed {
     pub group: String,
     pub resource: String,
     pub view: View,
@@ -49,14 +49,14 @@ pub struct Observed {
 
 /// What [`plan_state`] decided.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct StatePlan {
+pub(crate) struct StatePlan {
     pub entries: Vec<NewEntry>,
     pub current: String,
     pub persisted: Vec<String>,
 }
 
 impl StatePlan {
-    pub fn changes(&self, state: Option<&StorageState>) -> bool {
+    pub(crate) fn changes(&self, state: Option<&StorageState>) -> bool {
         match state {
             None => true,
             Some(state) => {
@@ -93,7 +93,7 @@ fn push_unique(list: &mut Vec<String>, hash: &str) {
 ///   in since it last looked (appends `Unknown`).
 /// - `include_stored`: take `observed.stored` into account (on start and after a watch had
 ///   a gap; in between, the watch saw every change itself).
-pub fn plan_state(
+pub(crate) fn plan_state(
     state: Option<&StorageState>,
     observed: &Observed,
     unvouched: Option<&str>,
@@ -227,16 +227,16 @@ impl StatePlan {
 }
 
 /// The label on every migration the trigger creates.
-pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
-pub const MANAGED_BY: &str = "svm-apiserver-trigger";
+pub(crate) const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+pub(crate) const MANAGED_BY: &str = "svm-apiserver-trigger";
 /// The history entry (sequence number) a trigger migration belongs to.
-pub const HISTORY_SEQ_ANNOTATION: &str = "storagemigration.k8s.io/history-seq";
+pub(crate) const HISTORY_SEQ_ANNOTATION: &str = "storagemigration.k8s.io/history-seq";
 /// The storage-version hash it migrates to.
-pub const HASH_ANNOTATION: &str = "storagemigration.k8s.io/storage-version-hash";
+pub(crate) const HASH_ANNOTATION: &str = "storagemigration.k8s.io/storage-version-hash";
 
 /// The name of the migration for history entry `seq` of a StorageState: deterministic, so two
 /// replicas (or a retried create) can never start two migrations for one change.
-pub fn migration_name(state_name: &str, seq: u64) -> String {
+pub(crate) fn migration_name(state_name: &str, seq: u64) -> String {
     let suffix = format!("-{seq}");
     let room = 253 - suffix.len();
     let mut base: &str = state_name;
@@ -249,7 +249,7 @@ pub fn migration_name(state_name: &str, seq: u64) -> String {
 
 /// A trigger migration as the planner sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct OwnedMigration {
+pub(crate) struct OwnedMigration {
     pub name: String,
     pub seq: Option<u64>,
     pub hash: String,
@@ -259,7 +259,7 @@ pub struct OwnedMigration {
 
 impl OwnedMigration {
     /// A migration of `group/resource` the trigger created, or `None`.
-    pub fn of(m: &StorageVersionMigration, group: &str, resource: &str) -> Option<Self> {
+    pub(crate) fn of(m: &StorageVersionMigration, group: &str, resource: &str) -> Option<Self> {
         let labels = m.metadata.labels.as_ref()?;
         if labels.get(MANAGED_BY_LABEL).map(String::as_str) != Some(MANAGED_BY)
             || m.spec.resource.group != group
@@ -284,7 +284,7 @@ impl OwnedMigration {
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct MigrationPlan {
+pub(crate) struct MigrationPlan {
     /// Stale migrations (of an earlier history entry).
     pub delete: Vec<String>,
     /// A migration to create: its name.
@@ -294,7 +294,7 @@ pub struct MigrationPlan {
 }
 
 /// Decides the trigger's migrations of one resource, after its status was planned.
-pub fn plan_migrations(
+pub(crate) fn plan_migrations(
     state_name: &str,
     current: &str,
     persisted: &[String],

@@ -15,7 +15,7 @@ pub(crate) use svm_cluster::watches::Update;
 
 /// The trigger's inputs from the cluster.
 #[derive(Debug)]
-pub enum Signal {
+pub(crate) enum Signal {
     /// Boxed: a CRD is much larger than the other objects.
     Crd(Box<Update<CustomResourceDefinition>>),
     Lease(Update<Lease>),
@@ -23,9 +23,9 @@ pub enum Signal {
 }
 
 /// The label kube-apiserver puts on its identity leases (recording 12).
-pub const IDENTITY_LABEL: &str = "apiserver.kubernetes.io/identity=kube-apiserver";
+pub(crate) const IDENTITY_LABEL: &str = "apiserver.kubernetes.io/identity=kube-apiserver";
 
-pub fn watch_crds(client: kube::Client, out: mpsc::Sender<Signal>) -> JoinHandle<()> {
+pub(crate) fn watch_crds(client: kube::Client, out: mpsc::Sender<Signal>) -> JoinHandle<()> {
     watch(
         Api::<CustomResourceDefinition>::all(client),
         watcher::Config::default(),
@@ -34,7 +34,10 @@ pub fn watch_crds(client: kube::Client, out: mpsc::Sender<Signal>) -> JoinHandle
     )
 }
 
-pub fn watch_identity_leases(client: kube::Client, out: mpsc::Sender<Signal>) -> JoinHandle<()> {
+pub(crate) fn watch_identity_leases(
+    client: kube::Client,
+    out: mpsc::Sender<Signal>,
+) -> JoinHandle<()> {
     watch(
         Api::<Lease>::namespaced(client, "kube-system"),
         watcher::Config::default().labels(IDENTITY_LABEL),
@@ -43,7 +46,10 @@ pub fn watch_identity_leases(client: kube::Client, out: mpsc::Sender<Signal>) ->
     )
 }
 
-pub fn watch_storage_versions(client: kube::Client, out: mpsc::Sender<Signal>) -> JoinHandle<()> {
+pub(crate) fn watch_storage_versions(
+    client: kube::Client,
+    out: mpsc::Sender<Signal>,
+) -> JoinHandle<()> {
     watch(
         Api::<StorageVersion>::all(client),
         watcher::Config::default(),

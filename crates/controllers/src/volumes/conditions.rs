@@ -4,7 +4,7 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 /// Sets condition `type_` to `on` with `reason` and `message`, observed at `generation`.
-pub fn set(
+pub(crate) fn set(
     conditions: &mut Vec<Condition>,
     type_: &str,
     on: bool,

@@ -8,13 +8,13 @@ use prometheus_client::registry::Registry;
 use svm_cluster::ClusterError;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct FailureLabel {
+pub(crate) struct FailureLabel {
     /// The HTTP code of the refused PATCH (`403` for a quota), or `error` without an answer.
     pub code: String,
 }
 
 #[derive(Clone, Debug, Default)]
-pub struct VolumeMetrics {
+pub(crate) struct VolumeMetrics {
     pub resizes_started: Counter,
     pub claims_resized: Counter,
     pub pod_restarts: Counter,
@@ -22,7 +22,7 @@ pub struct VolumeMetrics {
 }
 
 impl VolumeMetrics {
-    pub fn register(&self, registry: &mut Registry) {
+    pub(crate) fn register(&self, registry: &mut Registry) {
         registry.register(
             "svm_volume_claim_resizes_started",
             "Claims whose storage request the controller raised (or lowered after a failure)",
@@ -45,7 +45,7 @@ impl VolumeMetrics {
         );
     }
 
-    pub fn resize_failure(&self, err: &ClusterError) {
+    pub(crate) fn resize_failure(&self, err: &ClusterError) {
         let code = err
             .code()
             .map_or_else(|| "error".to_string(), |c| c.to_string());

@@ -32,7 +32,7 @@ use svm_registry::{Guarded, Update};
 
 /// The controller's settings.
 #[derive(Clone, Debug)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// How often every migration is looked at again without a change of its own (the
     /// cluster's claims and pods change without telling us).
     pub resync: Duration,
@@ -56,7 +56,7 @@ fn key_of(vcm: &VolumeClaimMigration) -> Key {
 }
 
 impl Controller {
-    pub fn new(
+    pub(crate) fn new(
         store: Guarded<VolumeClaimMigrationStrategy>,
         cluster: ClusterClient,
         metrics: VolumeMetrics,
@@ -78,7 +78,7 @@ impl Controller {
     }
 
     /// Runs until `cancel` fires.
-    pub async fn run(self, cancel: CancellationToken) {
+    pub(crate) async fn run(self, cancel: CancellationToken) {
         let (tx, mut updates) = mpsc::channel(64);
         let feed = self.store.list_and_watch(self.settings.resync, tx, |u| u);
         let mut known: BTreeMap<Key, VolumeClaimMigration> = BTreeMap::new();

@@ -14,15 +14,15 @@ use svm_api::volumes::{
 };
 
 /// Claim phases (`status.claims[].phase`).
-pub const PENDING: &str = "Pending";
-pub const RESIZING: &str = "Resizing";
-pub const FS_RESIZE_PENDING: &str = "FileSystemResizePending";
-pub const RESIZED: &str = "Resized";
-pub const CLAIM_FAILED: &str = "Failed";
+pub(crate) const PENDING: &str = "Pending";
+pub(crate) const RESIZING: &str = "Resizing";
+pub(crate) const FS_RESIZE_PENDING: &str = "FileSystemResizePending";
+pub(crate) const RESIZED: &str = "Resized";
+pub(crate) const CLAIM_FAILED: &str = "Failed";
 
 /// One volumeClaimTemplate and the size its claims must reach.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct TemplateTarget {
+pub(crate) struct TemplateTarget {
     pub name: String,
     /// As written (`100Gi`): what a claim is patched to.
     pub storage: String,
@@ -36,7 +36,7 @@ pub struct TemplateTarget {
 
 /// A PersistentVolumeClaim as the planner needs it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ClaimView {
+pub(crate) struct ClaimView {
     pub uid: String,
     pub storage_class: Option<String>,
     pub requested: String,
@@ -59,14 +59,14 @@ impl ClaimView {
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct PodView {
+pub(crate) struct PodView {
     pub uid: String,
     pub ready: bool,
 }
 
 /// What the cluster shows for one migration.
 #[derive(Clone, Debug, Default)]
-pub struct Observed {
+pub(crate) struct Observed {
     pub replicas: i32,
     pub templates: Vec<TemplateTarget>,
     /// By claim name; absent: the claim does not exist (yet).
@@ -81,7 +81,7 @@ pub struct Observed {
 
 /// What the controller does, in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     /// Merge-patch the claim's `spec.resources.requests.storage`.
     Resize { claim: String, storage: String },
     /// Delete the pod so that its file system is resized when it starts again.
@@ -94,30 +94,30 @@ pub enum Action {
 
 /// An Event to record, on the migration and on the StatefulSet.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Note {
+pub(crate) struct Note {
     pub warning: bool,
     pub reason: &'static str,
     pub message: String,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Plan {
+pub(crate) struct Plan {
     pub status: VolumeClaimMigrationStatus,
     pub actions: Vec<Action>,
     pub notes: Vec<Note>,
 }
 
 /// The claim of `template` for `ordinal` (the StatefulSet controller's naming).
-pub fn claim_name(template: &str, statefulset: &str, ordinal: i32) -> String {
+pub(crate) fn claim_name(template: &str, statefulset: &str, ordinal: i32) -> String {
     format!("{template}-{statefulset}-{ordinal}")
 }
 
-pub fn pod_name(statefulset: &str, ordinal: i32) -> String {
+pub(crate) fn pod_name(statefulset: &str, ordinal: i32) -> String {
     format!("{statefulset}-{ordinal}")
 }
 
 /// Decides the next step of `vcm` at `now` (RFC 3339, as written into the status).
-pub fn plan(vcm: &VolumeClaimMigration, observed: &Observed, now: jiff::Timestamp) -> Plan {
+pub(crate) fn plan(vcm: &VolumeClaimMigration, observed: &Observed, now: jiff::Timestamp) -> Plan {
     let mut planner = Planner::new(vcm, observed, now);
     if vcm.spec.paused {
         planner.claims_as_they_are();

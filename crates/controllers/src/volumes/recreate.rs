@@ -16,7 +16,7 @@ use svm_api::volumes::{RECREATE_DELETING, RECREATE_DONE, RecreateStatus, quantit
 
 /// The StatefulSet as this pass read it.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Seen {
+pub(crate) struct Seen {
     pub uid: String,
     /// A deletion is under way (the garbage collector has yet to orphan its pods).
     pub deleting: bool,
@@ -26,7 +26,7 @@ pub struct Seen {
 
 /// What the replacement needs next.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Next {
+pub(super) enum Next {
     /// Nothing (again): the templates say the sizes, or the replacement exists.
     Done(Option<RecreateStatus>),
     /// Waiting for something outside us; the reason is for the Running condition.
@@ -39,7 +39,7 @@ pub enum Next {
     Create { manifest: Value },
 }
 
-pub fn next(
+pub(super) fn next(
     saved: Option<&RecreateStatus>,
     seen: Option<&Seen>,
     templates: &[TemplateTarget],
@@ -111,7 +111,7 @@ fn own_templates(statefulset: &Value) -> Option<&Vec<Value>> {
 
 /// The object to create: the served one without what the server owns (identity, status,
 /// managed fields, finalizers of the old object), its templates at the new sizes.
-pub fn manifest(statefulset: &Value, templates: &[TemplateTarget]) -> Value {
+pub(super) fn manifest(statefulset: &Value, templates: &[TemplateTarget]) -> Value {
     let mut object = statefulset.clone();
     if let Some(fields) = object.as_object_mut() {
         fields.remove("status");

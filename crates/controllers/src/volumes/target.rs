@@ -16,13 +16,13 @@ use svm_api::volumes::{VolumeClaimMigration, quantity_bytes};
 use svm_cluster::{ClusterClient, ClusterError};
 
 /// What one pass read.
-pub struct Observed {
+pub(super) struct Observed {
     pub view: plan::Observed,
     /// The StatefulSet, for its Events.
     pub statefulset: ObjectReference,
 }
 
-pub async fn observe(
+pub(super) async fn observe(
     cluster: &ClusterClient,
     vcm: &VolumeClaimMigration,
 ) -> Result<Observed, ClusterError> {
@@ -241,7 +241,7 @@ async fn get_optional(cluster: &ClusterClient, path: &str) -> Result<Option<Valu
 }
 
 /// Asks for `storage` on the claim (a merge patch of its request, nothing else).
-pub async fn resize(
+pub(super) async fn resize(
     cluster: &ClusterClient,
     namespace: &str,
     claim: &str,
@@ -261,7 +261,7 @@ pub async fn resize(
 }
 
 /// Deletes the pod (its StatefulSet starts it again); gone already is as good.
-pub async fn delete_pod(
+pub(super) async fn delete_pod(
     cluster: &ClusterClient,
     namespace: &str,
     pod: &str,
@@ -279,7 +279,7 @@ pub async fn delete_pod(
 
 /// Deletes the StatefulSet with orphan cascade (its pods and claims stay) if it still has
 /// `uid`; gone already is as good.
-pub async fn delete_statefulset(
+pub(super) async fn delete_statefulset(
     cluster: &ClusterClient,
     vcm: &VolumeClaimMigration,
     uid: &str,
@@ -309,7 +309,7 @@ pub async fn delete_statefulset(
 }
 
 /// Creates the saved StatefulSet.
-pub async fn create_statefulset(
+pub(super) async fn create_statefulset(
     cluster: &ClusterClient,
     vcm: &VolumeClaimMigration,
     manifest: &Value,

@@ -2,11 +2,11 @@
 //! patch, parsed once and applied to the current object (in the requested version) on every
 //! attempt of the update loop.
 
-pub mod strategic;
+pub(crate) mod strategic;
 
 use serde_json::Value;
 
-pub use strategic::MergeRules;
+pub(crate) use strategic::MergeRules;
 
 use super::error::{ApiError, FieldError};
 use super::rest::PatchType;
@@ -16,7 +16,7 @@ const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
 
 /// A decoded patch body.
 #[derive(Debug, Clone)]
-pub enum Patch {
+pub(crate) enum Patch {
     Json(json_patch::Patch),
     Merge(Value),
     Strategic(Value),
@@ -24,7 +24,7 @@ pub enum Patch {
 
 impl Patch {
     /// Decode a body of `patch_type`. Malformed bodies are 400.
-    pub fn parse(patch_type: PatchType, body: &[u8]) -> Result<Self, ApiError> {
+    pub(crate) fn parse(patch_type: PatchType, body: &[u8]) -> Result<Self, ApiError> {
         match patch_type {
             PatchType::Json => {
                 let patch: json_patch::Patch = serde_json::from_slice(body)
@@ -59,7 +59,7 @@ impl Patch {
     }
 
     /// Apply to `current` (the object as its version encodes it).
-    pub fn apply(&self, current: &Value, rules: &MergeRules) -> Result<Value, ApiError> {
+    pub(crate) fn apply(&self, current: &Value, rules: &MergeRules) -> Result<Value, ApiError> {
         match self {
             Patch::Json(patch) => {
                 let mut doc = current.clone();

@@ -18,14 +18,14 @@ const SET_ELEMENT_ORDER: &str = "$setElementOrder/";
 /// `status.conditions[3]` are at `status.conditions`). Lists not named are replaced whole.
 /// Read from the kind's typed schema, where the OpenAPI list extensions put them.
 #[derive(Debug, Clone, Default)]
-pub struct MergeRules {
+pub(crate) struct MergeRules {
     rules: Vec<(String, ListMerge)>,
 }
 
 impl MergeRules {
     /// The merging lists of a kind's typed schema: sets merge as sets, associative lists
     /// by their (first) key, as `patchStrategy`/`patchMergeKey` say upstream.
-    pub fn from_schema(schema: &TypedSchema) -> Self {
+    pub(crate) fn from_schema(schema: &TypedSchema) -> Self {
         let rules = schema
             .merging_lists()
             .into_iter()
@@ -59,7 +59,11 @@ fn child(path: &str, key: &str) -> String {
 }
 
 /// Apply `patch` to `original` (both whole objects).
-pub fn apply(original: &Value, patch: &Value, rules: &MergeRules) -> Result<Value, ApiError> {
+pub(crate) fn apply(
+    original: &Value,
+    patch: &Value,
+    rules: &MergeRules,
+) -> Result<Value, ApiError> {
     let Value::Object(patch) = patch else {
         return Err(bad_request(
             "json: cannot unmarshal non-object into Go value of type map[string]interface {}",

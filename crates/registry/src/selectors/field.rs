@@ -3,7 +3,7 @@
 
 /// One term of a field selector.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FieldTerm {
+pub(crate) struct FieldTerm {
     pub field: String,
     /// `true` for `=` / `==`, `false` for `!=`.
     pub equals: bool,
@@ -12,13 +12,13 @@ pub struct FieldTerm {
 
 /// A parsed field selector: every term must hold. Empty matches everything.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct FieldSelector {
+pub(crate) struct FieldSelector {
     pub terms: Vec<FieldTerm>,
 }
 
 impl FieldSelector {
     /// Parse like `fields.ParseSelector`; the error is upstream's message (400).
-    pub fn parse(selector: &str) -> Result<Self, String> {
+    pub(crate) fn parse(selector: &str) -> Result<Self, String> {
         let mut parts = split_terms(selector);
         parts.sort();
         let mut terms = Vec::new();
@@ -37,18 +37,18 @@ impl FieldSelector {
         Ok(Self { terms })
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.terms.is_empty()
     }
 
     /// The fields named, for validation against what the resource can select on.
-    pub fn fields(&self) -> impl Iterator<Item = &str> {
+    pub(crate) fn fields(&self) -> impl Iterator<Item = &str> {
         self.terms.iter().map(|t| t.field.as_str())
     }
 
     /// Whether an object matches, given how to read one of its fields (`None` reads as the
     /// empty string, as in upstream's `fields.Set`).
-    pub fn matches(&self, value_of: impl Fn(&str) -> Option<String>) -> bool {
+    pub(crate) fn matches(&self, value_of: impl Fn(&str) -> Option<String>) -> bool {
         self.terms.iter().all(|term| {
             let actual = value_of(&term.field).unwrap_or_default();
             (actual == term.value) == term.equals

@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use crate::validation::{label_value_errors, qualified_name_errors};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Operator {
+pub(crate) enum Operator {
     Equals,
     DoubleEquals,
     NotEquals,
@@ -21,7 +21,7 @@ pub enum Operator {
 
 /// One `key <op> values` term.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Requirement {
+pub(crate) struct Requirement {
     pub key: String,
     pub operator: Operator,
     /// Sorted and deduplicated, as upstream's string set.
@@ -55,13 +55,13 @@ impl Requirement {
 
 /// A parsed label selector: every requirement must hold. Empty matches everything.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LabelSelector {
+pub(crate) struct LabelSelector {
     pub requirements: Vec<Requirement>,
 }
 
 impl LabelSelector {
     /// Parse like `labels.Parse`; the error is upstream's message (the server answers 400).
-    pub fn parse(selector: &str) -> Result<Self, String> {
+    pub(crate) fn parse(selector: &str) -> Result<Self, String> {
         let mut parser = Parser {
             items: Lexer::new(selector).scan(),
             position: 0,
@@ -72,11 +72,11 @@ impl LabelSelector {
         Ok(Self { requirements })
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.requirements.is_empty()
     }
 
-    pub fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+    pub(crate) fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
         self.requirements.iter().all(|r| r.matches(labels))
     }
 }

@@ -4,5 +4,5 @@
 mod field;
 mod label;
 
-pub use field::FieldSelector;
-pub use label::LabelSelector;
+pub(crate) use field::FieldSelector;
+pub(crate) use label::LabelSelector;

@@ -17,7 +17,7 @@ use super::super::strategy::Strategy;
 use super::{Also, ObjectRef, Store};
 
 /// The field manager of the typed (controller) writes when none is named.
-pub const DEFAULT_FIELD_MANAGER: &str = "svm-apiserver";
+pub(super) const DEFAULT_FIELD_MANAGER: &str = "svm-apiserver";
 
 /// How often an apply that may create retries when it races another create or delete.
 const APPLY_ATTEMPTS: usize = 4;

@@ -43,10 +43,10 @@ use super::patch::MergeRules;
 use super::strategy::Strategy;
 use svm_storage::{Compare, KeyValue, Op, Revision, Storage, StorageError, Txn, TxnOutcome};
 
-pub use delete::Deletion;
+pub(crate) use delete::Deletion;
 pub use guarded::Guarded;
 pub use list_watch::Update;
-pub use watch::{StoreEvent, StoreEventStream};
+pub(crate) use watch::{StoreEvent, StoreEventStream};
 
 /// Where an object lives: its namespace (namespaced kinds only) and name. A bare `&str` is a
 /// cluster-scoped name; `(namespace, name)` names an object of a namespaced kind.

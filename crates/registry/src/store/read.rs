@@ -29,7 +29,7 @@ pub(crate) enum ReadAt {
 impl ReadAt {
     /// `resourceVersion` + `resourceVersionMatch` of a list, as upstream's storage interprets
     /// them; a legacy `resourceVersion=N` with a limit reads exactly N.
-    pub fn for_list(
+    pub(crate) fn for_list(
         resource_version: Option<&str>,
         resource_version_match: Option<&str>,
         paged: bool,
@@ -53,7 +53,7 @@ impl ReadAt {
 
 /// One page of a list.
 #[derive(Debug, Clone)]
-pub struct ListPage<O> {
+pub(crate) struct ListPage<O> {
     pub items: Vec<O>,
     /// The revision the list was read at: its resourceVersion.
     pub revision: Revision,

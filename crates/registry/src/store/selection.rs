@@ -30,7 +30,7 @@ impl<S: Strategy> Clone for Selection<S> {
 }
 
 impl<S: Strategy> Selection<S> {
-    pub fn everything(strategy: Arc<S>) -> Self {
+    pub(crate) fn everything(strategy: Arc<S>) -> Self {
         Self {
             labels: LabelSelector::default(),
             fields: FieldSelector::default(),
@@ -41,7 +41,7 @@ impl<S: Strategy> Selection<S> {
 
     /// Parse the `labelSelector` and `fieldSelector` parameters; any defect is a 400, like
     /// upstream's parameter decoding (parse errors) and field label conversion (unknown fields).
-    pub fn parse(
+    pub(crate) fn parse(
         strategy: Arc<S>,
         label_selector: Option<&str>,
         field_selector: Option<&str>,
@@ -73,22 +73,22 @@ impl<S: Strategy> Selection<S> {
     }
 
     /// Only the objects of `namespace` (all when `None`).
-    pub fn within(mut self, namespace: Option<String>) -> Self {
+    pub(crate) fn within(mut self, namespace: Option<String>) -> Self {
         self.namespace = namespace;
         self
     }
 
-    pub fn namespace(&self) -> Option<&str> {
+    pub(crate) fn namespace(&self) -> Option<&str> {
         self.namespace.as_deref()
     }
 
     /// Whether nothing is filtered (upstream reports `remainingItemCount` only then); a
     /// namespace is a key range, not a filter.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.labels.is_empty() && self.fields.is_empty()
     }
 
-    pub fn matches(&self, obj: &S::Object) -> bool {
+    pub(crate) fn matches(&self, obj: &S::Object) -> bool {
         use k8s_openapi::Metadata;
         let meta = obj.metadata();
         if let Some(namespace) = &self.namespace

@@ -29,7 +29,7 @@ pub enum StoreEvent<O> {
 }
 
 /// Typed watch events; an error ends the stream.
-pub type StoreEventStream<O> = BoxStream<'static, ApiResult<StoreEvent<O>>>;
+pub(crate) type StoreEventStream<O> = BoxStream<'static, ApiResult<StoreEvent<O>>>;
 
 /// One decoded storage change, with the state before it (for selector transitions).
 #[derive(Debug)]

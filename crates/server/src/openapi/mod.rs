@@ -18,13 +18,13 @@ const V2_PREFIX: &str = "#/definitions/";
 
 /// A served OpenAPI v3 document with its hash (the `?hash=` of the index and the ETag).
 #[derive(Debug, Clone)]
-pub struct V3Doc {
+pub(crate) struct V3Doc {
     pub doc: Value,
     pub hash: String,
 }
 
 #[derive(Debug, Clone)]
-pub struct OpenApi {
+pub(crate) struct OpenApi {
     pub v2: Value,
     pub v2_etag: String,
     pub v3_index: Value,
@@ -33,7 +33,7 @@ pub struct OpenApi {
 }
 
 impl OpenApi {
-    pub fn build(registry: &Registry, server_version: &str) -> Self {
+    pub(crate) fn build(registry: &Registry, server_version: &str) -> Self {
         let group_versions = group_versions(registry);
         let mut docs = Documents {
             server_version,
@@ -53,7 +53,7 @@ impl OpenApi {
     }
 
     /// The v3 document at `apis/<group>[/<version>]`.
-    pub fn v3(&self, path: &str) -> Option<&V3Doc> {
+    pub(crate) fn v3(&self, path: &str) -> Option<&V3Doc> {
         self.v3_docs.get(path)
     }
 }

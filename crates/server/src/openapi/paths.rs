@@ -186,7 +186,7 @@ struct Operation {
 
 /// A path with its operations and its path-level parameters.
 #[derive(Debug, Clone)]
-pub struct PathItem {
+pub(super) struct PathItem {
     path: String,
     params: Vec<Param>,
     ops: Vec<Operation>,
@@ -227,7 +227,7 @@ fn meta(short: &str) -> String {
 }
 
 /// `GET /apis/<g>/<v>/`: the APIResourceList.
-pub fn api_resources(group: &str, version: &str) -> PathItem {
+pub(super) fn api_resources(group: &str, version: &str) -> PathItem {
     PathItem {
         path: format!("/apis/{group}/{version}/"),
         params: Vec::new(),
@@ -251,7 +251,7 @@ pub fn api_resources(group: &str, version: &str) -> PathItem {
 }
 
 /// `GET /apis/<g>/`: the APIGroup.
-pub fn api_group(group: &str) -> PathItem {
+pub(super) fn api_group(group: &str) -> PathItem {
     PathItem {
         path: format!("/apis/{group}/"),
         params: Vec::new(),
@@ -273,7 +273,11 @@ pub fn api_group(group: &str) -> PathItem {
 /// Every path of a resource in one version: for a namespaced kind, the paths under
 /// `/namespaces/{namespace}/` (operation ids `...Namespaced<Kind>...`, as kube-apiserver's)
 /// and its list and watch across all namespaces (`...ForAllNamespaces`).
-pub fn resource_paths(info: &ResourceInfo, version: &str, definition: &str) -> Vec<PathItem> {
+pub(super) fn resource_paths(
+    info: &ResourceInfo,
+    version: &str,
+    definition: &str,
+) -> Vec<PathItem> {
     let r = ResourceOps::new(info, version, definition);
     let mut items = vec![r.collection_item(), r.object_item()];
     if info.has_status_subresource {
@@ -589,7 +593,7 @@ fn finish(op: &Operation, mut out: Map<String, Value>) -> Value {
     Value::Object(out)
 }
 
-pub fn render_v2(items: &[PathItem]) -> Map<String, Value> {
+pub(super) fn render_v2(items: &[PathItem]) -> Map<String, Value> {
     let mut paths = Map::new();
     for item in items {
         let mut path = Map::new();
@@ -636,7 +640,7 @@ pub fn render_v2(items: &[PathItem]) -> Map<String, Value> {
     paths
 }
 
-pub fn render_v3(items: &[PathItem]) -> Map<String, Value> {
+pub(super) fn render_v3(items: &[PathItem]) -> Map<String, Value> {
     let mut paths = Map::new();
     for item in items {
         let mut path = Map::new();

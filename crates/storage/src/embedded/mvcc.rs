@@ -38,7 +38,7 @@ pub(super) enum Change {
 }
 
 impl Change {
-    pub fn key(&self) -> &str {
+    pub(super) fn key(&self) -> &str {
         match self {
             Change::Put { key, .. } | Change::Delete { key } => key,
         }
@@ -72,7 +72,7 @@ impl Default for Mvcc {
 
 impl Mvcc {
     /// An empty store at revision 1, like a fresh etcd.
-    pub fn new() -> Self {
+    pub(super) fn new() -> Self {
         Self {
             keys: BTreeMap::new(),
             current: 1,
@@ -81,7 +81,7 @@ impl Mvcc {
     }
 
     /// A store restored from a snapshot; its key histories follow through `restore_key`.
-    pub fn restored(current: Revision, compacted: Revision) -> Result<Self> {
+    pub(super) fn restored(current: Revision, compacted: Revision) -> Result<Self> {
         if current < 1 || compacted < 0 || compacted > current {
             return Err(StorageError::Corrupt(format!(
                 "snapshot header has current revision {current} and compacted revision {compacted}"
@@ -95,7 +95,7 @@ impl Mvcc {
     }
 
     /// Add one key's history from a snapshot.
-    pub fn restore_key(&mut self, key: String, versions: Vec<Version>) -> Result<()> {
+    pub(super) fn restore_key(&mut self, key: String, versions: Vec<Version>) -> Result<()> {
         let ordered = versions.windows(2).all(|w| w[0].revision < w[1].revision);
         let in_range = versions
             .iter()
@@ -109,16 +109,16 @@ impl Mvcc {
         Ok(())
     }
 
-    pub fn current(&self) -> Revision {
+    pub(super) fn current(&self) -> Revision {
         self.current
     }
 
-    pub fn compacted(&self) -> Revision {
+    pub(super) fn compacted(&self) -> Revision {
         self.compacted
     }
 
     /// Every key with its retained history, in key order (for snapshots).
-    pub fn histories(&self) -> impl Iterator<Item = (&String, &Vec<Version>)> {
+    pub(super) fn histories(&self) -> impl Iterator<Item = (&String, &Vec<Version>)> {
         self.keys.iter()
     }
 
@@ -140,13 +140,13 @@ impl Mvcc {
         }
     }
 
-    pub fn get(&self, key: &str) -> Option<KeyValue> {
+    pub(super) fn get(&self, key: &str) -> Option<KeyValue> {
         self.keys
             .get(key)
             .and_then(|versions| visible_at(key, versions, self.current))
     }
 
-    pub fn list(&self, prefix: &str, opts: &ListOptions) -> Result<ListResult> {
+    pub(super) fn list(&self, prefix: &str, opts: &ListOptions) -> Result<ListResult> {
         let revision = self.read_revision(opts.revision)?;
         let from = match &opts.start {
             Some(start) if start.as_str() > prefix => start.as_str(),
@@ -175,7 +175,7 @@ impl Mvcc {
     }
 
     /// Evaluate a transaction's compares in order and work out its effective changes.
-    pub fn prepare(&self, txn: Txn) -> Prepared {
+    pub(super) fn prepare(&self, txn: Txn) -> Prepared {
         for (index, compare) in txn.compares.iter().enumerate() {
             let key = match compare {
                 Compare::Absent(key) | Compare::ModRevision(key, _) => key,
@@ -215,7 +215,7 @@ impl Mvcc {
     /// Apply a committed transaction's changes at `revision` (the next one) and return its
     /// events. Fails, changing nothing, on a change that cannot follow the current state — which
     /// only a damaged log can produce.
-    pub fn apply(&mut self, revision: Revision, changes: Vec<Change>) -> Result<Vec<Event>> {
+    pub(super) fn apply(&mut self, revision: Revision, changes: Vec<Change>) -> Result<Vec<Event>> {
         if revision != self.current + 1 {
             return Err(StorageError::Corrupt(format!(
                 "transaction at revision {revision} does not follow revision {}",
@@ -290,7 +290,7 @@ impl Mvcc {
 
     /// Discard history older than `revision`, as etcd compaction does: reads at `revision` and
     /// later, and watches from `revision` on, keep working.
-    pub fn compact(&mut self, revision: Revision) -> Result<()> {
+    pub(super) fn compact(&mut self, revision: Revision) -> Result<()> {
         if revision <= self.compacted {
             return Err(StorageError::Compacted {
                 requested: revision,
@@ -320,7 +320,7 @@ impl Mvcc {
 
     /// Every change under `prefix` with revision greater than `after`, in revision order, with
     /// previous values. The caller has checked `after` against the compacted revision.
-    pub fn events_after(&self, prefix: &str, after: Revision) -> Vec<Event> {
+    pub(super) fn events_after(&self, prefix: &str, after: Revision) -> Vec<Event> {
         let mut found: Vec<(Revision, u32, Event)> = Vec::new();
         let range = self
             .keys

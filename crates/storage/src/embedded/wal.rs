@@ -70,7 +70,7 @@ pub(super) struct Opened {
 impl Wal {
     /// Open (or create) the log in `dir` and replay it. A torn final record is cut off; any
     /// other damage fails the open with [`StorageError::Corrupt`] naming the file and offset.
-    pub fn open(dir: &Path) -> Result<Opened, StorageError> {
+    pub(super) fn open(dir: &Path) -> Result<Opened, StorageError> {
         fs::create_dir_all(dir)?;
         let lock = lock_dir(dir)?;
         remove_leftover_temp(dir)?;
@@ -129,12 +129,12 @@ impl Wal {
     }
 
     /// Why the log refuses writes, if it does.
-    pub fn broken(&self) -> Option<&str> {
+    pub(super) fn broken(&self) -> Option<&str> {
         self.broken.as_deref()
     }
 
     /// Append a committed transaction and fsync it.
-    pub fn append_txn(&mut self, revision: Revision, changes: &[Change]) -> io::Result<()> {
+    pub(super) fn append_txn(&mut self, revision: Revision, changes: &[Change]) -> io::Result<()> {
         if let Some(reason) = &self.broken {
             return Err(io::Error::other(reason.clone()));
         }
@@ -163,7 +163,7 @@ impl Wal {
     }
 
     /// Replace the whole log by `snapshot` (frames from [`encode_snapshot`]), atomically.
-    pub fn rewrite(&mut self, snapshot: &[u8]) -> io::Result<()> {
+    pub(super) fn rewrite(&mut self, snapshot: &[u8]) -> io::Result<()> {
         if let Some(reason) = &self.broken {
             return Err(io::Error::other(reason.clone()));
         }

@@ -12,23 +12,23 @@ use anyhow::{Context, Result, bail};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
-pub const USER_AGENT: &str = "kube-recorder/1.0";
+pub(crate) const USER_AGENT: &str = "kube-recorder/1.0";
 /// The status line shown when the server closed the connection before answering.
-pub const NO_RESPONSE: &str =
+pub(crate) const NO_RESPONSE: &str =
     "(no response: the server closed the connection before sending a status line)";
 /// A guard only: every watch here ends by its `timeoutSeconds`.
 const READ_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// kube-apiserver at `127.0.0.1:port`, as the admin of the PKI in `pki`.
 #[derive(Clone)]
-pub struct Client {
+pub(crate) struct Client {
     port: u16,
     config: Arc<rustls::ClientConfig>,
 }
 
 /// A request as it will be written.
 #[derive(Clone, Debug)]
-pub struct Request {
+pub(crate) struct Request {
     pub method: String,
     pub path: String,
     pub accept: String,
@@ -37,7 +37,7 @@ pub struct Request {
 }
 
 impl Request {
-    pub fn new(method: &str, path: &str) -> Request {
+    pub(crate) fn new(method: &str, path: &str) -> Request {
         Request {
             method: method.into(),
             path: path.into(),
@@ -47,16 +47,16 @@ impl Request {
         }
     }
 
-    pub fn get(path: &str) -> Request {
+    pub(crate) fn get(path: &str) -> Request {
         Request::new("GET", path)
     }
 
-    pub fn accept(mut self, accept: &str) -> Request {
+    pub(crate) fn accept(mut self, accept: &str) -> Request {
         self.accept = accept.into();
         self
     }
 
-    pub fn body(mut self, content_type: &str, body: Vec<u8>) -> Request {
+    pub(crate) fn body(mut self, content_type: &str, body: Vec<u8>) -> Request {
         self.content_type = Some(content_type.into());
         self.body = Some(body);
         self
@@ -65,7 +65,7 @@ impl Request {
 
 /// One request and the answer, as bytes on the wire (the response body de-chunked).
 #[derive(Clone, Debug)]
-pub struct Exchange {
+pub(crate) struct Exchange {
     pub request: Request,
     /// The request line and headers as written, lines joined by `\n`.
     pub request_head: String,
@@ -80,20 +80,20 @@ pub struct Exchange {
 }
 
 impl Exchange {
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(k, _)| k.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_str())
     }
 
-    pub fn content_type(&self) -> &str {
+    pub(crate) fn content_type(&self) -> &str {
         self.header("Content-Type").unwrap_or_default()
     }
 }
 
 impl Client {
-    pub fn new(port: u16, pki: &Path) -> Result<Client> {
+    pub(crate) fn new(port: u16, pki: &Path) -> Result<Client> {
         let mut roots = rustls::RootCertStore::empty();
         let ca = CertificateDer::from_pem_file(pki.join("ca.crt")).context("ca.crt")?;
         roots.add(ca).context("the cluster CA")?;
@@ -116,11 +116,11 @@ impl Client {
         })
     }
 
-    pub fn host(&self) -> String {
+    pub(crate) fn host(&self) -> String {
         format!("127.0.0.1:{}", self.port)
     }
 
-    pub fn send(&self, request: Request) -> Result<Exchange> {
+    pub(crate) fn send(&self, request: Request) -> Result<Exchange> {
         let mut head = vec![
             format!("{} {} HTTP/1.1", request.method, request.path),
             format!("Host: {}", self.host()),
@@ -293,7 +293,11 @@ impl Reader {
 
 /// A JSON POST to etcd's gRPC gateway (plain HTTP on loopback): `/v3/kv/range`,
 /// `/v3/kv/compaction`. The answer's JSON.
-pub fn etcd_post(port: u16, path: &str, body: &serde_json::Value) -> Result<serde_json::Value> {
+pub(crate) fn etcd_post(
+    port: u16,
+    path: &str,
+    body: &serde_json::Value,
+) -> Result<serde_json::Value> {
     let body = body.to_string();
     let mut tcp = TcpStream::connect(("127.0.0.1", port))
         .with_context(|| format!("connecting to etcd on 127.0.0.1:{port}"))?;

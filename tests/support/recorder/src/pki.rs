@@ -58,7 +58,7 @@ fn name(common_name: &str, organization: Option<&str>) -> DistinguishedName {
 
 /// Writes ca.crt, apiserver.{crt,key}, admin.{crt,key}, front-proxy-ca.crt,
 /// front-proxy-client.{crt,key}, sa.key and sa.pub into `dir`.
-pub fn generate(dir: &Path) -> Result<()> {
+pub(crate) fn generate(dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).context("the PKI directory")?;
     let write = |file: &str, pem: &str| {
         std::fs::write(dir.join(file), pem).with_context(|| format!("writing {file}"))

@@ -17,16 +17,16 @@ use prost::Message;
 use crate::http::Exchange;
 
 /// Every Kubernetes protobuf envelope starts with these four bytes, then a runtime.Unknown.
-pub const MAGIC: [u8; 4] = *b"k8s\0";
+pub(crate) const MAGIC: [u8; 4] = *b"k8s\0";
 
-pub const BEGIN_DECODING: &str =
+pub(crate) const BEGIN_DECODING: &str =
     "[recorder: decoding below, the recorder's rendering with k8s-pb, not part of the wire]";
-pub const END_DECODING: &str = "[recorder: end of decoding]";
+pub(crate) const END_DECODING: &str = "[recorder: end of decoding]";
 
 /// `bytes` in `hexdump -C` layout: an 8-digit hex offset (counted from `base`), two spaces, 16
 /// bytes in hex (an extra space after the eighth), two spaces, the bytes as ASCII between `|`
 /// (`.` for anything not printable). No closing offset line.
-pub fn hexdump(bytes: &[u8], base: usize) -> String {
+pub(crate) fn hexdump(bytes: &[u8], base: usize) -> String {
     let mut out = String::new();
     for (i, line) in bytes.chunks(16).enumerate() {
         let _ = write!(out, "{:08x}  ", base + i * 16);
@@ -55,7 +55,7 @@ pub fn hexdump(bytes: &[u8], base: usize) -> String {
 }
 
 /// The envelope of a Kubernetes protobuf body: magic, then runtime.Unknown.
-pub fn encode_envelope<M: Message>(api_version: &str, kind: &str, message: &M) -> Vec<u8> {
+pub(crate) fn encode_envelope<M: Message>(api_version: &str, kind: &str, message: &M) -> Vec<u8> {
     let unknown = Unknown {
         type_meta: Some(k8s_pb::apimachinery::pkg::runtime::TypeMeta {
             api_version: Some(api_version.into()),
@@ -72,7 +72,7 @@ pub fn encode_envelope<M: Message>(api_version: &str, kind: &str, message: &M) -
 }
 
 /// The runtime.Unknown of an envelope.
-pub fn decode_unknown(bytes: &[u8]) -> Result<Unknown> {
+pub(crate) fn decode_unknown(bytes: &[u8]) -> Result<Unknown> {
     let rest = bytes
         .strip_prefix(&MAGIC)
         .context("no k8s\\0 magic at the start")?;
@@ -80,14 +80,14 @@ pub fn decode_unknown(bytes: &[u8]) -> Result<Unknown> {
 }
 
 /// The message inside an envelope.
-pub fn decode_envelope<M: Message + Default>(bytes: &[u8]) -> Result<M> {
+pub(crate) fn decode_envelope<M: Message + Default>(bytes: &[u8]) -> Result<M> {
     let unknown = decode_unknown(bytes)?;
     M::decode(unknown.raw.unwrap_or_default().as_slice()).context("the envelope's raw message")
 }
 
 /// The recorder's rendering of a protobuf body (no hex): the envelope's fields and the message
 /// decoded by its kind.
-pub fn describe_envelope(bytes: &[u8]) -> String {
+pub(crate) fn describe_envelope(bytes: &[u8]) -> String {
     let Some(rest) = bytes.strip_prefix(&MAGIC) else {
         let head: Vec<String> = bytes.iter().take(4).map(|b| format!("{b:02x}")).collect();
         return format!(
@@ -129,7 +129,7 @@ fn present(field: &Option<String>) -> String {
 }
 
 /// A message of this kind decoded and shown with `{:#?}` (byte fields shown as `b"..."`).
-pub fn describe_message(api_version: &str, kind: &str, raw: &[u8]) -> String {
+pub(crate) fn describe_message(api_version: &str, kind: &str, raw: &[u8]) -> String {
     fn show<M: Message + Default + Debug + 'static>(name: &str, raw: &[u8]) -> String {
         match M::decode(raw) {
             Ok(message) => {
@@ -195,7 +195,7 @@ fn indent(text: &str, by: &str) -> String {
 }
 
 /// `b"..."` for bytes (ASCII kept, the rest `\xNN`).
-pub fn escape(bytes: &[u8]) -> String {
+pub(crate) fn escape(bytes: &[u8]) -> String {
     let mut out = String::from("b\"");
     for &b in bytes {
         match b {
@@ -272,7 +272,7 @@ fn compact_scalars(debug: &str) -> String {
 }
 
 /// A protobuf body: the size line, the hex dump, the decoding.
-pub fn protobuf_body(bytes: &[u8]) -> String {
+pub(crate) fn protobuf_body(bytes: &[u8]) -> String {
     let mut out = format!("(raw body: {} bytes, protobuf; hex dump)\n", bytes.len());
     out.push_str(&hexdump(bytes, 0));
     out.push_str(BEGIN_DECODING);
@@ -285,7 +285,7 @@ pub fn protobuf_body(bytes: &[u8]) -> String {
 
 /// A protobuf watch stream: each frame (a 4-byte big-endian length, then that many bytes) on
 /// its own, with its decoding.
-pub fn protobuf_stream(bytes: &[u8]) -> String {
+pub(crate) fn protobuf_stream(bytes: &[u8]) -> String {
     let frames = split_frames(bytes);
     let mut out = format!(
         "(raw body: {} bytes, protobuf watch stream of {} length-prefixed frame{}; hex dump per frame, offsets from the start of the body)\n",
@@ -330,13 +330,13 @@ pub fn protobuf_stream(bytes: &[u8]) -> String {
     out
 }
 
-pub struct Frame<'a> {
+pub(crate) struct Frame<'a> {
     pub offset: usize,
     pub declared: usize,
     pub payload: &'a [u8],
 }
 
-pub fn split_frames(bytes: &[u8]) -> Vec<Frame<'_>> {
+pub(crate) fn split_frames(bytes: &[u8]) -> Vec<Frame<'_>> {
     let mut frames = Vec::new();
     let mut offset = 0;
     while offset + 4 <= bytes.len() {
@@ -355,7 +355,7 @@ pub fn split_frames(bytes: &[u8]) -> Vec<Frame<'_>> {
 }
 
 /// The frames' WatchEvents (the bare message of each frame).
-pub fn watch_events(bytes: &[u8]) -> Vec<meta::WatchEvent> {
+pub(crate) fn watch_events(bytes: &[u8]) -> Vec<meta::WatchEvent> {
     split_frames(bytes)
         .iter()
         .filter_map(|f| meta::WatchEvent::decode(f.payload).ok())
@@ -392,7 +392,7 @@ fn text_body(bytes: &[u8], content_type: &str) -> String {
 }
 
 /// A response or request body by its Content-Type; `stream`: a watch, answered in this time.
-pub fn body(bytes: &[u8], content_type: &str, stream: Option<Duration>) -> String {
+pub(crate) fn body(bytes: &[u8], content_type: &str, stream: Option<Duration>) -> String {
     let text =
         if content_type.starts_with("application/vnd.kubernetes.protobuf") && !bytes.is_empty() {
             if stream.is_some() {
@@ -417,14 +417,14 @@ pub fn body(bytes: &[u8], content_type: &str, stream: Option<Duration>) -> Strin
 }
 
 /// One recording file being written.
-pub struct Recording {
+pub(crate) struct Recording {
     file: String,
     text: String,
     steps: usize,
 }
 
 impl Recording {
-    pub fn new(file: &str, description: &str) -> Recording {
+    pub(crate) fn new(file: &str, description: &str) -> Recording {
         Recording {
             file: file.into(),
             text: format!("{description}\n"),
@@ -433,7 +433,7 @@ impl Recording {
     }
 
     /// A step: the request as written, the response as received (Audit-Id left out).
-    pub fn step(&mut self, title: &str, exchange: &Exchange) {
+    pub(crate) fn step(&mut self, title: &str, exchange: &Exchange) {
         self.steps += 1;
         let _ = write!(
             self.text,
@@ -474,11 +474,11 @@ impl Recording {
     }
 
     /// A `NOTE:` paragraph after the last step's body.
-    pub fn note(&mut self, text: &str) {
+    pub(crate) fn note(&mut self, text: &str) {
         let _ = writeln!(self.text, "\nNOTE: {text}");
     }
 
-    pub fn write(&self, dir: &Path) -> Result<()> {
+    pub(crate) fn write(&self, dir: &Path) -> Result<()> {
         let path = dir.join(&self.file);
         std::fs::write(&path, &self.text).with_context(|| format!("writing {}", path.display()))?;
         eprintln!("recorder: wrote {} ({} steps)", path.display(), self.steps);

@@ -228,7 +228,7 @@ fn sleep_ms(ms: u64) {
 }
 
 /// Every file of the run with storagemigration.k8s.io/v1beta1 on.
-pub fn record_all(
+pub(crate) fn record_all(
     client: &Client,
     out: &Path,
     apiserver_log: &Path,
@@ -720,7 +720,7 @@ fn storage_version_migration_v1alpha1(ctx: &Ctx, v1alpha1_start: &str) -> Result
 }
 
 /// Run with storagemigration.k8s.io/v1alpha1 served: v1.36.2 never does (20f).
-pub fn record_v1alpha1() -> Result<()> {
+pub(crate) fn record_v1alpha1() -> Result<()> {
     bail!(
         "this kube-apiserver serves storagemigration.k8s.io/v1alpha1: the recorder has no \
          v1alpha1 scenario yet (k8s-pb 0.9 has no v1alpha1 types; add prost messages for them)"

@@ -18,36 +18,36 @@ use futures::StreamExt;
 use serde_json::Value;
 
 use crate::rest::{WatchEvent, WatchEventStream};
-pub use crate::testing::*;
+pub(super) use crate::testing::*;
 use crate::{ApiError, ApiResult, FieldError, ResourceInfo, Store, Strategy, TableColumn};
 
-pub fn rv(obj: &Widget) -> String {
+pub(super) fn rv(obj: &Widget) -> String {
     obj.metadata
         .resource_version
         .clone()
         .expect("resourceVersion")
 }
 
-pub fn rv_of(value: &Value) -> String {
+pub(super) fn rv_of(value: &Value) -> String {
     value["metadata"]["resourceVersion"]
         .as_str()
         .expect("resourceVersion")
         .to_string()
 }
 
-pub async fn current_revision(store: &Store<WidgetStrategy>) -> i64 {
+pub(super) async fn current_revision(store: &Store<WidgetStrategy>) -> i64 {
     store.storage.current_revision().await.expect("revision")
 }
 
 /// The next watch event, failing the test if none comes in a generous while.
-pub async fn next_event(events: &mut WatchEventStream) -> WatchEvent {
+pub(super) async fn next_event(events: &mut WatchEventStream) -> WatchEvent {
     tokio::time::timeout(Duration::from_secs(20), events.next())
         .await
         .expect("a watch event arrives")
         .expect("the stream is open")
 }
 
-pub fn invalid_fields(err: &ApiError) -> Vec<String> {
+pub(super) fn invalid_fields(err: &ApiError) -> Vec<String> {
     match err {
         ApiError::Invalid { causes, .. } => causes.iter().map(|c| c.field.clone()).collect(),
         other => panic!("expected 422 Invalid, got {other:?}"),

@@ -23,7 +23,7 @@ static NAMESPACED_INFO: ResourceInfo = ResourceInfo {
 };
 
 /// Widgets, namespaced: everything as [`WidgetStrategy`] but the scope.
-pub struct NamespacedWidgets;
+pub(super) struct NamespacedWidgets;
 
 impl Strategy for NamespacedWidgets {
     type Object = Widget;
