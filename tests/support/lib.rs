@@ -1,5 +1,7 @@
 //! What the integration test targets and the benchmarks share (`svm-test-support`, a
 //! dev-dependency of the binary): servers on free loopback ports, kubectl, fixtures.
+// Test support, not a layer: its helpers are documented where their use is not plain.
+#![allow(missing_docs)]
 
 pub mod audit;
 pub mod control_plane;

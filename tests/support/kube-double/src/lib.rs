@@ -49,6 +49,8 @@
 //! patch, server-side apply does not detect field conflicts, lists are tracked atomically in
 //! managedFields, namespace and CRD deletion cascade at once, JSON is written with sorted
 //! keys and never as protobuf).
+// A test double, not a layer: documented where its behaviour is not kube-apiserver's own.
+#![allow(missing_docs)]
 
 #![forbid(unsafe_code)]
 
