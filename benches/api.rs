@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 use svm_test_support as support;
+use support::stats::percentile;
 
 use std::time::{Duration, Instant};
 
@@ -29,14 +30,6 @@ struct Row {
     backend: &'static str,
     operation: String,
     samples: Vec<Duration>,
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    if sorted.is_empty() {
-        return Duration::ZERO;
-    }
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[idx.min(sorted.len() - 1)]
 }
 
 async fn bench_backend(backend: &'static str, server: &ServerProcess) -> Vec<Row> {
@@ -213,8 +206,8 @@ async fn main() {
             row.backend,
             row.operation,
             row.samples.len(),
-            percentile(&row.samples, 0.50).as_secs_f64() * 1e3,
-            percentile(&row.samples, 0.99).as_secs_f64() * 1e3,
+            percentile(&row.samples, 0.50).unwrap_or_default().as_secs_f64() * 1e3,
+            percentile(&row.samples, 0.99).unwrap_or_default().as_secs_f64() * 1e3,
         );
     }
 }

@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used)]
 
 use svm_test_support as support;
+use support::stats::percentile;
 
 #[path = "../tests/edge/client.rs"]
 #[allow(dead_code)]
@@ -36,11 +37,6 @@ fn rss(pid: u32, field: &str) -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
         .unwrap_or(0)
         * 1024
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let idx = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted.get(idx).copied().unwrap_or_default()
 }
 
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
@@ -87,16 +83,16 @@ async fn main() {
     println!("|---|---|---|---|---|");
     println!(
         "| 0 | {:.1} ms | {:.1} ms | {:.1} MiB | — |",
-        percentile(&quiet, 0.5).as_secs_f64() * 1e3,
-        percentile(&quiet, 0.99).as_secs_f64() * 1e3,
+        percentile(&quiet, 0.5).unwrap_or_default().as_secs_f64() * 1e3,
+        percentile(&quiet, 0.99).unwrap_or_default().as_secs_f64() * 1e3,
         idle_rss as f64 / f64::from(1 << 20)
     );
     println!(
         "| {} ({} never read) | {:.1} ms | {:.1} ms | {:.1} MiB (peak {:.1}) | {:.1} KiB |",
         READERS + NON_READERS,
         NON_READERS,
-        percentile(&busy, 0.5).as_secs_f64() * 1e3,
-        percentile(&busy, 0.99).as_secs_f64() * 1e3,
+        percentile(&busy, 0.5).unwrap_or_default().as_secs_f64() * 1e3,
+        percentile(&busy, 0.99).unwrap_or_default().as_secs_f64() * 1e3,
         watching_rss as f64 / f64::from(1 << 20),
         peak as f64 / f64::from(1 << 20),
         per_watcher as f64 / 1024.0

@@ -10,6 +10,7 @@
 #![allow(clippy::unwrap_used)]
 
 use svm_test_support as support;
+use support::stats::percentile;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -22,11 +23,6 @@ use support::kubectl::Kubectl;
 use support::real_cluster::RealCluster;
 
 const READS: usize = 5000;
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
 
 async fn reads(api: &Api<DynamicObject>, stop_when: impl Fn() -> bool) -> Vec<Duration> {
     let mut out = Vec::new();
@@ -183,8 +179,8 @@ async fn main() {
             "| {:<42} | {:>5} | {:>7.1}ms | {:>7.1}ms | {:>7.1}ms | {:>10} |",
             label,
             latencies.len(),
-            percentile(&latencies, 0.5).as_secs_f64() * 1000.0,
-            percentile(&latencies, 0.99).as_secs_f64() * 1000.0,
+            percentile(&latencies, 0.5).unwrap_or_default().as_secs_f64() * 1000.0,
+            percentile(&latencies, 0.99).unwrap_or_default().as_secs_f64() * 1000.0,
             latencies.last().copied().unwrap_or_default().as_secs_f64() * 1000.0,
             if took.is_zero() {
                 "-".to_string()

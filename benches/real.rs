@@ -30,6 +30,7 @@
 //! (~a few thousand a second).
 
 use svm_test_support as support;
+use support::stats::percentile;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -234,12 +235,8 @@ impl Neighbour {
     /// The p50 and p99 of its GETs, in ms.
     async fn finish(self) -> (f64, f64) {
         self.stop.store(true, Ordering::Relaxed);
-        let mut millis = self.task.await.unwrap_or_default();
-        millis.sort_by(f64::total_cmp);
-        let at = |q: f64| {
-            let i = ((millis.len() as f64 * q) as usize).min(millis.len().saturating_sub(1));
-            millis.get(i).copied().unwrap_or(f64::NAN)
-        };
+        let millis = self.task.await.unwrap_or_default();
+        let at = |q: f64| percentile(&millis, q).unwrap_or(f64::NAN);
         (at(0.50), at(0.99))
     }
 }

@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used)]
 
 use svm_test_support as support;
+use support::stats::percentile;
 
 use std::time::{Duration, Instant};
 
@@ -216,12 +217,6 @@ async fn idle_cost() {
     );
 }
 
-fn percentile(samples: &mut [f64], p: f64) -> f64 {
-    samples.sort_by(|a, b| a.total_cmp(b));
-    let index = ((samples.len() as f64 - 1.0) * p).round() as usize;
-    samples[index]
-}
-
 async fn detection_latency() {
     let rounds = 5;
     let mut rows: Vec<(String, Vec<f64>)> = Vec::new();
@@ -314,13 +309,13 @@ async fn detection_latency() {
         "-".repeat(11),
         "-".repeat(11)
     );
-    for (name, mut samples) in rows {
+    for (name, samples) in rows {
         let max = samples.iter().copied().fold(0.0, f64::max);
         println!(
             "| {:<54} | {:>7} | {:>9.3} | {:>9.3} |",
             name,
             samples.len(),
-            percentile(&mut samples, 0.5),
+            percentile(&samples, 0.5).unwrap_or(f64::NAN),
             max
         );
     }

@@ -4,6 +4,7 @@
 use reqwest::{Method, StatusCode};
 use serde_json::{Value, json};
 
+use crate::support::fixtures::svm;
 use crate::support::server::{Backend, ServerProcess};
 
 const SVMS: &str = "/apis/storagemigration.k8s.io/v1/storageversionmigrations";
@@ -23,14 +24,6 @@ struct Case {
     message: &'static str,
 }
 
-fn svm(name: &str) -> Value {
-    json!({
-        "apiVersion": "storagemigration.k8s.io/v1",
-        "kind": "StorageVersionMigration",
-        "metadata": {"name": name},
-        "spec": {"resource": {"group": "apps", "resource": "deployments"}}
-    })
-}
 
 fn case(
     name: &'static str,

@@ -7,18 +7,11 @@ use futures::StreamExt;
 use serde_json::{Value, json};
 
 use crate::support::etcd::EtcdServer;
+use crate::support::fixtures::svm;
 use crate::support::server::{Backend, ServerProcess};
 
 const SVMS: &str = "/apis/storagemigration.k8s.io/v1/storageversionmigrations";
 
-fn svm(name: &str) -> Value {
-    json!({
-        "apiVersion": "storagemigration.k8s.io/v1",
-        "kind": "StorageVersionMigration",
-        "metadata": {"name": name},
-        "spec": {"resource": {"group": "apps", "resource": "deployments"}}
-    })
-}
 
 /// Reads newline-delimited watch events from a streaming response.
 struct EventReader {

@@ -40,27 +40,7 @@ pub(crate) fn is_safe(state: &Value) -> bool {
         && status["persistedStorageVersionHashes"] == serde_json::json!([current])
 }
 
-/// Poll `check` until it gives `Some`, or fail with what `describe` says after `limit` (a hang
-/// guard, not a speed check).
-pub(crate) fn wait_for<T>(
-    limit: Duration,
-    what: &str,
-    mut check: impl FnMut() -> Option<T>,
-    describe: impl Fn() -> String,
-) -> T {
-    let deadline = Instant::now() + limit;
-    loop {
-        if let Some(value) = check() {
-            return value;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "{what}: not within {limit:?}\n{}",
-            describe()
-        );
-        std::thread::sleep(Duration::from_millis(500));
-    }
-}
+pub(crate) use crate::support::wait::eventually as wait_for;
 
 /// Create `count` objects from `make(i)` through `api`, `parallel` at a time.
 pub(crate) async fn create_many(

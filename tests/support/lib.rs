@@ -8,6 +8,7 @@ pub mod control_plane;
 pub mod controller_manager;
 pub mod doubles;
 pub mod etcd;
+pub mod fixtures;
 pub mod kubectl;
 pub mod monitoring;
 pub mod protobuf_fields;
@@ -15,6 +16,8 @@ pub mod real_cluster;
 pub mod recordings;
 pub mod seed;
 pub mod server;
+pub mod stats;
+pub mod wait;
 
 use std::path::{Path, PathBuf};
 

@@ -92,6 +92,7 @@ impl EmbeddedStorage {
         Self::in_memory_with(EmbeddedOptions::default())
     }
 
+    /// A store with the same semantics that keeps nothing on disk.
     pub fn in_memory_with(options: EmbeddedOptions) -> EmbeddedStorage {
         Self::build(Mvcc::new(), None, options)
     }

@@ -22,7 +22,9 @@ pub type Revision = i64;
 /// One stored key at one revision.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyValue {
+    /// The full key, prefix included (etcd's `key`).
     pub key: String,
+    /// The stored bytes: an encoded object, opaque to this layer.
     pub value: Vec<u8>,
     /// Revision of the transaction that created this key (since its last deletion).
     pub create_revision: Revision,
@@ -30,39 +32,63 @@ pub struct KeyValue {
     pub mod_revision: Revision,
 }
 
+/// Why a storage call failed. The registry maps each onto an API status.
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
+    /// An update or delete named a key that does not exist.
     #[error("key {key:?} not found")]
-    NotFound { key: String },
+    NotFound {
+        /// The missing key.
+        key: String,
+    },
+    /// A create named a key that already exists.
     #[error("key {key:?} already exists")]
-    AlreadyExists { key: String },
+    AlreadyExists {
+        /// The existing key.
+        key: String,
+    },
     /// A transaction's compare failed: the key was modified (or created/deleted) concurrently.
     #[error("key {key:?} was modified: expected mod revision {expected}, found {actual:?}")]
     Conflict {
+        /// The key whose compare failed.
         key: String,
+        /// The mod revision the caller read and expected still to find.
         expected: Revision,
+        /// The key's mod revision now (`None`: it no longer exists).
         actual: Option<Revision>,
     },
     /// The requested revision is older than the oldest one the store still keeps.
     #[error("required revision {requested} has been compacted (compacted revision {compacted})")]
     Compacted {
+        /// The revision asked for.
         requested: Revision,
+        /// The store's compacted revision: history before it is gone.
         compacted: Revision,
     },
     /// The requested revision is newer than the store's current revision.
     #[error("required revision {requested} is a future revision (current revision {current})")]
     FutureRevision {
+        /// The revision asked for.
         requested: Revision,
+        /// The store's current revision.
         current: Revision,
     },
+    /// The backend cannot serve the call now (etcd unreachable or answering with an error, the
+    /// data directory locked by another process, a watcher that fell too far behind); retrying
+    /// may help.
     #[error("storage unavailable: {0}")]
     Unavailable(String),
+    /// The stored data cannot be read back as written (a damaged log, a replay that does not add
+    /// up); retrying will not help.
     #[error("storage data corrupt: {0}")]
     Corrupt(String),
+    /// Reading or writing the data directory failed; also a transaction [`Txn`] rejects as
+    /// malformed (kind `InvalidInput`).
     #[error("storage I/O error")]
     Io(#[from] std::io::Error),
 }
 
+/// The result of every storage call.
 pub type Result<T, E = StorageError> = std::result::Result<T, E>;
 
 /// A range read under a prefix.
@@ -76,6 +102,7 @@ pub struct ListOptions {
     pub revision: Option<Revision>,
 }
 
+/// The answer to [`Storage::list`]: one page of keys, read at one revision.
 #[derive(Debug, Clone, Default)]
 pub struct ListResult {
     /// Items in ascending key order.
@@ -87,6 +114,7 @@ pub struct ListResult {
 }
 
 impl ListResult {
+    /// Whether keys under the prefix follow this page (`remaining > 0`).
     pub fn more(&self) -> bool {
         self.remaining > 0
     }
@@ -101,9 +129,12 @@ pub enum Compare {
     ModRevision(String, Revision),
 }
 
+/// One write in a [`Txn`], as in etcd's `Txn().Then(...)`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Op {
+    /// Set the key to these bytes, creating it if missing.
     Put(String, Vec<u8>),
+    /// Remove the key; deleting a missing key is no change.
     Delete(String),
 }
 
@@ -111,31 +142,43 @@ pub enum Op {
 /// revision. An empty `ops` list with passing compares does not advance the revision.
 #[derive(Debug, Clone, Default)]
 pub struct Txn {
+    /// Every compare must hold for the ops to run (etcd's `If`); empty: always.
     pub compares: Vec<Compare>,
+    /// The writes, all applied at one new revision (etcd's `Then`).
     pub ops: Vec<Op>,
 }
 
+/// What [`Storage::txn`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TxnOutcome {
     /// All compares held; the ops were applied at `revision`.
-    Committed { revision: Revision },
+    Committed {
+        /// The new store revision, the `mod_revision` of every key written.
+        revision: Revision,
+    },
     /// The compare at `index` failed; nothing was written. `current` is that key's current
     /// mod revision, if it exists.
     Failed {
+        /// Position of the failed compare in [`Txn::compares`].
         index: usize,
+        /// That key's mod revision now (`None`: it does not exist).
         current: Option<Revision>,
     },
 }
 
+/// Whether a watch event wrote or removed its key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EventKind {
+    /// The key was created or modified.
     Put,
+    /// The key was deleted.
     Delete,
 }
 
 /// One change seen by a watch.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {
+    /// Whether this change wrote or removed the key.
     pub kind: EventKind,
     /// For `Put`: the new value. For `Delete`: the key with the value it had before the delete
     /// and `mod_revision` set to the revision of the delete.
@@ -144,16 +187,21 @@ pub struct Event {
     pub prev: Option<KeyValue>,
 }
 
+/// One item of a [`WatchStream`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum WatchItem {
+    /// A change under the watched prefix.
     Event(Event),
     /// Every change up to and including this revision under the watched prefix has been
     /// delivered. Sent periodically on an otherwise idle watch; drives watch bookmarks.
     Progress(Revision),
 }
 
+/// A watch: items in revision order; an `Err` item ends it.
 pub type WatchStream = BoxStream<'static, Result<WatchItem>>;
 
+/// An etcd-shaped key-value store with revisions (see the module docs for its semantics);
+/// implemented by [`embedded::EmbeddedStorage`] and [`etcd::EtcdStorage`].
 #[async_trait]
 pub trait Storage: Send + Sync + 'static {
     /// The current store revision.
@@ -277,14 +325,21 @@ impl Txn {
 pub enum StorageConfig {
     /// The embedded store, durable in this data directory.
     Embedded {
+        /// The data directory (`--data-dir`), created if missing.
         dir: std::path::PathBuf,
+        /// Watch progress and buffer tuning.
         options: embedded::EmbeddedOptions,
     },
     /// The embedded store without a disk (tests, demos): everything is lost on exit.
-    InMemory { options: embedded::EmbeddedOptions },
+    InMemory {
+        /// Watch progress and buffer tuning.
+        options: embedded::EmbeddedOptions,
+    },
     /// An etcd cluster at these client URLs.
     Etcd {
+        /// etcd's client URLs (`--etcd-servers`), `http://` or `https://`.
         endpoints: Vec<String>,
+        /// Timeouts, keep-alive, watch progress and TLS.
         options: etcd::EtcdOptions,
     },
 }

@@ -247,22 +247,12 @@ async fn get_json(client: &kube::Client, path: &str) -> Value {
 }
 
 /// Retries `call` until it succeeds (a restarting kube-apiserver refuses for a while).
-async fn wait_for_async<F, Fut>(limit: Duration, mut call: F) -> Value
+async fn wait_for_async<F, Fut>(limit: Duration, call: F) -> Value
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<Value, String>>,
 {
-    let deadline = std::time::Instant::now() + limit;
-    loop {
-        match call().await {
-            Ok(value) => return value,
-            Err(err) => assert!(
-                std::time::Instant::now() < deadline,
-                "not within {limit:?}: {err}"
-            ),
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    crate::support::wait::eventually_async(limit, "an answer", call).await
 }
 
 /// The newest built-in migration of the widgets, once it shows `manager` writing its status.

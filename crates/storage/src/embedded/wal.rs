@@ -202,20 +202,26 @@ impl Wal {
 /// What [`verify`] found in a data directory's log.
 #[derive(Clone, Debug)]
 pub struct Verification {
+    /// The log file read (`wal.log` in the data directory).
     pub path: PathBuf,
+    /// The log file's size, in bytes.
     pub bytes: u64,
     /// Records readable before any damage, the header included.
     pub records: usize,
-    /// The revision and compacted revision of the readable part (`None`: no intact header).
+    /// The current revision of the readable part (`None`: no intact header).
     pub revision: Option<Revision>,
+    /// The oldest revision the readable part still keeps (`None`: no intact header).
     pub compacted: Option<Revision>,
+    /// The first damage, if any (`None`: the whole log is intact).
     pub damage: Option<DamageReport>,
 }
 
 /// Where a log is damaged, and what recovering it would lose.
 #[derive(Clone, Debug)]
 pub struct DamageReport {
+    /// Byte offset in the log file where the damage starts.
     pub offset: u64,
+    /// What is wrong there, in words (a bad checksum, a record cut short).
     pub problem: String,
     /// A torn final record (a write that never completed): opening cuts it off.
     pub torn: bool,
@@ -256,8 +262,9 @@ pub fn verify(dir: &Path) -> Result<Verification, StorageError> {
 pub struct Recovery {
     /// The damage found (`None`: the log was intact and nothing changed).
     pub damage: Option<DamageReport>,
-    /// Records kept, and the revision the recovered store is at.
+    /// Records kept.
     pub kept_records: usize,
+    /// The revision the recovered store is at.
     pub revision: Revision,
     /// Where the damaged log was kept (`None` when only a torn final record was cut).
     pub damaged_copy: Option<PathBuf>,

@@ -20,29 +20,44 @@ use tokio::io::AsyncReadExt;
 /// The three flags' files, as given.
 #[derive(Debug, Clone, Default)]
 pub struct EtcdTlsFiles {
+    /// `--etcd-cafile`: the CA etcd's serving certificate must chain to.
     pub ca: Option<PathBuf>,
+    /// `--etcd-certfile`: our client certificate (chain), PEM.
     pub cert: Option<PathBuf>,
+    /// `--etcd-keyfile`: the client certificate's private key, PEM.
     pub key: Option<PathBuf>,
 }
 
 /// What is wrong with the files.
 #[derive(Debug, thiserror::Error)]
 pub enum EtcdTlsError {
+    /// A file could not be read.
     #[error("{flag} {}: {source}", path.display())]
     Read {
+        /// The flag that named the file.
         flag: &'static str,
+        /// The file as given.
         path: PathBuf,
+        /// Why the read failed.
         #[source]
         source: std::io::Error,
     },
+    /// A file was read but does not hold what its flag needs (no PEM certificate, an unusable
+    /// key).
     #[error("{flag} {}: {what}", path.display())]
     Invalid {
+        /// The flag that named the file.
         flag: &'static str,
+        /// The file as given.
         path: PathBuf,
+        /// What is wrong with its contents.
         what: String,
     },
+    /// One of `--etcd-certfile` and `--etcd-keyfile` is given without the other; holds the
+    /// missing flag.
     #[error("--etcd-certfile and --etcd-keyfile come together: {0} is missing")]
     Incomplete(&'static str),
+    /// A client certificate is given without a CA to check etcd's serving certificate against.
     #[error(
         "--etcd-certfile and --etcd-keyfile need --etcd-cafile (the CA that signed etcd's serving certificate)"
     )]
@@ -52,7 +67,12 @@ pub enum EtcdTlsError {
         key.display(),
         cert.display()
     )]
-    KeyMismatch { cert: PathBuf, key: PathBuf },
+    KeyMismatch {
+        /// `--etcd-certfile` as given.
+        cert: PathBuf,
+        /// `--etcd-keyfile` as given.
+        key: PathBuf,
+    },
 }
 
 /// Loaded and checked TLS material for the etcd client.
