@@ -69,6 +69,7 @@ pub mod negotiate;
 pub mod object;
 pub mod objects;
 pub mod pki;
+pub mod protobuf;
 pub mod resources;
 pub mod reviews;
 pub mod route;
