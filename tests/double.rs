@@ -44,6 +44,11 @@ mod kinds;
 mod list;
 #[path = "double/objects.rs"]
 mod objects;
+#[allow(dead_code)]
+#[path = "support/protobuf_fields.rs"]
+mod protobuf_fields;
+#[path = "double/protobuf_recordings.rs"]
+mod protobuf_replay;
 #[path = "support/recordings.rs"]
 mod recordings;
 #[path = "double/recordings.rs"]
