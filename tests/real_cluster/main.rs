@@ -20,5 +20,8 @@ mod first_start;
 mod flow_control;
 mod in_tree_migrator;
 mod ksvm_import;
+#[allow(dead_code)]
+#[path = "../support/protobuf_fields.rs"]
+mod protobuf_fields;
 mod volumes;
 mod world;

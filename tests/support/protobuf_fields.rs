@@ -642,6 +642,14 @@ impl Masking {
         out
     }
 
+    /// One answer's fields with what differs between servers by nature masked, on its own
+    /// (nothing bound): for comparing two servers' answers to the same request.
+    pub fn masked(mut fields: Fields) -> Fields {
+        let mut twin = fields.clone();
+        Masking::default().mask(&mut fields, &mut twin);
+        fields
+    }
+
     /// `text` (a path and query) with every bound recorded value replaced by ours (longest
     /// first, so a value is never replaced inside another).
     pub fn rewrite(&self, text: &str) -> String {
