@@ -9,13 +9,7 @@
 use svm_test_support as support;
 use support::stats::percentile;
 
-#[path = "../tests/edge/client.rs"]
-#[allow(dead_code)]
-mod client;
-
-#[path = "../tests/edge/watch_load.rs"]
-#[allow(dead_code)]
-mod watch_load;
+use svm_test_support::{edge_client as client, watch_load};
 
 use std::time::{Duration, Instant};
 

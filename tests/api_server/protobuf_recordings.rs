@@ -104,67 +104,20 @@ async fn send(
 
 /// Every difference between the recorded answer and ours, values masked.
 fn differences(exchange: &Exchange, ours: &Answer, masking: &mut Masking) -> Vec<Difference> {
-    let difference = |path: &str, text: String| Difference {
-        path: path.into(),
-        text,
+    let recorded = pf::Recorded {
+        code: exchange.code,
+        content_type: exchange.content_type.as_deref(),
+        bytes: exchange.response_bytes.as_deref(),
+        empty: exchange.empty_body,
     };
-    if ours.code != exchange.code {
-        return vec![difference(
-            "<code>",
-            format!(
-                "code {} (real: {}): {}",
-                ours.code,
-                exchange.code,
-                ours.text()
-            ),
-        )];
-    }
-    let mut out = Vec::new();
-    if ours.content_type != exchange.content_type {
-        out.push(difference(
-            "<content-type>",
-            format!(
-                "Content-Type {:?} (real: {:?})",
-                ours.content_type, exchange.content_type
-            ),
-        ));
-        return out;
-    }
-    let Some(recorded) = &exchange.response_bytes else {
-        // A JSON answer (the analogues): its kind and apiVersion.
-        if let Some(real) = &exchange.response {
-            let mine: Value = serde_json::from_slice(&ours.body).unwrap_or(Value::Null);
-            for field in ["kind", "apiVersion"] {
-                if mine[field] != real[field] {
-                    out.push(difference(
-                        field,
-                        format!("{field} {} (real: {})", mine[field], real[field]),
-                    ));
-                }
-            }
-        }
-        return out;
-    };
-    let opened = |what: &str, result: Result<Fields, String>| {
-        result.unwrap_or_else(|err| panic!("{}: {what}: {err}", exchange.id()))
-    };
-    if exchange.content_type.as_deref() == Some(PROTOBUF_WATCH) {
-        out.extend(pf::compare_streams(
-            recorded,
-            &ours.body,
-            masking,
-            &reference_bookmark(),
-        ));
-        return out;
-    }
-    let mut theirs = opened("the recorded body", pf::body_fields(recorded));
-    let mut mine = match pf::body_fields(&ours.body) {
-        Ok(fields) => fields,
-        Err(err) => return vec![difference("<body>", format!("our body: {err}"))],
-    };
-    out.extend(masking.mask(&mut theirs, &mut mine));
-    out.extend(pf::compare(&theirs, &mine));
-    out
+    pf::differences(
+        &recorded,
+        ours.code,
+        ours.content_type.as_deref(),
+        &ours.body,
+        masking,
+        &reference_bookmark(),
+    )
 }
 
 /// A progress BOOKMARK as kube-apiserver writes one (recording 20b: a ConfigMap watch's, the
@@ -181,80 +134,6 @@ fn reference_bookmark() -> Fields {
         .map(|f| pf::frame_fields(f).expect("a frame"))
         .find(pf::is_progress_bookmark)
         .expect("a recorded progress bookmark")
-}
-
-/// The metadata of each object of ours, by name, as last answered.
-#[derive(Default)]
-struct Latest {
-    metadata: BTreeMap<String, meta_pb::ObjectMeta>,
-}
-
-impl Latest {
-    fn learn(&mut self, body: &[u8]) {
-        let Ok(opened) = pf::open(body) else { return };
-        if opened.kind != KIND {
-            return;
-        }
-        let Ok(object) = svm_pb::StorageVersionMigration::decode(&opened.raw[..]) else {
-            return;
-        };
-        if let Some(metadata) = object.metadata
-            && let Some(name) = metadata.name.clone()
-        {
-            self.metadata.insert(name, metadata);
-        }
-    }
-
-    /// The recorded request body, with the uid, resourceVersion and server-chosen times of an
-    /// object the real server had answered with replaced by ours (the body is encoded again
-    /// only then). Other bodies are sent byte for byte.
-    fn rewrite(&self, recorded: &[u8]) -> Vec<u8> {
-        let Ok(opened) = pf::open(recorded) else {
-            return recorded.to_vec();
-        };
-        if opened.kind != KIND {
-            return recorded.to_vec();
-        }
-        let mut object =
-            svm_pb::StorageVersionMigration::decode(&opened.raw[..]).expect("a recorded message");
-        assert_eq!(
-            object.encode_to_vec(),
-            opened.raw,
-            "prost encodes the recorded message to the same bytes"
-        );
-        let Some(metadata) = object.metadata.as_mut() else {
-            return recorded.to_vec();
-        };
-        let Some(ours) = metadata
-            .name
-            .as_ref()
-            .and_then(|name| self.metadata.get(name))
-        else {
-            return recorded.to_vec();
-        };
-        let before = metadata.clone();
-        let set = |field: &mut Option<String>, ours: &Option<String>| {
-            if field.as_ref().is_some_and(|v| !v.is_empty()) {
-                field.clone_from(ours);
-            }
-        };
-        set(&mut metadata.uid, &ours.uid);
-        set(&mut metadata.resource_version, &ours.resource_version);
-        if metadata.creation_timestamp.is_some() {
-            metadata
-                .creation_timestamp
-                .clone_from(&ours.creation_timestamp);
-        }
-        for (entry, mine) in metadata.managed_fields.iter_mut().zip(&ours.managed_fields) {
-            if entry.time.is_some() {
-                entry.time.clone_from(&mine.time);
-            }
-        }
-        if *metadata == before {
-            return recorded.to_vec();
-        }
-        pf::envelope(&opened.api_version, &opened.kind, object.encode_to_vec())
-    }
 }
 
 /// The recording's first create, for an object of another name (an object the recording
@@ -287,7 +166,7 @@ async fn recording_20e_replays_against_our_server_field_by_field() {
     let server = ServerProcess::start(Backend::Embedded);
     let client = server.http_client();
     let mut masking = Masking::default();
-    let mut latest = Latest::default();
+    let mut latest = pf::Latest::default();
     let mut known = KnownDifferences::new(KNOWN_DIFFERENCES);
     let mut unexplained = Vec::new();
     for exchange in &exchanges {
@@ -311,7 +190,10 @@ async fn recording_20e_replays_against_our_server_field_by_field() {
             .await;
             assert_eq!(made.code, 201, "{}: {}", exchange.id(), made.text());
         }
-        let body = exchange.body_bytes.as_deref().map(|b| latest.rewrite(b));
+        let body = exchange
+            .body_bytes
+            .as_deref()
+            .map(|b| latest.rewrite(b, &masking));
         let path = masking.rewrite(&exchange.path);
         let answer = send(
             &client,

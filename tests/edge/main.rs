@@ -9,13 +9,12 @@
 #![allow(clippy::unwrap_used)]
 
 use svm_test_support as support;
+use svm_test_support::{edge_client as client, watch_load};
 
-mod client;
 mod delivery;
 mod etcd_tls;
 mod slowloris;
 mod tokens;
-mod watch_load;
 mod watchers;
 
 /// Held by each heavy test for its whole run.

@@ -6,7 +6,7 @@
 
 use svm_test_support as support;
 
-mod harness;
+use svm_test_support::harness;
 
 mod crash;
 mod failover;

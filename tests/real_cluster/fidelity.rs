@@ -5,6 +5,11 @@
 //! bookmark), and every difference reported. The double stands in for the real server wherever
 //! a test needs faults or scale, so it must answer as the real one does wherever both answer.
 //!
+//! Protobuf too, as client-go asks for it (the migrator's metadata reads, typed reads and
+//! errors): a protobuf answer is compared field by field, which fields are present included
+//! (`support/protobuf_fields.rs`), with uids, resourceVersions, continue tokens and server-chosen
+//! times masked; a protobuf watch frame by frame.
+//!
 //! Twice: kube-apiserver on etcd 3.5 (it serves watch-list; the double with watch-list on) and
 //! on Debian bookworm's etcd 3.4.23 (it refuses watch-list with a 500 ERROR event, recording
 //! 10a; the double with watch-list off), since clusters of both kinds are what the migrator
@@ -13,8 +18,10 @@
 use std::time::Duration;
 
 use futures::StreamExt;
+use prost::Message;
 use serde_json::{Value, json};
 
+use crate::protobuf_fields::{self as pf, Masking};
 use crate::support::control_plane::{Assets, ControlPlane, assets};
 use crate::support::etcd::serves_watch_list;
 
@@ -48,6 +55,8 @@ enum Read {
 enum Body {
     /// This content type and text.
     Fixed(&'static str, String),
+    /// This content type and bytes (a protobuf body).
+    Bytes(&'static str, Vec<u8>),
     /// A no-op merge patch naming the object's resourceVersion on the server asked.
     OwnResourceVersion,
 }
@@ -61,6 +70,13 @@ const TABLE: &str = "application/json;as=Table;v=v1;g=meta.k8s.io,application/js
 const AGGREGATED: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json";
 const MERGE: &str = "application/merge-patch+json";
+/// client-go's typed clients configured for protobuf.
+const PROTOBUF_ANY: &str = "application/vnd.kubernetes.protobuf, */*";
+const PROTOBUF_ONLY: &str = "application/vnd.kubernetes.protobuf";
+/// client-go's metadata client (what the migrator sends): protobuf first.
+const PB_METADATA_LIST: &str = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+const PB_METADATA_ONE: &str = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json";
+const PB_TABLE: &str = "application/vnd.kubernetes.protobuf;as=Table;g=meta.k8s.io;v=v1";
 const WATCH_LIST: &str =
     "watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true";
 
@@ -254,12 +270,20 @@ fn probes() -> Vec<Probe> {
         body: Some(Body::Fixed(content_type, body)),
         read: Read::Body,
     };
-    let no_op_patch = |what, path: &str| Probe {
+    let no_op_patch = |what, path: &str, accept| Probe {
         what,
         method: reqwest::Method::PATCH,
         path: path.to_string(),
-        accept: METADATA_ONE,
+        accept,
         body: Some(Body::OwnResourceVersion),
+        read: Read::Body,
+    };
+    let send_protobuf = |what, method, path: &str, body: Vec<u8>| Probe {
+        what,
+        method,
+        path: path.to_string(),
+        accept: PROTOBUF_ANY,
+        body: Some(Body::Bytes(pf::PROTOBUF, body)),
         read: Read::Body,
     };
     let create = |what, path: &str, content_type, body: &str| Probe {
@@ -330,10 +354,12 @@ fn probes() -> Vec<Probe> {
         no_op_patch(
             "no-op merge patch with the resourceVersion",
             &format!("{cms}/cm1"),
+            METADATA_ONE,
         ),
         no_op_patch(
             "no-op merge patch of a CR with the resourceVersion",
             &format!("{widgets}/w1"),
+            METADATA_ONE,
         ),
         patch(
             "merge patch with a stale resourceVersion",
@@ -402,7 +428,183 @@ fn probes() -> Vec<Probe> {
             JSON,
             Read::FirstEvent,
         ),
+        // Protobuf, as client-go asks: the migrator's metadata reads first.
+        get(
+            "metadata-only list in protobuf (the migrator's page)",
+            &format!("{cms}?limit=2"),
+            PB_METADATA_LIST,
+        ),
+        get(
+            "metadata-only list of a CR in protobuf",
+            &format!("{widgets}?limit=2"),
+            PB_METADATA_LIST,
+        ),
+        get(
+            "empty metadata-only list in protobuf",
+            "/apis/apps/v1/deployments?limit=500",
+            PB_METADATA_LIST,
+        ),
+        get(
+            "metadata-only object in protobuf",
+            &format!("{cms}/cm1"),
+            PB_METADATA_ONE,
+        ),
+        no_op_patch(
+            "no-op merge patch, answer in protobuf (the migrator's write)",
+            &format!("{cms}/cm2"),
+            PB_METADATA_ONE,
+        ),
+        no_op_patch(
+            "no-op merge patch of a CR, answer in protobuf",
+            &format!("{widgets}/w2"),
+            PB_METADATA_ONE,
+        ),
+        watch(
+            "watch-list of metadata in protobuf (the migrator's read)",
+            &format!("{cms}?{WATCH_LIST}"),
+            PB_METADATA_ONE,
+            Read::InitialEvents,
+        ),
+        watch(
+            "watch-list of a custom resource's metadata in protobuf",
+            &format!("{widgets}?{WATCH_LIST}"),
+            PB_METADATA_ONE,
+            Read::InitialEvents,
+        ),
+        watch(
+            "watch-list asking for a list's metadata in protobuf",
+            &format!("{cms}?{WATCH_LIST}"),
+            PB_METADATA_LIST,
+            Read::FirstEvent,
+        ),
+        // client-go's typed clients.
+        get(
+            "typed object in protobuf",
+            &format!("{cms}/cm1"),
+            PROTOBUF_ANY,
+        ),
+        get(
+            "typed list in protobuf, first page",
+            &format!("{cms}?limit=2"),
+            PROTOBUF_ANY,
+        ),
+        get(
+            "missing object, protobuf accepted",
+            &format!("{cms}/nope"),
+            PROTOBUF_ANY,
+        ),
+        get("CR, protobuf only", &format!("{widgets}/w1"), PROTOBUF_ONLY),
+        get(
+            "CR, protobuf then anything",
+            &format!("{widgets}/w1"),
+            PROTOBUF_ANY,
+        ),
+        get("protobuf Table alone", &format!("{cms}/cm1"), PB_TABLE),
+        get(
+            "unknown resource, protobuf accepted",
+            "/api/v1/foos",
+            PROTOBUF_ANY,
+        ),
+        Probe {
+            accept: PROTOBUF_ANY,
+            ..patch(
+                "merge patch with a stale resourceVersion, protobuf accepted",
+                &format!("{cms}/cm2"),
+                MERGE,
+                json!({"metadata": {"resourceVersion": "1"}}).to_string(),
+            )
+        },
+        Probe {
+            accept: PROTOBUF_ANY,
+            ..patch(
+                "a protobuf PATCH body",
+                &format!("{cms}/cm2"),
+                pf::PROTOBUF,
+                String::new(),
+            )
+        },
+        send_protobuf(
+            "a protobuf create",
+            reqwest::Method::POST,
+            cms,
+            config_map_body("pb-made"),
+        ),
+        send_protobuf(
+            "a protobuf create of an existing name",
+            reqwest::Method::POST,
+            cms,
+            config_map_body("cm1"),
+        ),
+        send_protobuf(
+            "a protobuf body cut short",
+            reqwest::Method::POST,
+            cms,
+            config_map_body("pb-cut")[..20].to_vec(),
+        ),
+        send_protobuf(
+            "a protobuf body without the magic",
+            reqwest::Method::POST,
+            cms,
+            config_map_body("pb-bare")[4..].to_vec(),
+        ),
+        send_protobuf(
+            "a protobuf Secret posted to configmaps",
+            reqwest::Method::POST,
+            cms,
+            pf::envelope(
+                "v1",
+                "Secret",
+                k8s_pb::api::core::v1::Secret {
+                    metadata: Some(k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+                        name: Some("pb-secret".into()),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                }
+                .encode_to_vec(),
+            ),
+        ),
+        send_protobuf(
+            "a protobuf delete with DeleteOptions",
+            reqwest::Method::DELETE,
+            &format!("{cms}/pb-made"),
+            pf::envelope(
+                "v1",
+                "DeleteOptions",
+                k8s_pb::apimachinery::pkg::apis::meta::v1::DeleteOptions {
+                    propagation_policy: Some("Background".into()),
+                    ..Default::default()
+                }
+                .encode_to_vec(),
+            ),
+        ),
+        watch(
+            "watch from a resourceVersion too old, in protobuf",
+            &format!("{cms}?watch=1&resourceVersion=1"),
+            PROTOBUF_ANY,
+            Read::FirstEvent,
+        ),
+        watch(
+            "watch-list of ConfigMaps in protobuf",
+            &format!("{cms}?{WATCH_LIST}"),
+            PROTOBUF_ANY,
+            Read::InitialEvents,
+        ),
     ]
+}
+
+/// A ConfigMap `name` in namespace demo as client-go's typed client encodes it.
+fn config_map_body(name: &str) -> Vec<u8> {
+    let config_map = k8s_pb::api::core::v1::ConfigMap {
+        metadata: Some(k8s_pb::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("demo".into()),
+            ..Default::default()
+        }),
+        data: [("k".to_string(), "v".to_string())].into(),
+        ..Default::default()
+    };
+    pf::envelope("v1", "ConfigMap", config_map.encode_to_vec())
 }
 
 async fn resource_version(target: &Target, path: &str) -> String {
@@ -435,6 +637,9 @@ async fn answer(target: &Target, probe: &Probe) -> Value {
         Some(Body::Fixed(content_type, text)) => request
             .header("content-type", *content_type)
             .body(text.clone()),
+        Some(Body::Bytes(content_type, bytes)) => request
+            .header("content-type", *content_type)
+            .body(bytes.clone()),
         Some(Body::OwnResourceVersion) => {
             let rv = resource_version(target, &probe.path).await;
             request
@@ -455,6 +660,9 @@ async fn answer(target: &Target, probe: &Probe) -> Value {
         .to_string();
     let etag = headers.contains_key("etag");
     let mut shape = json!({"code": code, "contentType": content_type, "etag": etag});
+    if content_type == pf::PROTOBUF {
+        return protobuf_shape(shape, response, probe.read).await;
+    }
     if probe.read == Read::InitialEvents {
         shape["events"] = json!(initial_events(response).await);
         return shape;
@@ -509,6 +717,56 @@ async fn initial_events(response: reqwest::Response) -> Vec<Value> {
         events.push(json!("no bookmark within 5 s"));
     }
     events
+}
+
+/// A protobuf answer: its fields with what differs by nature masked (`support/protobuf_fields`),
+/// or, for a watch, each frame's up to the first (FirstEvent) or up to the bookmark that ends
+/// the initial events (InitialEvents) or an ERROR, within 5 s.
+async fn protobuf_shape(mut shape: Value, response: reqwest::Response, read: Read) -> Value {
+    let as_json = |fields: pf::Fields| json!(Masking::masked(fields));
+    if read == Read::Body {
+        let bytes = response.bytes().await.expect("body");
+        shape["fields"] = match pf::body_fields(&bytes) {
+            Ok(fields) => as_json(fields),
+            Err(err) => json!(err),
+        };
+        return shape;
+    }
+    let mut stream = response.bytes_stream();
+    let mut buffer = Vec::new();
+    let mut events = Vec::new();
+    let read_frames = async {
+        while let Some(Ok(chunk)) = stream.next().await {
+            buffer.extend_from_slice(&chunk);
+            while let Some((prefix, rest)) = buffer.split_first_chunk::<4>() {
+                let length = u32::from_be_bytes(*prefix) as usize;
+                if rest.len() < length {
+                    break;
+                }
+                let frame: Vec<u8> = buffer.drain(..4 + length).skip(4).collect();
+                let fields = match pf::frame_fields(&frame) {
+                    Ok(fields) => fields,
+                    Err(err) => {
+                        events.push(json!(err));
+                        return;
+                    }
+                };
+                let kind = fields.get("type").cloned().unwrap_or_default();
+                events.push(as_json(fields));
+                if read == Read::FirstEvent || kind == "\"BOOKMARK\"" || kind == "\"ERROR\"" {
+                    return;
+                }
+            }
+        }
+    };
+    if tokio::time::timeout(Duration::from_secs(5), read_frames)
+        .await
+        .is_err()
+    {
+        events.push(json!("nothing more within 5 s"));
+    }
+    shape["frames"] = json!(events);
+    shape
 }
 
 /// The first line of a watch stream (its first event), or what came before a 5 s limit.

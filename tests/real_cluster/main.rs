@@ -7,6 +7,7 @@
 #![allow(clippy::unwrap_used)]
 
 use svm_test_support as support;
+use svm_test_support::protobuf_fields;
 
 mod auth;
 mod builtin_storage_move;

@@ -7,8 +7,10 @@ pub mod audit;
 pub mod control_plane;
 pub mod controller_manager;
 pub mod doubles;
+pub mod edge_client;
 pub mod etcd;
 pub mod fixtures;
+pub mod harness;
 pub mod kubectl;
 pub mod monitoring;
 pub mod protobuf_fields;
@@ -18,6 +20,7 @@ pub mod seed;
 pub mod server;
 pub mod stats;
 pub mod wait;
+pub mod watch_load;
 
 use std::path::{Path, PathBuf};
 

@@ -506,10 +506,8 @@ pub fn compare_streams(
                 f.get("object.envelope.kind").cloned(),
             )
         });
-    let real_events: Vec<Fields> = real
-        .into_iter()
-        .filter(|f| !is_progress_bookmark(f))
-        .collect();
+    let (real_events, real_bookmarks): (Vec<Fields>, Vec<Fields>) =
+        real.into_iter().partition(|f| !is_progress_bookmark(f));
     let (our_events, our_bookmarks): (Vec<_>, Vec<_>) =
         ours.into_iter().partition(|f| !is_progress_bookmark(f));
     let mut out = Vec::new();
@@ -553,6 +551,17 @@ pub fn compare_streams(
             text: format!("progress bookmark {}: {}", i + 1, d.text),
         }));
     }
+    // A client resumes from the last resourceVersion it saw, a bookmark's too: the last
+    // bookmarks of the two streams stand for each other.
+    let rv = |frame: Option<&Fields>| {
+        frame
+            .and_then(|f| f.get("object.metadata.resourceVersion"))
+            .map(|v| unquote(v))
+            .filter(|v| !v.is_empty())
+    };
+    if let (Some(theirs), Some(mine)) = (rv(real_bookmarks.last()), rv(our_bookmarks.last())) {
+        masking.bound.insert(theirs, mine);
+    }
     out
 }
 
@@ -576,9 +585,16 @@ impl Masking {
             real.keys().chain(ours.keys()).cloned().collect();
         for path in paths {
             let last = path.rsplit('.').next().unwrap_or(&path);
+            if last == "message" {
+                for side in [&mut *real, &mut *ours] {
+                    if let Some(value) = side.get_mut(&path) {
+                        *value = mask_message(value);
+                    }
+                }
+                continue;
+            }
             let placeholder = match last {
-                "uid" | "resourceVersion" => "<bound>",
-                "continue" => "<continue>",
+                "uid" | "resourceVersion" | "continue" => "<bound>",
                 "seconds"
                     if path.contains("creationTimestamp.")
                         || path.contains("deletionTimestamp.")
@@ -611,8 +627,8 @@ impl Masking {
                         });
                     }
                 }
-                // A resourceVersion is bound to the latest of ours seen for it (a list's and
-                // an object's may be one revision there and two here).
+                // A resourceVersion (or continue token) is bound to the latest of ours seen
+                // for it (a list's and an object's may be one revision there and two here).
                 self.bound.insert(theirs, mine);
             }
             for side in [&mut *real, &mut *ours] {
@@ -624,6 +640,14 @@ impl Masking {
             }
         }
         out
+    }
+
+    /// One answer's fields with what differs between servers by nature masked, on its own
+    /// (nothing bound): for comparing two servers' answers to the same request.
+    pub fn masked(mut fields: Fields) -> Fields {
+        let mut twin = fields.clone();
+        Masking::default().mask(&mut fields, &mut twin);
+        fields
     }
 
     /// `text` (a path and query) with every bound recorded value replaced by ours (longest
@@ -639,6 +663,217 @@ impl Masking {
 
 fn unquote(value: &str) -> String {
     value.trim_matches('"').to_string()
+}
+
+/// A Status message with what differs by nature masked: numbers (resource versions) and
+/// uids (as the JSON replay masks them).
+fn mask_message(value: &str) -> String {
+    let mut out = String::new();
+    let mut token = String::new();
+    for c in value.chars().chain(std::iter::once('\u{0}')) {
+        if c.is_ascii_alphanumeric() || c == '-' {
+            token.push(c);
+            continue;
+        }
+        let uuid = token.len() == 36 && token.matches('-').count() == 4;
+        let number = !token.is_empty() && token.chars().all(|c| c.is_ascii_digit());
+        out.push_str(match (uuid, number) {
+            (true, _) => "<uid>",
+            (_, true) => "<n>",
+            _ => &token,
+        });
+        token.clear();
+        if c != '\u{0}' {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The metadata of each object of ours, by name, as last answered: what a request body that
+/// carries an object the real server answered with (an update of "the object of step 2")
+/// must carry here instead.
+#[derive(Debug, Default)]
+pub struct Latest {
+    metadata: BTreeMap<String, meta::ObjectMeta>,
+}
+
+impl Latest {
+    /// Remembers the object of an answer of ours (a StorageVersionMigration or a ConfigMap).
+    pub fn learn(&mut self, body: &[u8]) {
+        let Ok(opened) = open(body) else { return };
+        let metadata = match opened.kind.as_str() {
+            "StorageVersionMigration" => svm::StorageVersionMigration::decode(&opened.raw[..])
+                .ok()
+                .and_then(|m| m.metadata),
+            "ConfigMap" => core::ConfigMap::decode(&opened.raw[..])
+                .ok()
+                .and_then(|m| m.metadata),
+            _ => None,
+        };
+        if let Some(metadata) = metadata
+            && let Some(name) = metadata.name.clone()
+        {
+            self.metadata.insert(name, metadata);
+        }
+    }
+
+    /// A recorded request body as it must be sent here: an object's uid and resourceVersion
+    /// that the recording had seen in an answer ([`Masking`]) and its server-chosen times
+    /// become ours for the object of that name; a DeleteOptions' preconditions are bound
+    /// likewise. The body is encoded again only when something changed, and only when prost
+    /// encodes the recorded message to the recorded bytes (so nothing else can change); any
+    /// other body is sent byte for byte.
+    pub fn rewrite(&self, recorded: &[u8], masking: &Masking) -> Vec<u8> {
+        let Ok(opened) = open(recorded) else {
+            return recorded.to_vec();
+        };
+        let raw = match opened.kind.as_str() {
+            "StorageVersionMigration" => {
+                let Ok(mut m) = svm::StorageVersionMigration::decode(&opened.raw[..]) else {
+                    return recorded.to_vec();
+                };
+                if m.encode_to_vec() != opened.raw {
+                    // Bytes prost would not write again (an unknown field): as recorded.
+                    return recorded.to_vec();
+                }
+                let changed = m
+                    .metadata
+                    .as_mut()
+                    .is_some_and(|meta| self.bind_metadata(meta, masking));
+                changed.then(|| m.encode_to_vec())
+            }
+            "ConfigMap" => {
+                let Ok(mut m) = core::ConfigMap::decode(&opened.raw[..]) else {
+                    return recorded.to_vec();
+                };
+                if m.encode_to_vec() != opened.raw {
+                    // Bytes prost would not write again (an unknown field): as recorded.
+                    return recorded.to_vec();
+                }
+                let changed = m
+                    .metadata
+                    .as_mut()
+                    .is_some_and(|meta| self.bind_metadata(meta, masking));
+                changed.then(|| m.encode_to_vec())
+            }
+            "DeleteOptions" => {
+                let Ok(mut m) = meta::DeleteOptions::decode(&opened.raw[..]) else {
+                    return recorded.to_vec();
+                };
+                let before = m.clone();
+                if let Some(pre) = m.preconditions.as_mut() {
+                    for field in [&mut pre.uid, &mut pre.resource_version] {
+                        if let Some(bound) = field.as_ref().and_then(|v| masking.bound.get(v)) {
+                            *field = Some(bound.clone());
+                        }
+                    }
+                }
+                (m != before).then(|| m.encode_to_vec())
+            }
+            _ => None,
+        };
+        match raw {
+            Some(raw) => envelope(&opened.api_version, &opened.kind, raw),
+            None => recorded.to_vec(),
+        }
+    }
+
+    /// Whether anything changed.
+    fn bind_metadata(&self, metadata: &mut meta::ObjectMeta, masking: &Masking) -> bool {
+        let before = metadata.clone();
+        if let Some(uid) = metadata.uid.as_ref().and_then(|u| masking.bound.get(u)) {
+            metadata.uid = Some(uid.clone());
+        }
+        let seen = metadata
+            .resource_version
+            .as_ref()
+            .is_some_and(|rv| masking.bound.contains_key(rv));
+        if let Some(ours) = metadata.name.as_ref().and_then(|n| self.metadata.get(n)) {
+            // A resourceVersion the real server had answered with was the object's current
+            // one: ours is; one it never gave (a stale "1") is sent as it is.
+            if seen {
+                metadata.resource_version.clone_from(&ours.resource_version);
+            }
+            if metadata
+                .creation_timestamp
+                .as_ref()
+                .is_some_and(|t| t.seconds.unwrap_or(0) != 0)
+            {
+                metadata
+                    .creation_timestamp
+                    .clone_from(&ours.creation_timestamp);
+            }
+            for (entry, mine) in metadata.managed_fields.iter_mut().zip(&ours.managed_fields) {
+                if entry.time.is_some() {
+                    entry.time.clone_from(&mine.time);
+                }
+            }
+        }
+        *metadata != before
+    }
+}
+
+/// A recorded answer, for [`differences`].
+pub struct Recorded<'a> {
+    pub code: u16,
+    pub content_type: Option<&'a str>,
+    /// The protobuf body (a watch: its whole stream).
+    pub bytes: Option<&'a [u8]>,
+    /// The recording shows an empty body.
+    pub empty: bool,
+}
+
+/// Our answer's code, Content-Type and protobuf body (or stream) against the recorded one's,
+/// values masked. A JSON body is not looked at (the caller compares it).
+pub fn differences(
+    recorded: &Recorded<'_>,
+    code: u16,
+    content_type: Option<&str>,
+    body: &[u8],
+    masking: &mut Masking,
+    bookmark: &Fields,
+) -> Vec<Difference> {
+    let difference = |path: &str, text: String| Difference {
+        path: path.into(),
+        text,
+    };
+    if code != recorded.code {
+        let shown: String = String::from_utf8_lossy(body).chars().take(300).collect();
+        return vec![difference(
+            "<code>",
+            format!("code {code} (real: {}): {shown}", recorded.code),
+        )];
+    }
+    if content_type != recorded.content_type {
+        return vec![difference(
+            "<content-type>",
+            format!(
+                "Content-Type {content_type:?} (real: {:?})",
+                recorded.content_type
+            ),
+        )];
+    }
+    if recorded.empty && !body.is_empty() {
+        return vec![difference(
+            "<body>",
+            format!("{} bytes (real: an empty body)", body.len()),
+        )];
+    }
+    let Some(real) = recorded.bytes else {
+        return Vec::new();
+    };
+    if recorded.content_type == Some(PROTOBUF_WATCH) {
+        return compare_streams(real, body, masking, bookmark);
+    }
+    let mut theirs = body_fields(real).expect("the recorded body");
+    let mut mine = match body_fields(body) {
+        Ok(fields) => fields,
+        Err(err) => return vec![difference("<body>", format!("our body: {err}"))],
+    };
+    let mut out = masking.mask(&mut theirs, &mut mine);
+    out.extend(compare(&theirs, &mine));
+    out
 }
 
 /// Known differences of one replay: `(where, path, why)`. `where` is an exchange id's start

@@ -36,6 +36,9 @@ pub struct Exchange {
     pub response_bytes: Option<Vec<u8>>,
     /// The recorder elided or truncated the body: only its kind and apiVersion are whole.
     pub shortened: bool,
+    /// The recording shows the body as empty (`(empty body...)`: a watch ended without a
+    /// byte, a connection closed unanswered).
+    pub empty_body: bool,
 }
 
 impl Exchange {
@@ -142,6 +145,7 @@ fn exchange(file: &str, step: usize, section: &str) -> Option<Exchange> {
         },
         response_bytes,
         shortened: response_body.contains("elided") || response_body.contains("TRUNCATED"),
+        empty_body: response_body.starts_with("(empty body"),
     })
 }
 

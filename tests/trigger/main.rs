@@ -8,9 +8,7 @@
 
 use svm_test_support as support;
 
-#[path = "../migrator/harness.rs"]
-#[allow(dead_code)]
-mod harness;
+use svm_test_support::harness;
 
 mod world;
 

@@ -35,6 +35,9 @@
 //! - **WATCH** (`watch`): replay from a resourceVersion, 410 ERROR events on compacted ones,
 //!   legacy synthetic ADDED, watch-list with the `k8s.io/initial-events-end` bookmark, closing
 //!   bookmarks, 422 for invalid option combinations [10a, 10b].
+//! - **Protobuf** (`protobuf`): `application/vnd.kubernetes.protobuf` where kube-apiserver
+//!   answers client-go in it — the PartialObjectMetadata(List) forms of every resource,
+//!   ConfigMaps, Statuses, watch frames, DeleteOptions bodies [20a-20d, 20g, 20h].
 //! - **Apiservers** (`apiservers`): identity leases in kube-system (new uid and holder on
 //!   restart [12]), StorageVersion objects per built-in resource with
 //!   `commonEncodingVersion` and the `AllEncodingVersionsEqual` condition [13], several
@@ -48,7 +51,7 @@
 //! Deliberate simplifications are named where they live (e.g. strategic merge is a merge
 //! patch, server-side apply does not detect field conflicts, lists are tracked atomically in
 //! managedFields, namespace and CRD deletion cascade at once, JSON is written with sorted
-//! keys and never as protobuf).
+//! keys, and protobuf only for the metadata forms, Statuses and ConfigMaps).
 // A test double, not a layer: documented where its behaviour is not kube-apiserver's own.
 #![allow(missing_docs)]
 
@@ -71,6 +74,7 @@ pub mod negotiate;
 pub mod object;
 pub mod objects;
 pub mod pki;
+pub mod protobuf;
 pub mod resources;
 pub mod reviews;
 pub mod route;

@@ -1,5 +1,6 @@
-//! Content negotiation: which representation an `Accept` header asks for, and which patch type
-//! a `Content-Type` names.
+//! Content negotiation: which representation an `Accept` header asks for and in which
+//! encoding (JSON, or protobuf where kube-apiserver answers in it: recordings 20a-20h), and
+//! which patch type a `Content-Type` names.
 
 /// A representation the double can answer with.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -14,6 +15,14 @@ pub enum Output {
     AggregatedDiscovery,
     /// `as=Table;g=meta.k8s.io;v=v1` (recording 07): served by GET and LIST.
     Table,
+}
+
+/// How an answer is written.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Encoding {
+    Json,
+    /// `application/vnd.kubernetes.protobuf` (`crate::protobuf`).
+    Protobuf,
 }
 
 #[derive(Debug)]
@@ -50,9 +59,32 @@ fn parse_accept(header: &str) -> Vec<MediaRange<'_>> {
         })
         .filter(|r| r.q > 0.0)
         .collect();
-    // Stable: equal q keeps the client's order.
-    ranges.sort_by(|a, b| b.q.partial_cmp(&a.q).unwrap_or(std::cmp::Ordering::Equal));
+    // goautoneg's order: by q, then a concrete type before `type/*` before `*/*`; otherwise
+    // the client's order (a stable sort).
+    ranges.sort_by(|a, b| {
+        b.q.partial_cmp(&a.q)
+            .unwrap_or(std::cmp::Ordering::Equal)
+            .then_with(|| wildcards(&a.essence).cmp(&wildcards(&b.essence)))
+    });
     ranges
+}
+
+/// 0 for `type/subtype`, 1 for `type/*`, 2 for `*/*`.
+fn wildcards(essence: &str) -> u8 {
+    match essence.split_once('/') {
+        Some(("*", _)) => 2,
+        Some((_, "*")) => 1,
+        _ => 0,
+    }
+}
+
+/// The encoding a clause names, if the double writes it.
+fn encoding(essence: &str) -> Option<Encoding> {
+    match essence {
+        "application/json" | "*/*" | "application/*" => Some(Encoding::Json),
+        crate::protobuf::MEDIA_TYPE => Some(Encoding::Protobuf),
+        _ => None,
+    }
 }
 
 impl MediaRange<'_> {
@@ -66,40 +98,52 @@ impl MediaRange<'_> {
 /// `discovery` allows the aggregated discovery form (only `/api` and `/apis` serve it; a
 /// `v=v2beta1` request falls through to the next entry, recording 02a step 4).
 pub fn negotiate(accept: Option<&str>, discovery: bool) -> Option<Output> {
+    negotiate_encoded(accept, discovery, false).map(|(output, _)| output)
+}
+
+/// The first representation in `accept` the double serves, and its encoding, or `None`
+/// (406). `protobuf_objects`: the plain form (no `as=`) of what is asked has protobuf
+/// messages here (a ConfigMap; kube-apiserver has them for every built-in kind, never for a
+/// custom resource: recording 20g step 12). The `meta.k8s.io` metadata forms are written in
+/// protobuf for every resource, custom ones included (20d); a Table and aggregated
+/// discovery never (20g steps 3-6).
+pub fn negotiate_encoded(
+    accept: Option<&str>,
+    discovery: bool,
+    protobuf_objects: bool,
+) -> Option<(Output, Encoding)> {
     let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else {
-        return Some(Output::Json);
+        return Some((Output::Json, Encoding::Json));
     };
     for range in parse_accept(accept) {
-        let json_like = matches!(
-            range.essence.as_str(),
-            "application/json" | "*/*" | "application/*"
-        );
-        if !json_like {
+        let Some(encoding) = encoding(&range.essence) else {
             continue;
-        }
+        };
+        let protobuf = encoding == Encoding::Protobuf;
         match range.param("as") {
-            None => return Some(Output::Json),
+            None if protobuf && !protobuf_objects => continue,
+            None => return Some((Output::Json, encoding)),
             Some(kind) => {
                 let group = range.param("g").unwrap_or("");
                 let version = range.param("v").unwrap_or("");
                 match (kind, group, version) {
-                    ("APIGroupDiscoveryList", "apidiscovery.k8s.io", "v2") if discovery => {
-                        return Some(Output::AggregatedDiscovery);
+                    ("APIGroupDiscoveryList", "apidiscovery.k8s.io", "v2")
+                        if discovery && !protobuf =>
+                    {
+                        return Some((Output::AggregatedDiscovery, encoding));
                     }
                     ("PartialObjectMetadata", "meta.k8s.io", "v1" | "v1beta1") if !discovery => {
-                        return Some(Output::PartialMetadata {
-                            version: version.to_string(),
-                        });
+                        let version = version.to_string();
+                        return Some((Output::PartialMetadata { version }, encoding));
                     }
                     ("PartialObjectMetadataList", "meta.k8s.io", "v1" | "v1beta1")
                         if !discovery =>
                     {
-                        return Some(Output::PartialMetadataList {
-                            version: version.to_string(),
-                        });
+                        let version = version.to_string();
+                        return Some((Output::PartialMetadataList { version }, encoding));
                     }
-                    ("Table", "meta.k8s.io", "v1" | "v1beta1") if !discovery => {
-                        return Some(Output::Table);
+                    ("Table", "meta.k8s.io", "v1" | "v1beta1") if !discovery && !protobuf => {
+                        return Some((Output::Table, encoding));
                     }
                     // Anything else is not served: try the next entry.
                     _ => continue,
@@ -108,6 +152,20 @@ pub fn negotiate(accept: Option<&str>, discovery: bool) -> Option<Output> {
         }
     }
     None
+}
+
+/// How an error is written for this `Accept` (`negotiation.DefaultEndpointRestrictions`: the
+/// first clause without `as=` the double writes, protobuf for any resource, recordings 20g
+/// steps 1, 10). `None`: no clause is acceptable, and kube-apiserver writes the Status as
+/// indented JSON (`WriteRawJSON`: recordings 06 steps 5-6, 20g step 3).
+pub fn error_encoding(accept: Option<&str>) -> Option<Encoding> {
+    let Some(accept) = accept.filter(|a| !a.trim().is_empty()) else {
+        return Some(Encoding::Json);
+    };
+    parse_accept(accept)
+        .into_iter()
+        .filter(|range| range.param("as").is_none())
+        .find_map(|range| encoding(&range.essence))
 }
 
 /// The body formats of PATCH.
@@ -192,6 +250,60 @@ mod tests {
             negotiate(Some("application/json;as=Table;g=meta.k8s.io;v=v2"), false),
             None
         );
+    }
+
+    #[test]
+    fn protobuf_where_kube_apiserver_answers_in_it() {
+        let metadata = "application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json";
+        let list = Output::PartialMetadataList {
+            version: "v1".into(),
+        };
+        // The metadata forms: protobuf for any resource.
+        for objects in [false, true] {
+            assert_eq!(
+                negotiate_encoded(Some(metadata), false, objects),
+                Some((list.clone(), Encoding::Protobuf))
+            );
+        }
+        // client-go's typed Accept: protobuf where the plain form has messages, else JSON.
+        let typed = "application/vnd.kubernetes.protobuf, */*";
+        assert_eq!(
+            negotiate_encoded(Some(typed), false, true),
+            Some((Output::Json, Encoding::Protobuf))
+        );
+        assert_eq!(
+            negotiate_encoded(Some(typed), false, false),
+            Some((Output::Json, Encoding::Json))
+        );
+        assert_eq!(
+            negotiate_encoded(Some("application/vnd.kubernetes.protobuf"), false, false),
+            None
+        );
+        // A concrete type before a wildcard; q first.
+        assert_eq!(
+            negotiate_encoded(Some("*/*,application/vnd.kubernetes.protobuf"), false, true),
+            Some((Output::Json, Encoding::Protobuf))
+        );
+        assert_eq!(
+            negotiate_encoded(
+                Some("application/vnd.kubernetes.protobuf;q=0.5,application/json"),
+                false,
+                true
+            ),
+            Some((Output::Json, Encoding::Json))
+        );
+        // No protobuf Table: the next clause, or nothing.
+        let table = "application/vnd.kubernetes.protobuf;as=Table;g=meta.k8s.io;v=v1";
+        assert_eq!(negotiate_encoded(Some(table), false, true), None);
+        assert_eq!(
+            negotiate_encoded(Some(&format!("{table},application/json")), false, true),
+            Some((Output::Json, Encoding::Json))
+        );
+        // Errors: the first clause without `as=`.
+        assert_eq!(error_encoding(Some(typed)), Some(Encoding::Protobuf));
+        assert_eq!(error_encoding(Some(metadata)), Some(Encoding::Json));
+        assert_eq!(error_encoding(Some(table)), None);
+        assert_eq!(error_encoding(None), Some(Encoding::Json));
     }
 
     #[test]

@@ -11,7 +11,8 @@ use crate::continue_token::ContinueToken;
 use crate::engine::{DeleteOutcome, Engine, ListParams, Preconditions, Writer, unsupported_patch};
 use crate::http::{Body, Query, json_response, status_response};
 use crate::metrics::ListRecord;
-use crate::negotiate::{Output, is_json_body, negotiate, patch_type};
+use crate::negotiate::{Encoding, Output, is_json_body, negotiate_encoded, patch_type};
+use crate::protobuf;
 use crate::resources::{Flavor, ResourceDef};
 use crate::reviews;
 use crate::route::ResourceRoute;
@@ -87,11 +88,30 @@ impl Call<'_> {
     }
 
     fn output(&self) -> ApiResult<Output> {
-        negotiate(self.accept(), false).ok_or_else(|| {
+        self.negotiated().map(|(output, _)| output)
+    }
+
+    /// The representation asked for and its encoding: protobuf for the metadata forms of any
+    /// resource, and for the plain form of a kind the double has messages for.
+    fn negotiated(&self) -> ApiResult<(Output, Encoding)> {
+        negotiate_encoded(self.accept(), false, self.speaks_protobuf()).ok_or_else(|| {
             StatusError::not_acceptable(
                 "only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf",
             )
         })
+    }
+
+    /// Whether the resource's own kind is written and read in protobuf here (kube-apiserver:
+    /// every built-in kind, no custom resource; the double: ConfigMaps).
+    fn speaks_protobuf(&self) -> bool {
+        let def = &self.route.def;
+        protobuf::speaks(&def.group_version(&self.route.version), &def.kind)
+    }
+
+    fn protobuf_body(&self) -> bool {
+        self.content_type()
+            .and_then(|ct| ct.split(';').next())
+            .is_some_and(|ct| ct.trim().eq_ignore_ascii_case(protobuf::MEDIA_TYPE))
     }
 }
 
@@ -137,9 +157,27 @@ pub async fn handle(call: Call<'_>) -> Response<Body> {
         )),
     };
     match result {
-        Ok((code, body)) => json_response(code, &body, pretty),
+        Ok((code, body)) => match call.negotiated() {
+            Ok((_, Encoding::Protobuf)) => protobuf_response(code, &body, pretty),
+            _ => json_response(code, &body, pretty),
+        },
         Err(err) => status_response(&err, pretty),
     }
+}
+
+/// An answer in protobuf (JSON for a value of a kind without messages here).
+fn protobuf_response(code: StatusCode, body: &Value, pretty: bool) -> Response<Body> {
+    let Some(bytes) = protobuf::encode(body) else {
+        return json_response(code, body, pretty);
+    };
+    Response::builder()
+        .status(code)
+        .header(header::CACHE_CONTROL, "no-cache, private")
+        .header("Audit-Id", uuid::Uuid::new_v4().to_string())
+        .header(header::CONTENT_TYPE, protobuf::MEDIA_TYPE)
+        .header(header::CONTENT_LENGTH, bytes.len())
+        .body(crate::http::full(bytes))
+        .unwrap_or_else(|_| Response::new(crate::http::empty()))
 }
 
 type Answer = ApiResult<(StatusCode, Value)>;
@@ -417,8 +455,12 @@ fn list_page(call: &Call<'_>, decoded: Option<Result<ContinueToken, String>>) ->
     Ok((StatusCode::OK, body))
 }
 
-/// Decodes a create/update body as kube-apiserver's decoder reports failures (16b).
+/// Decodes a create/update body as kube-apiserver's decoder reports failures (16b; 20h for
+/// protobuf).
 fn decode_body(call: &Call<'_>) -> ApiResult<Value> {
+    if call.protobuf_body() && call.speaks_protobuf() {
+        return decode_protobuf(call);
+    }
     if !is_json_body(call.content_type()) {
         return Err(StatusError::unsupported_media_type(format!(
             "the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf, application/cbor (got {})",
@@ -452,6 +494,57 @@ fn decode_body(call: &Call<'_>) -> ApiResult<Value> {
             )))
         }
     }
+}
+
+/// A protobuf create/update body of a kind with messages here (a ConfigMap), as
+/// kube-apiserver words what it cannot read (recording 20h): not an envelope ("the object
+/// provided is unrecognized"), an envelope of another kind (no conversion), a message that
+/// does not decode; unknown fields are skipped without a warning, `fieldValidation` or not.
+fn decode_protobuf(call: &Call<'_>) -> ApiResult<Value> {
+    let def = &call.route.def;
+    let kind = &def.kind;
+    let envelope = protobuf::open(&call.body).map_err(|detail| {
+        StatusError::bad_request(format!(
+            "the object provided is unrecognized (must be of type {kind}): {detail} ({})",
+            protobuf::summarize(&call.body)
+        ))
+    })?;
+    let version = envelope
+        .api_version
+        .rsplit('/')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let cannot = |detail: String| {
+        StatusError::bad_request(format!(
+            "{} in version {} cannot be handled as a {kind}: {detail}",
+            envelope.kind,
+            go_quote(&version)
+        ))
+    };
+    let own_kind = envelope.kind == *kind && envelope.api_version == call.route.group_version();
+    if !own_kind {
+        let built_in = call
+            .engine
+            .catalog
+            .all()
+            .iter()
+            .any(|d| !d.is_custom() && d.kind == envelope.kind);
+        // The Go types of the legacy scheme: `<package>.<Kind>`, the internal `core.<Kind>`.
+        return Err(cannot(if built_in {
+            format!(
+                "converting ({version}.{}) to (core.{kind}): unknown conversion",
+                envelope.kind
+            )
+        } else {
+            format!(
+                "no kind {} is registered for version {} in scheme \"pkg/api/legacyscheme/scheme.go:30\"",
+                go_quote(&envelope.kind),
+                go_quote(&envelope.api_version)
+            )
+        }));
+    }
+    protobuf::config_map_json(&envelope.raw).map_err(cannot)
 }
 
 /// encoding/json's words for the errors it shares with serde_json; the rest keep serde's.
@@ -564,8 +657,13 @@ fn delete_options(call: &Call<'_>) -> ApiResult<(Preconditions, Writer)> {
     let mut writer = call.writer("DeleteOptions")?;
     let mut pre = Preconditions::default();
     if !call.body.is_empty() {
-        let opts: Value = serde_json::from_slice(&call.body)
-            .map_err(|e| StatusError::bad_request(format!("error decoding DeleteOptions: {e}")))?;
+        let opts: Value = if call.protobuf_body() {
+            delete_options_protobuf(&call.body)?
+        } else {
+            serde_json::from_slice(&call.body).map_err(|e| {
+                StatusError::bad_request(format!("error decoding DeleteOptions: {e}"))
+            })?
+        };
         pre.uid = opts["preconditions"]["uid"].as_str().map(str::to_string);
         pre.resource_version = opts["preconditions"]["resourceVersion"]
             .as_str()
@@ -585,6 +683,27 @@ fn delete_options(call: &Call<'_>) -> ApiResult<(Preconditions, Writer)> {
         }
     }
     Ok((pre, writer))
+}
+
+/// A protobuf DeleteOptions body (client-go's typed and metadata clients send one with a
+/// delete; a meta.k8s.io message, read for every resource: recordings 20a step 6, 20e), as
+/// the JSON a client would have sent.
+fn delete_options_protobuf(body: &[u8]) -> ApiResult<Value> {
+    let unrecognized = |detail: String| {
+        StatusError::bad_request(format!(
+            "the object provided is unrecognized (must be of type DeleteOptions): {detail} ({})",
+            protobuf::summarize(body)
+        ))
+    };
+    let envelope = protobuf::open(body).map_err(unrecognized)?;
+    if envelope.kind != "DeleteOptions" {
+        return Err(StatusError::bad_request(format!(
+            "{} in version {} cannot be handled as a DeleteOptions",
+            envelope.kind,
+            go_quote(envelope.api_version.rsplit('/').next().unwrap_or_default())
+        )));
+    }
+    protobuf::delete_options_json(&envelope.raw).map_err(unrecognized)
 }
 
 fn delete(call: &Call<'_>) -> Answer {

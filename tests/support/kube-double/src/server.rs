@@ -21,8 +21,9 @@ use crate::faults::{Fault, RequestFacts};
 use crate::http::{
     Body, CountingBody, Query, plain_not_found, plain_text, status_response, wants_pretty,
 };
-use crate::negotiate::{Output, negotiate};
+use crate::negotiate::{Encoding, Output, error_encoding, negotiate};
 use crate::objects::{self, Call};
+use crate::protobuf;
 use crate::route::{self, Route, counter_name};
 use crate::status::StatusError;
 
@@ -222,6 +223,11 @@ async fn handle(
             .await
         }
     };
+    let response = if counts_response {
+        errors_as_negotiated(response, accept.as_deref()).await
+    } else {
+        response
+    };
     if counts_response {
         engine
             .metrics
@@ -231,6 +237,52 @@ async fn handle(
         Some(frames) => response.map(|body| cut_after(body, frames)),
         None => response,
     })
+}
+
+/// An error answer (a Status, written as JSON where it is made) as the request's `Accept`
+/// negotiates errors: protobuf when the first clause without `as=` is protobuf (client-go's
+/// typed clients, `application/vnd.kubernetes.protobuf, */*`), indented JSON when no clause
+/// is acceptable (recordings 06 steps 5-6, 20g steps 1-3, 10-11).
+async fn errors_as_negotiated(response: Response<Body>, accept: Option<&str>) -> Response<Body> {
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes() == b"application/json");
+    if response.status().as_u16() < 400 || !is_json {
+        return response;
+    }
+    let encoding = error_encoding(accept);
+    if encoding == Some(Encoding::Json) {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let bytes = body
+        .collect()
+        .await
+        .map(http_body_util::Collected::to_bytes)
+        .unwrap_or_default();
+    let status = serde_json::from_slice::<serde_json::Value>(&bytes)
+        .ok()
+        .filter(|v| v["kind"] == "Status");
+    let (bytes, content_type) = match (status, encoding) {
+        (Some(status), Some(Encoding::Protobuf)) => match protobuf::encode(&status) {
+            Some(body) => (Bytes::from(body), protobuf::MEDIA_TYPE),
+            None => (bytes, "application/json"),
+        },
+        (Some(status), None) => (
+            Bytes::from(crate::http::json_bytes(&status, true)),
+            "application/json",
+        ),
+        _ => (bytes, "application/json"),
+    };
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        http::HeaderValue::from_static(content_type),
+    );
+    parts
+        .headers
+        .insert(header::CONTENT_LENGTH, bytes.len().into());
+    Response::from_parts(parts, crate::http::full(bytes))
 }
 
 /// `body`, ending after its first `frames` frames.

@@ -1,4 +1,7 @@
-//! WATCH: newline-delimited events over a chunked 200 (recordings 10a, 10b).
+//! WATCH: newline-delimited events over a chunked 200 (recordings 10a, 10b), or protobuf
+//! frames (a 4-byte length and a WatchEvent whose object is a whole protobuf body, Content-Type
+//! `application/vnd.kubernetes.protobuf;stream=watch`) where the Accept negotiates protobuf:
+//! the metadata forms of any resource, a ConfigMap's own form (recordings 20b-20d).
 //!
 //! - `resourceVersion=N`: every change after N, then live events; N older than the compacted
 //!   revision gets one ERROR event with a 410 Expired Status, N ahead of the store an ERROR
@@ -25,8 +28,9 @@ use tokio::time::Instant;
 
 use crate::engine::{Engine, parse_resource_version, too_large_resource_version};
 use crate::http::{Body, status_response};
-use crate::negotiate::{Output, negotiate};
+use crate::negotiate::{Encoding, Output, negotiate_encoded};
 use crate::objects::{Call, present, selectors};
+use crate::protobuf;
 use crate::resources::ResourceDef;
 use crate::selector::{FieldSelector, LabelSelector};
 use crate::status::{ApiResult, Cause, StatusError};
@@ -68,6 +72,7 @@ struct Plan {
     form: Form,
     /// The client asked for `as=PartialObjectMetadataList`, which no event can be encoded as.
     list_asked: bool,
+    encoding: Encoding,
     bookmarks: bool,
     start: Start,
     timeout: Duration,
@@ -124,10 +129,12 @@ fn plan(call: &Call<'_>) -> ApiResult<Plan> {
         .headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok());
-    let (form, list_asked) = match negotiate(accept, false) {
-        Some(Output::PartialMetadata { version }) => (Form::Metadata(version), false),
-        Some(Output::PartialMetadataList { version }) => (Form::Metadata(version), true),
-        Some(_) => (Form::Full, false),
+    let def = &call.route.def;
+    let speaks = protobuf::speaks(&def.group_version(&call.route.version), &def.kind);
+    let (form, list_asked, encoding) = match negotiate_encoded(accept, false, speaks) {
+        Some((Output::PartialMetadata { version }, e)) => (Form::Metadata(version), false, e),
+        Some((Output::PartialMetadataList { version }, e)) => (Form::Metadata(version), true, e),
+        Some((_, e)) => (Form::Full, false, e),
         None => {
             return Err(StatusError::not_acceptable(
                 "only the following media types are accepted: application/json, application/yaml, application/vnd.kubernetes.protobuf",
@@ -197,51 +204,73 @@ fn plan(call: &Call<'_>) -> ApiResult<Plan> {
         fields,
         form,
         list_asked,
+        encoding,
         bookmarks,
         start,
         timeout,
     })
 }
 
+/// One event on the wire, and whether it is an ERROR.
+struct Wire {
+    bytes: Bytes,
+    error: bool,
+}
+
 fn stream(plan: Plan) -> Response<Body> {
-    let (tx, rx) = mpsc::channel::<Bytes>(256);
+    let (tx, rx) = mpsc::channel::<Wire>(256);
     let list_asked = plan.list_asked;
+    let content_type = match plan.encoding {
+        Encoding::Json => "application/json",
+        Encoding::Protobuf => protobuf::WATCH_MEDIA_TYPE,
+    };
     tokio::spawn(run(plan, tx));
     let frames = futures::stream::unfold(rx, move |mut rx| async move {
-        let bytes = rx.recv().await?;
+        let wire = rx.recv().await?;
         // kube-apiserver cannot encode a watch event's object as PartialObjectMetadataList: it
         // ends the body at the first object or bookmark with nothing written (fidelity test,
-        // etcd 3.5); an ERROR event's Status is written as usual.
-        if list_asked && !is_error_event(&bytes) {
+        // etcd 3.5; recording 20d step 4 in protobuf); an ERROR event's Status is written as
+        // usual.
+        if list_asked && !wire.error {
             return None;
         }
-        Some((Ok::<_, Infallible>(Frame::data(bytes)), rx))
+        Some((Ok::<_, Infallible>(Frame::data(wire.bytes)), rx))
     });
     Response::builder()
         .status(StatusCode::OK)
-        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::CONTENT_TYPE, content_type)
         .header(header::CACHE_CONTROL, "no-cache, private")
         .header("Audit-Id", uuid::Uuid::new_v4().to_string())
         .body(BodyExt::boxed(StreamBody::new(frames)))
         .unwrap_or_else(|_| Response::new(crate::http::empty()))
 }
 
-fn is_error_event(line: &[u8]) -> bool {
-    serde_json::from_slice::<Value>(line).is_ok_and(|event| event["type"] == "ERROR")
-}
-
-fn line(value: &Value) -> Bytes {
-    let mut out = serde_json::to_vec(value).unwrap_or_default();
-    out.push(b'\n');
-    Bytes::from(out)
-}
-
 impl Plan {
-    fn error_line(&self, err: &StatusError) -> Bytes {
-        line(&json!({"type": "ERROR", "object": err.to_json()}))
+    /// An event in the negotiated encoding: a JSON line, or a protobuf frame.
+    fn wire(&self, event_type: &str, object: Value) -> Wire {
+        let bytes = match self.encoding {
+            Encoding::Json => {
+                let mut out = serde_json::to_vec(&json!({"type": event_type, "object": object}))
+                    .unwrap_or_default();
+                out.push(b'\n');
+                out
+            }
+            // Every object a watch sends has messages here (negotiation saw to it).
+            Encoding::Protobuf => {
+                protobuf::watch_frame(event_type, protobuf::encode(&object).unwrap_or_default())
+            }
+        };
+        Wire {
+            bytes: Bytes::from(bytes),
+            error: event_type == "ERROR",
+        }
     }
 
-    fn bookmark_line(&self, rev: u64, initial_end: bool) -> Bytes {
+    fn error_line(&self, err: &StatusError) -> Wire {
+        self.wire("ERROR", err.to_json())
+    }
+
+    fn bookmark_line(&self, rev: u64, initial_end: bool) -> Wire {
         let mut metadata = json!({"resourceVersion": rev.to_string()});
         if initial_end {
             metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
@@ -253,8 +282,9 @@ impl Plan {
                 format!("meta.k8s.io/{v}"),
             ),
         };
-        line(
-            &json!({"type": "BOOKMARK", "object": {"kind": kind, "apiVersion": api_version, "metadata": metadata}}),
+        self.wire(
+            "BOOKMARK",
+            json!({"kind": kind, "apiVersion": api_version, "metadata": metadata}),
         )
     }
 
@@ -272,7 +302,7 @@ impl Plan {
         self.labels.matches(labels) && self.fields.matches(obj)
     }
 
-    fn event_line(&self, kind: EventType, obj: Value) -> Bytes {
+    fn event_line(&self, kind: EventType, obj: Value) -> Wire {
         let object = match &self.form {
             Form::Full => present(&self.def, obj, &self.version),
             Form::Metadata(v) => json!({
@@ -281,13 +311,13 @@ impl Plan {
                 "metadata": obj.get("metadata").cloned().unwrap_or_else(|| json!({})),
             }),
         };
-        line(&json!({"type": kind.as_str(), "object": object}))
+        self.wire(kind.as_str(), object)
     }
 
     /// The event a watcher with selectors sees for a change (the watch cache's
     /// `convertToWatchEvent`: an object that starts matching is ADDED, one that stops
     /// matching is DELETED).
-    fn translate(&self, event: &Event) -> Option<Bytes> {
+    fn translate(&self, event: &Event) -> Option<Wire> {
         let new = self.object(&event.value, event.rev)?;
         let filtering = !self.labels.is_empty() || !self.fields.is_empty();
         if !filtering {
@@ -321,7 +351,7 @@ impl Plan {
     }
 }
 
-async fn run(plan: Plan, tx: mpsc::Sender<Bytes>) {
+async fn run(plan: Plan, tx: mpsc::Sender<Wire>) {
     let gr = plan.def.group_resource();
     let store = &plan.engine.store;
     // Subscribe before reading so nothing committed in between is missed.

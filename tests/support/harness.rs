@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 use kube_double::KubeDouble;
 use serde_json::{Value, json};
 
-pub(crate) use crate::support::server::sample;
-use crate::support::server::{Backend, ServerProcess};
+pub(crate) use crate::server::sample;
+use crate::server::{Backend, ServerProcess};
 
 pub(crate) const SVMS: &str = "/apis/storagemigration.k8s.io/v1/storageversionmigrations";
 
@@ -24,7 +24,7 @@ pub(crate) async fn double_with_widgets() -> KubeDouble {
 
 /// As [`double_with_widgets`], from a configured builder.
 pub(crate) async fn double_with_widgets_from(builder: kube_double::Builder) -> KubeDouble {
-    crate::support::doubles::with_widgets(builder, "demo").await
+    crate::doubles::with_widgets(builder, "demo").await
 }
 
 impl Harness {

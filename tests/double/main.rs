@@ -24,34 +24,21 @@ use kube_double::apiservers::identity_lease_name;
 use kube_double::{AccessRule, Fault, FaultRule, KubeDouble, TokenUser, crd_manifest};
 use serde_json::{Value, json};
 
-#[path = "double/apiservers.rs"]
 mod apiservers;
-#[path = "double/auth.rs"]
 mod auth;
-#[path = "double/bad_input.rs"]
 mod bad_input;
-#[path = "double/counters.rs"]
 mod counters;
-#[path = "double/discovery.rs"]
 mod discovery;
-#[path = "double/faults.rs"]
 mod faults;
-#[path = "double/https.rs"]
 mod https;
-#[path = "double/kinds.rs"]
 mod kinds;
-#[path = "double/list.rs"]
 mod list;
-#[path = "double/objects.rs"]
 mod objects;
-use svm_test_support::recordings;
-#[path = "double/recordings.rs"]
+use svm_test_support::{protobuf_fields, recordings};
+mod protobuf_replay;
 mod replay;
-#[path = "double/scale.rs"]
 mod scale;
-#[path = "double/watch.rs"]
 mod watch;
-#[path = "double/writes.rs"]
 mod writes;
 
 // ---------------------------------------------------------------------------------------------

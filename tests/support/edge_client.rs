@@ -9,7 +9,7 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
-use crate::support::server::ServerProcess;
+use crate::server::ServerProcess;
 
 /// The server's `host:port`.
 pub(crate) fn addr(server: &ServerProcess) -> SocketAddr {

@@ -42,9 +42,9 @@ const NOT_REPLAYED: &[(&str, &str)] = &[
     ),
     (
         "20",
-        "protobuf (hex-dumped bodies) and a kube-apiserver with storagemigration.k8s.io \
-         v1beta1: the replay sends text bodies and compares JSON (the recordings' parser reads \
-         their bytes: recordings::tests)",
+        "protobuf, replayed with its bytes and compared field by field in \
+         tests/double/protobuf_replay.rs (20e and 20f, our group on kube-apiserver, \
+         against svm-apiserver: tests/api_server/protobuf_recordings.rs)",
     ),
     (
         "18-",
@@ -226,11 +226,11 @@ fn applied(mut manifest: Value) -> Value {
     manifest
 }
 
-struct Answer {
-    code: u16,
-    content_type: Option<String>,
-    etag: Option<String>,
-    json: Option<Value>,
+pub(crate) struct Answer {
+    pub(crate) code: u16,
+    pub(crate) content_type: Option<String>,
+    pub(crate) etag: Option<String>,
+    pub(crate) json: Option<Value>,
 }
 
 async fn replay(double: &KubeDouble, exchange: &Exchange, bindings: &mut Bindings) -> Answer {
@@ -287,7 +287,7 @@ async fn current_preconditions(double: &KubeDouble, path: &str, body: &str) -> S
 }
 
 /// What must match, as readable differences (empty: the answers agree).
-fn compare(exchange: &Exchange, answer: &Answer) -> Vec<String> {
+pub(crate) fn compare(exchange: &Exchange, answer: &Answer) -> Vec<String> {
     let mut out = Vec::new();
     if answer.code != exchange.code {
         out.push(format!("code {} (real: {})", answer.code, exchange.code));

@@ -7,8 +7,8 @@ use futures::StreamExt;
 use serde_json::json;
 use tokio::task::JoinHandle;
 
-use crate::client;
-use crate::support::server::ServerProcess;
+use crate::edge_client as client;
+use crate::server::ServerProcess;
 
 pub(crate) const SVMS: &str = "/apis/storagemigration.k8s.io/v1/storageversionmigrations";
 /// Reading watchers per HTTP/2 connection (the server allows 250 streams on one).
