@@ -4,8 +4,8 @@
 // A benchmark that cannot run stops with a panic: unwrap is how it says so.
 #![allow(clippy::unwrap_used)]
 
-use svm_test_support as support;
 use support::stats::percentile;
+use svm_test_support as support;
 
 use std::time::{Duration, Instant};
 
@@ -206,8 +206,14 @@ async fn main() {
             row.backend,
             row.operation,
             row.samples.len(),
-            percentile(&row.samples, 0.50).unwrap_or_default().as_secs_f64() * 1e3,
-            percentile(&row.samples, 0.99).unwrap_or_default().as_secs_f64() * 1e3,
+            percentile(&row.samples, 0.50)
+                .unwrap_or_default()
+                .as_secs_f64()
+                * 1e3,
+            percentile(&row.samples, 0.99)
+                .unwrap_or_default()
+                .as_secs_f64()
+                * 1e3,
         );
     }
 }

@@ -9,8 +9,8 @@
 // A benchmark that cannot run stops with a panic: unwrap is how it says so.
 #![allow(clippy::unwrap_used)]
 
-use svm_test_support as support;
 use support::stats::percentile;
+use svm_test_support as support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -179,8 +179,14 @@ async fn main() {
             "| {:<42} | {:>5} | {:>7.1}ms | {:>7.1}ms | {:>7.1}ms | {:>10} |",
             label,
             latencies.len(),
-            percentile(&latencies, 0.5).unwrap_or_default().as_secs_f64() * 1000.0,
-            percentile(&latencies, 0.99).unwrap_or_default().as_secs_f64() * 1000.0,
+            percentile(&latencies, 0.5)
+                .unwrap_or_default()
+                .as_secs_f64()
+                * 1000.0,
+            percentile(&latencies, 0.99)
+                .unwrap_or_default()
+                .as_secs_f64()
+                * 1000.0,
             latencies.last().copied().unwrap_or_default().as_secs_f64() * 1000.0,
             if took.is_zero() {
                 "-".to_string()

@@ -29,8 +29,8 @@
 //! ConfigMaps (built-in) and N custom resources of 1 KiB. Creating objects is the slow part
 //! (~a few thousand a second).
 
-use svm_test_support as support;
 use support::stats::percentile;
+use svm_test_support as support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -6,8 +6,8 @@
 // A benchmark that cannot run stops with a panic: unwrap is how it says so.
 #![allow(clippy::unwrap_used)]
 
-use svm_test_support as support;
 use support::stats::percentile;
+use svm_test_support as support;
 
 use std::time::{Duration, Instant};
 

@@ -24,7 +24,6 @@ struct Case {
     message: &'static str,
 }
 
-
 fn case(
     name: &'static str,
     method: Method,

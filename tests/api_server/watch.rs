@@ -12,7 +12,6 @@ use crate::support::server::{Backend, ServerProcess};
 
 const SVMS: &str = "/apis/storagemigration.k8s.io/v1/storageversionmigrations";
 
-
 /// Reads newline-delimited watch events from a streaming response.
 struct EventReader {
     stream: futures::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,

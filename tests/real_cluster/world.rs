@@ -1,7 +1,5 @@
 //! Reading the cluster's state the way a user would: kubectl through the aggregator.
 
-use std::time::{Duration, Instant};
-
 use serde_json::Value;
 
 use crate::support::real_cluster::RealCluster;

@@ -12,7 +12,7 @@ use tokio_rustls::client::TlsStream;
 use crate::server::ServerProcess;
 
 /// The server's `host:port`.
-pub(crate) fn addr(server: &ServerProcess) -> SocketAddr {
+pub fn addr(server: &ServerProcess) -> SocketAddr {
     server
         .url
         .trim_start_matches("https://")
@@ -22,7 +22,7 @@ pub(crate) fn addr(server: &ServerProcess) -> SocketAddr {
 
 /// A rustls client trusting the server's dev CA, as the dev admin (system:masters) or anonymous,
 /// offering `alpn`.
-pub(crate) fn tls_config(
+pub fn tls_config(
     server: &ServerProcess,
     admin: bool,
     alpn: &[&[u8]],
@@ -51,7 +51,7 @@ pub(crate) fn tls_config(
 }
 
 /// A TLS connection to the server (HTTP/1.1 by ALPN unless the config says otherwise).
-pub(crate) async fn connect(
+pub async fn connect(
     server: &ServerProcess,
     config: Arc<rustls::ClientConfig>,
 ) -> TlsStream<TcpStream> {
@@ -64,12 +64,12 @@ pub(crate) async fn connect(
 }
 
 /// The sum of a metric's samples in the server's `/metrics` (0 when absent).
-pub(crate) async fn metric(server: &ServerProcess, name: &str) -> f64 {
+pub async fn metric(server: &ServerProcess, name: &str) -> f64 {
     metric_where(server, name, "").await
 }
 
 /// The sum of a metric's samples whose labels contain `labels`.
-pub(crate) async fn metric_where(server: &ServerProcess, name: &str, labels: &str) -> f64 {
+pub async fn metric_where(server: &ServerProcess, name: &str, labels: &str) -> f64 {
     let text = server.scrape(&server.http_client()).await;
     text.lines()
         .filter(|l| !l.starts_with('#'))

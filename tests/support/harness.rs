@@ -5,12 +5,12 @@ use std::time::{Duration, Instant};
 use kube_double::KubeDouble;
 use serde_json::{Value, json};
 
-pub(crate) use crate::server::sample;
+pub use crate::server::sample;
 use crate::server::{Backend, ServerProcess};
 
-pub(crate) const SVMS: &str = "/apis/storagemigration.k8s.io/v1/storageversionmigrations";
+pub const SVMS: &str = "/apis/storagemigration.k8s.io/v1/storageversionmigrations";
 
-pub(crate) struct Harness {
+pub struct Harness {
     pub double: KubeDouble,
     pub server: ServerProcess,
     pub http: reqwest::Client,
@@ -18,23 +18,23 @@ pub(crate) struct Harness {
 }
 
 /// The double with a `demo` namespace and the `widgets.example.test` CRD (v1 and v2).
-pub(crate) async fn double_with_widgets() -> KubeDouble {
+pub async fn double_with_widgets() -> KubeDouble {
     double_with_widgets_from(KubeDouble::builder()).await
 }
 
 /// As [`double_with_widgets`], from a configured builder.
-pub(crate) async fn double_with_widgets_from(builder: kube_double::Builder) -> KubeDouble {
+pub async fn double_with_widgets_from(builder: kube_double::Builder) -> KubeDouble {
     crate::doubles::with_widgets(builder, "demo").await
 }
 
 impl Harness {
     /// The server with the migrator on, pointed at `double`, with extra `serve` flags.
-    pub(crate) fn start(double: KubeDouble, flags: &[&str]) -> Harness {
+    pub fn start(double: KubeDouble, flags: &[&str]) -> Harness {
         Self::start_on(double, Backend::Embedded, flags)
     }
 
     /// As [`Harness::start`], on a chosen store.
-    pub(crate) fn start_on(double: KubeDouble, backend: Backend<'_>, flags: &[&str]) -> Harness {
+    pub fn start_on(double: KubeDouble, backend: Backend<'_>, flags: &[&str]) -> Harness {
         let dir = tempfile::tempdir().expect("temp dir");
         let kubeconfig = dir.path().join("cluster.kubeconfig");
         std::fs::write(&kubeconfig, double.kubeconfig_yaml()).expect("kubeconfig");
@@ -48,11 +48,11 @@ impl Harness {
         }
     }
 
-    pub(crate) fn url(&self, path: &str) -> String {
+    pub fn url(&self, path: &str) -> String {
         format!("{}{path}", self.server.url)
     }
 
-    pub(crate) async fn create_migration(&self, name: &str, group: &str, resource: &str) -> Value {
+    pub async fn create_migration(&self, name: &str, group: &str, resource: &str) -> Value {
         let body = json!({
             "apiVersion": "storagemigration.k8s.io/v1",
             "kind": "StorageVersionMigration",
@@ -75,7 +75,7 @@ impl Harness {
         resp.json().await.expect("json")
     }
 
-    pub(crate) async fn get_migration(&self, name: &str) -> Option<Value> {
+    pub async fn get_migration(&self, name: &str) -> Option<Value> {
         let resp = self
             .http
             .get(self.url(&format!("{SVMS}/{name}")))
@@ -89,7 +89,7 @@ impl Harness {
         resp.json().await.ok()
     }
 
-    pub(crate) async fn delete_migration(&self, name: &str) {
+    pub async fn delete_migration(&self, name: &str) {
         let resp = self
             .http
             .delete(self.url(&format!("{SVMS}/{name}")))
@@ -100,7 +100,7 @@ impl Harness {
     }
 
     /// Polls the migration until `done` holds; panics with the server log after `timeout`.
-    pub(crate) async fn wait_for(
+    pub async fn wait_for(
         &self,
         name: &str,
         timeout: Duration,
@@ -124,7 +124,7 @@ impl Harness {
     }
 
     /// Waits for Succeeded (failing at once on Failed).
-    pub(crate) async fn wait_succeeded(&self, name: &str, timeout: Duration) -> Value {
+    pub async fn wait_succeeded(&self, name: &str, timeout: Duration) -> Value {
         let m = self
             .wait_for(name, timeout, |m| {
                 condition(m, "Succeeded") == Some("True") || condition(m, "Failed") == Some("True")
@@ -139,7 +139,7 @@ impl Harness {
         m
     }
 
-    pub(crate) async fn metrics(&self) -> String {
+    pub async fn metrics(&self) -> String {
         self.server.scrape(&self.http).await
     }
 }
@@ -166,11 +166,11 @@ fn start_server(
 }
 
 /// A second replica of `h`'s server: same cluster, same store (`backend`), its own process.
-pub(crate) fn replica(h: &Harness, backend: Backend<'_>, flags: &[&str]) -> ServerProcess {
+pub fn replica(h: &Harness, backend: Backend<'_>, flags: &[&str]) -> ServerProcess {
     start_server(backend, &h._dir.path().join("cluster.kubeconfig"), flags)
 }
 
-pub(crate) fn condition<'a>(m: &'a Value, type_: &str) -> Option<&'a str> {
+pub fn condition<'a>(m: &'a Value, type_: &str) -> Option<&'a str> {
     m["status"]["conditions"]
         .as_array()?
         .iter()
@@ -178,7 +178,7 @@ pub(crate) fn condition<'a>(m: &'a Value, type_: &str) -> Option<&'a str> {
         .as_str()
 }
 
-pub(crate) fn condition_field<'a>(m: &'a Value, type_: &str, field: &str) -> &'a str {
+pub fn condition_field<'a>(m: &'a Value, type_: &str, field: &str) -> &'a str {
     m["status"]["conditions"]
         .as_array()
         .and_then(|cs| cs.iter().find(|c| c["type"] == type_))
@@ -186,13 +186,13 @@ pub(crate) fn condition_field<'a>(m: &'a Value, type_: &str, field: &str) -> &'a
         .unwrap_or("")
 }
 
-pub(crate) fn migrated(m: &Value) -> i64 {
+pub fn migrated(m: &Value) -> i64 {
     m["status"]["progress"]["migratedObjects"]
         .as_i64()
         .unwrap_or(0)
 }
 
-pub(crate) fn tail(text: &str, lines: usize) -> String {
+pub fn tail(text: &str, lines: usize) -> String {
     let all: Vec<&str> = text.lines().collect();
     all[all.len().saturating_sub(lines)..].join("\n")
 }

@@ -72,7 +72,12 @@ mod tests {
     #[test]
     #[should_panic(expected = "never: not within")]
     fn a_check_that_never_comes_true_fails_with_what_was_awaited() {
-        eventually(Duration::from_millis(10), "never", || None::<()>, String::new);
+        eventually(
+            Duration::from_millis(10),
+            "never",
+            || None::<()>,
+            String::new,
+        );
     }
 
     #[tokio::test]
@@ -81,7 +86,13 @@ mod tests {
         let value = eventually_async(Duration::from_secs(5), "ok", || {
             tries += 1;
             let now = tries;
-            async move { if now < 2 { Err(format!("try {now}")) } else { Ok(now) } }
+            async move {
+                if now < 2 {
+                    Err(format!("try {now}"))
+                } else {
+                    Ok(now)
+                }
+            }
         })
         .await;
         assert_eq!(value, 2);

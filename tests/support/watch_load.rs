@@ -10,23 +10,19 @@ use tokio::task::JoinHandle;
 use crate::edge_client as client;
 use crate::server::ServerProcess;
 
-pub(crate) const SVMS: &str = "/apis/storagemigration.k8s.io/v1/storageversionmigrations";
+pub const SVMS: &str = "/apis/storagemigration.k8s.io/v1/storageversionmigrations";
 /// Reading watchers per HTTP/2 connection (the server allows 250 streams on one).
-pub(crate) const STREAMS_PER_CONNECTION: usize = 100;
+pub const STREAMS_PER_CONNECTION: usize = 100;
 
 /// An HTTP/2 watch whose stream window is never replenished: the server can send `window`
 /// bytes of it and no more (a client-go informer that stopped consuming).
-pub(crate) struct Stalled {
+pub struct Stalled {
     pub body: h2::RecvStream,
     _send: h2::client::SendRequest<bytes::Bytes>,
 }
 
 /// Opens `count` stalled watches, each on a connection of its own.
-pub(crate) async fn stalled_watches(
-    server: &ServerProcess,
-    count: usize,
-    window: u32,
-) -> Vec<Stalled> {
+pub async fn stalled_watches(server: &ServerProcess, count: usize, window: u32) -> Vec<Stalled> {
     let config = client::tls_config(server, true, &[b"h2"]);
     let mut stalled = Vec::with_capacity(count);
     for _ in 0..count {
@@ -62,7 +58,7 @@ async fn stalled_watch(
 
 /// Opens `count` reading watches (`query` after `?watch=1`), [`STREAMS_PER_CONNECTION`] to an
 /// HTTP/2 connection; each task counts ADDED events until `expected` arrived.
-pub(crate) async fn reading_watches(
+pub async fn reading_watches(
     server: &ServerProcess,
     count: usize,
     query: &str,
@@ -112,7 +108,7 @@ async fn read_events(response: reqwest::Response, expected: usize) -> usize {
 
 /// Creates `count` migrations named `<prefix>-NNNN` carrying `padding` bytes of annotation,
 /// one after the other, each answered 201; their latencies, sorted.
-pub(crate) async fn write_padded(
+pub async fn write_padded(
     server: &ServerProcess,
     prefix: &str,
     count: usize,

@@ -54,7 +54,6 @@
 //! keys, and protobuf only for the metadata forms, Statuses and ConfigMaps).
 // A test double, not a layer: documented where its behaviour is not kube-apiserver's own.
 #![allow(missing_docs)]
-
 #![forbid(unsafe_code)]
 
 pub mod admin;
