@@ -72,6 +72,7 @@ pub const MASTERS_GROUP: &str = "system:masters";
 
 /// The in-cluster Service the APIServices point at (deploy/): `svm-apiserver` in `svm-system`.
 pub const SERVICE_NAME: &str = "svm-apiserver";
+/// The namespace of that Service (and of the bundled etcd's).
 pub const SERVICE_NAMESPACE: &str = "svm-system";
 /// The CN kube-apiserver's front proxy (the aggregator) presents, allowed by default.
 pub const FRONT_PROXY_CLIENT_NAME: &str = "front-proxy-client";
@@ -87,12 +88,16 @@ pub struct Ca {
 /// An issued certificate and its private key.
 #[derive(Debug, Clone)]
 pub struct Issued {
+    /// The certificate, PEM.
     pub cert_pem: String,
+    /// Its private key, PEM (PKCS#8).
     pub key_pem: String,
+    /// The certificate, DER: what a verifier or a TLS config takes.
     pub der: CertificateDer<'static>,
 }
 
 impl Ca {
+    /// A new self-signed CA named `common_name`, valid for ten years (from yesterday).
     pub fn new(common_name: &str) -> Result<Self> {
         let key = KeyPair::generate().map_err(certificate("generating a CA key"))?;
         let mut params = CertificateParams::default();
@@ -109,14 +114,17 @@ impl Ca {
         Ok(Ca { issuer })
     }
 
+    /// The CA's certificate, PEM: the bundle that trusts what it issues.
     pub fn cert_pem(&self) -> String {
         self.issuer.pem()
     }
 
+    /// The CA's private key, PEM.
     pub fn key_pem(&self) -> String {
         self.issuer.key().serialize_pem()
     }
 
+    /// The CA's certificate, DER.
     pub fn der(&self) -> CertificateDer<'static> {
         self.issuer.der().clone()
     }
@@ -201,19 +209,30 @@ pub fn serving_names() -> Vec<String> {
 /// The files [`generate`] writes.
 #[derive(Debug, Clone)]
 pub struct DevCertFiles {
+    /// `ca.crt`: the CA of the serving and admin certificates.
     pub ca_cert: PathBuf,
+    /// `ca.key`: its private key.
     pub ca_key: PathBuf,
+    /// `apiserver.crt`: the serving certificate.
     pub serving_cert: PathBuf,
+    /// `apiserver.key`: its private key.
     pub serving_key: PathBuf,
+    /// `admin.crt`: the development admin's client certificate (in `system:masters`).
     pub admin_cert: PathBuf,
+    /// `admin.key`: its private key.
     pub admin_key: PathBuf,
+    /// `front-proxy-ca.crt`: the front-proxy CA (`--requestheader-client-ca-file`).
     pub front_proxy_ca_cert: PathBuf,
+    /// `front-proxy-ca.key`: its private key.
     pub front_proxy_ca_key: PathBuf,
+    /// `front-proxy-client.crt`: the aggregator's client certificate, CN=front-proxy-client.
     pub front_proxy_client_cert: PathBuf,
+    /// `front-proxy-client.key`: its private key.
     pub front_proxy_client_key: PathBuf,
 }
 
 impl DevCertFiles {
+    /// The paths of the set in `dir`; touches nothing on disk.
     pub fn in_dir(dir: &Path) -> Self {
         DevCertFiles {
             ca_cert: dir.join("ca.crt"),
@@ -248,15 +267,22 @@ impl DevCertFiles {
 /// The etcd files [`generate`] writes.
 #[derive(Debug, Clone)]
 pub struct EtcdCertFiles {
+    /// `etcd-ca.crt`: etcd's own CA (`--trusted-ca-file` of etcd, `--etcd-cafile` here).
     pub ca_cert: PathBuf,
+    /// `etcd-ca.key`: its private key.
     pub ca_key: PathBuf,
+    /// `etcd-server.crt`: etcd's serving certificate.
     pub server_cert: PathBuf,
+    /// `etcd-server.key`: its private key.
     pub server_key: PathBuf,
+    /// `etcd-client.crt`: svm-apiserver's client certificate for etcd (`--etcd-certfile`).
     pub client_cert: PathBuf,
+    /// `etcd-client.key`: its private key (`--etcd-keyfile`).
     pub client_key: PathBuf,
 }
 
 impl EtcdCertFiles {
+    /// The paths of the etcd set in `dir`; touches nothing on disk.
     pub fn in_dir(dir: &Path) -> Self {
         EtcdCertFiles {
             ca_cert: dir.join("etcd-ca.crt"),

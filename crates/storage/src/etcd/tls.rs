@@ -62,6 +62,8 @@ pub enum EtcdTlsError {
         "--etcd-certfile and --etcd-keyfile need --etcd-cafile (the CA that signed etcd's serving certificate)"
     )]
     NoCa,
+    /// The key in `--etcd-keyfile` is not the private key of the certificate in
+    /// `--etcd-certfile`.
     #[error(
         "the key in --etcd-keyfile {} does not belong to the certificate in --etcd-certfile {}",
         key.display(),
