@@ -12,8 +12,12 @@ use svm_storage::Storage;
 /// What `install` built: the registry the HTTP layer serves, and the typed stores the
 /// controllers use (the same stores, so validation and watch events stay one code path).
 pub struct Installed {
+    /// Every served kind in every group, for the HTTP layer.
     pub registry: Registry,
+    /// `storagemigration.k8s.io` StorageVersionMigrations, for the trigger and the migrator.
     pub migrations: Arc<Store<MigrationStrategy>>,
+    /// StorageStates as `storagemigration.k8s.io` serves them (the same objects as the project
+    /// group's), for the trigger.
     pub states: Arc<Store<StorageStateStrategy>>,
     /// `storage.svm-apiserver.io` VolumeClaimMigrations (namespaced), when served.
     pub volume_migrations: Option<Arc<Store<VolumeClaimMigrationStrategy>>>,

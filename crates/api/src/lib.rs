@@ -27,8 +27,11 @@ pub const STORAGE_VERSION: &str = "v1";
 /// in a second group is one more registration of its strategy, never new HTTP code.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ApiGroup {
+    /// The group's name, e.g. `storagemigration.k8s.io`.
     pub name: &'static str,
+    /// The versions the kind is served in, preferred first.
     pub versions: &'static [&'static str],
+    /// The version the storage-version hash is computed from.
     pub storage_version: &'static str,
 }
 

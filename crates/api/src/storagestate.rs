@@ -19,35 +19,46 @@ use super::{ApiGroup, CATEGORY, GROUP, PROJECT, UPSTREAM};
 use svm_registry::validation::dns1123_subdomain_errors;
 use svm_registry::{ApiResult, FieldError, ResourceInfo, Strategy, TableColumn};
 
+/// The kind's name.
 pub const KIND: &str = "StorageState";
 
 /// The hash recorded when the server cannot vouch for what objects are stored in.
 pub const UNKNOWN_HASH: &str = "Unknown";
 
+/// Which storage-version hashes one resource's stored objects may still be encoded in.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct StorageState {
+    /// Standard object metadata; the name is [`StorageState::name_for`] the resource.
     #[serde(default)]
     pub metadata: ObjectMeta,
+    /// The resource it describes.
     #[serde(default)]
     pub spec: StorageStateSpec,
+    /// The hashes, as the trigger keeps them.
     #[serde(default)]
     pub status: StorageStateStatus,
 }
 
+/// The resource a StorageState describes.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StorageStateSpec {
+    /// The resource's group and plural name.
     #[serde(default)]
     pub resource: GroupResource,
 }
 
+/// A group and a resource, without a version.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GroupResource {
+    /// The API group; empty for the core group.
     #[serde(default)]
     pub group: String,
+    /// The plural resource name, e.g. `deployments`.
     #[serde(default)]
     pub resource: String,
 }
 
+/// The storage-version hashes of a resource: the current one and those stored objects may be in.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StorageStateStatus {

@@ -18,13 +18,18 @@ use super::{CATEGORY, PROJECT};
 use svm_registry::validation::{dns1123_label_errors, dns1123_subdomain_errors};
 use svm_registry::{ApiResult, FieldError, ResourceInfo, Strategy, TableColumn};
 
+/// The kind's name.
 pub const KIND: &str = "VolumeClaimMigration";
 
 /// Targets the controller knows: apps/v1 StatefulSets and OpenKruise's Advanced StatefulSets.
 pub const TARGET_API_VERSIONS: &[&str] = &["apps/v1", "apps.kruise.io/v1beta1"];
+/// The one kind `spec.target` may name (in either of [`TARGET_API_VERSIONS`]).
 pub const TARGET_KIND: &str = "StatefulSet";
 
+/// `spec.volumeClaimUpdateStrategy` (the default): a claim is brought up to date only when it is
+/// deleted and re-created.
 pub const ON_DELETE: &str = "OnDelete";
+/// `spec.volumeClaimUpdateStrategy`: claims are expanded in place, each before its pod is rolled.
 pub const ON_POD_ROLLING_UPDATE: &str = "OnPodRollingUpdate";
 const STRATEGIES: &[&str] = &[ON_DELETE, ON_POD_ROLLING_UPDATE];
 
@@ -33,20 +38,28 @@ pub const DEFAULT_MAX_WAIT_TIME: &str = "60s";
 
 /// Condition types, in the order the STATUS column prefers them.
 pub const SUCCEEDED: &str = "Succeeded";
+/// A clear error, or an ambiguous one past `maxWaitTime`, stopped the rollout.
 pub const FAILED: &str = "Failed";
+/// `spec.paused` is set: no resize is issued.
 pub const PAUSED: &str = "Paused";
+/// Claims are being resized (or the StatefulSet re-created with the new templates).
 pub const RUNNING: &str = "Running";
 
+/// A request to bring the claims of one StatefulSet up to the sizes of its templates.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct VolumeClaimMigration {
+    /// Standard object metadata (namespaced).
     #[serde(default)]
     pub metadata: ObjectMeta,
+    /// The StatefulSet, the sizes, and the rollout.
     #[serde(default)]
     pub spec: VolumeClaimMigrationSpec,
+    /// How far the migration is, as the controller writes it.
     #[serde(default)]
     pub status: VolumeClaimMigrationStatus,
 }
 
+/// What the claims must become, and how the rollout goes.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct VolumeClaimMigrationSpec {
@@ -66,6 +79,7 @@ pub struct VolumeClaimMigrationSpec {
     /// How long an ambiguous failure is retried (Go duration, default 60s).
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub max_wait_time: String,
+    /// Stop issuing resizes until unset.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub paused: bool,
     /// apps/v1 only: when done, re-create the StatefulSet with orphan cascade so that its
@@ -74,17 +88,22 @@ pub struct VolumeClaimMigrationSpec {
     pub recreate_stateful_set: bool,
 }
 
+/// The StatefulSet a migration acts on, in the migration's namespace.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct Target {
+    /// `apps/v1` or `apps.kruise.io/v1beta1` (OpenKruise's Advanced StatefulSet).
     #[serde(default)]
     pub api_version: String,
+    /// Always [`TARGET_KIND`].
     #[serde(default)]
     pub kind: String,
+    /// The StatefulSet's name.
     #[serde(default)]
     pub name: String,
 }
 
+/// The size one volumeClaimTemplate's claims must reach.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct TemplateSize {
     /// The volumeClaimTemplate's name.
@@ -95,15 +114,21 @@ pub struct TemplateSize {
     pub storage: String,
 }
 
+/// How far a VolumeClaimMigration is: done when `observedGeneration` is the object's
+/// generation and every template's counts are equal.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct VolumeClaimMigrationStatus {
+    /// The generation this status is about.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// Counts per template, one entry per template name.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub templates: Vec<TemplateStatus>,
+    /// One entry per claim of the target.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub claims: Vec<ClaimStatus>,
+    /// [`RUNNING`], [`SUCCEEDED`], [`FAILED`] and [`PAUSED`], as metav1.Conditions.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
     /// `spec.recreateStatefulSet`: how far the StatefulSet's replacement is.
@@ -128,12 +153,16 @@ pub struct RecreateStatus {
     pub manifest: Option<Value>,
 }
 
+/// [`RecreateStatus::phase`]: the old StatefulSet is being deleted with orphan cascade.
 pub const RECREATE_DELETING: &str = "Deleting";
+/// [`RecreateStatus::phase`]: the StatefulSet exists again with the new templates.
 pub const RECREATE_DONE: &str = "Recreated";
 
+/// The counts of one template's claims.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct TemplateStatus {
+    /// The volumeClaimTemplate's name.
     pub template_name: String,
     /// Claims whose resize was issued.
     #[serde(default)]
@@ -143,21 +172,29 @@ pub struct TemplateStatus {
     pub compatible_ready_replicas: i32,
 }
 
+/// One PersistentVolumeClaim's progress.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct ClaimStatus {
+    /// The PersistentVolumeClaim's name.
     pub name: String,
+    /// The volumeClaimTemplate it was made from.
     #[serde(default)]
     pub template: String,
+    /// The ordinal of its pod.
     #[serde(default)]
     pub ordinal: i32,
+    /// The storage the claim requests (`spec.resources.requests.storage`), a quantity.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub requested: String,
+    /// Its capacity as last seen (`status.capacity.storage`), a quantity; empty until the claim
+    /// reports one.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub capacity: String,
     /// `Pending`, `Resizing`, `FileSystemResizePending`, `Resized`, `Failed`.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub phase: String,
+    /// The last error seen for it; empty when none.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub last_error: String,
     /// The claim's uid when the controller first saw it: `OnDelete` resizes a claim only once
@@ -210,6 +247,8 @@ static INFO: ResourceInfo = ResourceInfo {
     has_status_subresource: true,
 };
 
+/// How the generic store creates, updates, validates and prints VolumeClaimMigrations
+/// (namespaced, with a `/status` subresource).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct VolumeClaimMigrationStrategy;
 
@@ -266,6 +305,7 @@ pub fn quantity_bytes(text: &str) -> Option<u128> {
 }
 
 impl VolumeClaimMigrationSpec {
+    /// `spec.volumeClaimUpdateStrategy`, or [`ON_DELETE`] when unset.
     pub fn strategy(&self) -> &str {
         if self.volume_claim_update_strategy.is_empty() {
             ON_DELETE
@@ -274,6 +314,7 @@ impl VolumeClaimMigrationSpec {
         }
     }
 
+    /// Whether the target is an apps/v1 StatefulSet (immutable templates), not an Advanced one.
     pub fn is_apps_v1(&self) -> bool {
         self.target.api_version == "apps/v1"
     }

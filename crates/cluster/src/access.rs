@@ -27,21 +27,34 @@ pub enum Component {
 pub enum Target {
     /// `resource` `"*"`: any resource an operator asks to migrate.
     Resource {
+        /// The API group; `"*"` for any.
         group: &'static str,
+        /// The plural resource name; `"*"` for any.
         resource: &'static str,
+        /// The subresource (`status`), matched exactly; empty for the object itself.
         subresource: &'static str,
+        /// The one namespace allowed; `None` for any (and for cluster-scoped resources).
         namespace: Option<&'static str>,
+        /// The one object allowed; `None` for any.
         name: Option<&'static str>,
     },
     /// A path; a trailing `*` matches any suffix.
-    NonResource { path: &'static str },
+    NonResource {
+        /// The path, e.g. `/readyz` or `/api/*`.
+        path: &'static str,
+    },
 }
 
+/// One catalogue entry: who may send which request, and why.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Access {
+    /// The part of the server that sends it.
     pub component: Component,
+    /// The Kubernetes verb (`get`, `list`, `watch`, `patch`, ...), as RBAC names it.
     pub verb: &'static str,
+    /// What it touches.
     pub target: Target,
+    /// Why the request is needed, for people reading the catalogue or a refusal.
     pub why: &'static str,
 }
 

@@ -32,6 +32,7 @@ fn form_encode(value: &str) -> String {
 }
 
 impl BuiltinMigrations {
+    /// The built-in API in `version`, reached through `client`.
     pub fn new(client: ClusterClient, version: &str) -> Self {
         Self {
             client,
@@ -39,10 +40,12 @@ impl BuiltinMigrations {
         }
     }
 
+    /// The served version this talks in (`v1`, `v1beta1` or `v1alpha1`).
     pub fn version(&self) -> &str {
         &self.version
     }
 
+    /// `storagemigration.k8s.io/<version>`, the `apiVersion` of the objects.
     pub fn api_version(&self) -> String {
         format!("{GROUP}/{}", self.version)
     }
@@ -87,6 +90,7 @@ impl BuiltinMigrations {
         }
     }
 
+    /// The migration `name` in the internal form; `None` when it does not exist.
     pub async fn get(&self, name: &str) -> Result<Option<StorageVersionMigration>, ClusterError> {
         match self.client.get_json::<Value>(&self.object_path(name)).await {
             Ok(value) => self.decode(value).map(Some),

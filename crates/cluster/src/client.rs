@@ -38,6 +38,8 @@ pub enum WireFormat {
     Json,
 }
 
+/// The target cluster's client: raw requests through a `kube::Client` that refuses any request
+/// outside the access catalogue. Cheap to clone.
 #[derive(Clone)]
 pub struct ClusterClient {
     client: kube::Client,
@@ -78,6 +80,8 @@ impl ClusterClient {
         Self::from_config(config).map(Some)
     }
 
+    /// A client of the cluster `config` names, with this client's timeouts (no retries of its own,
+    /// no read timeout: watches stay open) and the access catalogue's guard; reads in protobuf.
     pub fn from_config(config: kube::Config) -> Result<Self, ClusterError> {
         let config = tuned(config);
         let client = kube::client::ClientBuilder::try_from(config)
@@ -96,10 +100,13 @@ impl ClusterClient {
         self
     }
 
+    /// What reads ask kube-apiserver to answer in.
     pub fn wire_format(&self) -> WireFormat {
         self.wire
     }
 
+    /// The underlying `kube::Client`, for watchers and the events recorder: it carries the same
+    /// catalogue guard.
     pub fn kube(&self) -> &kube::Client {
         &self.client
     }

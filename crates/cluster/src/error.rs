@@ -23,13 +23,19 @@ pub(crate) struct StatusMeta {
     pub continue_token: Option<String>,
 }
 
+/// What went wrong talking to the target cluster, in the classes the caller acts on (see
+/// [`ClusterError::is_retriable`]).
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterError {
     /// The cluster answered with an error status.
     #[error("{code} {reason}: {message}")]
     Api {
+        /// The HTTP status code.
         code: u16,
+        /// The Status's `reason` (`NotFound`, `Conflict`, `Expired`, ...); empty when the answer
+        /// had none.
         reason: String,
+        /// The Status's `message`, else the start of the body, else a fallback naming the status.
         message: String,
         /// `Retry-After`, as 429s and some 5xx carry it.
         retry_after: Option<Duration>,
@@ -49,7 +55,9 @@ pub enum ClusterError {
     /// A protobuf answer we could not read.
     #[error("unreadable protobuf answer from the cluster ({what})")]
     Protobuf {
+        /// What was being read.
         what: String,
+        /// Why it could not be read.
         #[source]
         source: svm_registry::protobuf::ProtobufError,
     },
@@ -61,6 +69,7 @@ pub enum ClusterError {
     /// a moment later, so the refusal is not taken as final.
     #[error("{refused} (the apiserver is not ready: {readyz})")]
     RefusedWhileNotReady {
+        /// The 401 or 403 as it came.
         #[source]
         refused: Box<ClusterError>,
         /// What `/readyz` said instead of `ok`.
@@ -105,6 +114,9 @@ impl ClusterError {
         ClusterError::Transport(err.to_string())
     }
 
+    /// The [`ClusterError::Api`] for an answer of `code` with `body` (a metav1.Status in JSON or
+    /// protobuf, or anything): the Status's reason and message, else up to 512 characters of the
+    /// body, else `fallback` (the status's reason phrase, as callers pass it).
     pub fn from_status(
         code: u16,
         body: &[u8],
@@ -159,6 +171,7 @@ impl ClusterError {
         }
     }
 
+    /// The HTTP status code of an [`ClusterError::Api`] answer; `None` for every other error.
     pub fn code(&self) -> Option<u16> {
         match self {
             ClusterError::Api { code, .. } => Some(*code),
@@ -179,6 +192,7 @@ impl ClusterError {
         }
     }
 
+    /// The answer's `Retry-After`, when it had one.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
             ClusterError::Api { retry_after, .. } => *retry_after,
@@ -186,10 +200,12 @@ impl ClusterError {
         }
     }
 
+    /// 404 Not Found.
     pub fn is_not_found(&self) -> bool {
         self.code() == Some(404)
     }
 
+    /// 409 Conflict (a stale resourceVersion, or AlreadyExists).
     pub fn is_conflict(&self) -> bool {
         self.code() == Some(409)
     }

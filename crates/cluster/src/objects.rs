@@ -80,8 +80,12 @@ fn protobuf_message(body: &[u8], kind: &str, what: &str) -> Result<Vec<u8>, Clus
 /// An object to rewrite.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ObjectRef {
+    /// Its namespace; `None` for a cluster-scoped resource.
     pub namespace: Option<String>,
+    /// Its name.
     pub name: String,
+    /// Its resourceVersion as listed: the precondition of the no-op PATCH (an object written since
+    /// answers 409, and needs no rewrite).
     pub resource_version: String,
 }
 
@@ -104,6 +108,7 @@ impl ObjectRef {
 /// One page of a LIST.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MetadataPage {
+    /// The page's objects, in key order.
     pub items: Vec<ObjectRef>,
     /// The token of the next page; `None` on the last page.
     pub continue_token: Option<String>,
@@ -299,7 +304,10 @@ pub enum Initial {
     Object(ObjectRef),
     /// The initial-events-end bookmark: every object was sent, as of this resourceVersion
     /// (the list revision).
-    End { resource_version: String },
+    End {
+        /// The list's resourceVersion: the snapshot the initial events are as of.
+        resource_version: String,
+    },
     /// The stream cannot be finished: an ERROR event (etcd 3.4's 500, recording 10a; a 504
     /// "Too large resource version"), a broken or stalled stream, or one that ended before
     /// its bookmark. Why.

@@ -10,10 +10,16 @@ use super::error::ClusterError;
 /// A resource as the cluster serves it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ResolvedResource {
+    /// The API group; empty for the core group.
     pub group: String,
+    /// The version requests use: the one the migration names, else the first that serves it
+    /// (the group's preferred first).
     pub version: String,
+    /// The plural resource name.
     pub resource: String,
+    /// The kind its objects have.
     pub kind: String,
+    /// Whether its objects live in namespaces.
     pub namespaced: bool,
 }
 
@@ -48,6 +54,7 @@ impl ResolvedResource {
     }
 }
 
+/// `resource.group`, or `resource` for the core group: the form kubectl and the metrics use.
 pub fn group_resource(group: &str, resource: &str) -> String {
     if group.is_empty() {
         resource.to_string()
@@ -79,11 +86,13 @@ fn path_segment(text: &str) -> String {
     out
 }
 
+/// Why a resource could not be resolved.
 #[derive(Debug, thiserror::Error)]
 pub enum ResolveError {
     /// The cluster does not serve it, or it cannot be migrated (no list or patch): permanent.
     #[error("{0}")]
     Unmigratable(String),
+    /// Asking the cluster failed (not an answer about the resource).
     #[error(transparent)]
     Cluster(#[from] ClusterError),
 }

@@ -11,18 +11,23 @@ use serde::{Deserialize, Serialize};
 
 pub use strategy::MigrationStrategy;
 
+/// The kind's name.
 pub const KIND: &str = "StorageVersionMigration";
 
 /// Condition types (upstream `MigrationConditionType`).
 pub const RUNNING: &str = "Running";
+/// The migration is done: every object was rewritten (or found rewritten or deleted).
 pub const SUCCEEDED: &str = "Succeeded";
+/// The migration stopped for good.
 pub const FAILED: &str = "Failed";
 
 /// The internal form: a superset of every served version, so conversion loses nothing.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct StorageVersionMigration {
+    /// Standard object metadata.
     #[serde(default)]
     pub metadata: ObjectMeta,
+    /// What to migrate.
     #[serde(default)]
     pub spec: MigrationSpec,
     /// Empty until the migrator (or a client through `/status`) reports.
@@ -30,9 +35,11 @@ pub struct StorageVersionMigration {
     pub status: MigrationStatus,
 }
 
+/// What a migration migrates: the resource, and v1alpha1's continue token.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MigrationSpec {
+    /// The resource whose stored objects are rewritten; immutable.
     #[serde(default)]
     pub resource: GroupVersionResource,
     /// v1alpha1's `spec.continueToken`.
@@ -43,19 +50,26 @@ pub struct MigrationSpec {
 /// v1alpha1 names a version too; v1beta1 and v1 only group and resource.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GroupVersionResource {
+    /// The API group; empty for the core group.
     #[serde(default)]
     pub group: String,
+    /// v1alpha1's `spec.resource.version`; empty when a version without it wrote the object.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub version: String,
+    /// The plural resource name, e.g. `deployments`.
     #[serde(default)]
     pub resource: String,
 }
 
+/// How far a migration is, as the migrator (or a client through `/status`) reports it.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MigrationStatus {
+    /// `Running`, `Succeeded`, `Failed`; at most one of each type.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<MigrationCondition>,
+    /// The resourceVersion of the list the migration started from (upstream's
+    /// `status.resourceVersion`); empty until the migrator has read its first page.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub resource_version: String,
     /// Ours: the migrator's progress (no upstream field exists for it).
@@ -67,16 +81,22 @@ pub struct MigrationStatus {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MigrationCondition {
+    /// `Running`, `Succeeded` or `Failed`.
     #[serde(rename = "type")]
     pub type_: String,
+    /// `True`, `False` or `Unknown`.
     pub status: String,
     /// metav1.Condition.lastTransitionTime = MigrationCondition.lastUpdateTime.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<Time>,
+    /// The reason for the condition's last transition, CamelCase.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub reason: String,
+    /// Details of the last transition, for people.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
+    /// metav1.Condition's `observedGeneration`: the generation the condition was set for. v1alpha1
+    /// has no such field and carries it in an annotation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 }
@@ -100,6 +120,7 @@ pub struct MigrationProgress {
     /// been migrated.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub migrated_through: String,
+    /// When this checkpoint was written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_checkpoint_time: Option<Time>,
 }

@@ -11,6 +11,8 @@ use svm_registry::managed_fields::schema::{ListSemantics, list_type};
 
 const META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1";
 
+/// The OpenAPI definition name of the kind in `version`, as upstream names it
+/// (`io.k8s.api.storagemigration.v1.StorageVersionMigration`).
 pub fn definition_name(version: &str) -> String {
     format!("io.k8s.api.storagemigration.{version}.{KIND}")
 }
@@ -28,6 +30,8 @@ fn string(description: &str) -> Value {
     json!({"type": "string", "description": description})
 }
 
+/// The definition name of `status.progress` in `version` (one copy per version, so that each
+/// version's definitions stand on their own).
 pub fn progress_definition_name(version: &str) -> String {
     format!("io.k8s.api.storagemigration.{version}.MigrationProgress")
 }
@@ -47,6 +51,8 @@ pub fn progress_definition() -> Value {
     })
 }
 
+/// Every definition of the kind in `version` — the object, its spec, status, conditions and
+/// progress — by name, for the server's OpenAPI documents.
 pub fn definitions(version: &str) -> Vec<(String, Value)> {
     let name = definition_name(version);
     let spec = format!("{name}Spec");

@@ -28,6 +28,8 @@ const CONDITION_STATUSES: [&str; 3] = ["True", "False", "Unknown"];
 const MAX_REASON: usize = 1024;
 const MAX_MESSAGE: usize = 32 * 1024;
 
+/// How the generic store creates, updates, validates, converts and prints
+/// StorageVersionMigrations (cluster-scoped, with a `/status` subresource).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct MigrationStrategy;
 

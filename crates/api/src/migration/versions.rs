@@ -21,8 +21,12 @@ use super::{
 use crate::common::{decode_body, encode_body, unknown_version};
 use svm_registry::{ApiError, ApiResult};
 
+/// Holds v1alpha1's `spec.resource.version` on an object read in v1beta1 or v1.
 pub const ANNOTATION_RESOURCE_VERSION: &str = "storagemigration.k8s.io/v1alpha1-resource-version";
+/// Holds v1alpha1's `spec.continueToken` on an object read in v1beta1 or v1.
 pub const ANNOTATION_CONTINUE_TOKEN: &str = "storagemigration.k8s.io/v1alpha1-continue-token";
+/// Holds the conditions' `observedGeneration`s on an object read in v1alpha1: a JSON object from
+/// condition type to generation.
 pub const ANNOTATION_OBSERVED_GENERATIONS: &str =
     "storagemigration.k8s.io/v1-condition-observed-generations";
 const RESERVED: [&str; 3] = [
