@@ -4,10 +4,11 @@
 //! the apiserver re-encodes the object in its current storage version and writes only when
 //! the stored bytes change; a stale resourceVersion is a 409, recording 09a).
 //!
-//! Reads ask for protobuf first, as client-go's metadata client does (recordings 20*): kube-
-//! apiserver encodes a PartialObjectMetadataList of a built-in kind in protobuf for less CPU
-//! than JSON, and answers in what it can; every answer is read by its Content-Type.
-//! `--kube-api-content-type=application/json` asks for JSON only.
+//! The reads (LIST pages, the watch-list stream) ask for protobuf first, as client-go's
+//! metadata client does (recordings 20*): kube-apiserver encodes metadata in protobuf for
+//! about half the CPU and bytes of JSON (`make bench-real`'s wire table), and answers in what
+//! it can; every answer is read by its Content-Type. The PATCH's one-object answer is asked for
+//! in JSON. `--kube-api-content-type=application/json` asks for JSON only.
 
 use std::time::Duration;
 
@@ -244,11 +245,14 @@ pub async fn touch(
     let patch = serde_json::json!({"metadata": {"resourceVersion": object.resource_version}});
     let body = serde_json::to_vec(&patch)
         .map_err(|e| ClusterError::Decode(format!("encoding a patch: {e}")))?;
+    // The answer is one object's metadata: in JSON it costs kube-apiserver next to nothing
+    // more, and the protobuf-first Accept is ~100 bytes longer on every request (measured in
+    // `make bench-real`'s wire table); the answer is still read by its Content-Type.
     match client
         .request(
             Method::PATCH,
             &path,
-            object_accept(client),
+            METADATA,
             Some(("application/merge-patch+json", body)),
         )
         .await
