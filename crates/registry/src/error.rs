@@ -15,6 +15,8 @@ pub struct FieldError {
 }
 
 impl FieldError {
+    /// `Required value` (FieldValueRequired), followed by `: <detail>` unless `detail` is
+    /// empty.
     pub fn required(field: impl Into<String>, detail: &str) -> Self {
         let detail = if detail.is_empty() {
             String::new()
@@ -28,6 +30,7 @@ impl FieldError {
         }
     }
 
+    /// `Invalid value: "<value>": <detail>` (FieldValueInvalid).
     pub fn invalid(field: impl Into<String>, value: &str, detail: &str) -> Self {
         Self {
             reason: "FieldValueInvalid",
@@ -36,6 +39,7 @@ impl FieldError {
         }
     }
 
+    /// `Forbidden: <detail>` (FieldValueForbidden).
     pub fn forbidden(field: impl Into<String>, detail: &str) -> Self {
         Self {
             reason: "FieldValueForbidden",
@@ -44,6 +48,7 @@ impl FieldError {
         }
     }
 
+    /// `Unsupported value: "<value>": supported values: "a", "b"` (FieldValueNotSupported).
     pub fn not_supported(field: impl Into<String>, value: &str, supported: &[&str]) -> Self {
         let list = supported
             .iter()
@@ -57,6 +62,7 @@ impl FieldError {
         }
     }
 
+    /// `Duplicate value: "<value>"` (FieldValueDuplicate).
     pub fn duplicate(field: impl Into<String>, value: &str) -> Self {
         Self {
             reason: "FieldValueDuplicate",
@@ -87,8 +93,11 @@ pub enum ApiError {
     /// details.kind).
     #[error("{} \"{name}\" not found", qualified(resource, group))]
     NotFound {
+        /// The API group; empty for the core group.
         group: String,
+        /// The resource's plural, e.g. `storageversionmigrations`.
         resource: String,
+        /// The object's name.
         name: String,
     },
     /// 404 for a path that names nothing we serve.
@@ -103,8 +112,11 @@ pub enum ApiError {
     /// 409 AlreadyExists.
     #[error("{} \"{name}\" already exists", qualified(resource, group))]
     AlreadyExists {
+        /// The API group; empty for the core group.
         group: String,
+        /// The resource's plural.
         resource: String,
+        /// The object's name.
         name: String,
     },
     /// 409 Conflict (stale resourceVersion, failed precondition).
@@ -113,21 +125,28 @@ pub enum ApiError {
         qualified(resource, group)
     )]
     Conflict {
+        /// The API group; empty for the core group.
         group: String,
+        /// The resource's plural.
         resource: String,
+        /// The object's name.
         name: String,
+        /// Why, the end of the Status message (e.g. `the object has been modified; ...`).
         message: String,
     },
     /// 409 Conflict of a server-side apply: fields another manager owns, one
     /// `FieldManagerConflict` cause each (no name or kind in the details, as upstream).
     #[error("{message}")]
     ApplyConflict {
+        /// The whole Status message, naming every conflict.
         message: String,
+        /// One `FieldManagerConflict` per conflicting field.
         causes: Vec<FieldError>,
     },
     /// 410 Expired (compacted resourceVersion, expired continue token).
     #[error("{message}")]
     Expired {
+        /// The Status message, e.g. `too old resource version: ...`.
         message: String,
         /// For an expired continue token: a token that continues from the next key at the
         /// current revision (kube-apiserver's "inconsistent continue").
@@ -151,15 +170,21 @@ pub enum ApiError {
         render_causes(causes)
     )]
     Invalid {
+        /// The API group; empty for the core group.
         group: String,
+        /// The Kind, e.g. `StorageVersionMigration` (or `ListOptions` for a bad query).
         kind: String,
+        /// The object's name; empty when it has none yet.
         name: String,
+        /// One cause per invalid field.
         causes: Vec<FieldError>,
     },
     /// 429 TooManyRequests.
     #[error("{message}")]
     TooManyRequests {
+        /// The Status message.
         message: String,
+        /// When to try again: `details.retryAfterSeconds` and the `Retry-After` header.
         retry_after_seconds: u64,
     },
     /// 500 InternalError.
@@ -379,6 +404,7 @@ impl ApiError {
     }
 }
 
+/// The result of a registry operation.
 pub type ApiResult<T> = std::result::Result<T, ApiError>;
 
 #[cfg(test)]

@@ -44,13 +44,16 @@ pub fn writes_key(prefix: &str) -> String {
 /// registry-level write, so storage types stay inside the registry.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Record {
+    /// The storage key.
     pub key: String,
+    /// The bytes to put there.
     pub value: Vec<u8>,
 }
 
 /// What the stamp says.
 #[derive(Debug, serde::Serialize, serde::Deserialize, PartialEq, Eq, Clone)]
 pub struct Stamp {
+    /// The identity of the replica that wrote (its leader-election identity).
     pub holder: String,
     /// The term's revision (the mod revision of `leader-term` when the term began).
     pub term: Revision,

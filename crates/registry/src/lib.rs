@@ -36,16 +36,19 @@ pub struct Registry {
 }
 
 impl Registry {
+    /// An empty registry (`svm_api::install` builds the one the server serves).
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// Serve `storage` under its (group, plural), replacing one registered there before.
     pub fn register(&mut self, storage: Arc<dyn RestStorage>) {
         let info = storage.info();
         self.resources
             .insert((info.group.to_string(), info.plural.to_string()), storage);
     }
 
+    /// The resource served as `plural` in `group`, if any.
     pub fn get(&self, group: &str, plural: &str) -> Option<&Arc<dyn RestStorage>> {
         self.resources.get(&(group.to_string(), plural.to_string()))
     }

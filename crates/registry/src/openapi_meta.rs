@@ -7,8 +7,9 @@ use serde_json::{Value, json};
 
 use super::managed_fields::schema::{ListSemantics, list_type};
 
+/// The definition-name prefix of the `meta.k8s.io/v1` types (`<META>.ObjectMeta`, ...).
 pub const META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1";
-pub const RAW_EXTENSION: &str = "io.k8s.apimachinery.pkg.runtime.RawExtension";
+pub(crate) const RAW_EXTENSION: &str = "io.k8s.apimachinery.pkg.runtime.RawExtension";
 
 fn r(name: &str) -> Value {
     json!({"$ref": format!("#/components/schemas/{name}")})

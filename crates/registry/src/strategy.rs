@@ -12,29 +12,40 @@ use super::error::{ApiResult, FieldError};
 /// Static facts about a served resource: what discovery and OpenAPI publish.
 #[derive(Debug, Clone)]
 pub struct ResourceInfo {
+    /// API group, e.g. `storagemigration.k8s.io`.
     pub group: &'static str,
+    /// Kind, e.g. `StorageVersionMigration`.
     pub kind: &'static str,
+    /// Kind of its list, e.g. `StorageVersionMigrationList`.
     pub list_kind: &'static str,
+    /// Resource name in URLs and keys, e.g. `storageversionmigrations`.
     pub plural: &'static str,
+    /// Singular resource name, e.g. `storageversionmigration`.
     pub singular: &'static str,
+    /// Discovery's `shortNames` (kubectl aliases); empty for none.
     pub short_names: &'static [&'static str],
+    /// Discovery's `categories` (e.g. `all`); empty for none.
     pub categories: &'static [&'static str],
     /// Served versions, preferred first (kube-apiserver's order: v1, v1beta1, v1alpha1).
     pub versions: &'static [&'static str],
     /// The version whose `<group>/<version>/<kind>` the storageVersionHash is computed from.
     pub storage_version: &'static str,
+    /// Whether objects live in a namespace (`metadata.namespace`) or are cluster-scoped.
     pub namespaced: bool,
+    /// Whether `/status` is served, with its own update rules.
     pub has_status_subresource: bool,
 }
 
 /// A column of `kubectl get` output (metav1.TableColumnDefinition).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TableColumn {
+    /// Column name, e.g. `Name`.
     pub name: &'static str,
     /// OpenAPI type: `string`, `integer`, `number`, `boolean`, `date`.
     pub type_: &'static str,
     /// OpenAPI format, e.g. `name` for the Name column; empty when none.
     pub format: &'static str,
+    /// What the column shows (the column's `description`).
     pub description: &'static str,
     /// 0 = shown by default; >0 = only with `-o wide`.
     pub priority: i32,
@@ -65,6 +76,7 @@ pub trait Strategy: Send + Sync + 'static {
         + Sync
         + 'static;
 
+    /// Static facts about the kind: names, scope, versions.
     fn info(&self) -> &ResourceInfo;
 
     /// Convert an object of a served version (apiVersion/kind already checked by the store)

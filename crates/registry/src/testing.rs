@@ -14,6 +14,7 @@ use crate::managed_fields::schema::{ListSemantics, list_type};
 use crate::{ApiError, ApiResult, FieldError, ResourceInfo, Store, Strategy, TableColumn};
 use svm_storage::embedded::{EmbeddedOptions, EmbeddedStorage};
 
+/// The test kind's API group.
 pub const GROUP: &str = "test.example.io";
 
 static INFO: ResourceInfo = ResourceInfo {
@@ -33,37 +34,51 @@ static INFO: ResourceInfo = ResourceInfo {
 /// The internal form.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Widget {
+    /// Standard object metadata.
     pub metadata: ObjectMeta,
+    /// What the test asks for.
     #[serde(default)]
     pub spec: WidgetSpec,
+    /// What the store reports; cleared on create, kept on main-resource updates.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<WidgetStatus>,
 }
 
+/// `Widget`'s spec (v1's form; v1beta1 calls `size` `count`).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct WidgetSpec {
+    /// Must not be negative (`spec.size` is validated).
     #[serde(default)]
     pub size: i64,
+    /// Immutable after create; selectable as `spec.color`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub color: Option<String>,
+    /// A set-typed list (merges by value in server-side apply and strategic merge patch).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub tags: Vec<String>,
 }
 
+/// `Widget`'s status.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct WidgetStatus {
+    /// Conditions, a map-list keyed by `type`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<WidgetCondition>,
+    /// The generation the status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
 }
 
+/// One status condition.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct WidgetCondition {
+    /// The condition's type, its key in the list.
     #[serde(rename = "type")]
     pub type_: String,
+    /// `True`, `False` or `Unknown` (validated on status updates).
     pub status: String,
+    /// A machine-readable reason, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
 }
@@ -99,6 +114,7 @@ struct BetaSpec {
     tags: Vec<String>,
 }
 
+/// The [`Strategy`] of `Widget`: v1 and v1beta1, `/status`, immutable `spec.color`.
 pub struct WidgetStrategy;
 
 impl WidgetStrategy {
@@ -292,8 +308,10 @@ impl Strategy for WidgetStrategy {
     }
 }
 
+/// The key prefix the test stores keep their objects under.
 pub const ROOT: &str = "/registry-test";
 
+/// A fresh in-memory embedded backend.
 pub fn storage() -> Arc<EmbeddedStorage> {
     Arc::new(EmbeddedStorage::in_memory())
 }
@@ -316,6 +334,7 @@ pub fn store_with_fast_progress() -> Store<WidgetStrategy> {
     )
 }
 
+/// A `Widget` named `name` with `spec.size` = `size`.
 pub fn widget(name: &str, size: i64) -> Widget {
     Widget {
         metadata: ObjectMeta {
@@ -330,6 +349,7 @@ pub fn widget(name: &str, size: i64) -> Widget {
     }
 }
 
+/// A `Widget` named `name` (size 1) with these labels.
 pub fn labelled(name: &str, labels: &[(&str, &str)]) -> Widget {
     let mut w = widget(name, 1);
     w.metadata.labels = Some(

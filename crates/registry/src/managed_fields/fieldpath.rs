@@ -127,6 +127,7 @@ impl fmt::Display for PathElement {
 }
 
 impl PathElement {
+    /// The element naming the struct field or map key `name`.
     pub fn field(name: &str) -> Self {
         PathElement::Field(name.to_string())
     }
@@ -191,10 +192,12 @@ pub struct Set {
 }
 
 impl Set {
+    /// The empty set.
     pub fn new() -> Self {
         Self::default()
     }
 
+    /// The set of these paths.
     pub fn from_paths<'a>(paths: impl IntoIterator<Item = &'a [PathElement]>) -> Self {
         let mut set = Set::new();
         for path in paths {
@@ -203,10 +206,12 @@ impl Set {
         set
     }
 
+    /// Whether no path is in the set.
     pub fn is_empty(&self) -> bool {
         self.members.is_empty() && self.children.is_empty()
     }
 
+    /// Add `path`; the empty path names nothing and is not added.
     pub fn insert(&mut self, path: &[PathElement]) {
         match path {
             [] => {}
@@ -217,6 +222,7 @@ impl Set {
         }
     }
 
+    /// Whether `path` itself is in the set (its parents and children do not count).
     pub fn has(&self, path: &[PathElement]) -> bool {
         match path {
             [] => false,
@@ -230,6 +236,7 @@ impl Set {
         self.children.get(pe).cloned().unwrap_or_default()
     }
 
+    /// Every path in either set.
     pub fn union(&self, other: &Set) -> Set {
         let mut out = self.clone();
         out.members.extend(other.members.iter().cloned());
@@ -243,6 +250,7 @@ impl Set {
         out
     }
 
+    /// Every path in both sets.
     pub fn intersection(&self, other: &Set) -> Set {
         let members = self.members.intersection(&other.members).cloned().collect();
         let children = self

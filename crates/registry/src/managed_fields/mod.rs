@@ -71,7 +71,10 @@ pub fn manager_name(field_manager: Option<&str>, user_agent: Option<&str>) -> St
 /// something.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Managed {
+    /// Each manager's fields, keyed by who wrote them how (manager, operation, version,
+    /// subresource).
     pub fields: ManagedFields,
+    /// Each manager's `time`, as the entry carried it (RFC 3339 text); missing when it had none.
     pub times: BTreeMap<ManagerId, Value>,
 }
 
@@ -356,9 +359,13 @@ fn conflict_error(conflicts: &[(ManagerId, Path)], managed: &Managed) -> ApiErro
 /// One write's context: the API version it speaks, its subresource, its manager, and how
 /// to convert the object to another served version.
 pub struct Write<'a> {
+    /// The `group/version` the request speaks (the version the body is in).
     pub api_version: &'a str,
+    /// The part of the object written: the main resource or `/status`.
     pub subresource: Subresource,
+    /// The manager's name ([`manager_name`]).
     pub manager: &'a str,
+    /// Converts the object to another served `group/version`; an `Err` names why it cannot.
     pub convert: &'a (dyn Fn(&Versioned, &str) -> Result<Versioned, String> + Sync),
 }
 

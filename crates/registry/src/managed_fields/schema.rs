@@ -15,10 +15,14 @@ use serde_json::{Value, json};
 /// Index of an atom in a [`TypedSchema`].
 pub type TypeId = usize;
 
+/// A scalar type: what a leaf value may be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Scalar {
+    /// OpenAPI `type: string`.
     String,
+    /// OpenAPI `type: integer` or `number`.
     Numeric,
+    /// OpenAPI `type: boolean`.
     Boolean,
     /// Any scalar (`x-kubernetes-int-or-string` and the like).
     Untyped,
@@ -35,25 +39,34 @@ pub enum ListKind {
     Map(Vec<String>),
 }
 
+/// A map: a struct with declared fields, a map with typed values, or both.
 #[derive(Debug, Clone)]
 pub struct MapType {
     /// Declared fields (a struct); empty for a plain map.
     pub fields: BTreeMap<String, TypeId>,
     /// The type of undeclared keys; `None` means undeclared keys are errors.
     pub element: Option<TypeId>,
+    /// `x-kubernetes-map-type: atomic`: owned and replaced whole, not field by field.
     pub atomic: bool,
 }
 
+/// A list: its item type and how it merges.
 #[derive(Debug, Clone)]
 pub struct ListType {
+    /// The type of each item.
     pub element: TypeId,
+    /// How the list merges: atomic, as a set, or by key fields.
     pub kind: ListKind,
 }
 
+/// One type of the schema.
 #[derive(Debug, Clone)]
 pub enum Atom {
+    /// A leaf value.
     Scalar(Scalar),
+    /// An object (struct or map).
     Map(MapType),
+    /// An array.
     List(ListType),
     /// Any JSON: a scalar, an atomic list, or a granular map of deduced values.
     Deduced,
@@ -272,14 +285,17 @@ impl TypedSchema {
         }
     }
 
+    /// The type of the kind itself.
     pub fn root(&self) -> TypeId {
         self.root
     }
 
+    /// The type `id` stands for; an unknown `id` reads as [`Atom::Deduced`].
     pub fn atom(&self, id: TypeId) -> &Atom {
         self.atoms.get(id).unwrap_or(&Atom::Deduced)
     }
 
+    /// The "deduced" type: any JSON, taking the shape of the value.
     pub fn deduced(&self) -> TypeId {
         self.deduced
     }

@@ -18,7 +18,9 @@ type IndexedItems = (Vec<PathElement>, Vec<(PathElement, Option<Value>)>);
 /// One problem of a value against its schema: `.spec.bogus: field not declared in schema`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ValidationError {
+    /// Where, e.g. `.spec.bogus`.
     pub path: String,
+    /// What is wrong there.
     pub message: String,
 }
 
@@ -43,12 +45,16 @@ pub fn render_errors(errors: &[ValidationError]) -> String {
 /// What changed from one value to another.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Comparison {
+    /// Fields the new value sets that the old one did not.
     pub added: Set,
+    /// Fields both set, to different values.
     pub modified: Set,
+    /// Fields the old value set that the new one does not.
     pub removed: Set,
 }
 
 impl Comparison {
+    /// Whether nothing changed.
     #[cfg(test)]
     pub fn is_same(&self) -> bool {
         self.added.is_empty() && self.modified.is_empty() && self.removed.is_empty()
@@ -115,6 +121,7 @@ fn go_value(value: &Value) -> String {
 }
 
 impl<'s> Typed<'s> {
+    /// Operations over values of `schema`'s root type.
     pub fn new(schema: &'s TypedSchema) -> Self {
         Self { schema }
     }

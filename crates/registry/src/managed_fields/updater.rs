@@ -15,7 +15,9 @@ use super::typed::{Comparison, Typed, render_errors};
 /// How a manager wrote its fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Operation {
+    /// Server-side apply (`PATCH` with `application/apply-patch+yaml`).
     Apply,
+    /// Any other write: a create, an update, a non-apply patch.
     Update,
 }
 
@@ -23,13 +25,18 @@ pub enum Operation {
 /// API version it wrote in (an applier is one manager whatever version it applies in).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ManagerId {
+    /// The manager's name (`fieldManager`, or from the User-Agent).
     pub manager: String,
+    /// Apply or Update.
     pub operation: Operation,
+    /// The `group/version` an updater wrote in; empty for an applier.
     pub api_version: String,
+    /// The subresource written (`status`); empty for the main resource.
     pub subresource: String,
 }
 
 impl ManagerId {
+    /// The identity of `manager`; an applier's API version is dropped (see the type).
     pub fn new(manager: &str, operation: Operation, api_version: &str, subresource: &str) -> Self {
         let api_version = match operation {
             Operation::Apply => String::new(),
@@ -63,16 +70,21 @@ impl ManagerId {
 /// A manager's fields, the API version their paths are in, and whether it applied them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct VersionedSet {
+    /// The field paths owned.
     pub set: Set,
+    /// The `group/version` the paths are written in.
     pub api_version: String,
+    /// Whether the manager applied them (an Apply entry) rather than updated them.
     pub applied: bool,
 }
 
+/// Every manager's fields, as `metadata.managedFields` holds them.
 pub type ManagedFields = BTreeMap<ManagerId, VersionedSet>;
 
 /// An object as one API version serves it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Versioned {
+    /// The object as JSON.
     pub value: Value,
     /// `group/version`.
     pub api_version: String,
@@ -94,10 +106,14 @@ pub trait Versions {
 pub enum UpdateError {
     /// The apply would change fields these managers own.
     Conflicts(Vec<(ManagerId, Path)>),
+    /// Anything else failed (no schema for a version, a conversion, a value the schema does not
+    /// type); the write's managed fields are left as they were (or the apply fails).
     Internal(String),
 }
 
+/// Computes the managers' ownership after an Update or an Apply.
 pub struct Updater<'v> {
+    /// The kind's schemas, conversion and reset fields.
     pub versions: &'v dyn Versions,
 }
 

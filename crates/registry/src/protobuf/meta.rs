@@ -57,6 +57,7 @@ pub fn time_from_pb(time: Option<pb::Time>) -> Result<Option<json::Time>, Protob
         })
 }
 
+/// metav1.ObjectMeta as its message, every field written as Go writes it.
 pub fn object_meta_to_pb(meta: &json::ObjectMeta) -> pb::ObjectMeta {
     pb::ObjectMeta {
         name: set(&meta.name),
@@ -90,6 +91,8 @@ pub fn object_meta_to_pb(meta: &json::ObjectMeta) -> pb::ObjectMeta {
     }
 }
 
+/// A metav1.ObjectMeta message as its JSON form; fails on a time out of range or a
+/// managed-fields set that is not JSON.
 pub fn object_meta_from_pb(meta: pb::ObjectMeta) -> Result<json::ObjectMeta, ProtobufError> {
     let managed_fields = meta
         .managed_fields
@@ -189,6 +192,7 @@ fn managed_fields_from_pb(
     })
 }
 
+/// metav1.ListMeta (`resourceVersion`, `continue`, `remainingItemCount`) as its message.
 pub fn list_meta_to_pb(meta: &json::ListMeta) -> pb::ListMeta {
     pb::ListMeta {
         self_link: set(&meta.self_link),
@@ -198,6 +202,7 @@ pub fn list_meta_to_pb(meta: &json::ListMeta) -> pb::ListMeta {
     }
 }
 
+/// A metav1.ListMeta message as its JSON form; empty strings become absent fields.
 pub fn list_meta_from_pb(meta: pb::ListMeta) -> json::ListMeta {
     json::ListMeta {
         self_link: non_empty(meta.self_link),
@@ -392,9 +397,13 @@ pub fn decode_watch_event(frame: &[u8]) -> Result<(String, Vec<u8>), ProtobufErr
 /// What a metadata-only read of the cluster gives per object.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ObjectKey {
+    /// The namespace; `None` for a cluster-scoped object.
     pub namespace: Option<String>,
+    /// The object's name.
     pub name: String,
+    /// Its resourceVersion.
     pub resource_version: String,
+    /// Its annotations; empty when it has none.
     pub annotations: BTreeMap<String, String>,
 }
 

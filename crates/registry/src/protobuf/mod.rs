@@ -41,7 +41,9 @@ pub enum ProtobufError {
     /// past the end, an invalid UTF-8 string, nesting too deep).
     #[error("{what}: {source}")]
     Malformed {
+        /// The message being read, e.g. `Status`.
         what: &'static str,
+        /// prost's reason.
         #[source]
         source: prost::DecodeError,
         /// What Go's decoder says of the same bytes ([`ProtobufError::in_go_words`]).
@@ -50,11 +52,18 @@ pub enum ProtobufError {
     /// A field holds a value its JSON form cannot carry (a time out of range, a managed-fields
     /// set that is not JSON).
     #[error("{what}: {detail}")]
-    Invalid { what: &'static str, detail: String },
+    Invalid {
+        /// The field, e.g. `metav1.Time`.
+        what: &'static str,
+        /// Why its value does not fit.
+        detail: String,
+    },
     /// A JSON object that does not have the shape of its kind, on the way to protobuf.
     #[error("{what}: {source}")]
     Shape {
+        /// The JSON being converted, e.g. `DeleteOptions`.
         what: &'static str,
+        /// serde's reason.
         #[source]
         source: serde_json::Error,
     },
@@ -63,13 +72,24 @@ pub enum ProtobufError {
     #[error(
         "object {api_version}, Kind={kind} does not implement the protobuf marshalling interface"
     )]
-    NotMarshalable { api_version: String, kind: String },
+    NotMarshalable {
+        /// The object's apiVersion.
+        api_version: String,
+        /// The object's kind.
+        kind: String,
+    },
     /// A watch frame longer than the body limit.
     #[error("a protobuf watch frame of {length} bytes is larger than the limit of {limit}")]
-    FrameTooLarge { length: usize, limit: usize },
+    FrameTooLarge {
+        /// The frame's declared length, in bytes.
+        length: usize,
+        /// The largest frame accepted, in bytes.
+        limit: usize,
+    },
 }
 
 impl ProtobufError {
+    /// Maps a prost decode error of `what` to [`ProtobufError::Malformed`], with Go's words for it.
     pub fn malformed(what: &'static str) -> impl FnOnce(prost::DecodeError) -> Self {
         move |source| ProtobufError::Malformed {
             what,
@@ -103,6 +123,7 @@ impl ProtobufError {
         }
     }
 
+    /// Maps a serde error converting `what` to [`ProtobufError::Shape`].
     pub fn shape(what: &'static str) -> impl FnOnce(serde_json::Error) -> Self {
         move |source| ProtobufError::Shape { what, source }
     }
@@ -197,7 +218,9 @@ pub trait ProtobufKind: Send + Sync + 'static {
 /// The envelope of a protobuf body, opened.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Envelope {
+    /// The envelope's `typeMeta.apiVersion`, e.g. `storagemigration.k8s.io/v1`.
     pub api_version: String,
+    /// The envelope's `typeMeta.kind`, e.g. `StorageVersionMigration`.
     pub kind: String,
     /// The object's own message.
     pub raw: Vec<u8>,

@@ -12,6 +12,8 @@ use super::managed::DEFAULT_FIELD_MANAGER;
 use super::{Also, Deletion, ObjectRef, Store, StoreEventStream};
 use svm_storage::Revision;
 
+/// A [`Store`] whose writes carry a leadership term's [`Fence`]: what the controllers write
+/// through (see the module docs).
 pub struct Guarded<S: Strategy> {
     store: Arc<Store<S>>,
     fence: Fence,
@@ -45,6 +47,7 @@ impl<S: Strategy> Guarded<S> {
         self
     }
 
+    /// The term its writes are fenced by.
     pub fn fence(&self) -> &Fence {
         &self.fence
     }
@@ -61,14 +64,18 @@ impl<S: Strategy> Guarded<S> {
         self.store.get(at).await
     }
 
+    /// Every object and the revision read at; reads need no fence.
     pub async fn list_all(&self) -> ApiResult<(Vec<S::Object>, Revision)> {
         self.store.list_all().await
     }
 
+    /// Every change after revision `after` (a compacted `after` fails with 410); reads need no
+    /// fence.
     pub async fn watch(&self, after: Revision) -> ApiResult<StoreEventStream<S::Object>> {
         self.store.watch(after).await
     }
 
+    /// Create `obj`, fenced.
     pub async fn create(&self, obj: S::Object) -> ApiResult<S::Object> {
         self.create_with(obj, &[]).await
     }
@@ -86,6 +93,7 @@ impl<S: Strategy> Guarded<S> {
             .await
     }
 
+    /// Replace `obj` (not its status), fenced; its resourceVersion is the precondition.
     pub async fn update(&self, obj: S::Object) -> ApiResult<S::Object> {
         self.store
             .replace_with(
@@ -98,6 +106,7 @@ impl<S: Strategy> Guarded<S> {
             .await
     }
 
+    /// Replace `obj`'s status, fenced; its resourceVersion is the precondition.
     pub async fn update_status(&self, obj: S::Object) -> ApiResult<S::Object> {
         self.update_status_with(obj, &[]).await
     }
@@ -120,6 +129,7 @@ impl<S: Strategy> Guarded<S> {
             .await
     }
 
+    /// Delete the object at `at` if `preconditions` hold, fenced.
     pub async fn delete<'a>(
         &self,
         at: impl Into<ObjectRef<'a>>,

@@ -15,7 +15,9 @@ use super::{Guarded, StoreEvent};
 /// What a list+watch delivers: the same vocabulary for our store and for the cluster's watches.
 #[derive(Debug)]
 pub enum Update<K> {
+    /// An object was created or changed: its new state.
     Applied(K),
+    /// An object was deleted: its last state.
     Deleted(K),
     /// A complete list (the first one, or after a gap).
     Relisted(Vec<K>),

@@ -52,11 +52,14 @@ pub(crate) use watch::{StoreEvent, StoreEventStream};
 /// cluster-scoped name; `(namespace, name)` names an object of a namespaced kind.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ObjectRef<'a> {
+    /// The namespace; `None` for a cluster-scoped kind.
     pub namespace: Option<&'a str>,
+    /// The object's name.
     pub name: &'a str,
 }
 
 impl<'a> ObjectRef<'a> {
+    /// An object of a cluster-scoped kind.
     pub fn cluster(name: &'a str) -> Self {
         Self {
             namespace: None,
@@ -64,6 +67,7 @@ impl<'a> ObjectRef<'a> {
         }
     }
 
+    /// An object of a namespaced kind.
     pub fn namespaced(namespace: &'a str, name: &'a str) -> Self {
         Self {
             namespace: Some(namespace),
@@ -119,6 +123,8 @@ enum Committed {
     },
 }
 
+/// The generic store of one kind: typed operations for the controllers and the
+/// [`RestStorage`](super::RestStorage) surface for the server, over one [`Storage`].
 pub struct Store<S: Strategy> {
     pub(crate) strategy: Arc<S>,
     pub(crate) storage: Arc<dyn Storage>,
@@ -131,6 +137,8 @@ pub struct Store<S: Strategy> {
 }
 
 impl<S: Strategy> Store<S> {
+    /// A store of the kind `strategy` describes, keeping its objects under
+    /// `<root_prefix>/<plural>/`.
     pub fn new(strategy: S, storage: Arc<dyn Storage>, root_prefix: &str) -> Self {
         let prefix = format!(
             "{}/{}/",
@@ -152,6 +160,7 @@ impl<S: Strategy> Store<S> {
         self
     }
 
+    /// The kind's strategy.
     pub fn strategy(&self) -> &S {
         &self.strategy
     }
