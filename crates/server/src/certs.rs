@@ -17,12 +17,16 @@ use serde_json::json;
 /// Files of the development PKI in a cert dir.
 #[derive(Debug, Clone)]
 pub struct DevCerts {
+    /// The development CA's certificate: what clients trust.
     pub ca_cert: PathBuf,
+    /// The serving certificate, for 127.0.0.1 and localhost.
     pub serving_cert: PathBuf,
+    /// The serving certificate's private key.
     pub serving_key: PathBuf,
     /// CN=svm-apiserver-admin, O=system:masters, for kubeconfigs of a server that checks client
     /// certificates.
     pub client_cert: PathBuf,
+    /// The admin client certificate's private key.
     pub client_key: PathBuf,
 }
 

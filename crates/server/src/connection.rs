@@ -42,9 +42,15 @@ const HTTP2_KEEP_ALIVE: (Duration, Duration) = (Duration::from_secs(30), Duratio
 /// The timeouts and bounds of every connection (from `ServeOptions`).
 #[derive(Debug, Clone)]
 pub struct ConnectionLimits {
+    /// How long a client may take to finish the TLS handshake (`--tls-handshake-timeout`).
     pub tls_handshake_timeout: Duration,
+    /// How long a client may take to send a request's headers, so also how long an idle HTTP/1.1
+    /// connection is kept (`--read-header-timeout`).
     pub read_header_timeout: Duration,
+    /// How long an HTTP/2 connection with no request in flight is kept
+    /// (`--idle-connection-timeout`).
     pub idle_connection_timeout: Duration,
+    /// The most client connections open at once (`--max-open-connections`).
     pub max_open_connections: usize,
 }
 

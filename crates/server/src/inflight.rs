@@ -31,6 +31,7 @@ pub struct InflightLimits {
 }
 
 impl InflightLimits {
+    /// Budgets of `read_only` non-mutating and `mutating` mutating requests; 0 is no limit.
     pub fn new(read_only: usize, mutating: usize) -> Self {
         let budget = |n: usize| (n > 0).then(|| Arc::new(Semaphore::new(n)));
         InflightLimits {

@@ -52,9 +52,11 @@ pub const DEFAULT_MAX_REQUEST_BODY_BYTES: usize = 3 * 1024 * 1024;
 /// What every handler shares.
 #[derive(Clone)]
 pub struct AppState {
+    /// The served kinds: what every API handler looks a request's resource up in.
     pub registry: Arc<Registry>,
     /// Probed by `/readyz` and `/healthz`.
     pub storage: Arc<dyn Storage>,
+    /// The request metrics and the registry `/metrics` serves.
     pub metrics: Arc<Metrics>,
     discovery: Arc<discovery::Discovery>,
     openapi: Arc<openapi::OpenApi>,
@@ -67,6 +69,8 @@ pub struct AppState {
 }
 
 impl AppState {
+    /// State serving `registry`, with discovery and OpenAPI built from it, kube-apiserver's default
+    /// limits, and no authentication (see [`AppState::with_auth`]).
     pub fn new(registry: Registry, storage: Arc<dyn Storage>) -> Self {
         let discovery = discovery::Discovery::build(&registry);
         let openapi = openapi::OpenApi::build(&registry, &nonresource::git_version());
@@ -95,10 +99,12 @@ impl AppState {
         self
     }
 
+    /// The authentication and authorization installed, if any.
     pub fn auth(&self) -> Option<&Arc<crate::auth::Auth>> {
         self.auth.as_ref()
     }
 
+    /// `--max-request-body-bytes`: larger bodies get 413.
     pub fn with_max_request_body_bytes(mut self, limit: usize) -> Self {
         self.max_request_body_bytes = limit;
         self

@@ -150,6 +150,7 @@ pub async fn serve(
 }
 
 impl Serving {
+    /// `https://<address>:<port>` of the bound listener (loopback for a wildcard address).
     pub fn url(&self) -> String {
         server_url(self.local_addr)
     }

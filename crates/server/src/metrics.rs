@@ -31,7 +31,7 @@ pub(crate) struct RequestLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct DurationLabels {
+pub(crate) struct DurationLabels {
     pub verb: String,
     pub group: String,
     pub version: String,
@@ -83,9 +83,11 @@ fn new_histogram() -> Histogram {
 /// The server's metrics registry. Other components may register more metrics into
 /// [`Metrics::registry`] before the server starts.
 pub struct Metrics {
+    /// What `/metrics` renders; other components register theirs here.
     pub registry: Mutex<Registry>,
     requests: Family<RequestLabels, Counter>,
     durations: Family<DurationLabels, Histogram, fn() -> Histogram>,
+    /// The connection and in-flight metrics of the network edge.
     pub edge: EdgeMetrics,
 }
 
@@ -102,6 +104,7 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// The request and edge metrics, registered in a new registry.
     pub fn new() -> Self {
         let requests = Family::<RequestLabels, Counter>::default();
         let durations =
@@ -148,7 +151,8 @@ impl Metrics {
         }
     }
 
-    pub fn record(&self, labels: DurationLabels, code: u16, seconds: f64) {
+    /// Counts one request answered with `code` and observes its duration.
+    pub(crate) fn record(&self, labels: DurationLabels, code: u16, seconds: f64) {
         self.requests
             .get_or_create(&RequestLabels {
                 verb: labels.verb.clone(),

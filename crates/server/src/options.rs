@@ -11,6 +11,7 @@ pub(crate) const DEFAULT_MAX_REQUESTS_INFLIGHT: usize = 400;
 /// kube-apiserver's `--max-mutating-requests-inflight` default.
 pub(crate) const DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT: usize = 200;
 
+/// The serving flags of `serve`: address, certificates, limits and timeouts.
 #[derive(clap::Args, Clone, Debug)]
 pub struct ServeOptions {
     /// The IP address to listen on.

@@ -10,11 +10,17 @@ use http::Method;
 /// The resource part of a request, as a SubjectAccessReview's `resourceAttributes`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ResourceAttributes {
+    /// The namespace; empty for cluster-scoped resources and requests across all namespaces.
     pub namespace: String,
+    /// The API group; empty for the core group.
     pub group: String,
+    /// The API version, e.g. `v1`.
     pub version: String,
+    /// The plural resource name, e.g. `storageversionmigrations`.
     pub resource: String,
+    /// The subresource (`status`); empty for the object itself.
     pub subresource: String,
+    /// The object's name; empty for requests to a collection (list, watch, create).
     pub name: String,
 }
 

@@ -25,17 +25,22 @@ use super::x509::{CaBundle, CaVerifier, Subject};
 /// ConfigMap).
 #[derive(Debug, Clone)]
 pub struct RequestHeaderConfig {
+    /// The CA that issued the front proxy's client certificate (`--requestheader-client-ca-file`).
     pub client_ca: CaBundle,
     /// CNs the front proxy's certificate may have; empty allows any from `client_ca`.
     pub allowed_names: Vec<String>,
+    /// Headers carrying the user name; the first present one wins.
     pub username_headers: Vec<String>,
+    /// Headers carrying the groups; every value of each counts.
     pub group_headers: Vec<String>,
+    /// Prefixes of headers carrying extra attributes: the rest of the header name is the key.
     pub extra_headers_prefixes: Vec<String>,
 }
 
 /// The outcome of authenticating one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Authentication {
+    /// The caller, named by the front proxy, a client certificate or a reviewed token.
     User(UserInfo),
     /// Nothing identified the caller, and nothing presented was wrong.
     NoCredentials,
@@ -65,8 +70,12 @@ pub(crate) struct TokenReviewConfig {
 /// answered 429 (with Retry-After); tokens already cached never wait.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct TokenReviewLimits {
+    /// TokenReviews in flight at once (`--authentication-token-webhook-max-inflight`).
     pub max_in_flight: usize,
+    /// TokenReviews per second, refilling the bucket (`--authentication-token-webhook-qps`).
     pub qps: f64,
+    /// The bucket's size: reviews allowed at once above the rate
+    /// (`--authentication-token-webhook-burst`).
     pub burst: u32,
 }
 

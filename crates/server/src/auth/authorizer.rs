@@ -23,8 +23,10 @@ use super::webhook::{AccessVerdict, review_access};
 /// How many decisions are remembered at most.
 const DECISION_CACHE_CAPACITY: u64 = 16_384;
 
+/// The answer to "may this caller make this request".
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
+    /// The request may proceed.
     Allow,
     /// Denied, with the reason the cluster gave (possibly empty).
     Deny(String),

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 /// Where cache expiry reads the time.
 pub trait Clock: Send + Sync + std::fmt::Debug {
+    /// The current instant.
     fn now(&self) -> Instant;
 }
 
@@ -38,6 +39,7 @@ impl Default for ManualClock {
 }
 
 impl ManualClock {
+    /// Moves the clock forward by `by`.
     pub fn advance(&self, by: Duration) {
         let mut elapsed = self
             .elapsed

@@ -9,13 +9,17 @@ use kube::Api;
 use super::authenticator::RequestHeaderConfig;
 use super::x509::CaBundle;
 
+/// The namespace of the ConfigMap kube-apiserver publishes.
 pub const NAMESPACE: &str = "kube-system";
+/// The ConfigMap's name.
 pub const NAME: &str = "extension-apiserver-authentication";
 
 /// What the cluster publishes; each part is absent when the cluster does not set it.
 #[derive(Debug, Clone, Default)]
 pub struct ClusterAuthentication {
+    /// `client-ca-file`: the CA of client certificates that authenticate as their CN.
     pub client_ca: Option<CaBundle>,
+    /// The front proxy's settings (`requestheader-*`), when the cluster has a front proxy.
     pub request_header: Option<RequestHeaderConfig>,
 }
 
@@ -39,6 +43,8 @@ impl ClusterAuthentication {
         }
     }
 
+    /// Reads the settings out of the ConfigMap's data; an error when a CA holds no certificate or
+    /// a header list is not a JSON list of strings.
     pub fn from_config_map(map: &ConfigMap) -> Result<Self> {
         let data = map.data.clone().unwrap_or_default();
         let value = |key: &str| {

@@ -8,7 +8,9 @@ use prometheus_client::registry::Registry;
 /// Hit and miss counters of one cache.
 #[derive(Debug, Clone, Default)]
 pub struct CacheCounters {
+    /// Answers found in the cache.
     pub hits: Counter,
+    /// Lookups that had to ask the cluster.
     pub misses: Counter,
 }
 
@@ -36,7 +38,9 @@ pub struct DecisionLabels {
 /// every authentication and authorization. Cheap to clone (counters are shared).
 #[derive(Debug, Clone, Default)]
 pub struct AuthMetrics {
+    /// The TokenReview cache.
     pub token_cache: CacheCounters,
+    /// The SubjectAccessReview cache.
     pub authorization_cache: CacheCounters,
     /// TokenReviews sent to the cluster.
     pub token_reviews: Counter,
@@ -50,6 +54,7 @@ pub struct AuthMetrics {
 }
 
 impl AuthMetrics {
+    /// Counters at zero, not yet registered.
     pub fn new() -> Self {
         Self::default()
     }

@@ -52,6 +52,8 @@ enum Step {
     Authorize,
 }
 
+/// The tower layer of [`layer`], [`authentication_layer`] and [`authorization_layer`]: wraps a
+/// service in an [`AuthService`] doing that step.
 #[derive(Clone)]
 pub struct AuthLayer {
     auth: Arc<Auth>,
@@ -70,6 +72,8 @@ impl<S> Layer<S> for AuthLayer {
     }
 }
 
+/// A service behind authentication, authorization or both: a request turned away is answered
+/// here with its metav1.Status, an admitted one goes on to the inner service.
 #[derive(Clone)]
 pub struct AuthService<S> {
     auth: Arc<Auth>,
@@ -128,7 +132,10 @@ pub enum Rejection {
     Unauthenticated,
     /// 403, with kube-apiserver's message and the Status details naming the resource.
     Forbidden {
+        /// kube-apiserver's wording (`<resource> is forbidden: User "<name>" cannot <verb> ...`),
+        /// with the authorizer's reason.
         message: String,
+        /// The Status's `details` naming the resource; `None` for a non-resource path.
         details: Option<Value>,
     },
     /// 500: the cluster could not be asked.

@@ -156,6 +156,7 @@ impl Auth {
         tls::client_cert_verifier(&cas)
     }
 
+    /// The counters of authentication and authorization, for registering into `/metrics`.
     pub fn metrics(&self) -> &AuthMetrics {
         &self.metrics
     }
@@ -320,11 +321,13 @@ impl Default for AuthBuilder {
 }
 
 impl AuthBuilder {
+    /// Accept client certificates this CA issued: CN is the user, O the groups.
     pub fn client_ca(mut self, ca: CaBundle) -> Self {
         self.client_ca = Some(ca);
         self
     }
 
+    /// Trust a front proxy with these settings to name the user in request headers.
     pub fn request_header(mut self, config: RequestHeaderConfig) -> Self {
         self.request_header = Some(config);
         self
@@ -342,6 +345,8 @@ impl AuthBuilder {
         self
     }
 
+    /// Keep TokenReview answers for `ttl`, rejected ones too unless
+    /// [`AuthBuilder::token_failure_ttl`] is called after it.
     pub fn token_cache_ttl(mut self, ttl: Duration) -> Self {
         self.token_ttl = ttl;
         self.token_failure_ttl = ttl;
@@ -360,6 +365,8 @@ impl AuthBuilder {
         self
     }
 
+    /// Keep "allowed" SubjectAccessReview answers for `authorized`, "denied" ones for
+    /// `unauthorized`.
     pub fn authorization_cache_ttls(
         mut self,
         authorized: Duration,
@@ -370,11 +377,14 @@ impl AuthBuilder {
         self
     }
 
+    /// Non-resource paths allowed to anyone (`/path/*` matches a prefix), as
+    /// `--authorization-always-allow-paths`.
     pub fn always_allow_paths(mut self, paths: Vec<String>) -> Self {
         self.always_allow_paths = paths;
         self
     }
 
+    /// Admit callers without credentials as `system:anonymous` (`--anonymous-auth`).
     pub fn anonymous(mut self, enabled: bool) -> Self {
         self.anonymous = enabled;
         self
@@ -392,6 +402,8 @@ impl AuthBuilder {
         self
     }
 
+    /// The configured [`Auth`]; fails when a CA bundle cannot verify certificates or a request
+    /// header name is not a valid header name.
     pub fn build(self) -> Result<Auth> {
         let authenticator = Authenticator::new(
             self.request_header.as_ref(),

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::ArgAction;
 
+/// The authentication and authorization flags of `serve`.
 #[derive(clap::Args, Clone, Debug)]
 pub struct AuthOptions {
     /// PEM CA bundle: a client certificate it issued authenticates as CN (user) and O (groups).

@@ -16,8 +16,11 @@ pub const MASTERS_GROUP: &str = "system:masters";
 /// An authenticated (or anonymous) caller. Put into every admitted request's extensions.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct UserInfo {
+    /// The user name (`system:anonymous` for an anonymous caller).
     pub name: String,
+    /// The user's uid, when the authenticator gave one; else empty.
     pub uid: String,
+    /// The groups the caller is in, `system:authenticated` among them once authenticated.
     pub groups: Vec<String>,
     /// Extra attributes (e.g. `authentication.kubernetes.io/credential-id`), keys lower case.
     pub extra: BTreeMap<String, Vec<String>>,
@@ -33,10 +36,12 @@ impl UserInfo {
         }
     }
 
+    /// Whether this is the anonymous caller.
     pub fn is_anonymous(&self) -> bool {
         self.name == ANONYMOUS_USER
     }
 
+    /// Whether the caller is in `group`.
     pub fn in_group(&self, group: &str) -> bool {
         self.groups.iter().any(|g| g == group)
     }

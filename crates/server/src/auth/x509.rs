@@ -14,12 +14,15 @@ use rustls_pki_types::{CertificateDer, UnixTime};
 /// PEM CA certificates, from a file or from the extension-apiserver-authentication ConfigMap.
 #[derive(Debug, Clone)]
 pub struct CaBundle {
+    /// The CA certificates, in file order; never empty.
     pub certificates: Vec<CertificateDer<'static>>,
     /// Where it came from, for messages.
     pub source: String,
 }
 
 impl CaBundle {
+    /// The certificates of a PEM bundle; an error when it holds none. `source` names the bundle
+    /// in messages.
     pub fn from_pem(pem: &[u8], source: impl Into<String>) -> Result<Self> {
         let source = source.into();
         let certificates = CertificateDer::pem_slice_iter(pem)
@@ -34,6 +37,7 @@ impl CaBundle {
         })
     }
 
+    /// The certificates of the PEM file at `path`.
     pub fn from_file(path: &Path) -> Result<Self> {
         let pem = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
         Self::from_pem(&pem, path.display().to_string())
