@@ -243,7 +243,7 @@ async fn serve(mut args: ServeArgs) -> anyhow::Result<()> {
     shutdown.cancel();
     controllers.join().await;
     compaction.abort();
-    result
+    Ok(result?)
 }
 
 /// Out of a cluster a user gives one kubeconfig, and expects the cluster it names to be the

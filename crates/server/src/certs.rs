@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use anyhow::{Context, Result};
+use crate::error::{Context, SetupError, SetupResult as Result};
 use base64::Engine;
 use rustls::ServerConfig;
 use rustls_pki_types::pem::PemObject;
@@ -33,7 +33,7 @@ pub struct DevCerts {
 /// The development PKI in `dir` (the one generator, `svm_devcerts::generate`, which also makes the
 /// front-proxy pair): created unless complete, reused otherwise.
 pub fn ensure_dev_certs(dir: &Path) -> Result<DevCerts> {
-    let files = svm_devcerts::generate(dir)?;
+    let files = svm_devcerts::generate(dir).context("generating the development PKI")?;
     Ok(DevCerts {
         ca_cert: files.ca_cert,
         serving_cert: files.serving_cert,
@@ -68,7 +68,10 @@ pub(crate) fn server_config(cert_file: &Path, key_file: &Path) -> Result<Arc<Ser
         .collect::<Result<_, _>>()
         .with_context(|| format!("parsing {}", cert_file.display()))?;
     if chain.is_empty() {
-        anyhow::bail!("no certificate in {}", cert_file.display());
+        return Err(SetupError::invalid(format!(
+            "no certificate in {}",
+            cert_file.display()
+        )));
     }
     let key = PrivateKeyDer::from_pem_file(key_file)
         .with_context(|| format!("reading the private key {}", key_file.display()))?;

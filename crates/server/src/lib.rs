@@ -8,6 +8,7 @@ mod certs;
 mod connection;
 mod delivery;
 mod discovery;
+pub mod error;
 mod handlers;
 mod health;
 mod inflight;

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use crate::error::{Context, SetupResult as Result};
 use rustls::ServerConfig;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;

@@ -20,6 +20,7 @@ use super::metrics::AuthMetrics;
 use super::user::UserInfo;
 use super::webhook::{TokenVerdict, review_token};
 use super::x509::{CaBundle, CaVerifier, Subject};
+use crate::error::SetupError;
 
 /// The front proxy's settings (`--requestheader-*`, or the extension-apiserver-authentication
 /// ConfigMap).
@@ -131,7 +132,7 @@ impl Authenticator {
         token_review: Option<TokenReviewConfig>,
         clock: Arc<dyn Clock>,
         metrics: AuthMetrics,
-    ) -> anyhow::Result<Self> {
+    ) -> crate::error::SetupResult<Self> {
         let request_header = request_header.map(RequestHeader::new).transpose()?;
         let client_ca = client_ca.map(CaVerifier::new).transpose()?;
         let tokens = token_review.map(|config| TokenReviewer {
@@ -238,14 +239,15 @@ impl Authenticator {
 }
 
 impl RequestHeader {
-    fn new(config: &RequestHeaderConfig) -> anyhow::Result<Self> {
-        let names = |list: &[String], what: &str| -> anyhow::Result<Vec<HeaderName>> {
+    fn new(config: &RequestHeaderConfig) -> crate::error::SetupResult<Self> {
+        let names = |list: &[String], what: &str| -> crate::error::SetupResult<Vec<HeaderName>> {
             list.iter()
                 .map(|h| h.trim())
                 .filter(|h| !h.is_empty())
                 .map(|h| {
-                    HeaderName::try_from(h)
-                        .map_err(|_| anyhow::anyhow!("{what} {h:?} is not a valid header name"))
+                    HeaderName::try_from(h).map_err(|_| {
+                        SetupError::invalid(format!("{what} {h:?} is not a valid header name"))
+                    })
                 })
                 .collect()
         };

@@ -2,7 +2,7 @@
 //! CA and the front-proxy settings for aggregated API servers (recording 14). Values are plain
 //! strings; the header lists are JSON arrays in a string.
 
-use anyhow::{Context, Result};
+use crate::error::{Context, SetupResult as Result};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::Api;
 

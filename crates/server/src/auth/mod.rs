@@ -35,7 +35,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use crate::error::{Context, SetupError, SetupResult as Result};
 use rustls::server::danger::ClientCertVerifier;
 
 pub use attributes::{RequestAttributes, ResourceAttributes};
@@ -273,9 +273,10 @@ async fn client_certificate_settings(
             "starting without the cluster's authentication settings"
         ),
         Err(err) => {
-            return Err(err.context(
+            return Err(SetupError::failed(
                 "reading the cluster's authentication settings (--authentication-skip-lookup \
                  to not read them, --authentication-tolerate-lookup-failure to start anyway)",
+                err,
             ));
         }
     }

@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use crate::error::{Context, SetupResult as Result};
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::authorization::v1::{SubjectAccessReview, SubjectAccessReviewSpec};
 use kube::api::{Api, PostParams};

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use anyhow::{Context, Result, bail};
+use crate::error::{Context, SetupError, SetupResult as Result};
 use rustls::RootCertStore;
 use rustls::server::WebPkiClientVerifier;
 use rustls::server::danger::ClientCertVerifier;
@@ -29,7 +29,9 @@ impl CaBundle {
             .collect::<Result<Vec<_>, _>>()
             .with_context(|| format!("reading PEM certificates of {source}"))?;
         if certificates.is_empty() {
-            bail!("{source} holds no PEM certificate");
+            return Err(SetupError::invalid(format!(
+                "{source} holds no PEM certificate"
+            )));
         }
         Ok(CaBundle {
             certificates,
