@@ -164,7 +164,8 @@ impl ControllerOptions {
         Ok(())
     }
 
-    pub fn trigger_settings(&self) -> trigger::Settings {
+    /// The trigger's settings from these flags.
+    pub(crate) fn trigger_settings(&self) -> trigger::Settings {
         trigger::Settings {
             discovery_interval: self.discovery_interval,
             heartbeat_interval: self.heartbeat_interval,
@@ -174,7 +175,8 @@ impl ControllerOptions {
         }
     }
 
-    pub fn migrator_settings(&self) -> migrator::Settings {
+    /// The migrator's settings from these flags.
+    pub(crate) fn migrator_settings(&self) -> migrator::Settings {
         migrator::Settings {
             workers: self.workers,
             chunk_size: self.chunk_size,
@@ -194,8 +196,10 @@ impl ControllerOptions {
 /// `--kube-api-content-type`'s values, named as kube's components name them.
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum KubeApiContentType {
+    /// Protobuf, JSON where kube-apiserver cannot answer in it.
     #[value(name = "application/vnd.kubernetes.protobuf")]
     Protobuf,
+    /// JSON only.
     #[value(name = "application/json")]
     Json,
 }

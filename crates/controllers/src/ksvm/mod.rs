@@ -31,6 +31,7 @@ use svm_api::storagestate::{StorageState as InternalState, UNKNOWN_HASH};
 
 /// KSVM's API group and version.
 pub const KSVM_GROUP: &str = "migration.k8s.io";
+/// The one version KSVM serves.
 pub const KSVM_VERSION: &str = "v1alpha1";
 /// On every object the import created: KSVM's uid of the object it came from.
 pub const IMPORTED_UID_ANNOTATION: &str = "storagemigration.k8s.io/imported-from-ksvm-uid";
@@ -49,90 +50,123 @@ pub fn is_imported_history(m: &InternalMigration) -> bool {
 
 // ---- The v1alpha1 wire shapes: KSVM's published API types, and our v1alpha1. ----
 
+/// A group and a resource, as a StorageState names them.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GroupResource {
+    /// The API group; empty for the core group.
     #[serde(default)]
     pub group: String,
+    /// The plural resource name.
     #[serde(default)]
     pub resource: String,
 }
 
+/// A StorageState's spec.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StorageStateSpec {
+    /// The resource the StorageState describes.
     #[serde(default)]
     pub resource: GroupResource,
 }
 
+/// A StorageState's status.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct StorageStateStatus {
+    /// The hashes stored objects may be encoded in (`Unknown` when nobody knows).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub persisted_storage_version_hashes: Vec<String>,
+    /// The hash of the resource's current storage version.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub current_storage_version_hash: String,
+    /// When the trigger last confirmed the state (RFC 3339, carried over as written).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_heartbeat_time: Option<String>,
 }
 
+/// A StorageState in `v1alpha1`, KSVM's and ours alike.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct StorageState {
+    /// Standard object metadata.
     #[serde(default)]
     pub metadata: ObjectMeta,
+    /// The resource.
     #[serde(default)]
     pub spec: StorageStateSpec,
+    /// The hashes.
     #[serde(default)]
     pub status: StorageStateStatus,
 }
 
+/// The resource a migration migrates.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct GroupVersionResource {
+    /// The API group; empty for the core group.
     #[serde(default)]
     pub group: String,
+    /// The version to migrate through; empty for the preferred one.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub version: String,
+    /// The plural resource name.
     #[serde(default)]
     pub resource: String,
 }
 
+/// A StorageVersionMigration's spec.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MigrationSpec {
+    /// The resource to migrate.
     #[serde(default)]
     pub resource: GroupVersionResource,
+    /// KSVM's progress token: its own list's, so never carried over.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub continue_token: String,
 }
 
+/// One condition of a migration, v1alpha1's shape.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MigrationCondition {
+    /// `Running`, `Succeeded` or `Failed`.
     #[serde(rename = "type")]
     pub type_: String,
+    /// `True`, `False` or `Unknown`.
     pub status: String,
+    /// When the condition last changed (RFC 3339, carried over as written).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_update_time: Option<String>,
+    /// The reason for the last change, CamelCase.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub reason: String,
+    /// Details of the last change, for people.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub message: String,
 }
 
+/// A StorageVersionMigration's status: its conditions only (the shape KSVM and our v1alpha1
+/// share; our `status.progress` is not read).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct MigrationStatus {
+    /// The migration's conditions; none until it started.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<MigrationCondition>,
 }
 
+/// A StorageVersionMigration in `v1alpha1`, KSVM's and ours alike.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct StorageVersionMigration {
+    /// Standard object metadata.
     #[serde(default)]
     pub metadata: ObjectMeta,
+    /// What to migrate.
     #[serde(default)]
     pub spec: MigrationSpec,
+    /// How far it got.
     #[serde(default)]
     pub status: MigrationStatus,
 }
@@ -162,37 +196,48 @@ impl StorageVersionMigration {
 /// What the import does with one object.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
+    /// Not here yet: create it (then write its status, where it has one).
     Create,
     /// Our StorageState gains persisted hashes.
     AddHashes(Vec<String>),
     /// Our imported history migration lacks KSVM's status (an interrupted import).
     WriteStatus,
+    /// Here already as the import would make it: nothing to write.
     Unchanged,
     /// Left alone, and why.
     Skip(String),
 }
 
+/// What the import does with one KSVM StorageState.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StatePlan {
     /// Our StorageState's name (`<resource>.<group>`, `<resource>` for the core group).
     pub name: String,
+    /// What is done with it.
     pub action: Action,
     /// What ours will hold.
     pub object: StorageState,
 }
 
+/// What the import does with one KSVM StorageVersionMigration.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MigrationPlan {
+    /// The migration's name, the same here as in KSVM.
     pub name: String,
+    /// What is done with it.
     pub action: Action,
     /// `Succeeded` / `Failed` (imported as history) or `Pending` (the migrator runs it).
     pub imported_as: &'static str,
+    /// What ours will hold: KSVM's spec (without its continue token) and, for history, its status.
     pub object: StorageVersionMigration,
 }
 
+/// The whole import: what is done with each of KSVM's objects, sorted by name.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Plan {
+    /// One entry per KSVM StorageState.
     pub states: Vec<StatePlan>,
+    /// One entry per KSVM StorageVersionMigration.
     pub migrations: Vec<MigrationPlan>,
 }
 
@@ -431,15 +476,21 @@ pub fn render(plan: &Plan, dry_run: bool) -> String {
 /// Errors of the import, each naming what it was doing.
 #[derive(Debug, thiserror::Error)]
 pub enum ImportError {
+    /// A request to either API failed.
     #[error("{doing}: {source}")]
     Kube {
+        /// What the import was doing.
         doing: String,
+        /// The client's error.
         #[source]
         source: kube::Error,
     },
+    /// An object did not have the shape expected of it.
     #[error("{doing}: {source}")]
     Decode {
+        /// What the import was doing.
         doing: String,
+        /// Where the shape was wrong.
         #[source]
         source: serde_json::Error,
     },

@@ -188,7 +188,7 @@ enum Take {
 /// client-go's wait.Backoff approximates with its Jitter factor): attempt n waits a random
 /// time in [0, min(cap, base·2ⁿ)], but never less than a Retry-After.
 #[derive(Clone, Copy, Debug)]
-pub struct Backoff {
+pub(crate) struct Backoff {
     pub base: Duration,
     pub cap: Duration,
     /// Retries of one request before its error is reported.
@@ -206,7 +206,7 @@ impl Default for Backoff {
 }
 
 impl Backoff {
-    pub fn delay(&self, attempt: u32, retry_after: Option<Duration>) -> Duration {
+    pub(crate) fn delay(&self, attempt: u32, retry_after: Option<Duration>) -> Duration {
         let ceiling = self
             .base
             .saturating_mul(1u32.checked_shl(attempt.min(20)).unwrap_or(u32::MAX))

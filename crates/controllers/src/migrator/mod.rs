@@ -30,7 +30,7 @@ pub(crate) use source::Source;
 
 /// The migrator's knobs (flags of `serve`).
 #[derive(Clone, Debug)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// Migrations run at once.
     pub workers: usize,
     /// Objects per LIST page, and between checkpoints of a streamed migration.

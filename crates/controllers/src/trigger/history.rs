@@ -40,11 +40,13 @@ pub enum Source {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct HistoryEntry {
+    /// The entry's number among its resource's entries, from 1: the last segment of its key.
     pub seq: u64,
     /// The hash, or `Unknown`.
     pub hash: String,
     /// RFC 3339.
     pub time: String,
+    /// Where the hash was observed.
     pub source: Source,
     /// The apiserver identity (its identity lease name) the observation is from, when known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -59,10 +61,15 @@ pub struct HistoryEntry {
 /// An entry to append (the sequence number and time are assigned when written).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct NewEntry {
+    /// The hash, or `Unknown`.
     pub hash: String,
+    /// Where the hash was observed.
     pub source: Source,
+    /// The apiserver identity (its identity lease name) the observation is from, when known.
     pub apiserver: Option<String>,
+    /// The group/version the hash stands for (`apps/v1`), when known.
     pub encoding_version: Option<String>,
+    /// Why it is recorded, for people.
     pub reason: String,
 }
 
@@ -91,6 +98,8 @@ pub struct ObserverRecord {
 /// `(group, resource)`.
 pub type GroupResource = (String, String);
 
+/// The hash history and the trigger's observer record, under the server's key prefix. Cheap to
+/// clone.
 #[derive(Clone)]
 pub struct HashHistory {
     storage: Arc<dyn Storage>,
@@ -110,6 +119,8 @@ fn group_segment(group: &str) -> &str {
 }
 
 impl HashHistory {
+    /// The history in `storage` under `root_prefix` (the server's `--etcd-prefix`; a trailing `/`
+    /// is ignored).
     pub fn new(storage: Arc<dyn Storage>, root_prefix: &str) -> Self {
         Self {
             storage,
@@ -223,6 +234,7 @@ impl HashHistory {
         (ops, stored)
     }
 
+    /// The observer record; `None` until the trigger first wrote one.
     pub async fn read_observer(&self) -> Result<Option<ObserverRecord>, StorageError> {
         let Some(kv) = self.storage.get(&self.observer_key()).await? else {
             return Ok(None);

@@ -34,11 +34,17 @@ fn detection_lag_histogram() -> Histogram {
     ])
 }
 
+/// The trigger's metrics. Cheap to clone (the series are shared).
 #[derive(Debug, Clone)]
 pub struct TriggerMetrics {
+    /// `svm_trigger_discovery_requests_total{result}`: discovery requests, by result
+    /// (`not_modified`, `fetched`, `group_version`).
     pub discovery_requests: Family<ResultLabel, Counter>,
+    /// `svm_trigger_looks_total`: looks at every group's storage-version hashes.
     pub looks: Counter,
+    /// `svm_trigger_history_entries_total{source}`: hashes appended to the history, by source.
     pub history_entries: Family<SourceLabel, Counter>,
+    /// `svm_trigger_migrations_created_total`: StorageVersionMigrations the trigger created.
     pub migrations_created: Counter,
     /// Resources whose StorageState says every object is in the current storage version.
     pub safe_resources: Gauge,
@@ -71,6 +77,7 @@ impl Default for TriggerMetrics {
 }
 
 impl TriggerMetrics {
+    /// Registers every metric into `registry`, under its full `svm_trigger_` name.
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
             "svm_trigger_discovery_requests",

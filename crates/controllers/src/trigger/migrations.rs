@@ -28,7 +28,9 @@ pub enum Migrations {
     /// The cluster's built-in API (companion mode). Our fence cannot ride a write to the
     /// cluster: each create or delete re-checks the term first.
     Cluster {
+        /// The cluster's `storagemigration.k8s.io` API.
         builtin: BuiltinMigrations,
+        /// The leadership term's fence, checked before each create or delete.
         fence: Fence,
     },
 }
@@ -97,6 +99,8 @@ impl Migrations {
         }
     }
 
+    /// Deletes `name`: NotFound when it is already gone. `preconditions` hold in our store only;
+    /// the cluster's API is asked without them.
     pub async fn delete(&self, name: &str, preconditions: &Preconditions) -> Result<(), ApiError> {
         match self {
             Migrations::Ours(store) => store.delete(name, preconditions).await.map(|_| ()),

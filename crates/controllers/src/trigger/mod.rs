@@ -62,6 +62,7 @@ pub use metrics::TriggerMetrics as Metrics;
 /// The trigger's knobs (flags of `serve`).
 #[derive(Clone, Debug)]
 pub struct Settings {
+    /// How often aggregated discovery is polled (an unchanged cluster answers 304).
     pub discovery_interval: Duration,
     /// How often each StorageState's `lastHeartbeatTime` (and the observer record) is
     /// refreshed while nothing changes.
