@@ -1,6 +1,6 @@
 //! Fencing: the controllers' writes commit only while their replica's leadership term lasts.
 //!
-//! Leader election ([`svm_controllers::leader`]) keeps two records next to each other:
+//! Leader election (`svm_controllers`' `leader` module, a layer above) keeps two records next to each other:
 //!
 //! - `<prefix>/leader`, the lease, renewed every retry period (its mod revision changes every
 //!   couple of seconds, so it cannot serve as a fence: every write racing a renewal would fail);

@@ -6,7 +6,7 @@ pub mod duration;
 pub(crate) mod error;
 pub mod fence;
 pub(crate) mod field_validation;
-pub mod managed_fields;
+pub(crate) mod managed_fields;
 pub(crate) mod metadata;
 pub mod openapi_meta;
 pub(crate) mod patch;
@@ -25,6 +25,9 @@ use std::sync::Arc;
 
 pub use error::{ApiError, ApiResult, FieldError};
 pub use fence::{Fence, Record};
+/// How a kind's OpenAPI schema says a list merges (what strategic merge patch and server-side
+/// apply read), for the kinds' schemas.
+pub use managed_fields::schema::{ListSemantics, list_type};
 pub use rest::RestStorage;
 pub use store::{Guarded, ObjectRef, Store, Update, now as now_time, now_text};
 pub use strategy::{ListMerge, ResourceInfo, Strategy, TableColumn};

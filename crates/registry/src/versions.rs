@@ -4,7 +4,7 @@
 use std::cmp::Ordering;
 
 /// A storage version's hash as discovery publishes it: base64 of the first 8 bytes of
-/// sha256("<group>/<version>/<kind>") (recording 03b). Our own discovery and the trigger's
+/// sha256(`<group>/<version>/<kind>`) (recording 03b). Our own discovery and the trigger's
 /// reading of CRDs and StorageVersions compute it the same way.
 pub fn storage_version_hash(group: &str, version: &str, kind: &str) -> String {
     use base64::Engine as _;

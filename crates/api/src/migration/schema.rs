@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::KIND;
 use crate::GROUP;
-use svm_registry::managed_fields::schema::{ListSemantics, list_type};
+use svm_registry::{ListSemantics, list_type};
 
 const META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1";
 

@@ -11,7 +11,7 @@ use serde_json::{Map, Value};
 /// A JSON value with structured-merge-diff's total order (numbers, then strings, booleans,
 /// lists, maps, null), so it can key a set item or an associative-list key.
 #[derive(Debug, Clone)]
-pub struct OrderedValue(pub Value);
+pub(crate) struct OrderedValue(pub Value);
 
 fn rank(value: &Value) -> u8 {
     match value {
@@ -26,7 +26,7 @@ fn rank(value: &Value) -> u8 {
 
 /// structured-merge-diff's `value.Compare`: numbers compare numerically (ints and floats
 /// alike), lists and maps element by element.
-pub fn compare_values(lhs: &Value, rhs: &Value) -> Ordering {
+pub(crate) fn compare_values(lhs: &Value, rhs: &Value) -> Ordering {
     match (lhs, rhs) {
         (Value::Number(a), Value::Number(b)) => match (a.as_i64(), b.as_i64()) {
             (Some(a), Some(b)) => a.cmp(&b),
@@ -64,7 +64,7 @@ pub fn compare_values(lhs: &Value, rhs: &Value) -> Ordering {
 }
 
 /// Equality as structured-merge-diff sees it (1 and 1.0 are equal).
-pub fn values_equal(lhs: &Value, rhs: &Value) -> bool {
+pub(crate) fn values_equal(lhs: &Value, rhs: &Value) -> bool {
     compare_values(lhs, rhs) == Ordering::Equal
 }
 
@@ -88,7 +88,7 @@ impl Ord for OrderedValue {
 /// One step of a path. The variant order is structured-merge-diff's: field names sort
 /// before keys, keys before values, values before indexes.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub enum PathElement {
+pub(crate) enum PathElement {
     /// A field of a struct or a key of a map.
     Field(String),
     /// The item of an associative list whose key fields have these values (sorted by name).
@@ -128,7 +128,7 @@ impl fmt::Display for PathElement {
 
 impl PathElement {
     /// The element naming the struct field or map key `name`.
-    pub fn field(name: &str) -> Self {
+    pub(crate) fn field(name: &str) -> Self {
         PathElement::Field(name.to_string())
     }
 
@@ -176,29 +176,29 @@ impl PathElement {
 }
 
 /// A path from the object's root.
-pub type Path = Vec<PathElement>;
+pub(crate) type Path = Vec<PathElement>;
 
 /// `.metadata.labels.team`, as conflicts and errors print a path.
-pub fn path_string(path: &[PathElement]) -> String {
+pub(crate) fn path_string(path: &[PathElement]) -> String {
     path.iter().map(ToString::to_string).collect()
 }
 
 /// A set of paths, as a trie: `members` are the paths that end here, `children` the
 /// subtrees. A child is never empty.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Set {
+pub(crate) struct Set {
     members: BTreeSet<PathElement>,
     children: BTreeMap<PathElement, Set>,
 }
 
 impl Set {
     /// The empty set.
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         Self::default()
     }
 
     /// The set of these paths.
-    pub fn from_paths<'a>(paths: impl IntoIterator<Item = &'a [PathElement]>) -> Self {
+    pub(crate) fn from_paths<'a>(paths: impl IntoIterator<Item = &'a [PathElement]>) -> Self {
         let mut set = Set::new();
         for path in paths {
             set.insert(path);
@@ -207,12 +207,12 @@ impl Set {
     }
 
     /// Whether no path is in the set.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.members.is_empty() && self.children.is_empty()
     }
 
     /// Add `path`; the empty path names nothing and is not added.
-    pub fn insert(&mut self, path: &[PathElement]) {
+    pub(crate) fn insert(&mut self, path: &[PathElement]) {
         match path {
             [] => {}
             [last] => {
@@ -223,7 +223,7 @@ impl Set {
     }
 
     /// Whether `path` itself is in the set (its parents and children do not count).
-    pub fn has(&self, path: &[PathElement]) -> bool {
+    pub(crate) fn has(&self, path: &[PathElement]) -> bool {
         match path {
             [] => false,
             [last] => self.members.contains(last),
@@ -232,12 +232,12 @@ impl Set {
     }
 
     /// The subtree under `pe` (empty when none).
-    pub fn with_prefix(&self, pe: &PathElement) -> Set {
+    pub(crate) fn with_prefix(&self, pe: &PathElement) -> Set {
         self.children.get(pe).cloned().unwrap_or_default()
     }
 
     /// Every path in either set.
-    pub fn union(&self, other: &Set) -> Set {
+    pub(crate) fn union(&self, other: &Set) -> Set {
         let mut out = self.clone();
         out.members.extend(other.members.iter().cloned());
         for (pe, child) in &other.children {
@@ -251,7 +251,7 @@ impl Set {
     }
 
     /// Every path in both sets.
-    pub fn intersection(&self, other: &Set) -> Set {
+    pub(crate) fn intersection(&self, other: &Set) -> Set {
         let members = self.members.intersection(&other.members).cloned().collect();
         let children = self
             .children
@@ -265,7 +265,7 @@ impl Set {
     }
 
     /// Paths in `self` not in `other`; a parent minus its child is still the parent.
-    pub fn difference(&self, other: &Set) -> Set {
+    pub(crate) fn difference(&self, other: &Set) -> Set {
         let members = self.members.difference(&other.members).cloned().collect();
         let children = self
             .children
@@ -283,7 +283,7 @@ impl Set {
 
     /// Like [`difference`](Self::difference), but a member of `other` also removes
     /// everything under it.
-    pub fn recursive_difference(&self, other: &Set) -> Set {
+    pub(crate) fn recursive_difference(&self, other: &Set) -> Set {
         let members = self.members.difference(&other.members).cloned().collect();
         let children = self
             .children
@@ -301,7 +301,7 @@ impl Set {
     }
 
     /// Every path, members of a node before its subtrees (structured-merge-diff's order).
-    pub fn paths(&self) -> Vec<Path> {
+    pub(crate) fn paths(&self) -> Vec<Path> {
         let mut out = Vec::new();
         self.collect_paths(&mut Vec::new(), &mut out);
         out
@@ -340,7 +340,7 @@ impl Set {
     }
 
     /// The `FieldsV1` JSON of this set.
-    pub fn to_fields_v1(&self) -> Value {
+    pub(crate) fn to_fields_v1(&self) -> Value {
         Value::Object(self.emit(false))
     }
 
@@ -362,7 +362,7 @@ impl Set {
     }
 
     /// Parse `FieldsV1` JSON.
-    pub fn from_fields_v1(fields: &Value) -> Result<Set, String> {
+    pub(crate) fn from_fields_v1(fields: &Value) -> Result<Set, String> {
         let Value::Object(map) = fields else {
             return Err("FieldsV1 must be a JSON object".into());
         };

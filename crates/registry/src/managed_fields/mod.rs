@@ -16,10 +16,10 @@
 //!   `managedFields: [{}]` reset, metadata that is never owned, the cap of ten update
 //!   entries, and the `kubectl` last-applied annotation kept in step with server-side apply.
 
-pub mod fieldpath;
-pub mod schema;
-pub mod typed;
-pub mod updater;
+pub(crate) mod fieldpath;
+pub(crate) mod schema;
+pub(crate) mod typed;
+pub(crate) mod updater;
 
 use std::collections::BTreeMap;
 
@@ -35,12 +35,12 @@ use super::error::{ApiError, FieldError};
 use super::rest::Subresource;
 
 /// Upstream's cap on Update entries; older ones are merged into `ancient-changes`.
-pub const MAX_UPDATE_MANAGERS: usize = 10;
+pub(crate) const MAX_UPDATE_MANAGERS: usize = 10;
 const ANCIENT_CHANGES: &str = "ancient-changes";
 /// The temporary identity of the fields one Update changes.
 const CURRENT_OPERATION: &str = "current-operation";
 /// kubectl's client-side apply record, kept in step when `kubectl` applies server-side.
-pub const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
+pub(crate) const LAST_APPLIED_ANNOTATION: &str = "kubectl.kubernetes.io/last-applied-configuration";
 /// kubectl's server-side apply manager, whose client-side past the server helps with.
 const KUBECTL: &str = "kubectl";
 /// `fieldManager`'s upper bound (and of a name taken from the User-Agent).
@@ -48,7 +48,7 @@ const FIELD_MANAGER_MAX_LENGTH: usize = 128;
 
 /// The manager of a write: `fieldManager` when given, else the User-Agent up to its first
 /// `/` (printable characters only, at most 128 bytes), as kube-apiserver names it.
-pub fn manager_name(field_manager: Option<&str>, user_agent: Option<&str>) -> String {
+pub(crate) fn manager_name(field_manager: Option<&str>, user_agent: Option<&str>) -> String {
     if let Some(manager) = field_manager.filter(|m| !m.is_empty()) {
         return manager.to_string();
     }
@@ -70,7 +70,7 @@ pub fn manager_name(field_manager: Option<&str>, user_agent: Option<&str>) -> St
 /// The managed fields of an object: each manager's fields and the time it last changed
 /// something.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Managed {
+pub(crate) struct Managed {
     /// Each manager's fields, keyed by who wrote them how (manager, operation, version,
     /// subresource).
     pub fields: ManagedFields,
@@ -156,7 +156,7 @@ fn is_reset(entries: Option<&Value>) -> bool {
 
 impl Managed {
     /// Decode `metadata.managedFields` (upstream's checks and texts).
-    pub fn decode(entries: Option<&Value>) -> Result<Managed, String> {
+    pub(crate) fn decode(entries: Option<&Value>) -> Result<Managed, String> {
         let mut managed = Managed::default();
         let Some(entries) = entries else {
             return Ok(managed);
@@ -207,7 +207,7 @@ impl Managed {
 
     /// The wire form, sorted as upstream sorts it (Apply before Update, then by time,
     /// manager, API version, subresource); `None` when no manager owns anything.
-    pub fn encode(&self) -> Option<Value> {
+    pub(crate) fn encode(&self) -> Option<Value> {
         if self.fields.is_empty() {
             return None;
         }
@@ -358,7 +358,7 @@ fn conflict_error(conflicts: &[(ManagerId, Path)], managed: &Managed) -> ApiErro
 
 /// One write's context: the API version it speaks, its subresource, its manager, and how
 /// to convert the object to another served version.
-pub struct Write<'a> {
+pub(crate) struct Write<'a> {
     /// The `group/version` the request speaks (the version the body is in).
     pub api_version: &'a str,
     /// The part of the object written: the main resource or `/status`.
@@ -380,7 +380,7 @@ impl Write<'_> {
 
 /// A kind's field manager: its typed schema per API version and the fields its strategy
 /// resets (status on the main resource; spec and metadata on `/status`).
-pub struct FieldManager {
+pub(crate) struct FieldManager {
     kind: &'static str,
     schemas: BTreeMap<String, TypedSchema>,
     reset_main: Set,
@@ -411,7 +411,7 @@ impl Versions for KindVersions<'_> {
 
 impl FieldManager {
     /// `schemas` by served version (`v1`, ...), rooted at the kind.
-    pub fn new(
+    pub(crate) fn new(
         group: &'static str,
         kind: &'static str,
         schemas: BTreeMap<&'static str, TypedSchema>,
@@ -440,7 +440,7 @@ impl FieldManager {
     /// the request's version) gets the managed fields it should be stored with. Never
     /// fails: on an internal error `new` keeps the live managed fields (upstream's
     /// `UpdateNoErrors`).
-    pub fn update(&self, write: &Write<'_>, live: &Value, new: &mut Value) {
+    pub(crate) fn update(&self, write: &Write<'_>, live: &Value, new: &mut Value) {
         let requested = entries_of(new).cloned();
         let live_entries = entries_of(live).cloned();
         let managed = if write.subresource != Subresource::Main {
@@ -528,7 +528,7 @@ impl FieldManager {
     /// `live` (the stored object in the request's version, or the kind's empty object for a
     /// create). Returns the object to store, with its managed fields; what the merge emptied
     /// is `null` (absent once decoded, as in Go).
-    pub fn apply(
+    pub(crate) fn apply(
         &self,
         write: &Write<'_>,
         live: &Value,

@@ -13,11 +13,11 @@ use std::collections::BTreeMap;
 use serde_json::{Value, json};
 
 /// Index of an atom in a [`TypedSchema`].
-pub type TypeId = usize;
+pub(crate) type TypeId = usize;
 
 /// A scalar type: what a leaf value may be.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scalar {
+pub(crate) enum Scalar {
     /// OpenAPI `type: string`.
     String,
     /// OpenAPI `type: integer` or `number`.
@@ -30,7 +30,7 @@ pub enum Scalar {
 
 /// How a list merges.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ListKind {
+pub(crate) enum ListKind {
     /// Replaced whole; owned as one field.
     Atomic,
     /// A set of scalars: items merge by value.
@@ -41,7 +41,7 @@ pub enum ListKind {
 
 /// A map: a struct with declared fields, a map with typed values, or both.
 #[derive(Debug, Clone)]
-pub struct MapType {
+pub(crate) struct MapType {
     /// Declared fields (a struct); empty for a plain map.
     pub fields: BTreeMap<String, TypeId>,
     /// The type of undeclared keys; `None` means undeclared keys are errors.
@@ -52,7 +52,7 @@ pub struct MapType {
 
 /// A list: its item type and how it merges.
 #[derive(Debug, Clone)]
-pub struct ListType {
+pub(crate) struct ListType {
     /// The type of each item.
     pub element: TypeId,
     /// How the list merges: atomic, as a set, or by key fields.
@@ -61,7 +61,7 @@ pub struct ListType {
 
 /// One type of the schema.
 #[derive(Debug, Clone)]
-pub enum Atom {
+pub(crate) enum Atom {
     /// A leaf value.
     Scalar(Scalar),
     /// An object (struct or map).
@@ -74,7 +74,7 @@ pub enum Atom {
 
 /// The atoms of one kind in one version, rooted at the kind.
 #[derive(Debug, Clone)]
-pub struct TypedSchema {
+pub(crate) struct TypedSchema {
     atoms: Vec<Atom>,
     root: TypeId,
     deduced: TypeId,
@@ -269,7 +269,7 @@ impl<'a> Builder<'a> {
 impl TypedSchema {
     /// The schema of definition `root` among `definitions` (OpenAPI v3 `components/schemas`
     /// with `#/components/schemas/` refs, or v2 `#/definitions/`).
-    pub fn new(definitions: &BTreeMap<String, Value>, root: &str) -> Self {
+    pub(crate) fn new(definitions: &BTreeMap<String, Value>, root: &str) -> Self {
         let mut builder = Builder {
             definitions,
             atoms: vec![Atom::Deduced],
@@ -286,23 +286,23 @@ impl TypedSchema {
     }
 
     /// The type of the kind itself.
-    pub fn root(&self) -> TypeId {
+    pub(crate) fn root(&self) -> TypeId {
         self.root
     }
 
     /// The type `id` stands for; an unknown `id` reads as [`Atom::Deduced`].
-    pub fn atom(&self, id: TypeId) -> &Atom {
+    pub(crate) fn atom(&self, id: TypeId) -> &Atom {
         self.atoms.get(id).unwrap_or(&Atom::Deduced)
     }
 
     /// The "deduced" type: any JSON, taking the shape of the value.
-    pub fn deduced(&self) -> TypeId {
+    pub(crate) fn deduced(&self) -> TypeId {
         self.deduced
     }
 
     /// The type of field or key `name` of the map type `id` (`None`: not declared).
     #[cfg(test)]
-    pub fn field_type(&self, id: TypeId, name: &str) -> Option<TypeId> {
+    pub(crate) fn field_type(&self, id: TypeId, name: &str) -> Option<TypeId> {
         match self.atom(id) {
             Atom::Map(map) => map.fields.get(name).copied().or(map.element),
             Atom::Deduced => Some(self.deduced),
@@ -312,13 +312,13 @@ impl TypedSchema {
 
     /// Whether `name` is a declared field (not merely a map key) of the map type `id`.
     #[cfg(test)]
-    pub fn is_named_field(&self, id: TypeId, name: &str) -> bool {
+    pub(crate) fn is_named_field(&self, id: TypeId, name: &str) -> bool {
         matches!(self.atom(id), Atom::Map(map) if map.fields.contains_key(name))
     }
 
     /// Every non-atomic list, by dotted field path from the root (list items transparent),
     /// with its kind: what strategic merge patch merges.
-    pub fn merging_lists(&self) -> Vec<(String, ListKind)> {
+    pub(crate) fn merging_lists(&self) -> Vec<(String, ListKind)> {
         let mut out = Vec::new();
         let mut visiting = Vec::new();
         self.collect_lists(self.root, "", &mut visiting, &mut out);

@@ -17,7 +17,7 @@ type IndexedItems = (Vec<PathElement>, Vec<(PathElement, Option<Value>)>);
 
 /// One problem of a value against its schema: `.spec.bogus: field not declared in schema`.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ValidationError {
+pub(crate) struct ValidationError {
     /// Where, e.g. `.spec.bogus`.
     pub path: String,
     /// What is wrong there.
@@ -31,7 +31,7 @@ impl std::fmt::Display for ValidationError {
 }
 
 /// structured-merge-diff's rendering of several errors.
-pub fn render_errors(errors: &[ValidationError]) -> String {
+pub(crate) fn render_errors(errors: &[ValidationError]) -> String {
     match errors {
         [one] => one.to_string(),
         _ => {
@@ -44,7 +44,7 @@ pub fn render_errors(errors: &[ValidationError]) -> String {
 
 /// What changed from one value to another.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Comparison {
+pub(crate) struct Comparison {
     /// Fields the new value sets that the old one did not.
     pub added: Set,
     /// Fields both set, to different values.
@@ -56,12 +56,12 @@ pub struct Comparison {
 impl Comparison {
     /// Whether nothing changed.
     #[cfg(test)]
-    pub fn is_same(&self) -> bool {
+    pub(crate) fn is_same(&self) -> bool {
         self.added.is_empty() && self.modified.is_empty() && self.removed.is_empty()
     }
 
     /// Remove `excluded` (and everything under its members) from every part.
-    pub fn exclude(&self, excluded: &Set) -> Comparison {
+    pub(crate) fn exclude(&self, excluded: &Set) -> Comparison {
         Comparison {
             added: self.added.recursive_difference(excluded),
             modified: self.modified.recursive_difference(excluded),
@@ -78,7 +78,7 @@ enum Shape<'a> {
 }
 
 /// A schema with the operations over values of its root type.
-pub struct Typed<'s> {
+pub(crate) struct Typed<'s> {
     schema: &'s TypedSchema,
 }
 
@@ -122,7 +122,7 @@ fn go_value(value: &Value) -> String {
 
 impl<'s> Typed<'s> {
     /// Operations over values of `schema`'s root type.
-    pub fn new(schema: &'s TypedSchema) -> Self {
+    pub(crate) fn new(schema: &'s TypedSchema) -> Self {
         Self { schema }
     }
 
@@ -193,7 +193,7 @@ impl<'s> Typed<'s> {
 
     /// Every problem of `value` against the root type; duplicates in associative lists are
     /// problems unless `allow_duplicates`.
-    pub fn validate(&self, value: &Value, allow_duplicates: bool) -> Vec<ValidationError> {
+    pub(crate) fn validate(&self, value: &Value, allow_duplicates: bool) -> Vec<ValidationError> {
         let mut errors = Vec::new();
         self.validate_at(self.schema.root(), value, "", allow_duplicates, &mut errors);
         errors
@@ -294,7 +294,7 @@ impl<'s> Typed<'s> {
     // ---- the set of fields a value sets ----
 
     /// The fields `value` sets: leaves, list items, and maps that are empty or null.
-    pub fn to_field_set(&self, value: &Value) -> Set {
+    pub(crate) fn to_field_set(&self, value: &Value) -> Set {
         let mut set = Set::new();
         self.field_set_at(self.schema.root(), value, &mut Vec::new(), &mut set);
         set
@@ -361,7 +361,7 @@ impl<'s> Typed<'s> {
     // ---- comparison ----
 
     /// What changed from `lhs` to `rhs`.
-    pub fn compare(&self, lhs: &Value, rhs: &Value) -> Comparison {
+    pub(crate) fn compare(&self, lhs: &Value, rhs: &Value) -> Comparison {
         let mut out = Comparison::default();
         self.compare_at(
             self.schema.root(),
@@ -516,7 +516,7 @@ impl<'s> Typed<'s> {
     // ---- merge ----
 
     /// `rhs` (an applied configuration) merged into `lhs` (the live object).
-    pub fn merge(&self, lhs: &Value, rhs: &Value) -> Result<Value, Vec<ValidationError>> {
+    pub(crate) fn merge(&self, lhs: &Value, rhs: &Value) -> Result<Value, Vec<ValidationError>> {
         let mut errors = Vec::new();
         let merged = self.merge_at(self.schema.root(), Some(lhs), Some(rhs), "", &mut errors);
         if errors.is_empty() {
@@ -707,7 +707,7 @@ impl<'s> Typed<'s> {
     // ---- removal ----
 
     /// `value` without the fields of `remove` (an emptied map or list becomes `null`).
-    pub fn remove_items(&self, value: &Value, remove: &Set) -> Value {
+    pub(crate) fn remove_items(&self, value: &Value, remove: &Set) -> Value {
         self.remove_at(self.schema.root(), value, remove)
             .unwrap_or(Value::Null)
     }
@@ -771,7 +771,7 @@ impl<'s> Typed<'s> {
 
     /// `set` plus every declared (struct) field that is the parent of one of its paths, so
     /// removing the set removes those fields too.
-    pub fn ensure_named_fields_are_members(&self, set: &Set) -> Set {
+    pub(crate) fn ensure_named_fields_are_members(&self, set: &Set) -> Set {
         self.ensure_at(Some(self.schema.root()), set)
     }
 
@@ -797,7 +797,7 @@ impl<'s> Typed<'s> {
 
 /// Drop `null`s from maps, recursively, as decoding into a Go struct does: what a merge or
 /// a removal leaves as `null` is an absent field.
-pub fn strip_nulls(value: &mut Value) {
+pub(crate) fn strip_nulls(value: &mut Value) {
     match value {
         Value::Object(map) => {
             map.retain(|_, v| !v.is_null());

@@ -14,7 +14,7 @@ use super::typed::{Comparison, Typed, render_errors};
 
 /// How a manager wrote its fields.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Operation {
+pub(crate) enum Operation {
     /// Server-side apply (`PATCH` with `application/apply-patch+yaml`).
     Apply,
     /// Any other write: a create, an update, a non-apply patch.
@@ -24,7 +24,7 @@ pub enum Operation {
 /// A manager's identity: its name, operation and subresource, and for an Update also the
 /// API version it wrote in (an applier is one manager whatever version it applies in).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct ManagerId {
+pub(crate) struct ManagerId {
     /// The manager's name (`fieldManager`, or from the User-Agent).
     pub manager: String,
     /// Apply or Update.
@@ -37,7 +37,12 @@ pub struct ManagerId {
 
 impl ManagerId {
     /// The identity of `manager`; an applier's API version is dropped (see the type).
-    pub fn new(manager: &str, operation: Operation, api_version: &str, subresource: &str) -> Self {
+    pub(crate) fn new(
+        manager: &str,
+        operation: Operation,
+        api_version: &str,
+        subresource: &str,
+    ) -> Self {
         let api_version = match operation {
             Operation::Apply => String::new(),
             Operation::Update => api_version.to_string(),
@@ -52,7 +57,7 @@ impl ManagerId {
 
     /// How conflicts name a manager: `"alice"`, `"kubelet" with subresource "status"`,
     /// `"kubectl-edit" using v1 at <time>` for updaters.
-    pub fn describe(&self, time: Option<&str>) -> String {
+    pub(crate) fn describe(&self, time: Option<&str>) -> String {
         let mut text = format!("{:?}", self.manager);
         if !self.subresource.is_empty() {
             text = format!("{text} with subresource {:?}", self.subresource);
@@ -69,7 +74,7 @@ impl ManagerId {
 
 /// A manager's fields, the API version their paths are in, and whether it applied them.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct VersionedSet {
+pub(crate) struct VersionedSet {
     /// The field paths owned.
     pub set: Set,
     /// The `group/version` the paths are written in.
@@ -79,11 +84,11 @@ pub struct VersionedSet {
 }
 
 /// Every manager's fields, as `metadata.managedFields` holds them.
-pub type ManagedFields = BTreeMap<ManagerId, VersionedSet>;
+pub(crate) type ManagedFields = BTreeMap<ManagerId, VersionedSet>;
 
 /// An object as one API version serves it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Versioned {
+pub(crate) struct Versioned {
     /// The object as JSON.
     pub value: Value,
     /// `group/version`.
@@ -92,7 +97,7 @@ pub struct Versioned {
 
 /// What the updater needs to know about the kind: its typed schema per API version,
 /// conversion between versions, and the fields no manager may own (reset by the strategy).
-pub trait Versions {
+pub(crate) trait Versions {
     /// `None`: the version is not served (its managers are dropped, as upstream does).
     fn schema(&self, api_version: &str) -> Option<&TypedSchema>;
     /// The object as `api_version` serves it.
@@ -103,7 +108,7 @@ pub trait Versions {
 
 /// Why an update of the managed fields failed.
 #[derive(Debug, Clone, PartialEq)]
-pub enum UpdateError {
+pub(crate) enum UpdateError {
     /// The apply would change fields these managers own.
     Conflicts(Vec<(ManagerId, Path)>),
     /// Anything else failed (no schema for a version, a conversion, a value the schema does not
@@ -112,7 +117,7 @@ pub enum UpdateError {
 }
 
 /// Computes the managers' ownership after an Update or an Apply.
-pub struct Updater<'v> {
+pub(crate) struct Updater<'v> {
     /// The kind's schemas, conversion and reset fields.
     pub versions: &'v dyn Versions,
 }
@@ -231,7 +236,7 @@ impl<'v> Updater<'v> {
 
     /// A create, update or non-apply patch by `manager`: it owns what it changed, on top of
     /// what it owned before.
-    pub fn update_fields(
+    pub(crate) fn update_fields(
         &self,
         live: &Versioned,
         new: &Versioned,
@@ -269,7 +274,7 @@ impl<'v> Updater<'v> {
 
     /// An apply of `config` by `manager`. Returns the new object, or `None` when the apply
     /// changes nothing in the object (its managed fields may still change).
-    pub fn apply(
+    pub(crate) fn apply(
         &self,
         live: &Versioned,
         config: &Versioned,

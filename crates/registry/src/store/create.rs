@@ -16,7 +16,7 @@ const GENERATE_NAME_ATTEMPTS: usize = 8;
 
 impl<S: Strategy> Store<S> {
     /// Create `obj` (the controllers' entry point: same rules as a REST create), recorded
-    /// for [`DEFAULT_FIELD_MANAGER`]; see [`Store::managed_by`] to name the manager.
+    /// for the controllers' field manager (`svm-apiserver`); see [`Store::managed_by`] to name the manager.
     pub async fn create(&self, obj: S::Object) -> ApiResult<S::Object> {
         self.managed_by(DEFAULT_FIELD_MANAGER).create(obj).await
     }

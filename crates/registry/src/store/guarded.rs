@@ -32,7 +32,7 @@ impl<S: Strategy> Clone for Guarded<S> {
 }
 
 impl<S: Strategy> Guarded<S> {
-    /// Writes under `fence`, recorded for [`DEFAULT_FIELD_MANAGER`].
+    /// Writes under `fence`, recorded for the controllers' field manager (`svm-apiserver`).
     pub fn new(store: Arc<Store<S>>, fence: Fence) -> Self {
         Self {
             store,

@@ -19,7 +19,7 @@ use svm_storage::{Compare, Op};
 
 impl<S: Strategy> Store<S> {
     /// Replace an object (the controllers' entry point: same rules as a REST update),
-    /// recorded for [`DEFAULT_FIELD_MANAGER`] (see [`Store::managed_by`]). The object's
+    /// recorded for the controllers' field manager (`svm-apiserver`) (see [`Store::managed_by`]). The object's
     /// resourceVersion is the precondition; its uid, when set, must match.
     pub async fn update(&self, obj: S::Object) -> ApiResult<S::Object> {
         self.managed_by(DEFAULT_FIELD_MANAGER).update(obj).await
