@@ -36,7 +36,7 @@ enum Command {
     },
     /// Carry kube-storage-version-migrator's StorageStates and StorageVersionMigrations
     /// (migration.k8s.io/v1alpha1) over to this server, through its API; idempotent.
-    ImportKsvm(svm_controllers::ksvm::ImportOptions),
+    ImportKsvm(svm_controllers::ImportOptions),
     /// Check or repair the embedded store's data directory (stop the server first).
     #[command(subcommand)]
     Store(StoreCommand),
@@ -183,7 +183,7 @@ async fn main() -> anyhow::Result<()> {
             );
             Ok(())
         }
-        Command::ImportKsvm(options) => svm_controllers::ksvm::run(&options).await,
+        Command::ImportKsvm(options) => svm_controllers::import_ksvm(&options).await,
         Command::Store(StoreCommand::Verify { data_dir }) => {
             let verification = svm_storage::embedded::verify(&data_dir)
                 .with_context(|| format!("reading the store in {}", data_dir.display()))?;

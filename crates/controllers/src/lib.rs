@@ -4,7 +4,7 @@
 //! to our own objects only through the registry.
 
 pub(crate) mod apimode;
-pub mod ksvm;
+mod ksvm;
 pub(crate) mod leader;
 pub(crate) mod metrics;
 pub(crate) mod migrator;
@@ -25,6 +25,8 @@ use crate::apimode::metrics::ApiModeMetrics;
 use crate::apimode::{ApiMode, CompanionMigrator, Decision};
 use crate::migrator::{Backoff, MigratorMetrics};
 use crate::volumes::VolumeMetrics;
+/// `import-ksvm`: kube-storage-version-migrator's objects carried over through our API.
+pub use ksvm::{ImportOptions, run as import_ksvm};
 use leader::{ElectionConfig, LeaderElector};
 use metrics::LeaderMetrics;
 use svm_api::Installed;

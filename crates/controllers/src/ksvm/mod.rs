@@ -30,17 +30,17 @@ use svm_api::migration::StorageVersionMigration as InternalMigration;
 use svm_api::storagestate::{StorageState as InternalState, UNKNOWN_HASH};
 
 /// KSVM's API group and version.
-pub const KSVM_GROUP: &str = "migration.k8s.io";
+pub(crate) const KSVM_GROUP: &str = "migration.k8s.io";
 /// The one version KSVM serves.
-pub const KSVM_VERSION: &str = "v1alpha1";
+pub(crate) const KSVM_VERSION: &str = "v1alpha1";
 /// On every object the import created: KSVM's uid of the object it came from.
-pub const IMPORTED_UID_ANNOTATION: &str = "storagemigration.k8s.io/imported-from-ksvm-uid";
+pub(crate) const IMPORTED_UID_ANNOTATION: &str = "storagemigration.k8s.io/imported-from-ksvm-uid";
 /// On a migration imported as history (finished in KSVM): the migrator never runs it.
-pub const IMPORTED_HISTORY_ANNOTATION: &str = "storagemigration.k8s.io/imported-history";
+pub(crate) const IMPORTED_HISTORY_ANNOTATION: &str = "storagemigration.k8s.io/imported-history";
 
 /// Whether the migrator must leave this migration alone: a finished KSVM migration, kept as
 /// history. (Its status is written right after it is created; until then it has none.)
-pub fn is_imported_history(m: &InternalMigration) -> bool {
+pub(crate) fn is_imported_history(m: &InternalMigration) -> bool {
     m.metadata
         .annotations
         .as_ref()
@@ -53,7 +53,7 @@ pub fn is_imported_history(m: &InternalMigration) -> bool {
 /// A group and a resource, as a StorageState names them.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct GroupResource {
+pub(crate) struct GroupResource {
     /// The API group; empty for the core group.
     #[serde(default)]
     pub group: String,
@@ -65,7 +65,7 @@ pub struct GroupResource {
 /// A StorageState's spec.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct StorageStateSpec {
+pub(crate) struct StorageStateSpec {
     /// The resource the StorageState describes.
     #[serde(default)]
     pub resource: GroupResource,
@@ -74,7 +74,7 @@ pub struct StorageStateSpec {
 /// A StorageState's status.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct StorageStateStatus {
+pub(crate) struct StorageStateStatus {
     /// The hashes stored objects may be encoded in (`Unknown` when nobody knows).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub persisted_storage_version_hashes: Vec<String>,
@@ -88,7 +88,7 @@ pub struct StorageStateStatus {
 
 /// A StorageState in `v1alpha1`, KSVM's and ours alike.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct StorageState {
+pub(crate) struct StorageState {
     /// Standard object metadata.
     #[serde(default)]
     pub metadata: ObjectMeta,
@@ -103,7 +103,7 @@ pub struct StorageState {
 /// The resource a migration migrates.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct GroupVersionResource {
+pub(crate) struct GroupVersionResource {
     /// The API group; empty for the core group.
     #[serde(default)]
     pub group: String,
@@ -118,7 +118,7 @@ pub struct GroupVersionResource {
 /// A StorageVersionMigration's spec.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct MigrationSpec {
+pub(crate) struct MigrationSpec {
     /// The resource to migrate.
     #[serde(default)]
     pub resource: GroupVersionResource,
@@ -130,7 +130,7 @@ pub struct MigrationSpec {
 /// One condition of a migration, v1alpha1's shape.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct MigrationCondition {
+pub(crate) struct MigrationCondition {
     /// `Running`, `Succeeded` or `Failed`.
     #[serde(rename = "type")]
     pub type_: String,
@@ -151,7 +151,7 @@ pub struct MigrationCondition {
 /// share; our `status.progress` is not read).
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
-pub struct MigrationStatus {
+pub(crate) struct MigrationStatus {
     /// The migration's conditions; none until it started.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<MigrationCondition>,
@@ -159,7 +159,7 @@ pub struct MigrationStatus {
 
 /// A StorageVersionMigration in `v1alpha1`, KSVM's and ours alike.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct StorageVersionMigration {
+pub(crate) struct StorageVersionMigration {
     /// Standard object metadata.
     #[serde(default)]
     pub metadata: ObjectMeta,
@@ -195,7 +195,7 @@ impl StorageVersionMigration {
 
 /// What the import does with one object.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Action {
+pub(crate) enum Action {
     /// Not here yet: create it (then write its status, where it has one).
     Create,
     /// Our StorageState gains persisted hashes.
@@ -210,7 +210,7 @@ pub enum Action {
 
 /// What the import does with one KSVM StorageState.
 #[derive(Clone, Debug, PartialEq)]
-pub struct StatePlan {
+pub(crate) struct StatePlan {
     /// Our StorageState's name (`<resource>.<group>`, `<resource>` for the core group).
     pub name: String,
     /// What is done with it.
@@ -221,7 +221,7 @@ pub struct StatePlan {
 
 /// What the import does with one KSVM StorageVersionMigration.
 #[derive(Clone, Debug, PartialEq)]
-pub struct MigrationPlan {
+pub(crate) struct MigrationPlan {
     /// The migration's name, the same here as in KSVM.
     pub name: String,
     /// What is done with it.
@@ -234,7 +234,7 @@ pub struct MigrationPlan {
 
 /// The whole import: what is done with each of KSVM's objects, sorted by name.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// One entry per KSVM StorageState.
     pub states: Vec<StatePlan>,
     /// One entry per KSVM StorageVersionMigration.
@@ -243,7 +243,7 @@ pub struct Plan {
 
 impl Plan {
     /// Whether applying it would write anything.
-    pub fn changes(&self) -> bool {
+    pub(crate) fn changes(&self) -> bool {
         self.states
             .iter()
             .map(|s| &s.action)
@@ -377,7 +377,7 @@ fn plan_migration(
 }
 
 /// What importing `ksvm_*` into a server holding `ours_*` does.
-pub fn plan(
+pub(crate) fn plan(
     ksvm_states: &[StorageState],
     ksvm_migrations: &[StorageVersionMigration],
     our_states: &[StorageState],
@@ -415,7 +415,7 @@ pub fn plan(
 }
 
 /// The plan for people: one line per object.
-pub fn render(plan: &Plan, dry_run: bool) -> String {
+pub(crate) fn render(plan: &Plan, dry_run: bool) -> String {
     let mut out = String::new();
     let verb = |a: &Action| match a {
         Action::Create => "create".to_string(),
@@ -475,7 +475,7 @@ pub fn render(plan: &Plan, dry_run: bool) -> String {
 
 /// Errors of the import, each naming what it was doing.
 #[derive(Debug, thiserror::Error)]
-pub enum ImportError {
+pub(crate) enum ImportError {
     /// A request to either API failed.
     #[error("{doing}: {source}")]
     Kube {
@@ -514,7 +514,7 @@ fn api(
 }
 
 /// The four APIs: KSVM's (read) and ours (v1alpha1, the shape KSVM's objects have).
-pub struct Apis {
+pub(crate) struct Apis {
     ksvm_states: Api<DynamicObject>,
     ksvm_migrations: Api<DynamicObject>,
     our_states: Api<DynamicObject>,
@@ -524,7 +524,7 @@ pub struct Apis {
 impl Apis {
     /// `source` is the cluster KSVM runs in; `target` reaches this server (the same cluster
     /// through the aggregator, or the server itself).
-    pub fn new(source: &kube::Client, target: &kube::Client) -> Self {
+    pub(crate) fn new(source: &kube::Client, target: &kube::Client) -> Self {
         Self {
             ksvm_states: api(
                 source,
@@ -585,7 +585,7 @@ async fn list<T: serde::de::DeserializeOwned>(
 }
 
 /// Reads both sides and plans.
-pub async fn read_plan(apis: &Apis) -> Result<Plan, ImportError> {
+pub(crate) async fn read_plan(apis: &Apis) -> Result<Plan, ImportError> {
     let ksvm_states: Vec<StorageState> =
         list(&apis.ksvm_states, "KSVM StorageStates (migration.k8s.io)").await?;
     let ksvm_migrations: Vec<StorageVersionMigration> = list(
@@ -666,7 +666,7 @@ async fn write_status<T: Serialize>(
 }
 
 /// Applies the plan. Returns how many objects were written.
-pub async fn apply(apis: &Apis, plan: &Plan) -> Result<usize, ImportError> {
+pub(crate) async fn apply(apis: &Apis, plan: &Plan) -> Result<usize, ImportError> {
     let mut written = 0;
     for s in &plan.states {
         match &s.action {

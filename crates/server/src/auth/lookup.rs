@@ -10,13 +10,13 @@ use super::authenticator::RequestHeaderConfig;
 use super::x509::CaBundle;
 
 /// The namespace of the ConfigMap kube-apiserver publishes.
-pub const NAMESPACE: &str = "kube-system";
+pub(crate) const NAMESPACE: &str = "kube-system";
 /// The ConfigMap's name.
-pub const NAME: &str = "extension-apiserver-authentication";
+pub(crate) const NAME: &str = "extension-apiserver-authentication";
 
 /// What the cluster publishes; each part is absent when the cluster does not set it.
 #[derive(Debug, Clone, Default)]
-pub struct ClusterAuthentication {
+pub(crate) struct ClusterAuthentication {
     /// `client-ca-file`: the CA of client certificates that authenticate as their CN.
     pub client_ca: Option<CaBundle>,
     /// The front proxy's settings (`requestheader-*`), when the cluster has a front proxy.
@@ -26,7 +26,7 @@ pub struct ClusterAuthentication {
 impl ClusterAuthentication {
     /// Read the ConfigMap; a missing one publishes nothing (a cluster without client
     /// certificates or front proxy).
-    pub async fn fetch(client: &kube::Client) -> Result<Self> {
+    pub(crate) async fn fetch(client: &kube::Client) -> Result<Self> {
         let maps: Api<ConfigMap> = Api::namespaced(client.clone(), NAMESPACE);
         let map = maps
             .get_opt(NAME)
@@ -45,7 +45,7 @@ impl ClusterAuthentication {
 
     /// Reads the settings out of the ConfigMap's data; an error when a CA holds no certificate or
     /// a header list is not a JSON list of strings.
-    pub fn from_config_map(map: &ConfigMap) -> Result<Self> {
+    pub(crate) fn from_config_map(map: &ConfigMap) -> Result<Self> {
         let data = map.data.clone().unwrap_or_default();
         let value = |key: &str| {
             data.get(key)

@@ -22,7 +22,7 @@ mod authorizer;
 mod cache;
 #[cfg(test)]
 pub(crate) mod devcerts;
-pub mod lookup;
+pub(crate) mod lookup;
 mod metrics;
 mod middleware;
 mod options;

@@ -75,9 +75,9 @@ fn certified_key_from_pem(cert_pem: &[u8], key_pem: &[u8]) -> Result<CertifiedKe
         .collect::<Result<Vec<_>, _>>()
         .context("reading the certificate PEM")?;
     if chain.is_empty() {
-        return Err(SetupError::invalid(format!(
-            "no certificate in the certificate file"
-        )));
+        return Err(SetupError::invalid(
+            "no certificate in the certificate file",
+        ));
     }
     let key = PrivateKeyDer::from_pem_slice(key_pem).context("reading the private key PEM")?;
     let certified = CertifiedKey::from_der(chain, key, &crypto_provider())
