@@ -183,7 +183,7 @@ async fn main() -> anyhow::Result<()> {
             );
             Ok(())
         }
-        Command::ImportKsvm(options) => svm_controllers::import_ksvm(&options).await,
+        Command::ImportKsvm(options) => Ok(svm_controllers::import_ksvm(&options).await?),
         Command::Store(StoreCommand::Verify { data_dir }) => {
             let verification = svm_storage::embedded::verify(&data_dir)
                 .with_context(|| format!("reading the store in {}", data_dir.display()))?;

@@ -16,7 +16,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
 use clap::Args;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -26,11 +25,11 @@ use crate::apimode::{ApiMode, CompanionMigrator, Decision};
 use crate::migrator::{Backoff, MigratorMetrics};
 use crate::volumes::VolumeMetrics;
 /// `import-ksvm`: kube-storage-version-migrator's objects carried over through our API.
-pub use ksvm::{ImportOptions, run as import_ksvm};
+pub use ksvm::{ImportError, ImportOptions, run as import_ksvm};
 use leader::{ElectionConfig, LeaderElector};
 use metrics::LeaderMetrics;
 use svm_api::Installed;
-use svm_cluster::ClusterClient;
+use svm_cluster::{ClusterClient, ClusterError};
 use svm_registry::Fence;
 use svm_server::Metrics;
 use svm_storage::Storage;
@@ -135,33 +134,35 @@ impl ControllerOptions {
         self.controllers.iter().any(|c| c.trim() == name)
     }
 
-    fn validate(&self) -> anyhow::Result<()> {
+    fn validate(&self) -> Result<(), StartError> {
         for name in &self.controllers {
             let name = name.trim();
             if !name.is_empty() && !["migrator", "trigger", "volumes"].contains(&name) {
-                anyhow::bail!(
+                return Err(StartError::Flags(format!(
                     "--controllers: unknown controller {name:?} (known: trigger, migrator, volumes)"
-                );
+                )));
             }
         }
         if self.qps < 0.0 || !self.qps.is_finite() {
-            anyhow::bail!("--qps must be 0 (unlimited) or positive");
+            return Err(StartError::Flags(
+                "--qps must be 0 (unlimited) or positive".into(),
+            ));
         }
         if self.discovery_interval.is_zero()
             || self.heartbeat_interval.is_zero()
             || self.volume_resync_interval.is_zero()
         {
-            anyhow::bail!(
-                "--discovery-interval, --heartbeat-interval and --volume-resync-interval must be positive"
-            );
+            return Err(StartError::Flags("--discovery-interval, --heartbeat-interval and --volume-resync-interval must be positive".into()));
         }
         if self.workers == 0 {
-            anyhow::bail!("--workers must be at least 1");
+            return Err(StartError::Flags("--workers must be at least 1".into()));
         }
         if self.leader_elect_renew_deadline >= self.leader_elect_lease_duration
             || self.leader_elect_retry_period >= self.leader_elect_renew_deadline
         {
-            anyhow::bail!("leader election needs retry period < renew deadline < lease duration");
+            return Err(StartError::Flags(
+                "leader election needs retry period < renew deadline < lease duration".into(),
+            ));
         }
         Ok(())
     }
@@ -244,6 +245,21 @@ impl Controllers {
     }
 }
 
+/// Why the controllers could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// A flag's value that cannot work; the message names the flag.
+    #[error("{0}")]
+    Flags(String),
+    /// The target cluster's client could not be built from `--kubeconfig` (or the in-cluster
+    /// configuration).
+    #[error("--kubeconfig")]
+    Cluster(#[source] ClusterError),
+    /// `--api-mode` refuses to run on this cluster (the reason names the flag and the docs).
+    #[error("{0}")]
+    Refused(String),
+}
+
 /// Starts the controllers `options` ask for; they stop when `shutdown` fires.
 pub async fn start(
     options: &ControllerOptions,
@@ -252,7 +268,7 @@ pub async fn start(
     prefix: &str,
     metrics: &Arc<Metrics>,
     shutdown: CancellationToken,
-) -> anyhow::Result<Controllers> {
+) -> Result<Controllers, StartError> {
     options.validate()?;
     let mut tasks = Vec::new();
     let (run_trigger, run_migrator) = (options.wants("trigger"), options.wants("migrator"));
@@ -265,7 +281,7 @@ pub async fn start(
     }
     let Some(cluster) = ClusterClient::connect(options.kubeconfig.as_deref())
         .await
-        .context("--kubeconfig")?
+        .map_err(StartError::Cluster)?
     else {
         tracing::warn!("no --kubeconfig and not in a cluster: no controller runs (API only)");
         return Ok(Controllers { tasks });
@@ -369,10 +385,10 @@ pub async fn start(
 /// `--api-mode=owner` on a cluster that serves the group itself refuses to run: `serve`
 /// fails with the reason (naming the flag and the docs). An unanswered detection is not a
 /// refusal: the term's watch decides once the cluster answers.
-async fn refuse_at_start(mode: ApiMode, cluster: &ClusterClient) -> anyhow::Result<()> {
+async fn refuse_at_start(mode: ApiMode, cluster: &ClusterClient) -> Result<(), StartError> {
     match apimode::detect(cluster).await {
         Ok(serving) => match apimode::decide(mode, &serving) {
-            Decision::Refused { reason } => anyhow::bail!(reason),
+            Decision::Refused { reason } => Err(StartError::Refused(reason)),
             decision => {
                 tracing::info!(mode = decision.label(), "API mode at start: {decision}");
                 Ok(())

@@ -475,7 +475,21 @@ pub(crate) fn render(plan: &Plan, dry_run: bool) -> String {
 
 /// Errors of the import, each naming what it was doing.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum ImportError {
+pub enum ImportError {
+    /// A kubeconfig that does not read or load.
+    #[error("{doing} {}", path.display())]
+    Kubeconfig {
+        /// Reading or loading.
+        doing: &'static str,
+        /// The kubeconfig file.
+        path: std::path::PathBuf,
+        /// kube's reason.
+        #[source]
+        source: kube::config::KubeconfigError,
+    },
+    /// No kubeconfig given and none found (`KUBECONFIG`, `~/.kube/config`, in-cluster).
+    #[error("finding a kubeconfig")]
+    NoKubeconfig(#[source] kube::config::InferConfigError),
     /// A request to either API failed.
     #[error("{doing}: {source}")]
     Kube {
@@ -743,25 +757,35 @@ pub struct ImportOptions {
     pub dry_run: bool,
 }
 
-async fn client(path: Option<&std::path::Path>) -> anyhow::Result<kube::Client> {
-    use anyhow::Context as _;
+async fn client(path: Option<&std::path::Path>) -> Result<kube::Client, ImportError> {
+    let kubeconfig = |doing, path: &std::path::Path| {
+        let path = path.to_path_buf();
+        move |source| ImportError::Kubeconfig {
+            doing,
+            path,
+            source,
+        }
+    };
     let config = match path {
         Some(path) => {
-            let kubeconfig = kube::config::Kubeconfig::read_from(path)
-                .with_context(|| format!("reading {}", path.display()))?;
-            kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            let file =
+                kube::config::Kubeconfig::read_from(path).map_err(kubeconfig("reading", path))?;
+            kube::Config::from_custom_kubeconfig(file, &Default::default())
                 .await
-                .with_context(|| format!("loading {}", path.display()))?
+                .map_err(kubeconfig("loading", path))?
         }
         None => kube::Config::infer()
             .await
-            .context("finding a kubeconfig")?,
+            .map_err(ImportError::NoKubeconfig)?,
     };
-    kube::Client::try_from(config).context("building the client")
+    kube::Client::try_from(config).map_err(|source| ImportError::Kube {
+        doing: "building the client".into(),
+        source,
+    })
 }
 
 /// Runs the import: prints the plan, and applies it unless `--dry-run`.
-pub async fn run(options: &ImportOptions) -> anyhow::Result<()> {
+pub async fn run(options: &ImportOptions) -> Result<(), ImportError> {
     let source = client(options.kubeconfig.as_deref()).await?;
     let target = match &options.target_kubeconfig {
         Some(path) => client(Some(path)).await?,
