@@ -63,14 +63,20 @@ impl BuiltinMigrations {
     pub fn decode(&self, value: Value) -> Result<StorageVersionMigration, ClusterError> {
         MigrationStrategy
             .decode(&self.version, value)
-            .map_err(|e| ClusterError::Decode(format!("a built-in {KIND}: {e}")))
+            .map_err(|source| ClusterError::Kind {
+                what: format!("a built-in {KIND}"),
+                source: Box::new(source),
+            })
     }
 
     fn encode(&self, migration: &StorageVersionMigration) -> Result<Vec<u8>, ClusterError> {
         let value = MigrationStrategy
             .encode(&self.version, migration)
-            .map_err(|e| ClusterError::Decode(format!("encoding a {KIND}: {e}")))?;
-        serde_json::to_vec(&value).map_err(|e| ClusterError::Decode(e.to_string()))
+            .map_err(|source| ClusterError::Kind {
+                what: format!("encoding a {KIND}"),
+                source: Box::new(source),
+            })?;
+        serde_json::to_vec(&value).map_err(ClusterError::encode(format!("a {KIND}")))
     }
 
     /// Every migration, or those `label_selector` selects.
@@ -170,7 +176,7 @@ impl BuiltinMigrations {
 
     fn decode_answer(&self, body: &[u8]) -> Result<StorageVersionMigration, ClusterError> {
         let value: Value = serde_json::from_slice(body)
-            .map_err(|e| ClusterError::Decode(format!("a {KIND} answer: {e}")))?;
+            .map_err(ClusterError::decode(format!("a {KIND} answer")))?;
         self.decode(value)
     }
 
@@ -199,8 +205,8 @@ impl BuiltinMigrations {
         &self,
         object: DynamicObject,
     ) -> Result<StorageVersionMigration, ClusterError> {
-        let value =
-            serde_json::to_value(&object).map_err(|e| ClusterError::Decode(e.to_string()))?;
+        let value = serde_json::to_value(&object)
+            .map_err(ClusterError::encode(format!("a {KIND} read by a watch")))?;
         self.decode(value)
     }
 }

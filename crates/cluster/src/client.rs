@@ -59,7 +59,7 @@ impl ClusterClient {
         let config = match kubeconfig {
             Some(path) => {
                 let file = kube::config::Kubeconfig::read_from(path).map_err(|e| {
-                    ClusterError::Config(format!("reading kubeconfig {}: {e}", path.display()))
+                    ClusterError::config(format!("reading kubeconfig {}", path.display()))(e.into())
                 })?;
                 kube::Config::from_custom_kubeconfig(
                     file,
@@ -67,12 +67,12 @@ impl ClusterClient {
                 )
                 .await
                 .map_err(|e| {
-                    ClusterError::Config(format!("loading kubeconfig {}: {e}", path.display()))
+                    ClusterError::config(format!("loading kubeconfig {}", path.display()))(e.into())
                 })?
             }
             None if std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() => {
                 kube::Config::incluster().map_err(|e| {
-                    ClusterError::Config(format!("loading the in-cluster configuration: {e}"))
+                    ClusterError::config("loading the in-cluster configuration")(e.into())
                 })?
             }
             None => return Ok(None),
@@ -85,7 +85,7 @@ impl ClusterClient {
     pub fn from_config(config: kube::Config) -> Result<Self, ClusterError> {
         let config = tuned(config);
         let client = kube::client::ClientBuilder::try_from(config)
-            .map_err(|e| ClusterError::Config(format!("building the cluster client: {e}")))?
+            .map_err(|e| ClusterError::config("building the cluster client")(e.into()))?
             .with_layer(&tower::filter::FilterLayer::new(catalogue_guard))
             .build();
         Ok(Self {
@@ -206,16 +206,22 @@ impl ClusterClient {
         };
         let request = builder
             .body(body)
-            .map_err(|e| ClusterError::Config(format!("building a request: {e}")))?;
+            .map_err(|e| ClusterError::config("building a request")(e.into()))?;
         let response = tokio::time::timeout(REQUEST_TIMEOUT, self.client.send(request))
             .await
-            .map_err(|_| ClusterError::Transport(format!("no answer within {REQUEST_TIMEOUT:?}")))?
+            .map_err(|_| ClusterError::TimedOut {
+                what: "no answer",
+                after: REQUEST_TIMEOUT,
+            })?
             .map_err(ClusterError::from_kube)?;
         let (parts, body) = response.into_parts();
         let body = tokio::time::timeout(REQUEST_TIMEOUT, body.collect())
             .await
-            .map_err(|_| ClusterError::Transport("the answer stalled".into()))?
-            .map_err(|e| ClusterError::Transport(format!("reading the answer: {e}")))?
+            .map_err(|_| ClusterError::TimedOut {
+                what: "no whole answer",
+                after: REQUEST_TIMEOUT,
+            })?
+            .map_err(|e| ClusterError::Body(Box::new(e)))?
             .to_bytes();
         if parts.status.is_success()
             || (not_modified_is_an_answer && parts.status == StatusCode::NOT_MODIFIED)
@@ -244,8 +250,7 @@ impl ClusterClient {
         let answer = self
             .request(Method::GET, path, "application/json", None)
             .await?;
-        serde_json::from_slice(&answer.body)
-            .map_err(|e| ClusterError::Decode(format!("GET {path}: {e}")))
+        serde_json::from_slice(&answer.body).map_err(ClusterError::decode(format!("GET {path}")))
     }
 }
 
@@ -263,9 +268,9 @@ fn tuned(mut config: kube::Config) -> kube::Config {
 }
 
 /// A request outside the access catalogue, refused before it leaves the process.
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 #[error("{0} is not in the access catalogue (crates/cluster/src/access.rs)")]
-pub(crate) struct NotCatalogued(pub String);
+pub struct NotCatalogued(pub String);
 
 /// Only what the RBAC in deploy/ grants: every request of the kube client — raw requests,
 /// watchers, the events recorder — must be in the catalogue. A missing entry is a bug here,
@@ -332,7 +337,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_refused_request_is_a_configuration_error_and_never_leaves_the_process() {
+    async fn a_request_outside_the_catalogue_is_refused_and_never_leaves_the_process() {
         // Port 9 on loopback: nothing is sent anyway, the guard answers first.
         let config = kube::Config::new("http://127.0.0.1:9".parse().expect("url"));
         let client = ClusterClient::from_config(config).expect("client");
@@ -345,7 +350,7 @@ mod tests {
             )
             .await
             .expect_err("refused");
-        assert!(matches!(err, ClusterError::Config(_)), "{err:?}");
+        assert!(matches!(err, ClusterError::NotCatalogued(_)), "{err:?}");
         assert!(!err.is_retriable());
     }
 }

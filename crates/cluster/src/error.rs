@@ -46,12 +46,41 @@ pub enum ClusterError {
         /// flows of that level, not only for this request.
         flow_control: Option<String>,
     },
-    /// No answer: connection refused or reset, TLS failure, timeout.
+    /// No answer: connection refused or reset, TLS failure.
     #[error("request to the cluster failed: {0}")]
-    Transport(String),
-    /// An answer we could not read.
-    #[error("unreadable answer from the cluster: {0}")]
-    Decode(String),
+    Transport(#[source] Box<kube::Error>),
+    /// No answer, or no whole answer, in time.
+    #[error("request to the cluster failed: {what} within {after:?}")]
+    TimedOut {
+        /// What did not come: `no answer`, `no whole answer`.
+        what: &'static str,
+        /// How long it was waited for.
+        after: Duration,
+    },
+    /// The answer broke off while it was read.
+    #[error("request to the cluster failed: reading the answer: {0}")]
+    Body(#[source] Box<dyn std::error::Error + Send + Sync>),
+    /// An answer that is not the JSON it should be.
+    #[error("unreadable answer from the cluster ({what}): {source}")]
+    Decode {
+        /// What was being read.
+        what: String,
+        /// Where the JSON did not fit.
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A built-in object our kind's strategy cannot take (or give) in the cluster's version.
+    #[error("{what}: {source}")]
+    Kind {
+        /// What was being converted.
+        what: String,
+        /// The strategy's reason (boxed: it is large beside the other answers).
+        #[source]
+        source: Box<svm_registry::ApiError>,
+    },
+    /// An answer that reads, but is not what was asked for (another kind, an object missing).
+    #[error("unexpected answer from the cluster: {0}")]
+    Unexpected(String),
     /// A protobuf answer we could not read.
     #[error("unreadable protobuf answer from the cluster ({what})")]
     Protobuf {
@@ -61,9 +90,28 @@ pub enum ClusterError {
         #[source]
         source: svm_registry::protobuf::ProtobufError,
     },
-    /// Building the client (kubeconfig, certificates).
-    #[error("cluster client configuration: {0}")]
-    Config(String),
+    /// Building the client (kubeconfig, certificates) or a request.
+    #[error("cluster client configuration ({what}): {source}")]
+    Config {
+        /// What was being built.
+        what: String,
+        /// Why it could not be.
+        #[source]
+        source: ConfigCause,
+    },
+    /// A request the access catalogue does not list: refused before it was sent (a bug, never
+    /// retried).
+    #[error(transparent)]
+    NotCatalogued(#[from] super::client::NotCatalogued),
+    /// A request body that could not be written.
+    #[error("encoding {what}: {source}")]
+    Encode {
+        /// What was being encoded.
+        what: String,
+        /// serde's reason.
+        #[source]
+        source: serde_json::Error,
+    },
     /// A 401 or 403 from an apiserver that does not say it is ready: right after a start its
     /// authenticators and RBAC authorizer are not yet synced and refuse what they will allow
     /// a moment later, so the refusal is not taken as final.
@@ -91,7 +139,42 @@ fn status_body(body: &[u8]) -> StatusBody {
     }
 }
 
+/// Why a client or a request could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigCause {
+    /// A kubeconfig that does not read or load.
+    #[error(transparent)]
+    Kubeconfig(#[from] kube::config::KubeconfigError),
+    /// The in-cluster configuration (a pod's service account) that does not load.
+    #[error(transparent)]
+    InCluster(#[from] kube::config::InClusterError),
+    /// kube's client builder refused the configuration.
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+    /// A request that http could not build.
+    #[error(transparent)]
+    Request(#[from] http::Error),
+}
+
 impl ClusterError {
+    /// A failure to build `what`.
+    pub fn config(what: impl Into<String>) -> impl FnOnce(ConfigCause) -> ClusterError {
+        let what = what.into();
+        move |source| ClusterError::Config { what, source }
+    }
+
+    /// An answer of `what` that is not the JSON it should be.
+    pub fn decode(what: impl Into<String>) -> impl FnOnce(serde_json::Error) -> ClusterError {
+        let what = what.into();
+        move |source| ClusterError::Decode { what, source }
+    }
+
+    /// A request body (`what`) that could not be written.
+    pub fn encode(what: impl Into<String>) -> impl FnOnce(serde_json::Error) -> ClusterError {
+        let what = what.into();
+        move |source| ClusterError::Encode { what, source }
+    }
+
     /// A failure of the kube client's stack: an error status the client decoded is
     /// [`ClusterError::Api`], a refusal by the catalogue guard a configuration error (never
     /// retried), anything else a transport failure.
@@ -109,9 +192,9 @@ impl ClusterError {
         if let kube::Error::Service(inner) = &err
             && let Some(refused) = inner.downcast_ref::<super::client::NotCatalogued>()
         {
-            return ClusterError::Config(refused.to_string());
+            return ClusterError::NotCatalogued(refused.clone());
         }
-        ClusterError::Transport(err.to_string())
+        ClusterError::Transport(Box::new(err))
     }
 
     /// The [`ClusterError::Api`] for an answer of `code` with `body` (a metav1.Status in JSON or
@@ -185,10 +268,17 @@ impl ClusterError {
     pub fn is_retriable(&self) -> bool {
         match self {
             ClusterError::Api { code, .. } => *code == 429 || *code == 408 || *code >= 500,
-            ClusterError::Transport(_) | ClusterError::RefusedWhileNotReady { .. } => true,
-            ClusterError::Decode(_) | ClusterError::Protobuf { .. } | ClusterError::Config(_) => {
-                false
-            }
+            ClusterError::Transport(_)
+            | ClusterError::TimedOut { .. }
+            | ClusterError::Body(_)
+            | ClusterError::RefusedWhileNotReady { .. } => true,
+            ClusterError::Decode { .. }
+            | ClusterError::Unexpected(_)
+            | ClusterError::Kind { .. }
+            | ClusterError::Protobuf { .. }
+            | ClusterError::Config { .. }
+            | ClusterError::NotCatalogued(_)
+            | ClusterError::Encode { .. } => false,
         }
     }
 
@@ -255,7 +345,11 @@ mod tests {
         for code in [400, 403, 404, 405, 409, 410, 422] {
             assert!(!err(code).is_retriable(), "{code}");
         }
-        assert!(ClusterError::Transport("reset".into()).is_retriable());
+        let timed_out = ClusterError::TimedOut {
+            what: "no answer",
+            after: Duration::from_secs(60),
+        };
+        assert!(timed_out.is_retriable());
     }
 
     #[test]

@@ -12,7 +12,7 @@ pub mod watches;
 pub mod wire;
 
 pub use builtin::BuiltinMigrations;
-pub use client::{ClusterClient, WireFormat};
-pub use error::ClusterError;
+pub use client::{ClusterClient, NotCatalogued, WireFormat};
+pub use error::{ClusterError, ConfigCause};
 pub use objects::{MetadataPage, ObjectRef, Touched};
 pub use resources::{ResolveError, ResolvedResource};

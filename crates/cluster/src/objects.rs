@@ -70,7 +70,7 @@ fn protobuf_message(body: &[u8], kind: &str, what: &str) -> Result<Vec<u8>, Clus
     };
     let envelope = protobuf::decode_body(body).map_err(unreadable)?;
     if envelope.kind != kind {
-        return Err(ClusterError::Decode(format!(
+        return Err(ClusterError::Unexpected(format!(
             "{what}: a {} where a {kind} was expected",
             envelope.kind
         )));
@@ -198,8 +198,8 @@ pub async fn list_metadata(
             resource_version: meta.resource_version.unwrap_or_default(),
         });
     }
-    let body: ListBody = serde_json::from_slice(&answer.body)
-        .map_err(|e| ClusterError::Decode(format!("{}: {e}", what())))?;
+    let body: ListBody =
+        serde_json::from_slice(&answer.body).map_err(ClusterError::decode(what()))?;
     Ok(MetadataPage {
         items: body.items.into_iter().map(ItemBody::into_ref).collect(),
         continue_token: Some(body.metadata.continue_token).filter(|t| !t.is_empty()),
@@ -243,8 +243,7 @@ pub async fn touch(
 ) -> Result<Touched, ClusterError> {
     let path = resource.object_path(object.namespace.as_deref(), &object.name);
     let patch = serde_json::json!({"metadata": {"resourceVersion": object.resource_version}});
-    let body = serde_json::to_vec(&patch)
-        .map_err(|e| ClusterError::Decode(format!("encoding a patch: {e}")))?;
+    let body = serde_json::to_vec(&patch).map_err(ClusterError::encode("a patch"))?;
     // The answer is one object's metadata: in JSON it costs kube-apiserver next to nothing
     // more, and the protobuf-first Accept is ~100 bytes longer on every request (measured in
     // `make bench-real`'s wire table); the answer is still read by its Content-Type.
@@ -287,8 +286,8 @@ fn patched_resource_version(
         })?;
         return Ok(key.resource_version);
     }
-    let patched: PatchedBody = serde_json::from_slice(&answer.body)
-        .map_err(|e| ClusterError::Decode(format!("{}: {e}", what())))?;
+    let patched: PatchedBody =
+        serde_json::from_slice(&answer.body).map_err(ClusterError::decode(what()))?;
     Ok(patched.metadata.resource_version)
 }
 
@@ -504,7 +503,7 @@ pub async fn open_metadata_stream(
         .uri(&path)
         .header(ACCEPT, object_accept(client))
         .body(Vec::new())
-        .map_err(|e| ClusterError::Config(format!("building a request: {e}")))?;
+        .map_err(|e| ClusterError::config("building a request")(e.into()))?;
     // The server ends the stream at timeoutSeconds; the guard only catches one that stalls.
     let guard = timeout + Duration::from_secs(30);
     let opened = tokio::time::timeout(guard, open_events(client, request));
@@ -513,7 +512,7 @@ pub async fn open_metadata_stream(
         Ok(Err(err)) => match err {
             // Ours to retry (429, 5xx) or a bug (not catalogued).
             err @ ClusterError::Api { .. } if err.is_retriable() => Err(err),
-            refused @ ClusterError::Config(_) => Err(refused),
+            refused @ ClusterError::NotCatalogued(_) => Err(refused),
             other => Ok(Err(StreamUnavailable(other.to_string()))),
         },
         Err(_) => Ok(Err(StreamUnavailable(format!(

@@ -143,7 +143,7 @@ pub(super) async fn discovered_versions(
     {
         Ok(answer) => {
             let doc: ApiGroupDocument = serde_json::from_slice(&answer.body)
-                .map_err(|e| ClusterError::Decode(format!("GET {path}: {e}")))?;
+                .map_err(ClusterError::decode(format!("GET {path}")))?;
             Ok(doc.versions.into_iter().map(|v| v.version).collect())
         }
         Err(err) if err.is_not_found() => Ok(Vec::new()),

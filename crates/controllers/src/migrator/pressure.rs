@@ -169,13 +169,10 @@ impl Pressure {
 }
 
 /// Answers that mean the apiserver has more than it can take: a 429 (max-inflight or a full
-/// APF level), a 5xx, a timeout, or no answer at all.
+/// APF level), a 5xx, a timeout, or no answer at all — what is worth retrying
+/// ([`ClusterError::is_retriable`], the one place that classifies an answer).
 fn overloaded(err: &ClusterError) -> bool {
-    match err {
-        ClusterError::Api { code, .. } => *code == 429 || *code == 408 || *code >= 500,
-        ClusterError::Transport(_) | ClusterError::RefusedWhileNotReady { .. } => true,
-        ClusterError::Decode(_) | ClusterError::Protobuf { .. } | ClusterError::Config(_) => false,
-    }
+    err.is_retriable()
 }
 
 #[cfg(test)]
@@ -237,7 +234,10 @@ mod tests {
         pressure.answered(&unavailable, Duration::ZERO, None);
         assert_eq!((pressure.concurrency(), pressure.rate()), (8, 100.0));
         let pressure = Pressure::new(100.0, 10, Mode::Fixed(16));
-        let reset: Result<(), _> = Err(ClusterError::Transport("reset".into()));
+        let reset: Result<(), _> = Err(ClusterError::TimedOut {
+            what: "no answer",
+            after: Duration::from_secs(60),
+        });
         pressure.answered(&reset, Duration::ZERO, None);
         assert_eq!(pressure.concurrency(), 8);
         let pressure = Pressure::new(100.0, 10, Mode::Fixed(16));

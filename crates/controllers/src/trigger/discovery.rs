@@ -160,7 +160,7 @@ fn group_version_path(group: &str, version: &str) -> String {
 }
 
 fn decode<T: serde::de::DeserializeOwned>(path: &str, body: &[u8]) -> Result<T, ClusterError> {
-    serde_json::from_slice(body).map_err(|e| ClusterError::Decode(format!("GET {path}: {e}")))
+    serde_json::from_slice(body).map_err(ClusterError::decode(format!("GET {path}")))
 }
 
 impl Discovery {

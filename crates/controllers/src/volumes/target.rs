@@ -46,7 +46,7 @@ pub(super) async fn observe(
         object: object.clone(),
     });
     let Some(sts) = served.as_ref().or(saved) else {
-        return Err(ClusterError::Decode(format!("{path}: no StatefulSet")));
+        return Err(ClusterError::Unexpected(format!("{path}: no StatefulSet")));
     };
     let mut view = plan::Observed {
         replicas: sts
@@ -248,7 +248,7 @@ pub(super) async fn resize(
     storage: &str,
 ) -> Result<(), ClusterError> {
     let patch = json!({"spec": {"resources": {"requests": {"storage": storage}}}});
-    let body = serde_json::to_vec(&patch).map_err(|e| ClusterError::Decode(e.to_string()))?;
+    let body = serde_json::to_vec(&patch).map_err(ClusterError::encode("a claim patch"))?;
     cluster
         .request(
             Method::PATCH,
@@ -291,7 +291,7 @@ pub(super) async fn delete_statefulset(
         "propagationPolicy": "Orphan",
         "preconditions": {"uid": uid},
     });
-    let body = serde_json::to_vec(&options).map_err(|e| ClusterError::Decode(e.to_string()))?;
+    let body = serde_json::to_vec(&options).map_err(ClusterError::encode("DeleteOptions"))?;
     let path = statefulset_path(vcm, namespace);
     match cluster
         .request(
@@ -315,7 +315,8 @@ pub(super) async fn create_statefulset(
     manifest: &Value,
 ) -> Result<(), ClusterError> {
     let namespace = vcm.metadata.namespace.as_deref().unwrap_or_default();
-    let body = serde_json::to_vec(manifest).map_err(|e| ClusterError::Decode(e.to_string()))?;
+    let body =
+        serde_json::to_vec(manifest).map_err(ClusterError::encode("a StatefulSet manifest"))?;
     let path = format!(
         "/apis/{}/namespaces/{namespace}/statefulsets",
         vcm.spec.target.api_version
