@@ -22,11 +22,12 @@
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::control_plane::ControlPlane;
 use crate::etcd::free_port;
 use crate::server::keep_log;
+use crate::wait::eventually;
 
 /// How long kube-controller-manager gets to serve `/healthz` (a hang guard; it takes ~2 s).
 const READY_TIMEOUT: Duration = Duration::from_secs(120);
@@ -171,34 +172,35 @@ impl ControllerManager {
             .spawn()
             .unwrap_or_else(|e| panic!("starting {}: {e}", self.binary.display()));
         self.child = Some(child);
-        let deadline = Instant::now() + READY_TIMEOUT;
-        loop {
-            if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
-                self.child = None;
-                let this_run = self.log().get(earlier_log..).unwrap_or_default().to_owned();
-                assert!(
-                    this_run.contains("address already in use"),
-                    "kube-controller-manager exited ({status}); its log:\n{}",
-                    tail(&this_run, 60)
-                );
-                eprintln!(
-                    "kube-controller-manager: port {} was taken before it could bind it; \
-                     trying again",
-                    self.port
-                );
-                return false;
-            }
-            if healthz_ok(&self.url()) {
-                return true;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "kube-controller-manager did not serve /healthz within {READY_TIMEOUT:?}; its \
-                 log:\n{}",
-                tail(&self.log(), 60)
-            );
-            std::thread::sleep(Duration::from_millis(250));
-        }
+        let url = self.url();
+        eventually(
+            READY_TIMEOUT,
+            "kube-controller-manager serving /healthz",
+            || {
+                if let Some(Ok(Some(status))) = self.child.as_mut().map(Child::try_wait) {
+                    self.child = None;
+                    let this_run = self.log().get(earlier_log..).unwrap_or_default().to_owned();
+                    assert!(
+                        this_run.contains("address already in use"),
+                        "kube-controller-manager exited ({status}); its log:\n{}",
+                        tail(&this_run, 60)
+                    );
+                    eprintln!(
+                        "kube-controller-manager: port {} was taken before it could bind it; \
+                         trying again",
+                        self.port
+                    );
+                    return Some(false);
+                }
+                healthz_ok(&url).then_some(true)
+            },
+            || {
+                format!(
+                    "its log:\n{}",
+                    tail(&std::fs::read_to_string(&log_path).unwrap_or_default(), 60)
+                )
+            },
+        )
     }
 }
 

@@ -129,6 +129,11 @@ impl EtcdServer {
     }
 
     /// Poll `/health` until etcd reports healthy; false when it exits or never gets there.
+    ///
+    /// Its own loop, not [`crate::wait::eventually`]: reaching the limit is not a failure here
+    /// but an answer (false, as an exit is), on which the starts ([`EtcdServer::start`] and the
+    /// others) try again on fresh ports and [`EtcdServer::restart`] fails with the log;
+    /// `eventually` would panic at the limit instead, and take away those attempts.
     fn wait_ready(&mut self) -> bool {
         let deadline = Instant::now() + READY_TIMEOUT;
         while Instant::now() < deadline {

@@ -1,12 +1,13 @@
 //! A test double cluster plus the real server pointed at it with `--kubeconfig`.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kube_double::KubeDouble;
 use serde_json::{Value, json};
 
 pub use crate::server::sample;
 use crate::server::{Backend, ServerProcess};
+use crate::wait::eventually_async_every;
 
 pub const SVMS: &str = "/apis/storagemigration.k8s.io/v1/storageversionmigrations";
 
@@ -99,28 +100,25 @@ impl Harness {
         assert_eq!(resp.status(), 200);
     }
 
-    /// Polls the migration until `done` holds; panics with the server log after `timeout`.
+    /// Polls the migration (every 100 ms: migrations against the double take milliseconds)
+    /// until `done` holds; panics with what it saw and the server log after `timeout`.
     pub async fn wait_for(
         &self,
         name: &str,
         timeout: Duration,
         done: impl Fn(&Value) -> bool,
     ) -> Value {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Some(m) = self.get_migration(name).await
-                && done(&m)
-            {
-                return m;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "migration {name} did not get there in {timeout:?}: {:#?}\n--- server log ---\n{}",
-                self.get_migration(name).await,
-                tail(&self.server.log(), 60)
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        eventually_async_every(
+            timeout,
+            Duration::from_millis(100),
+            &format!("migration {name} getting where the test waits for"),
+            async || match self.get_migration(name).await {
+                Some(m) if done(&m) => Ok(m),
+                other => Err(format!("{other:#?}")),
+            },
+            async || format!("--- server log ---\n{}", tail(&self.server.log(), 60)),
+        )
+        .await
     }
 
     /// Waits for Succeeded (failing at once on Failed).

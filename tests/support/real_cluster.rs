@@ -6,13 +6,14 @@
 //! Every request of a test goes through the aggregator, as a user's would.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use base64::Engine as _;
 
 use crate::control_plane::{Assets, ControlPlane, assets};
 use crate::kubectl::Kubectl;
 use crate::server::{Backend, ServerProcess};
+use crate::wait::eventually;
 
 pub const NAMESPACE: &str = "svm-system";
 pub const SERVICE_ACCOUNT: &str = "svm-apiserver";
@@ -157,7 +158,6 @@ impl RealCluster {
 
     /// Wait until the aggregator marks every APIService of ours Available.
     pub fn wait_available(&self) {
-        let deadline = Instant::now() + AVAILABLE_TIMEOUT;
         let kubectl = self.kubectl();
         let wanted: Vec<String> = self
             .registration
@@ -165,30 +165,36 @@ impl RealCluster {
             .into_iter()
             .map(|(_, name)| name)
             .collect();
-        loop {
-            let out = kubectl.run(&[
+        let availability = || {
+            kubectl.run(&[
                 "get",
                 "apiservices",
                 "-o",
                 r#"jsonpath={range .items[*]}{.metadata.name}={.status.conditions[?(@.type=="Available")].status}{"\n"}{end}"#,
-            ]);
-            let available = wanted
-                .iter()
-                .filter(|name| out.stdout.lines().any(|l| *l == format!("{name}=True")))
-                .count();
-            if out.ok && available == wanted.len() {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "APIServices not Available within {AVAILABLE_TIMEOUT:?}: {}{}\n{}\nsvm-apiserver log:\n{}",
-                out.stdout,
-                out.stderr,
-                kubectl.run(&["get", "apiservices", "-o", "yaml"]).stdout,
-                self.svm.log()
-            );
-            std::thread::sleep(Duration::from_millis(250));
-        }
+            ])
+        };
+        eventually(
+            AVAILABLE_TIMEOUT,
+            &format!("APIServices {wanted:?} Available"),
+            || {
+                let out = availability();
+                let available = wanted
+                    .iter()
+                    .filter(|name| out.stdout.lines().any(|l| *l == format!("{name}=True")))
+                    .count();
+                (out.ok && available == wanted.len()).then_some(())
+            },
+            || {
+                let out = availability();
+                format!(
+                    "{}{}\n{}\nsvm-apiserver log:\n{}",
+                    out.stdout,
+                    out.stderr,
+                    kubectl.run(&["get", "apiservices", "-o", "yaml"]).stdout,
+                    self.svm.log()
+                )
+            },
+        );
     }
 
     /// svm-apiserver's `/metrics`, asked directly as the aggregator would ask for a cluster

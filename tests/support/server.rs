@@ -5,6 +5,12 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::wait::eventually_every;
+
+/// How often a starting server is looked at: every test starts one (or several), so finer than
+/// [`crate::wait::POLL`].
+const START_POLL: Duration = Duration::from_millis(50);
+
 /// Which store the server runs on.
 pub enum Backend<'a> {
     /// The embedded store in a data directory under the server's temp dir.
@@ -105,6 +111,8 @@ impl ServerProcess {
             .stderr(log)
             .spawn()
             .expect("start svm-apiserver");
+        // Not a wait for something to come true: a server still running at the limit is an
+        // answer (`None`), not a failure.
         let deadline = Instant::now() + limit;
         let status = loop {
             if let Ok(Some(status)) = child.try_wait() {
@@ -186,7 +194,7 @@ impl ServerProcess {
     }
 
     pub fn log(&self) -> String {
-        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+        read_log(&self.log_path())
     }
 
     pub fn dir(&self) -> &Path {
@@ -244,43 +252,47 @@ impl ServerProcess {
     }
 
     fn wait_for_kubeconfig(&mut self) -> String {
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            let url = std::fs::read_to_string(&self.kubeconfig)
-                .ok()
-                .and_then(|text| {
+        let log = self.log_path();
+        let kubeconfig = self.kubeconfig.clone();
+        eventually_every(
+            Duration::from_secs(60),
+            START_POLL,
+            "svm-apiserver writing its kubeconfig",
+            || {
+                let url = std::fs::read_to_string(&kubeconfig).ok().and_then(|text| {
                     text.lines()
                         .find_map(|l| l.trim().strip_prefix("server: "))
                         .map(|s| s.trim().trim_matches('"').to_string())
                 });
-            if let Some(url) = url {
-                return url;
-            }
-            self.assert_running();
-            assert!(
-                Instant::now() < deadline,
-                "server wrote no kubeconfig within 60s; log:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+                if url.is_none() {
+                    self.assert_running();
+                }
+                url
+            },
+            || format!("log:\n{}", read_log(&log)),
+        )
     }
 
     fn wait_ready(&mut self) {
-        let deadline = Instant::now() + Duration::from_secs(30);
+        let log = self.log_path();
         let ca = self.ca_pem();
-        loop {
-            if probe_ready(&self.url, &ca) {
-                return;
-            }
-            self.assert_running();
-            assert!(
-                Instant::now() < deadline,
-                "server not ready within 30s; log:\n{}",
-                self.log()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        eventually_every(
+            Duration::from_secs(30),
+            START_POLL,
+            "svm-apiserver answering /readyz with 200",
+            || {
+                if probe_ready(&self.url, &ca) {
+                    return Some(());
+                }
+                self.assert_running();
+                None
+            },
+            || format!("log:\n{}", read_log(&log)),
+        );
+    }
+
+    fn log_path(&self) -> PathBuf {
+        self.dir.path().join("server.log")
     }
 
     fn assert_running(&mut self) {
@@ -296,8 +308,12 @@ impl ServerProcess {
 impl Drop for ServerProcess {
     fn drop(&mut self) {
         self.kill();
-        keep_log("svm-apiserver", &self.dir.path().join("server.log"));
+        keep_log("svm-apiserver", &self.log_path());
     }
+}
+
+fn read_log(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
 }
 
 /// With `SVM_TEST_LOG_DIR` set, a stopped process's log is kept there (its temp dir is
