@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use kube_double::{Fault, FaultRule, KubeDouble};
 use serde_json::Value;
 use support::server::{Backend, ServerProcess};
+use support::wait::{eventually_async, eventually_async_every};
 
 const STATES: &str = "/apis/storagemigration.k8s.io/v1/storagestates";
 const RESOURCES: usize = 200;
@@ -98,42 +99,48 @@ impl Cluster {
 
     /// Waits until `count` StorageStates exist and all are safe.
     async fn settle(&self, count: usize) {
-        let deadline = Instant::now() + Duration::from_secs(600);
-        loop {
-            let states = self.states().await;
-            let safe = states
-                .iter()
-                .filter(|s| {
-                    let current = &s["status"]["currentStorageVersionHash"];
-                    s["status"]["persistedStorageVersionHashes"]
-                        == Value::Array(vec![current.clone()])
-                })
-                .count();
-            if states.len() >= count && safe == states.len() {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "not settled: {safe}/{} safe",
-                states.len()
-            );
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        eventually_async(
+            Duration::from_secs(600),
+            &format!("{count} StorageStates or more, all safe"),
+            async || {
+                let states = self.states().await;
+                let safe = states
+                    .iter()
+                    .filter(|s| {
+                        let current = &s["status"]["currentStorageVersionHash"];
+                        s["status"]["persistedStorageVersionHashes"]
+                            == Value::Array(vec![current.clone()])
+                    })
+                    .count();
+                if states.len() >= count && safe == states.len() {
+                    Ok(())
+                } else {
+                    Err(format!("{safe}/{} safe", states.len()))
+                }
+            },
+        )
+        .await
     }
 
-    /// Seconds from now until StorageState `name` shows `hash` as current.
+    /// Seconds from `started` until StorageState `name` shows `hash` as current (polled every
+    /// 5 ms: the poll is the measurement's resolution).
     async fn seconds_until_current(&self, name: &str, hash: &str, started: Instant) -> f64 {
-        loop {
-            let state = self.state(name).await;
-            if state["status"]["currentStorageVersionHash"] == hash {
-                return started.elapsed().as_secs_f64();
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(120),
-                "{name} never moved"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        eventually_async_every(
+            // A hang guard counted from `started`.
+            Duration::from_secs(120).saturating_sub(started.elapsed()),
+            Duration::from_millis(5),
+            &format!("StorageState {name} current at {hash}"),
+            async || {
+                let state = self.state(name).await;
+                if state["status"]["currentStorageVersionHash"] == hash {
+                    Ok(started.elapsed().as_secs_f64())
+                } else {
+                    Err(format!("{}", state["status"]))
+                }
+            },
+            async || String::new(),
+        )
+        .await
     }
 }
 

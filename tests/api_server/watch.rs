@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use crate::support::etcd::EtcdServer;
 use crate::support::fixtures::svm;
 use crate::support::server::{Backend, ServerProcess};
+use crate::support::wait::eventually_async_every;
 
 const SVMS: &str = "/apis/storagemigration.k8s.io/v1/storageversionmigrations";
 
@@ -380,29 +381,35 @@ async fn a_kube_rs_watcher_stays_in_sync_through_a_thousand_changes() {
         })
         .collect();
     assert_eq!(want.len(), 100);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let have: std::collections::BTreeMap<String, String> = reader
-            .state()
-            .iter()
-            .map(|o| {
-                (
-                    o.metadata.name.clone().unwrap(),
-                    o.metadata.resource_version.clone().unwrap(),
-                )
-            })
-            .collect();
-        if have == want {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "watcher out of sync: {} cached vs {} listed",
-            have.len(),
-            want.len()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    // Polled as often as before: the reflector catches up within moments.
+    eventually_async_every(
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        "the watcher's cache holding what a fresh list shows",
+        async || {
+            let have: std::collections::BTreeMap<String, String> = reader
+                .state()
+                .iter()
+                .map(|o| {
+                    (
+                        o.metadata.name.clone().unwrap(),
+                        o.metadata.resource_version.clone().unwrap(),
+                    )
+                })
+                .collect();
+            if have == want {
+                return Ok(());
+            }
+            let differ = want.iter().filter(|(k, v)| have.get(*k) != Some(v)).count();
+            Err(format!(
+                "{} cached vs {} listed, {differ} of those missing or at another resourceVersion",
+                have.len(),
+                want.len()
+            ))
+        },
+        async || String::new(),
+    )
+    .await;
     assert!(reader.state().iter().all(|o| {
         o.metadata
             .labels

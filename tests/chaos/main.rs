@@ -22,10 +22,11 @@ mod ledger;
 mod plan;
 mod trial;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cluster::{Cluster, RESOURCES, Stopped};
 use ledger::Ledger;
+use support::wait::eventually_async_every;
 
 /// The migrator's request budget: about 25 s for 10^4 objects without faults.
 const QPS: u32 = 400;
@@ -133,6 +134,24 @@ fn table(reports: &[trial::Report]) -> String {
     out.join("\n")
 }
 
+/// Polls `check` every 100 ms (a fine poll: the test acts at the moment it comes true) until it
+/// is `Ok`, within what is left of `guard`; a failure ends with the replicas' logs.
+async fn until<T>(
+    cluster: &Cluster,
+    guard: Instant,
+    what: &str,
+    check: impl AsyncFnMut() -> Result<T, String>,
+) -> T {
+    eventually_async_every(
+        guard.saturating_duration_since(Instant::now()),
+        Duration::from_millis(100),
+        what,
+        check,
+        async || cluster.logs_tail(40),
+    )
+    .await
+}
+
 /// The random suffix of an identity, shortened.
 fn short(holder: &str) -> &str {
     let suffix = holder.rsplit('_').next().unwrap_or(holder);
@@ -151,33 +170,34 @@ async fn a_leader_paused_past_its_lease_writes_nothing_after_it_resumes() {
         &cluster.prefix,
         cluster.double.engine().clone(),
     );
-    let guard = std::time::Instant::now() + Duration::from_secs(300);
-    let until = |what: &str| {
-        assert!(
-            std::time::Instant::now() < guard,
-            "{what}: not within the hang guard\n{}",
-            cluster.logs_tail(40)
-        )
-    };
+    // One hang guard for every wait of the test.
+    let guard = Instant::now() + Duration::from_secs(300);
     for (resource, _) in RESOURCES {
-        while cluster
-            .stored(&format!("storagestates/{resource}"))
-            .await
-            .is_none()
-        {
-            until("the first StorageStates");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        until(
+            &cluster,
+            guard,
+            "the first StorageStates",
+            async || match cluster.stored(&format!("storagestates/{resource}")).await {
+                Some(_) => Ok(()),
+                None => Err(format!("none of {resource}")),
+            },
+        )
+        .await;
     }
     for (resource, _) in RESOURCES {
         cluster.double.set_storage_version(resource, "v2").unwrap();
     }
     let old = cluster.old_total();
     // A fifth of the way in, the leader is paused.
-    while cluster.old_total() * 5 > old * 4 {
-        until("a fifth migrated");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    until(&cluster, guard, "a fifth migrated", async || {
+        let left = cluster.old_total();
+        if left * 5 > old * 4 {
+            Err(format!("{left} of {old} objects still old"))
+        } else {
+            Ok(())
+        }
+    })
+    .await;
     let paused = cluster.wait_leader().await.expect("a leader");
     let holder = cluster.stored("leader").await.expect("leader record")["holderIdentity"]
         .as_str()
@@ -186,19 +206,22 @@ async fn a_leader_paused_past_its_lease_writes_nothing_after_it_resumes() {
     let stopped = Stopped::stop(cluster.replicas[paused].pid().expect("pid"));
 
     // The other replica takes over once the lease lapses, and finishes the upgrade alone.
-    loop {
-        let term = cluster.stored("leader-term").await;
-        if term.is_some_and(|t| t["holderIdentity"] != holder.as_str()) {
-            break;
+    until(&cluster, guard, "a takeover", async || {
+        match cluster.stored("leader-term").await {
+            Some(term) if term["holderIdentity"] != holder.as_str() => Ok(()),
+            term => Err(format!("leader term {term:?}")),
         }
-        until("a takeover");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    })
+    .await;
     for (resource, _) in RESOURCES {
-        while !cluster.safe_at_v2(resource).await {
-            until("the new leader finishing");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        until(&cluster, guard, "the new leader finishing", async || {
+            if cluster.safe_at_v2(resource).await {
+                Ok(())
+            } else {
+                Err(format!("{resource} not safe at v2"))
+            }
+        })
+        .await;
     }
     assert_eq!(cluster.old_total(), 0);
     ledger.catch_up().await.expect("ledger");
@@ -206,13 +229,17 @@ async fn a_leader_paused_past_its_lease_writes_nothing_after_it_resumes() {
 
     // SIGCONT: it wakes in the middle of a page, its lease long gone.
     drop(stopped);
-    while !["lost the leader lease", "a write was refused"]
-        .iter()
-        .any(|line| cluster.replicas[paused].log().contains(line))
-    {
-        until("the resumed leader noticing");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    until(&cluster, guard, "the resumed leader noticing", async || {
+        if ["lost the leader lease", "a write was refused"]
+            .iter()
+            .any(|line| cluster.replicas[paused].log().contains(line))
+        {
+            Ok(())
+        } else {
+            Err("neither \"lost the leader lease\" nor \"a write was refused\" in its log".into())
+        }
+    })
+    .await;
     // Whatever it was doing, give it time to try.
     tokio::time::sleep(Duration::from_secs(3)).await;
     ledger.catch_up().await.expect("ledger");

@@ -2,8 +2,8 @@
 //! and with wrong ones it stops at start with a message that names the file to fix.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 use svm_devcerts::Ca;
@@ -11,6 +11,7 @@ use svm_devcerts::Ca;
 use crate::support::etcd::{EtcdServer, EtcdTls};
 use crate::support::kubectl::Kubectl;
 use crate::support::server::{Backend, ServerProcess};
+use crate::support::wait::eventually_every;
 
 /// The etcd PKI of a test, and a stranger's, written into a directory.
 struct Pki {
@@ -71,7 +72,7 @@ impl Pki {
 /// Run `serve` expecting it to fail at start: its exit status and log.
 fn fails_to_start(endpoint: &str, flags: &[String]) -> String {
     let dir = tempfile::tempdir().expect("dir");
-    let mut child = Command::new(env!("CARGO_BIN_EXE_svm-apiserver"))
+    let child = Command::new(env!("CARGO_BIN_EXE_svm-apiserver"))
         .arg("serve")
         .arg("--secure-port=0")
         .arg(format!("--cert-dir={}", dir.path().join("certs").display()))
@@ -85,21 +86,20 @@ fn fails_to_start(endpoint: &str, flags: &[String]) -> String {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start svm-apiserver");
-    // A hang guard, not a speed check.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait") {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("svm-apiserver did not stop with {flags:?}");
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
+    // Killed if the wait below fails (a server that did not stop is not left running).
+    let mut child = KilledOnDrop(child);
+    // A hang guard, not a speed check; polled as often as before (it stops within moments).
+    let status = eventually_every(
+        Duration::from_secs(120),
+        Duration::from_millis(100),
+        &format!("svm-apiserver stopping by itself with {flags:?}"),
+        || child.0.try_wait().expect("wait"),
+        || "it still runs; it is killed".to_string(),
+    );
     let mut log = String::new();
     use std::io::Read;
     child
+        .0
         .stderr
         .take()
         .expect("stderr")
@@ -107,6 +107,16 @@ fn fails_to_start(endpoint: &str, flags: &[String]) -> String {
         .expect("log");
     assert!(!status.success(), "started with {flags:?}:\n{log}");
     log
+}
+
+/// A child process killed when this is dropped (on a failed wait, too).
+struct KilledOnDrop(Child);
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 fn mentions(log: &str, fragments: &[&str]) {

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use crate::client;
 use crate::support::server::{Backend, ServerProcess};
+use crate::support::wait::eventually_async;
 use crate::watch_load::{reading_watches, stalled_watches, write_padded};
 
 const READERS: usize = 900;
@@ -58,14 +59,19 @@ async fn watchers_that_stop_reading_are_dropped_and_hold_up_no_one() {
     );
 
     // The non-readers were dropped as unresponsive.
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let terminated = loop {
-        let terminated = client::metric(&server, "apiserver_terminated_watchers_total").await;
-        if terminated >= NON_READERS as f64 || Instant::now() > deadline {
-            break terminated;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
+    let terminated = eventually_async(
+        Duration::from_secs(120),
+        &format!("apiserver_terminated_watchers_total reaching the {NON_READERS} non-readers"),
+        async || {
+            let terminated = client::metric(&server, "apiserver_terminated_watchers_total").await;
+            if terminated >= NON_READERS as f64 {
+                Ok(terminated)
+            } else {
+                Err(format!("{terminated}"))
+            }
+        },
+    )
+    .await;
     assert_eq!(
         terminated, NON_READERS as f64,
         "watchers dropped for not reading"

@@ -12,6 +12,7 @@ use rand::{Rng, SeedableRng};
 use kube_double::{Fault, FaultRule};
 
 use crate::harness::{Harness, double_with_widgets, migrated, tail};
+use crate::support::wait::eventually_async_every;
 
 const OBJECTS: usize = 5_000;
 const CHUNK: usize = 100;
@@ -228,13 +229,21 @@ fn migrated_through(m: &serde_json::Value) -> String {
         .to_string()
 }
 
-/// Waits for the double to log a LIST after the first `seen` ones.
+/// Waits (30 s, polling every 50 ms: the restart is quick) for the double to log a LIST after
+/// the first `seen` ones.
 async fn wait_for_list_after(h: &Harness, seen: usize) -> kube_double::ListRecord {
-    for _ in 0..600 {
-        if let Some(record) = h.double.list_log_of("configmaps").get(seen) {
-            return record.clone();
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    panic!("no LIST after the restart\n{}", tail(&h.server.log(), 40));
+    eventually_async_every(
+        Duration::from_secs(30),
+        Duration::from_millis(50),
+        "a LIST after the restart",
+        async || {
+            let lists = h.double.list_log_of("configmaps");
+            lists
+                .get(seen)
+                .cloned()
+                .ok_or_else(|| format!("{} LISTs, none after the first {seen}", lists.len()))
+        },
+        async || tail(&h.server.log(), 40),
+    )
+    .await
 }

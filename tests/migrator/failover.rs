@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use crate::harness::{Harness, double_with_widgets, migrated, replica, sample, tail};
 use crate::support::etcd::EtcdServer;
 use crate::support::server::{Backend, ServerProcess};
+use crate::support::wait::eventually_async_every;
 
 const RUNNING: &str = "storage_migrator_core_migrator_running_migrations ";
 
@@ -73,23 +74,27 @@ async fn the_standby_takes_over_a_killed_leaders_migration_from_its_checkpoint()
         "{}/apis/storagemigration.k8s.io/v1/storageversionmigrations/ha",
         survivor.url
     );
-    let done = loop {
-        let m = get(survivor_http, url.clone()).await.expect("migration");
-        if m.to_string().contains("\"Succeeded\"")
-            && m["status"]["conditions"].as_array().is_some_and(|cs| {
-                cs.iter()
-                    .any(|c| c["type"] == "Succeeded" && c["status"] == "True")
-            })
-        {
-            break m;
-        }
-        assert!(
-            killed_at.elapsed() < Duration::from_secs(90),
-            "not finished after failover: {m:#}\n{}",
-            tail(&survivor.log(), 40)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    let done = eventually_async_every(
+        // Counted from the kill.
+        Duration::from_secs(90).saturating_sub(killed_at.elapsed()),
+        Duration::from_millis(100),
+        "the migration finished by the survivor after failover",
+        async || {
+            let m = get(survivor_http, url.clone()).await.expect("migration");
+            if m.to_string().contains("\"Succeeded\"")
+                && m["status"]["conditions"].as_array().is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| c["type"] == "Succeeded" && c["status"] == "True")
+                })
+            {
+                Ok(m)
+            } else {
+                Err(format!("{m:#}"))
+            }
+        },
+        async || tail(&survivor.log(), 40),
+    )
+    .await;
     assert_eq!(migrated(&done), total as i64);
     // The new leader streamed the resource again and skipped what the checkpoint (the last
     // key done) covers: at most a chunk of 100, plus what was in flight, is patched twice.

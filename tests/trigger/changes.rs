@@ -3,9 +3,10 @@
 use std::time::Duration;
 
 use crate::harness::condition;
+use crate::support::wait::eventually_async_every;
 use crate::world::{
-    WAIT, World, current, double_with_widgets, double_without_storage_version_api, hash, hashes,
-    persisted,
+    TICK, WAIT, World, current, double_with_widgets, double_without_storage_version_api, hash,
+    hashes, persisted,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -143,26 +144,31 @@ async fn a_crd_flipping_a_to_b_to_a_records_each_move_and_narrows_stored_version
     );
     w.assert_all_stored_in("widgets.example.test", "example.test/v1");
     // storedVersions narrowed to the storage version once the migration succeeded.
-    let deadline = std::time::Instant::now() + WAIT;
-    loop {
-        let crd =
-            w.h.double
-                .get(
-                    "customresourcedefinitions.apiextensions.k8s.io",
-                    None,
-                    "widgets.example.test",
-                )
-                .unwrap();
-        if crd["status"]["storedVersions"] == serde_json::json!(["v1"]) {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "storedVersions: {}",
-            crd["status"]["storedVersions"]
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually_async_every(
+        WAIT,
+        TICK,
+        "the widgets CRD's storedVersions narrowed to [\"v1\"]",
+        async || {
+            let crd =
+                w.h.double
+                    .get(
+                        "customresourcedefinitions.apiextensions.k8s.io",
+                        None,
+                        "widgets.example.test",
+                    )
+                    .unwrap();
+            if crd["status"]["storedVersions"] == serde_json::json!(["v1"]) {
+                Ok(())
+            } else {
+                Err(format!(
+                    "storedVersions: {}",
+                    crd["status"]["storedVersions"]
+                ))
+            }
+        },
+        async || String::new(),
+    )
+    .await;
     w.assert_never_unsafe();
 }
 

@@ -1,34 +1,44 @@
 //! How the trigger notices: which watch or poll sees what, what an idle cluster costs, and
 //! the fallback when the identity-lease watch is not allowed.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kube_double::faults::{Fault, FaultRule};
 
 use crate::harness::sample;
+use crate::support::wait::eventually_async_every;
 use crate::world::{
     WAIT, World, current, double_with_widgets, double_without_storage_version_api, hash, persisted,
 };
 
-/// Waits until every StorageState is safe.
+/// Waits (polling every 100 ms, as the scenarios are quick) until every StorageState is safe.
 async fn all_safe(w: &World) {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        let items = w.states().await;
-        let unsafe_: Vec<&str> = items
-            .iter()
-            .filter(|s| {
-                let p = persisted(s);
-                p.len() != 1 || p[0] != current(s)
-            })
-            .filter_map(|s| s["metadata"]["name"].as_str())
-            .collect();
-        if !items.is_empty() && unsafe_.is_empty() {
-            return;
-        }
-        assert!(Instant::now() < deadline, "not safe: {unsafe_:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually_async_every(
+        WAIT,
+        Duration::from_millis(100),
+        "every StorageState safe",
+        async || {
+            let items = w.states().await;
+            let unsafe_: Vec<&str> = items
+                .iter()
+                .filter(|s| {
+                    let p = persisted(s);
+                    p.len() != 1 || p[0] != current(s)
+                })
+                .filter_map(|s| s["metadata"]["name"].as_str())
+                .collect();
+            if !items.is_empty() && unsafe_.is_empty() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{} StorageStates, not safe: {unsafe_:?}",
+                    items.len()
+                ))
+            }
+        },
+        async || String::new(),
+    )
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -40,19 +50,24 @@ async fn an_idle_cluster_costs_only_304s() {
     let only_polls = |c: &kube_double::CountersSnapshot| {
         c.requests_for("get", "/api") + c.requests_for("get", "/apis") == c.total_requests
     };
-    let deadline = Instant::now() + WAIT;
-    loop {
-        w.h.double.reset_counters();
-        tokio::time::sleep(Duration::from_secs(1)).await;
-        if only_polls(&w.h.double.counters()) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "never quiet: {:#?}",
-            w.h.double.counters().requests
-        );
-    }
+    // Each try is itself a second of watching: no pause between tries.
+    eventually_async_every(
+        WAIT,
+        Duration::ZERO,
+        "a quiet second (only discovery polls)",
+        async || {
+            w.h.double.reset_counters();
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            let counters = w.h.double.counters();
+            if only_polls(&counters) {
+                Ok(())
+            } else {
+                Err(format!("{:#?}", counters.requests))
+            }
+        },
+        async || String::new(),
+    )
+    .await;
     w.h.double.reset_counters();
     tokio::time::sleep(Duration::from_secs(5)).await;
     let c = w.h.double.counters();

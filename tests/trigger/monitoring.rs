@@ -5,29 +5,37 @@
 //! a CRD storage move (detection lag).
 
 use std::collections::BTreeSet;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kube_double::faults::{Fault, FaultRule};
 
 use crate::support::monitoring::{expressions, metric_names, scraped_names};
+use crate::support::wait::eventually_async_every;
 use crate::world::{WAIT, World, double_with_widgets, hash};
 
-/// Scrapes every 100 ms until `done` says so, collecting every sample name seen.
+/// Scrapes every 100 ms (fine enough to see a series that comes and goes) until `done` says
+/// so, collecting every sample name seen.
 async fn scrape_until(
     w: &World,
     seen: &mut BTreeSet<String>,
     what: &str,
     done: impl AsyncFn(&World) -> bool,
 ) {
-    let deadline = Instant::now() + WAIT;
-    loop {
-        seen.extend(scraped_names(&w.h.metrics().await));
-        if done(w).await {
-            return;
-        }
-        assert!(Instant::now() < deadline, "{what} not within {WAIT:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually_async_every(
+        WAIT,
+        Duration::from_millis(100),
+        what,
+        async || {
+            seen.extend(scraped_names(&w.h.metrics().await));
+            if done(w).await {
+                Ok(())
+            } else {
+                Err(format!("not yet; {} sample names seen so far", seen.len()))
+            }
+        },
+        async || String::new(),
+    )
+    .await
 }
 
 async fn all_safe(w: &World) -> bool {

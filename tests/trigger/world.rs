@@ -15,10 +15,14 @@ use crate::harness::{Harness, tail};
 use crate::support::doubles::{Verdict, verdict};
 use crate::support::etcd::EtcdServer;
 use crate::support::server::Backend;
+use crate::support::wait::eventually_async_every;
 
 pub(crate) const STATES: &str = "/apis/storagemigration.k8s.io/v1/storagestates";
 /// How long a scenario step may take (a hang guard, not a speed check).
 pub(crate) const WAIT: Duration = Duration::from_secs(120);
+/// How often a scenario's waits look: a quick migration overtakes intermediate states, and the
+/// scenarios are quick, so finer than [`crate::support::wait::POLL`].
+pub(crate) const TICK: Duration = Duration::from_millis(50);
 pub(crate) const SVMS: &str = "/apis/storagemigration.k8s.io/v1/storageversionmigrations";
 
 pub(crate) struct World {
@@ -251,31 +255,34 @@ impl World {
         what: &str,
         done: impl Fn(&Value) -> bool,
     ) -> Value {
-        let deadline = Instant::now() + timeout;
         let judge = self.judge();
-        loop {
-            if let Some(state) = self.state(name).await
-                && done(&state)
-            {
-                judge(&state);
-                return state;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "StorageState {name}: not {what} within {timeout:?}: {:#?}\nmigrations: {:#?}\n--- server log ---\n{}",
-                self.state(name).await,
-                self.migrations()
-                    .await
-                    .iter()
-                    .map(|m| (
-                        m["metadata"]["name"].clone(),
-                        m["status"]["conditions"].clone()
-                    ))
-                    .collect::<Vec<_>>(),
-                tail(&self.h.server.log(), 80)
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        eventually_async_every(
+            timeout,
+            TICK,
+            &format!("StorageState {name} — {what}"),
+            async || match self.state(name).await {
+                Some(state) if done(&state) => {
+                    judge(&state);
+                    Ok(state)
+                }
+                other => Err(format!("{other:#?}")),
+            },
+            async || {
+                format!(
+                    "migrations: {:#?}\n--- server log ---\n{}",
+                    self.migrations()
+                        .await
+                        .iter()
+                        .map(|m| (
+                            m["metadata"]["name"].clone(),
+                            m["status"]["conditions"].clone()
+                        ))
+                        .collect::<Vec<_>>(),
+                    tail(&self.h.server.log(), 80)
+                )
+            },
+        )
+        .await
     }
 
     /// Deletes the trigger's observer record (`<prefix>/trigger/observer`) from etcd.
@@ -304,32 +311,36 @@ impl World {
         what: &str,
         done: impl Fn(&[HistoryEntry]) -> bool,
     ) -> Vec<HistoryEntry> {
-        let deadline = Instant::now() + WAIT;
-        loop {
-            let entries = self.history(group, resource).await;
-            if done(&entries) {
-                return entries;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "history of {resource}.{group}: not {what}: {entries:#?}\n--- server log ---\n{}",
-                tail(&self.h.server.log(), 60)
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        eventually_async_every(
+            WAIT,
+            TICK,
+            &format!("history of {resource}.{group} — {what}"),
+            async || {
+                let entries = self.history(group, resource).await;
+                if done(&entries) {
+                    Ok(entries)
+                } else {
+                    Err(format!("{entries:#?}"))
+                }
+            },
+            async || format!("--- server log ---\n{}", tail(&self.h.server.log(), 60)),
+        )
+        .await
     }
 
     /// Waits until StorageState `name` is gone.
     pub(crate) async fn wait_state_gone(&self, name: &str, timeout: Duration) {
-        let deadline = Instant::now() + timeout;
-        while self.state(name).await.is_some() {
-            assert!(
-                Instant::now() < deadline,
-                "StorageState {name} still there after {timeout:?}\n--- server log ---\n{}",
-                tail(&self.h.server.log(), 60)
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        eventually_async_every(
+            timeout,
+            TICK,
+            &format!("StorageState {name} gone"),
+            async || match self.state(name).await {
+                None => Ok(()),
+                Some(state) => Err(format!("{state:#}")),
+            },
+            async || format!("--- server log ---\n{}", tail(&self.h.server.log(), 60)),
+        )
+        .await
     }
 
     /// Waits until StorageState `name` is safe at `hash`.
