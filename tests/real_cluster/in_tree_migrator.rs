@@ -13,6 +13,7 @@ use crate::support::controller_manager::{
     ControllerManager, STORAGE_VERSION_MIGRATOR, STORAGE_VERSION_MIGRATOR_GATE,
 };
 use crate::support::real_cluster::RealCluster;
+use crate::support::wait::{POLL, eventually_async_every};
 use crate::world::{failed, install_widgets, stored_json_objects, succeeded, wait_for};
 
 const WIDGETS: usize = 500;
@@ -82,28 +83,34 @@ async fn kube_controller_managers_migrator_runs_a_migration_served_by_us() {
         serde_json::from_str(&kubectl.ok(&["get", "--raw", &path])).expect("a migration")
     };
     // A hang guard: with JSON it takes seconds.
-    let deadline = Instant::now() + Duration::from_secs(180);
-    let done = loop {
-        let migration = get();
-        assert!(
-            !failed(&migration),
-            "{migration:#}\nkube-controller-manager log:\n{}",
-            kcm.log()
-        );
-        if succeeded(&migration) {
-            break migration;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "kube-controller-manager's Succeeded not on our migration within 3 min:\n{migration:#}\n\
-             our answers of 4xx/5xx:\n{}\nkube-controller-manager's errors:\n{}\n\
-             svm-apiserver log:\n{}",
-            refused(&cluster.metrics().await).join("\n"),
-            kcm.errors().join("\n"),
-            cluster.svm.log()
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
+    let done = eventually_async_every(
+        Duration::from_secs(180),
+        POLL,
+        "kube-controller-manager's Succeeded on our migration",
+        async || {
+            let migration = get();
+            assert!(
+                !failed(&migration),
+                "{migration:#}\nkube-controller-manager log:\n{}",
+                kcm.log()
+            );
+            if succeeded(&migration) {
+                Ok(migration)
+            } else {
+                Err(format!("{migration:#}"))
+            }
+        },
+        async || {
+            format!(
+                "our answers of 4xx/5xx:\n{}\nkube-controller-manager's errors:\n{}\n\
+                 svm-apiserver log:\n{}",
+                refused(&cluster.metrics().await).join("\n"),
+                kcm.errors().join("\n"),
+                cluster.svm.log()
+            )
+        },
+    )
+    .await;
     let took = created.elapsed();
 
     // The status is kube-controller-manager's, written through our /status.

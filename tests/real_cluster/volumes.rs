@@ -44,10 +44,14 @@ use crate::support::audit::AuditLog;
 use crate::support::controller_manager::ControllerManager;
 use crate::support::kubectl::Kubectl;
 use crate::support::real_cluster::RealCluster;
+use crate::support::wait::{eventually_async, eventually_async_every};
 
 const TEST: &str = "volume_claim_migrations_resize_claims_as_the_real_apiserver_allows";
 /// A hang guard, not a speed check.
 const LIMIT: Duration = Duration::from_secs(240);
+/// How often the waits on the played node and on kube-controller-manager's doing look: the
+/// played components' own period ([`run`]), finer than [`crate::support::wait::POLL`].
+const STEP: Duration = Duration::from_millis(100);
 
 /// kube-controller-manager's controllers the scenarios need: the StatefulSet controller (pods
 /// and claims from the templates, pods re-created, adoption), the garbage collector (orphan and
@@ -464,26 +468,27 @@ async fn a_size_lowered_after_a_failure_is_honoured(kubectl: &Kubectl, client: &
 
 /// Until the ResourceQuota controller has written `hard` and `used` of the quota `storage`.
 async fn wait_for_quota(kubectl: &Kubectl, ns: &str, hard: &str, used: &str) {
-    let deadline = Instant::now() + LIMIT;
-    loop {
-        let out = kubectl.run(&[
-            "get",
-            "resourcequota",
-            "storage",
-            "-n",
-            ns,
-            "-o",
-            "jsonpath={.status.hard.requests\\.storage}/{.status.used.requests\\.storage}",
-        ]);
-        if out.stdout.trim() == format!("{hard}/{used}") {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the ResourceQuota controller never counted {hard}/{used}: {out:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    eventually_async(
+        LIMIT,
+        &format!("the ResourceQuota controller counting {hard}/{used}"),
+        async || {
+            let out = kubectl.run(&[
+                "get",
+                "resourcequota",
+                "storage",
+                "-n",
+                ns,
+                "-o",
+                "jsonpath={.status.hard.requests\\.storage}/{.status.used.requests\\.storage}",
+            ]);
+            if out.stdout.trim() == format!("{hard}/{used}") {
+                Ok(())
+            } else {
+                Err(format!("{out:?}"))
+            }
+        },
+    )
+    .await
 }
 
 /// `recreateStatefulSet`: once every claim is resized the StatefulSet is deleted with orphan
@@ -501,16 +506,17 @@ async fn an_apps_v1_statefulset_is_recreated_keeping_pods_and_claims(
     let statefulsets: Api<StatefulSet> = Api::namespaced(client.clone(), ns);
     let old = statefulsets.get("db").await.expect("statefulset");
     let old_uid = old.metadata.uid.clone().unwrap_or_default();
+    // One hang guard for the pods coming and, after the re-creation, being adopted.
     let deadline = Instant::now() + LIMIT;
-    let mut pods_before = node.owned_pods(&old_uid).await;
-    while pods_before.len() < 3 {
-        assert!(
-            Instant::now() < deadline,
-            "pods never came: {pods_before:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        pods_before = node.owned_pods(&old_uid).await;
-    }
+    let pods_before = eventually_async(LIMIT, "the 3 pods of StatefulSet db", async || {
+        let pods = node.owned_pods(&old_uid).await;
+        if pods.len() >= 3 {
+            Ok(pods)
+        } else {
+            Err(format!("{pods:?}"))
+        }
+    })
+    .await;
     let claims_before = node.claim_uids().await;
     let mut vcm: Value = serde_json::from_str(&migration(
         ns,
@@ -559,14 +565,19 @@ async fn an_apps_v1_statefulset_is_recreated_keeping_pods_and_claims(
         "orphaned by the garbage collector"
     );
     assert_eq!(node.claim_uids().await, claims_before, "claims kept");
-    while node.owned_pods(&new_uid).await != pods_before {
-        assert!(
-            Instant::now() < deadline,
-            "pods kept and adopted: {pods_before:?} vs {:?}",
-            node.owned_pods(&new_uid).await
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    eventually_async(
+        deadline.saturating_duration_since(Instant::now()),
+        "the pods kept and adopted by the new StatefulSet",
+        async || {
+            let owned = node.owned_pods(&new_uid).await;
+            if owned == pods_before {
+                Ok(())
+            } else {
+                Err(format!("{pods_before:?} vs {owned:?}"))
+            }
+        },
+    )
+    .await;
     let described = kubectl.ok(&["describe", "vcm", "-n", ns, "grow"]);
     assert!(
         described.contains("RecreatingStatefulSet") && described.contains("StatefulSetRecreated"),
@@ -707,16 +718,20 @@ async fn wait_until(
     name: &str,
     done: impl Fn(&Value) -> bool,
 ) -> Value {
-    let deadline = Instant::now() + LIMIT;
-    loop {
-        let out = kubectl.run(&["get", "vcm", "-n", ns, name, "-o", "json"]);
-        let vcm: Value = serde_json::from_str(&out.stdout).unwrap_or(Value::Null);
-        if done(&vcm) {
-            return vcm;
-        }
-        assert!(Instant::now() < deadline, "{ns}/{name}: {vcm:#}");
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    eventually_async(
+        LIMIT,
+        &format!("VolumeClaimMigration {ns}/{name} where the test waits for it"),
+        async || {
+            let out = kubectl.run(&["get", "vcm", "-n", ns, name, "-o", "json"]);
+            let vcm: Value = serde_json::from_str(&out.stdout).unwrap_or(Value::Null);
+            if done(&vcm) {
+                Ok(vcm)
+            } else {
+                Err(format!("{vcm:#}"))
+            }
+        },
+    )
+    .await
 }
 
 fn condition(vcm: &Value, type_: &str) -> Option<(String, String)> {
@@ -810,14 +825,17 @@ impl Node {
         // Pods need the namespace's `default` ServiceAccount (the ServiceAccount admission):
         // the service-account controller makes it.
         let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
-        let deadline = Instant::now() + LIMIT;
-        while accounts.get_opt("default").await.ok().flatten().is_none() {
-            assert!(
-                Instant::now() < deadline,
-                "no ServiceAccount {ns}/default from kube-controller-manager"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        eventually_async_every(
+            LIMIT,
+            STEP,
+            &format!("ServiceAccount {ns}/default from kube-controller-manager"),
+            async || match accounts.get_opt("default").await {
+                Ok(Some(_)) => Ok(()),
+                other => Err(format!("{other:?}")),
+            },
+            async || String::new(),
+        )
+        .await;
         kubectl.ok_stdin(&["create", "-f", "-"], &statefulset(ns, shape));
         let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
         let kind = GroupVersionKind::gvk(group, version, "StatefulSet");
@@ -883,40 +901,46 @@ impl Node {
 
     /// Until every pod `db-<ordinal>` is Ready and every claim of the templates is bound.
     async fn wait_running(&self, replicas: i32, templates: &[&str]) {
-        let deadline = Instant::now() + LIMIT;
-        loop {
-            let pods = self.pods.list(&ListParams::default()).await.expect("pods");
-            let claims = self
-                .claims
-                .list(&ListParams::default())
-                .await
-                .expect("claims");
-            let ready: BTreeSet<String> = pods
-                .items
-                .iter()
-                .filter(|p| p.metadata.deletion_timestamp.is_none() && is_ready(p))
-                .filter_map(|p| p.metadata.name.clone())
-                .collect();
-            let bound = bound_claims(&claims.items);
-            let all = (0..replicas).all(|ordinal| {
-                ready.contains(&format!("db-{ordinal}"))
-                    && templates
-                        .iter()
-                        .all(|t| bound.contains(&format!("{t}-db-{ordinal}")))
-            });
-            if all {
-                return;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{}: StatefulSet db never ran: pods ready {ready:?}, claims bound {bound:?}\n{}",
-                self.ns,
-                self.kubectl
-                    .run(&["get", "statefulset,pods,pvc", "-n", &self.ns, "-o", "wide"])
-                    .stdout
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        eventually_async_every(
+            LIMIT,
+            STEP,
+            &format!("{}: StatefulSet db running", self.ns),
+            async || {
+                let pods = self.pods.list(&ListParams::default()).await.expect("pods");
+                let claims = self
+                    .claims
+                    .list(&ListParams::default())
+                    .await
+                    .expect("claims");
+                let ready: BTreeSet<String> = pods
+                    .items
+                    .iter()
+                    .filter(|p| p.metadata.deletion_timestamp.is_none() && is_ready(p))
+                    .filter_map(|p| p.metadata.name.clone())
+                    .collect();
+                let bound = bound_claims(&claims.items);
+                let all = (0..replicas).all(|ordinal| {
+                    ready.contains(&format!("db-{ordinal}"))
+                        && templates
+                            .iter()
+                            .all(|t| bound.contains(&format!("{t}-db-{ordinal}")))
+                });
+                if all {
+                    Ok(())
+                } else {
+                    Err(format!("pods ready {ready:?}, claims bound {bound:?}"))
+                }
+            },
+            async || self.table(),
+        )
+        .await
+    }
+
+    /// `kubectl get statefulset,pods,pvc -o wide` in the namespace (for failure messages).
+    fn table(&self) -> String {
+        self.kubectl
+            .run(&["get", "statefulset,pods,pvc", "-n", &self.ns, "-o", "wide"])
+            .stdout
     }
 
     fn file_system_resize_for(&self, claim: &str) {
@@ -1023,36 +1047,42 @@ impl Node {
     async fn delete_claim(&self, name: &str) {
         self.kubectl
             .ok(&["delete", "pvc", "-n", &self.ns, name, "--wait=false"]);
-        let deadline = Instant::now() + LIMIT;
-        while self.claims.get_opt(name).await.ok().flatten().is_some() {
-            assert!(
-                Instant::now() < deadline,
-                "claim {name} never went: {:?}",
-                self.claims.get_opt(name).await
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        eventually_async_every(
+            LIMIT,
+            STEP,
+            &format!("claim {name} gone"),
+            async || match self.claims.get_opt(name).await {
+                Ok(Some(claim)) => Err(format!("{claim:?}")),
+                _ => Ok(()),
+            },
+            async || String::new(),
+        )
+        .await;
     }
 
     /// Until claim `name` exists again with another uid than `old_uid`, bound.
     async fn claim_made_again(&self, name: &str, old_uid: &str) -> PersistentVolumeClaim {
-        let deadline = Instant::now() + LIMIT;
-        loop {
-            if let Ok(Some(claim)) = self.claims.get_opt(name).await
-                && claim.metadata.uid.as_deref() != Some(old_uid)
-                && bound_claims(std::slice::from_ref(&claim)).contains(name)
-            {
-                return claim;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "claim {name} never made again\n{}",
-                self.kubectl
-                    .run(&["get", "statefulset,pods,pvc", "-n", &self.ns, "-o", "wide"])
-                    .stdout
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        eventually_async_every(
+            LIMIT,
+            STEP,
+            &format!("claim {name} made again (a uid other than {old_uid}) and bound"),
+            async || match self.claims.get_opt(name).await {
+                Ok(Some(claim))
+                    if claim.metadata.uid.as_deref() != Some(old_uid)
+                        && bound_claims(std::slice::from_ref(&claim)).contains(name) =>
+                {
+                    Ok(claim)
+                }
+                Ok(Some(claim)) => Err(format!(
+                    "uid {:?}, phase {:?}",
+                    claim.metadata.uid,
+                    claim.status.and_then(|s| s.phase)
+                )),
+                other => Err(format!("{other:?}")),
+            },
+            async || self.table(),
+        )
+        .await
     }
 
     /// Each claim's (request, capacity).
@@ -1078,16 +1108,19 @@ impl Node {
     }
 
     async fn pod_uid(&self, name: &str) -> String {
-        let deadline = Instant::now() + LIMIT;
-        loop {
-            if let Ok(pod) = self.pods.get(name).await
-                && pod.metadata.deletion_timestamp.is_none()
-            {
-                return pod.metadata.uid.unwrap_or_default();
+        eventually_async(LIMIT, &format!("pod {name}"), async || {
+            match self.pods.get(name).await {
+                Ok(pod) if pod.metadata.deletion_timestamp.is_none() => {
+                    Ok(pod.metadata.uid.unwrap_or_default())
+                }
+                Ok(pod) => Err(format!(
+                    "being deleted ({:?})",
+                    pod.metadata.deletion_timestamp
+                )),
+                Err(err) => Err(err.to_string()),
             }
-            assert!(Instant::now() < deadline, "pod {name} never came");
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
+        })
+        .await
     }
 
     fn stop(self) {

@@ -79,23 +79,7 @@ async fn the_upgrade_to_a_cluster_that_serves_the_group_hands_over_without_two_m
         format!("/apis/storagemigration.k8s.io/v1beta1/storageversionmigrations/{migration_name}");
 
     // Ours notices, stops, and says so.
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    while metric(
-        &cluster,
-        "svm_migrations_yielded_total",
-        &["manager=\"kube-controller-manager\""],
-    )
-    .await
-        < 1.0
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no yield within 2 min; svm-apiserver log:\n{}\nkube-controller-manager's errors:\n{}",
-            cluster.svm.log(),
-            kcm.errors().join("\n")
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    wait_for_yield(&cluster, &kcm).await;
     let log = cluster.svm.log();
     assert!(
         log.contains("another migrator works on this migration"),
@@ -233,19 +217,21 @@ async fn unfinished_migrations_of_our_store_move_to_the_clusters_api() {
             "metadata": {"name": "rotate-secrets", "labels": {"team": "storage"}},
             "spec": {"resource": {"group": "", "resource": "secrets"}}}"#,
     );
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    while !in_our_store(&cluster)
-        .await
-        .iter()
-        .any(|n| n.starts_with("secrets-"))
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no trigger migration in our store; log:\n{}",
-            cluster.svm.log()
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    eventually_async_every(
+        Duration::from_secs(120),
+        POLL,
+        "a trigger migration of secrets in our store",
+        async || {
+            let ours = in_our_store(&cluster).await;
+            if ours.iter().any(|n| n.starts_with("secrets-")) {
+                Ok(())
+            } else {
+                Err(format!("{ours:?}"))
+            }
+        },
+        async || format!("log:\n{}", cluster.svm.log()),
+    )
+    .await;
 
     cluster.plane.restart_apiserver(&BUILTIN_ON);
     cluster.register_as_companion();
@@ -269,15 +255,19 @@ async fn unfinished_migrations_of_our_store_move_to_the_clusters_api() {
         json!({"group": "", "resource": "secrets"})
     );
     // Our store keeps nothing unfinished (here: nothing at all; nothing ever finished).
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while !in_our_store(&cluster).await.is_empty() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "left in our store: {:?}",
-            in_our_store(&cluster).await
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    eventually_async(
+        Duration::from_secs(60),
+        "nothing left in our store",
+        async || {
+            let ours = in_our_store(&cluster).await;
+            if ours.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("{ours:?}"))
+            }
+        },
+    )
+    .await;
     // The trigger's own are on the cluster's API now.
     let triggers = wait_for_async(Duration::from_secs(120), || async {
         let found: Vec<Value> = builtin_migrations(&client)

@@ -23,6 +23,7 @@ use crate::support::real_cluster::{
 };
 use crate::support::server::metric_sum;
 use crate::support::server::{Backend, ServerProcess};
+use crate::support::wait::{POLL, eventually_async, eventually_async_every};
 use crate::world::{is_safe, items, name, storage_state, succeeded, wait_for};
 
 /// What switches the built-in group on in kube-apiserver 1.36.
@@ -127,17 +128,53 @@ async fn metric(cluster: &RealCluster, name: &str, labels: &[&str]) -> f64 {
 }
 
 async fn wait_for_mode(cluster: &RealCluster, mode: &str) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
     let label = format!("mode=\"{mode}\"");
-    while metric(cluster, "svm_api_mode", &[&label]).await != 1.0 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "svm_api_mode{{{label}}} is not 1 within 2 min:\n{}\nsvm-apiserver log:\n{}",
-            cluster.metrics().await,
-            cluster.svm.log()
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    eventually_async_every(
+        Duration::from_secs(120),
+        POLL,
+        &format!("svm_api_mode{{{label}}} at 1"),
+        async || {
+            let metrics = cluster.metrics().await;
+            if metric_sum(&metrics, "svm_api_mode", &[&label]) == 1.0 {
+                Ok(())
+            } else {
+                Err(metrics)
+            }
+        },
+        async || format!("svm-apiserver log:\n{}", cluster.svm.log()),
+    )
+    .await
+}
+
+/// Until ours has yielded a migration to kube-controller-manager (it saw kube-controller-manager
+/// write the migration's status).
+async fn wait_for_yield(cluster: &RealCluster, kcm: &ControllerManager) {
+    eventually_async_every(
+        Duration::from_secs(120),
+        POLL,
+        "a yield: svm_migrations_yielded_total{manager=\"kube-controller-manager\"} at 1 or more",
+        async || {
+            let yielded = metric(
+                cluster,
+                "svm_migrations_yielded_total",
+                &["manager=\"kube-controller-manager\""],
+            )
+            .await;
+            if yielded >= 1.0 {
+                Ok(())
+            } else {
+                Err(format!("{yielded}"))
+            }
+        },
+        async || {
+            format!(
+                "svm-apiserver log:\n{}\nkube-controller-manager's errors:\n{}",
+                cluster.svm.log(),
+                kcm.errors().join("\n")
+            )
+        },
+    )
+    .await
 }
 
 /// Every migration in the built-in API: kube-apiserver's own store.
@@ -198,34 +235,40 @@ async fn widgets_safe_after_a_builtin_migration(
     client: &kube::Client,
     before: &str,
 ) -> Value {
-    let deadline = std::time::Instant::now() + Duration::from_secs(180);
-    loop {
-        let state = storage_state(cluster, WIDGETS);
-        let migrated = builtin_migrations(client)
-            .await
-            .iter()
-            .any(|m| name(m).starts_with(&format!("{WIDGETS}-")) && succeeded(m));
-        if let Some(state) = state.filter(|s| {
-            is_safe(s) && s["status"]["currentStorageVersionHash"] != before && migrated
-        }) {
-            return state;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the widgets StorageState is not safe on a new hash within 3 min:\n{}\n{:#?}\nsvm-apiserver log:\n{}",
-            cluster
-                .kubectl()
-                .run(&["get", "storagestates", WIDGETS, "-o", "yaml"])
-                .stdout,
-            builtin_migrations(client)
-                .await
+    eventually_async_every(
+        Duration::from_secs(180),
+        POLL,
+        &format!(
+            "the widgets StorageState safe on a hash other than {before}, its built-in \
+             migration Succeeded"
+        ),
+        async || {
+            let state = storage_state(cluster, WIDGETS);
+            let migrations = builtin_migrations(client).await;
+            let migrated = migrations
                 .iter()
-                .map(name)
-                .collect::<Vec<_>>(),
-            cluster.svm.log()
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+                .any(|m| name(m).starts_with(&format!("{WIDGETS}-")) && succeeded(m));
+            match state {
+                Some(state)
+                    if is_safe(&state)
+                        && state["status"]["currentStorageVersionHash"] != before
+                        && migrated =>
+                {
+                    Ok(state)
+                }
+                state => Err(format!(
+                    "status {}; built-in migrations {:?}",
+                    state.map_or(Value::Null, |s| s["status"].clone()),
+                    migrations
+                        .iter()
+                        .map(|m| (name(m), succeeded(m)))
+                        .collect::<Vec<_>>()
+                )),
+            }
+        },
+        async || crate::world::describe_state(cluster, WIDGETS),
+    )
+    .await
 }
 
 /// The widgets CRD (v1 stored, v2 served) and `count` widgets.
@@ -247,12 +290,11 @@ async fn get_json(client: &kube::Client, path: &str) -> Value {
 }
 
 /// Retries `call` until it succeeds (a restarting kube-apiserver refuses for a while).
-async fn wait_for_async<F, Fut>(limit: Duration, call: F) -> Value
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<Value, String>>,
-{
-    crate::support::wait::eventually_async(limit, "an answer", call).await
+async fn wait_for_async(
+    limit: Duration,
+    call: impl AsyncFnMut() -> Result<Value, String>,
+) -> Value {
+    eventually_async(limit, "an answer", call).await
 }
 
 /// The newest built-in migration of the widgets, once it shows `manager` writing its status.

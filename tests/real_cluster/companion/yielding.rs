@@ -28,43 +28,32 @@ async fn our_migrator_runs_the_clusters_migrations_and_yields_to_kube_controller
     install_widgets_in(&cluster, 300).await;
 
     // The widgets' first migration, run by us on the built-in API...
-    let deadline = std::time::Instant::now() + Duration::from_secs(240);
-    let running = loop {
-        if let Some(found) = widgets_migration_written_by(&client, "svm-apiserver-migrator").await {
-            break found;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "our migrator never wrote a widgets migration's status:\n{:#?}\nsvm-apiserver log:\n{}",
-            builtin_migrations(&client)
+    let running = eventually_async_every(
+        Duration::from_secs(240),
+        POLL,
+        "our migrator writing a widgets migration's status",
+        async || {
+            widgets_migration_written_by(&client, "svm-apiserver-migrator")
                 .await
-                .iter()
-                .map(name)
-                .collect::<Vec<_>>(),
-            cluster.svm.log()
-        );
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    };
+                .ok_or_else(|| "no such migration".to_string())
+        },
+        async || {
+            format!(
+                "built-in migrations: {:#?}\nsvm-apiserver log:\n{}",
+                builtin_migrations(&client)
+                    .await
+                    .iter()
+                    .map(name)
+                    .collect::<Vec<_>>(),
+                cluster.svm.log()
+            )
+        },
+    )
+    .await;
     // ... until kube-controller-manager's controller, switched on after all, writes it too.
     let path = format!("{BUILTIN}/{}", name(&running));
     let kcm = real_kcm(&cluster);
-    let deadline = std::time::Instant::now() + Duration::from_secs(120);
-    while metric(
-        &cluster,
-        "svm_migrations_yielded_total",
-        &["manager=\"kube-controller-manager\""],
-    )
-    .await
-        < 1.0
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no yield within 2 min; svm-apiserver log:\n{}\nkube-controller-manager's errors:\n{}",
-            cluster.svm.log(),
-            kcm.errors().join("\n")
-        );
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
+    wait_for_yield(&cluster, &kcm).await;
     let yielded = get_json(&client, &path).await;
     tokio::time::sleep(Duration::from_secs(10)).await;
     let later = get_json(&client, &path).await;

@@ -17,11 +17,12 @@ use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::{Value, json};
 
-use super::{KCM_USER, LIMIT, Node, migration, wait_until};
+use super::{KCM_USER, LIMIT, Node, STEP, migration, wait_until};
 use crate::support::audit::{AuditLog, AuditedRequest};
 use crate::support::controller_manager::ControllerManager;
 use crate::support::kubectl::Kubectl;
 use crate::support::real_cluster::RealCluster;
+use crate::support::wait::eventually_async_every;
 
 const GROUP: &str = "storage.svm-apiserver.io";
 
@@ -93,22 +94,30 @@ pub(super) async fn a_namespace_holding_our_objects_is_deleted(
     kubectl.ok(&["delete", "namespace", ns, "--wait=false"]);
     let namespaces: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
     let mut last_seen = None;
-    loop {
-        match namespaces.get_opt(ns).await {
-            Ok(None) => break,
-            Ok(Some(seen)) => last_seen = Some(seen),
+    eventually_async_every(
+        // Counted from before the delete, as the time it took is.
+        LIMIT.saturating_sub(started.elapsed()),
+        STEP,
+        &format!("namespace {ns} gone"),
+        async || match namespaces.get_opt(ns).await {
+            Ok(None) => Ok(()),
+            Ok(Some(seen)) => {
+                let status = format!("{:#?}", seen.status);
+                last_seen = Some(seen);
+                Err(status)
+            }
             Err(err) => panic!("GET namespace {ns}: {err}"),
-        }
-        assert!(
-            started.elapsed() < LIMIT,
-            "namespace {ns} not gone within {LIMIT:?}: {:#?}\nwhat is left:\n{}",
-            last_seen.as_ref().and_then(|n| n.status.as_ref()),
-            kubectl
-                .run(&["get", "vcm,statefulset,pods,pvc,configmap,secret", "-n", ns])
-                .stdout
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        },
+        async || {
+            format!(
+                "what is left:\n{}",
+                kubectl
+                    .run(&["get", "vcm,statefulset,pods,pvc,configmap,secret", "-n", ns])
+                    .stdout
+            )
+        },
+    )
+    .await;
     let took = started.elapsed();
     node.stop();
     let conditions: Vec<String> = last_seen
@@ -220,27 +229,36 @@ pub(super) async fn owner_references_to_and_from_our_objects(
     }]);
     create(kubectl, &ghost_owned);
     let started = Instant::now();
+    // When each went, as seen by the poll.
     let mut sentinels: BTreeMap<&str, Duration> = BTreeMap::new();
-    while sentinels.len() < 2 {
-        if !sentinels.contains_key("ConfigMap owned by a missing migration")
-            && maps.get_opt("of-ghost").await.ok().flatten().is_none()
-        {
-            sentinels.insert("ConfigMap owned by a missing migration", started.elapsed());
-        }
-        if !sentinels.contains_key("migration owned by a missing ConfigMap")
-            && vcms.get_opt("of-ghost").await.ok().flatten().is_none()
-        {
-            sentinels.insert("migration owned by a missing ConfigMap", started.elapsed());
-        }
-        assert!(
-            started.elapsed() < LIMIT,
-            "dangling dependents not collected: {sentinels:?}\n{}",
+    eventually_async_every(
+        LIMIT,
+        STEP,
+        "both dangling dependents collected",
+        async || {
+            if !sentinels.contains_key("ConfigMap owned by a missing migration")
+                && maps.get_opt("of-ghost").await.ok().flatten().is_none()
+            {
+                sentinels.insert("ConfigMap owned by a missing migration", started.elapsed());
+            }
+            if !sentinels.contains_key("migration owned by a missing ConfigMap")
+                && vcms.get_opt("of-ghost").await.ok().flatten().is_none()
+            {
+                sentinels.insert("migration owned by a missing ConfigMap", started.elapsed());
+            }
+            if sentinels.len() == 2 {
+                Ok(())
+            } else {
+                Err(format!("collected {sentinels:?}"))
+            }
+        },
+        async || {
             kubectl
                 .run(&["get", "vcm,configmap", "-n", ns, "-o", "yaml"])
                 .stdout
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        },
+    )
+    .await;
     for (what, took) in &sentinels {
         println!("collected, a {what}: {:.1} s", took.as_secs_f64());
     }
@@ -274,54 +292,63 @@ pub(super) async fn owner_references_to_and_from_our_objects(
         deleted.insert(format!("migration owner-{owner}"), Instant::now());
     }
     let mut settled: BTreeMap<String, Duration> = BTreeMap::new();
-    let started = Instant::now();
-    while settled.len() < deleted.len() {
-        for (what, at) in &deleted {
-            if settled.contains_key(what) {
-                continue;
+    eventually_async_every(
+        LIMIT,
+        STEP,
+        &format!(
+            "{:?} collected as asked",
+            deleted.keys().collect::<Vec<_>>()
+        ),
+        async || {
+            for (what, at) in &deleted {
+                if settled.contains_key(what) {
+                    continue;
+                }
+                let (kind, name) = what.split_once(' ').unwrap_or_default();
+                let owner = name.trim_start_matches("owner-");
+                let done = if kind == "StatefulSet" {
+                    let owner_gone = statefulsets.get_opt(name).await.ok().flatten().is_none();
+                    let dependent = vcms.get_opt(&format!("of-{owner}")).await.ok().flatten();
+                    owner_gone
+                        && match owner {
+                            "orphan" => dependent.is_some_and(|d| {
+                                d.metadata.owner_references.unwrap_or_default().is_empty()
+                                    && d.metadata.uid.as_ref() == uids.get(&format!("of-{owner}"))
+                            }),
+                            _ => dependent.is_none(),
+                        }
+                } else {
+                    let owner_gone = vcms.get_opt(name).await.ok().flatten().is_none();
+                    let dependent = maps
+                        .get_opt(&format!("of-owner-{owner}"))
+                        .await
+                        .ok()
+                        .flatten();
+                    owner_gone
+                        && match owner {
+                            "orphan" => dependent.is_some_and(|d| {
+                                d.metadata.owner_references.unwrap_or_default().is_empty()
+                            }),
+                            _ => dependent.is_none(),
+                        }
+                };
+                if done {
+                    settled.insert(what.clone(), at.elapsed());
+                }
             }
-            let (kind, name) = what.split_once(' ').unwrap_or_default();
-            let owner = name.trim_start_matches("owner-");
-            let done = if kind == "StatefulSet" {
-                let owner_gone = statefulsets.get_opt(name).await.ok().flatten().is_none();
-                let dependent = vcms.get_opt(&format!("of-{owner}")).await.ok().flatten();
-                owner_gone
-                    && match owner {
-                        "orphan" => dependent.is_some_and(|d| {
-                            d.metadata.owner_references.unwrap_or_default().is_empty()
-                                && d.metadata.uid.as_ref() == uids.get(&format!("of-{owner}"))
-                        }),
-                        _ => dependent.is_none(),
-                    }
+            if settled.len() == deleted.len() {
+                Ok(())
             } else {
-                let owner_gone = vcms.get_opt(name).await.ok().flatten().is_none();
-                let dependent = maps
-                    .get_opt(&format!("of-owner-{owner}"))
-                    .await
-                    .ok()
-                    .flatten();
-                owner_gone
-                    && match owner {
-                        "orphan" => dependent.is_some_and(|d| {
-                            d.metadata.owner_references.unwrap_or_default().is_empty()
-                        }),
-                        _ => dependent.is_none(),
-                    }
-            };
-            if done {
-                settled.insert(what.clone(), at.elapsed());
+                Err(format!("settled {settled:?}"))
             }
-        }
-        assert!(
-            started.elapsed() < LIMIT,
-            "not collected as asked: settled {settled:?} of {:?}\n{}",
-            deleted.keys().collect::<Vec<_>>(),
+        },
+        async || {
             kubectl
                 .run(&["get", "vcm,statefulset,configmap", "-n", ns, "-o", "yaml"])
                 .stdout
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        },
+    )
+    .await;
     for (what, took) in &settled {
         let owner = what.rsplit(['-', ' ']).next().unwrap_or_default();
         let how = match owner {
