@@ -249,7 +249,7 @@ async fn connect(endpoint: &str) -> Result<EtcdStorage, StorageError> {
         EtcdStorage::connect(&[endpoint.to_string()], options),
     )
     .await
-    .map_err(|_| StorageError::Unavailable("connecting to etcd timed out".into()))?
+    .map_err(|_| StorageError::unavailable("connecting to etcd timed out"))?
 }
 
 /// Watches everything under `prefix` from revision 1, resuming after the last revision seen

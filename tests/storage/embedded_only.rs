@@ -83,7 +83,7 @@ async fn a_data_directory_is_used_by_one_store_at_a_time() {
     let first = open(&dir).await;
     first.create("/l/a", b"1".to_vec()).await.unwrap();
     match EmbeddedStorage::open(&dir).await {
-        Err(StorageError::Unavailable(message)) => assert!(message.contains("in use")),
+        Err(StorageError::Unavailable { message, .. }) => assert!(message.contains("in use")),
         Err(other) => panic!("expected Unavailable, got {other:?}"),
         Ok(_) => panic!("opened a data directory twice"),
     }
@@ -397,7 +397,7 @@ async fn a_watcher_too_far_behind_is_ended_with_an_error() {
     }
     // The writers never waited; the watcher that did not read is told it lost its place.
     match next_item(&mut stream).await {
-        Err(StorageError::Unavailable(message)) => assert!(message.contains("fell behind")),
+        Err(StorageError::Unavailable { message, .. }) => assert!(message.contains("fell behind")),
         other => panic!("expected Unavailable, got {other:?}"),
     }
     assert!(stream.next().await.is_none());

@@ -16,13 +16,13 @@ async fn connecting_to_nothing_is_unavailable() {
         ..etcd_options()
     };
     match EtcdStorage::connect(&[format!("http://127.0.0.1:{port}")], options).await {
-        Err(StorageError::Unavailable(_)) => {}
+        Err(StorageError::Unavailable { .. }) => {}
         Err(other) => panic!("expected Unavailable, got {other:?}"),
         Ok(_) => panic!("connected to nothing"),
     }
     assert!(matches!(
         EtcdStorage::connect(&[], etcd_options()).await,
-        Err(StorageError::Unavailable(_))
+        Err(StorageError::Unavailable { .. })
     ));
 }
 
@@ -44,22 +44,22 @@ async fn losing_etcd_makes_requests_and_watches_unavailable() {
 
     assert!(matches!(
         s.health().await,
-        Err(StorageError::Unavailable(_))
+        Err(StorageError::Unavailable { .. })
     ));
     assert!(matches!(
         s.get("/u/a").await,
-        Err(StorageError::Unavailable(_))
+        Err(StorageError::Unavailable { .. })
     ));
     assert!(matches!(
         s.create("/u/b", b"1".to_vec()).await,
-        Err(StorageError::Unavailable(_))
+        Err(StorageError::Unavailable { .. })
     ));
     // The watch ends with an error rather than going silent.
     loop {
         match next_item(&mut stream).await {
             Ok(WatchItem::Progress(_)) => {}
             Ok(WatchItem::Event(event)) => panic!("unexpected event {event:?}"),
-            Err(StorageError::Unavailable(_)) => break,
+            Err(StorageError::Unavailable { .. }) => break,
             Err(other) => panic!("expected Unavailable, got {other:?}"),
         }
     }

@@ -285,10 +285,20 @@ impl ApiError {
             StorageError::FutureRevision { requested, .. } => ApiError::Timeout(format!(
                 "Too large resource version: {requested}"
             )),
-            StorageError::Unavailable(msg) => ApiError::ServiceUnavailable(msg),
+            StorageError::Unavailable { message, source } => {
+                ApiError::ServiceUnavailable(with_cause(message, source.as_deref()))
+            }
             StorageError::Corrupt(msg) => ApiError::Internal(msg),
             StorageError::Io(e) => ApiError::Internal(e.to_string()),
         }
+    }
+}
+
+/// A storage failure's message with its cause's, as `message: cause`.
+fn with_cause(message: String, cause: Option<&(dyn std::error::Error + Send + Sync)>) -> String {
+    match cause {
+        Some(cause) => format!("{message}: {cause}"),
+        None => message,
     }
 }
 

@@ -447,9 +447,7 @@ impl HealthSwitch {
 }
 
 fn unused<T>() -> storage::Result<T> {
-    Err(storage::StorageError::Unavailable(
-        "not used by HTTP tests".into(),
-    ))
+    Err(storage::StorageError::unavailable("not used by HTTP tests"))
 }
 
 #[async_trait]
@@ -480,9 +478,7 @@ impl Storage for HealthSwitch {
         if self.healthy.load(Ordering::SeqCst) {
             Ok(())
         } else {
-            Err(storage::StorageError::Unavailable(
-                "etcd is unreachable".into(),
-            ))
+            Err(storage::StorageError::unavailable("etcd is unreachable"))
         }
     }
 }

@@ -77,7 +77,7 @@ impl EmbeddedStorage {
         let dir = dir.as_ref().to_path_buf();
         let opened = tokio::task::spawn_blocking(move || Wal::open(&dir))
             .await
-            .map_err(|e| StorageError::Unavailable(format!("opening the store failed: {e}")))??;
+            .map_err(|e| StorageError::unavailable_because("opening the store", e))??;
         if opened.truncated > 0 {
             tracing::warn!(
                 bytes = opened.truncated,
@@ -122,7 +122,7 @@ impl EmbeddedStorage {
         let shared = self.shared.clone();
         tokio::task::spawn_blocking(move || work(&shared))
             .await
-            .map_err(|e| StorageError::Unavailable(format!("storage write task failed: {e}")))?
+            .map_err(|e| StorageError::unavailable_because("a storage write", e))?
     }
 }
 
@@ -172,7 +172,7 @@ impl StoreState {
 }
 
 fn poisoned() -> StorageError {
-    StorageError::Unavailable("embedded store is unusable after an internal panic".into())
+    StorageError::unavailable("embedded store is unusable after an internal panic")
 }
 
 #[async_trait]
@@ -221,7 +221,7 @@ impl Storage for EmbeddedStorage {
 
     async fn health(&self) -> Result<()> {
         match self.shared.log()?.as_ref().and_then(|wal| wal.broken()) {
-            Some(reason) => Err(StorageError::Unavailable(reason.to_string())),
+            Some(reason) => Err(StorageError::unavailable(reason.to_string())),
             None => Ok(()),
         }
     }

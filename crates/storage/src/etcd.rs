@@ -74,7 +74,7 @@ impl EtcdStorage {
     /// that etcd answers; fails with `Unavailable` when it does not, saying why for TLS.
     pub async fn connect(endpoints: &[String], opts: EtcdOptions) -> Result<EtcdStorage> {
         if endpoints.is_empty() {
-            return Err(StorageError::Unavailable("no etcd endpoints given".into()));
+            return Err(StorageError::unavailable("no etcd endpoints given"));
         }
         let (interval, timeout) = opts.keep_alive;
         let mut connect = ConnectOptions::new()
@@ -95,7 +95,7 @@ impl EtcdStorage {
             }
             None => {
                 if let Some(https) = endpoints.iter().find(|e| e.starts_with("https://")) {
-                    return Err(StorageError::Unavailable(format!(
+                    return Err(StorageError::unavailable(format!(
                         "{https} is reached over TLS: give --etcd-cafile (and --etcd-certfile,                          --etcd-keyfile for an etcd with --client-cert-auth)"
                     )));
                 }
@@ -107,7 +107,9 @@ impl EtcdStorage {
             Client::connect(endpoints, Some(connect)),
         )
         .await?
-        .map_err(|e| StorageError::Unavailable(format!("connecting to etcd {endpoints:?}: {e}")))?;
+        .map_err(|e| {
+            StorageError::unavailable_because(format!("connecting to etcd {endpoints:?}"), e)
+        })?;
         let storage = EtcdStorage {
             client,
             options: opts,
@@ -276,7 +278,7 @@ impl Storage for EtcdStorage {
         let revision = response
             .header()
             .map(|h| h.revision())
-            .ok_or_else(|| StorageError::Unavailable("etcd sent no response header".into()))?;
+            .ok_or_else(|| StorageError::unavailable("etcd sent no response header"))?;
         if response.succeeded() {
             return Ok(TxnOutcome::Committed { revision });
         }
@@ -285,8 +287,8 @@ impl Storage for EtcdStorage {
             let current = match responses.get(index) {
                 Some(TxnOpResponse::Get(read)) => read.kvs().first().map(|kv| kv.mod_revision()),
                 _ => {
-                    return Err(StorageError::Unavailable(
-                        "etcd answered a failed transaction without its reads".into(),
+                    return Err(StorageError::unavailable(
+                        "etcd answered a failed transaction without its reads",
                     ));
                 }
             };
@@ -298,8 +300,8 @@ impl Storage for EtcdStorage {
                 return Ok(TxnOutcome::Failed { index, current });
             }
         }
-        Err(StorageError::Unavailable(
-            "etcd reported a failed compare, but every compare holds".into(),
+        Err(StorageError::unavailable(
+            "etcd reported a failed compare, but every compare holds",
         ))
     }
 
@@ -362,10 +364,10 @@ impl Failure {
     fn into_error(self) -> StorageError {
         match self {
             Failure::Compacted => {
-                StorageError::Unavailable("etcd: required revision has been compacted".into())
+                StorageError::unavailable("etcd: required revision has been compacted")
             }
             Failure::FutureRevision => {
-                StorageError::Unavailable("etcd: required revision is a future revision".into())
+                StorageError::unavailable("etcd: required revision is a future revision")
             }
             Failure::Other(error) => error,
         }
@@ -398,10 +400,10 @@ impl From<etcd_client::Error> for Failure {
                         format!("etcd rejected the request: {message}"),
                     )))
                 } else {
-                    Failure::Other(StorageError::Unavailable(format!("etcd: {message}")))
+                    Failure::Other(StorageError::unavailable_because("etcd", error))
                 }
             }
-            _ => Failure::Other(StorageError::Unavailable(format!("etcd: {error}"))),
+            _ => Failure::Other(StorageError::unavailable_because("etcd", error)),
         }
     }
 }
@@ -418,7 +420,7 @@ async fn check_tls(tls: &tls::EtcdTls, endpoints: &[String], timeout: Duration) 
     }
     let plain = endpoints.iter().any(|e| !e.starts_with("https://"));
     if plain || failures.len() == endpoints.len() {
-        return Err(StorageError::Unavailable(format!(
+        return Err(StorageError::unavailable(format!(
             "etcd over TLS: {}",
             failures.join("; ")
         )));
@@ -437,7 +439,7 @@ async fn within<T>(
 ) -> Result<T> {
     tokio::time::timeout(limit, request)
         .await
-        .map_err(|_| StorageError::Unavailable(format!("etcd did not answer {what} in {limit:?}")))
+        .map_err(|_| StorageError::unavailable(format!("etcd did not answer {what} in {limit:?}")))
 }
 
 fn compare_key(compare: &Compare) -> &str {
@@ -450,7 +452,7 @@ fn header_revision(response: &GetResponse) -> Result<Revision> {
     response
         .header()
         .map(|h| h.revision())
-        .ok_or_else(|| StorageError::Unavailable("etcd sent no response header".into()))
+        .ok_or_else(|| StorageError::unavailable("etcd sent no response header"))
 }
 
 fn key_value(kv: &etcd_client::KeyValue) -> Result<KeyValue> {

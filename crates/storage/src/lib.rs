@@ -76,8 +76,14 @@ pub enum StorageError {
     /// The backend cannot serve the call now (etcd unreachable or answering with an error, the
     /// data directory locked by another process, a watcher that fell too far behind); retrying
     /// may help.
-    #[error("storage unavailable: {0}")]
-    Unavailable(String),
+    #[error("storage unavailable: {message}{}", source.as_ref().map(|s| format!(": {s}")).unwrap_or_default())]
+    Unavailable {
+        /// What could not be done.
+        message: String,
+        /// The backend's own error, when there is one (etcd's, a failed blocking task's).
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
     /// The stored data cannot be read back as written (a damaged log, a replay that does not add
     /// up); retrying will not help.
     #[error("storage data corrupt: {0}")]
@@ -86,6 +92,27 @@ pub enum StorageError {
     /// malformed (kind `InvalidInput`).
     #[error("storage I/O error")]
     Io(#[from] std::io::Error),
+}
+
+impl StorageError {
+    /// The backend cannot serve the call now, for the reason `message` says.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        StorageError::Unavailable {
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// `message` could not be done because of `source`.
+    pub fn unavailable_because(
+        message: impl Into<String>,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
+        StorageError::Unavailable {
+            message: message.into(),
+            source: Some(Box::new(source)),
+        }
+    }
 }
 
 /// The result of every storage call.

@@ -69,7 +69,7 @@ impl<S: Strategy> Store<S> {
                 message: format!("too old resource version: {after} ({compacted})"),
                 continue_token: None,
             },
-            StorageError::Unavailable(message) => ApiError::ServiceUnavailable(message),
+            StorageError::Unavailable { .. } => ApiError::from_storage(err, "", "", ""),
             other => ApiError::from_storage(other, "", "", ""),
         };
         let items = self

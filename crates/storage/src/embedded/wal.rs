@@ -559,7 +559,7 @@ fn lock_dir(dir: &Path) -> Result<File, StorageError> {
         .open(dir.join(LOCK_FILE))?;
     match file.try_lock() {
         Ok(()) => Ok(file),
-        Err(fs::TryLockError::WouldBlock) => Err(StorageError::Unavailable(format!(
+        Err(fs::TryLockError::WouldBlock) => Err(StorageError::unavailable(format!(
             "data directory {} is in use by another store",
             dir.display()
         ))),

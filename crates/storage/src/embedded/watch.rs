@@ -112,7 +112,7 @@ impl Cursor {
                 }
                 Err(RecvError::Lagged(missed)) => {
                     self.finished = true;
-                    return Some(Err(StorageError::Unavailable(format!(
+                    return Some(Err(StorageError::unavailable(format!(
                         "watch on {:?} fell behind by {missed} revisions (more than the {} it \
                          may buffer) after revision {}; watch again from there",
                         self.prefix, self.capacity, self.delivered_through

@@ -96,7 +96,7 @@ impl Cursor {
 
     fn fail(&mut self, message: String) {
         self.pending
-            .push_back(Err(StorageError::Unavailable(format!("etcd: {message}"))));
+            .push_back(Err(StorageError::unavailable(format!("etcd: {message}"))));
     }
 
     fn absorb(&mut self, response: WatchResponse) {
@@ -131,7 +131,7 @@ impl Cursor {
 fn convert(event: &etcd_client::Event) -> Result<Event> {
     let kv = event
         .kv()
-        .ok_or_else(|| StorageError::Unavailable("etcd sent an event without a key".into()))?;
+        .ok_or_else(|| StorageError::unavailable("etcd sent an event without a key"))?;
     let prev = event.prev_kv().map(super::key_value).transpose()?;
     Ok(match event.event_type() {
         EventType::Put => Event {
