@@ -5,9 +5,10 @@
 //! live (VolumeClaimMigration; StorageState, also served there so that it stays reachable on clusters that serve
 //! `storagemigration.k8s.io` themselves; see [`ApiGroup`]).
 
-pub(crate) mod common;
+pub(crate) mod columns;
 pub mod install;
 pub mod migration;
+pub(crate) mod served;
 pub mod storagestate;
 pub mod volumes;
 

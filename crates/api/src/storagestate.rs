@@ -12,10 +12,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::common::{
-    age, age_column, decode_body, dns_label_errors, encode_body_in, name_column, unknown_version,
-};
+use super::columns::{age, age_column, name_column};
+use super::served::{decode_body, encode_body_in, unknown_version};
 use super::{ApiGroup, CATEGORY, GROUP, PROJECT, UPSTREAM};
+use svm_registry::validation::dns1123_label_errors as dns_label_errors;
 use svm_registry::validation::dns1123_subdomain_errors;
 use svm_registry::{ApiResult, FieldError, ResourceInfo, Strategy, TableColumn};
 

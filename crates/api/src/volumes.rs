@@ -13,7 +13,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, ObjectMeta};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::common::{age, age_column, decode_body, encode_body_in, name_column, unknown_version};
+use super::columns::{age, age_column, name_column};
+use super::served::{decode_body, encode_body_in, unknown_version};
 use super::{CATEGORY, PROJECT};
 use svm_registry::validation::{dns1123_label_errors, dns1123_subdomain_errors};
 use svm_registry::{ApiResult, FieldError, ResourceInfo, Strategy, TableColumn};

@@ -107,7 +107,7 @@ pub struct ControllerOptions {
     pub burst: u32,
     /// Retries of one request after retriable errors (429, 5xx, timeouts, resets) before the
     /// migration pauses and later resumes from its checkpoint.
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = migrator::limiter::DEFAULT_MAX_RETRIES)]
     pub max_retries: u32,
     /// What the migrator asks kube-apiserver to answer its reads in, as kube's components have
     /// it: `application/vnd.kubernetes.protobuf` (JSON as the fallback; kube-apiserver spends

@@ -201,6 +201,17 @@ mod tests {
     }
 
     #[test]
+    fn dns1123_labels() {
+        assert!(dns1123_label_errors("deployments").is_empty());
+        assert!(dns1123_label_errors("a-1").is_empty());
+        assert!(!dns1123_label_errors("Deployments").is_empty());
+        assert!(!dns1123_label_errors("-x").is_empty());
+        assert!(!dns1123_label_errors("").is_empty());
+        assert!(!dns1123_label_errors("a.b").is_empty());
+        assert!(!dns1123_label_errors(&"a".repeat(64)).is_empty());
+    }
+
+    #[test]
     fn label_values() {
         for ok in ["", "a", "a.b_c-D", &"v".repeat(63)] {
             assert!(label_value_errors(ok).is_empty(), "{ok}");

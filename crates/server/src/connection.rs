@@ -140,16 +140,16 @@ impl ConnectionControl {
 pub(super) async fn serve(
     tcp: TcpStream,
     peer: SocketAddr,
-    shared: Arc<ConnectionContext>,
+    context: Arc<ConnectionContext>,
     permit: OwnedSemaphorePermit,
 ) {
-    let _slot = OpenConnection::new(permit, &shared.metrics);
+    let _slot = OpenConnection::new(permit, &context.metrics);
     // Without TCP_NODELAY a response's last small segment (a watch event, a page's tail)
     // waits for the client's delayed ACK: ~40 ms per request, measured by `make bench`.
     if let Err(err) = tcp.set_nodelay(true) {
         tracing::debug!(%peer, error = %err, "could not set TCP_NODELAY");
     }
-    let Some(stream) = handshake(tcp, peer, &shared).await else {
+    let Some(stream) = handshake(tcp, peer, &context).await else {
         return;
     };
     let http2 = stream.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
@@ -161,19 +161,23 @@ pub(super) async fn serve(
         http1: !http2,
     };
     let service = request_service(
-        shared.app.clone(),
+        context.app.clone(),
         peer,
         certificates,
         control.clone(),
         activity,
     );
-    let builder = if http2 { &shared.http2 } else { &shared.http1 };
+    let builder = if http2 {
+        &context.http2
+    } else {
+        &context.http1
+    };
     let connection = builder.serve_connection(
         TokioIo::new(Lingering::new(stream)),
         TowerToHyperService::new(service),
     );
     tokio::pin!(connection);
-    let idle = shared.limits.idle_connection_timeout;
+    let idle = context.limits.idle_connection_timeout;
     let mut closing = false;
     loop {
         let idle_now = *active.borrow_and_update() == 0;
@@ -185,10 +189,10 @@ pub(super) async fn serve(
                 return;
             }
             () = control.kill.cancelled() => {
-                shared.closed("unresponsive_watcher");
+                context.closed("unresponsive_watcher");
                 return;
             }
-            () = shared.closing.cancelled(), if !closing => {
+            () = context.closing.cancelled(), if !closing => {
                 closing = true;
                 connection.as_mut().graceful_shutdown();
             }
@@ -199,7 +203,7 @@ pub(super) async fn serve(
                 }
             }
             () = tokio::time::sleep(idle), if idle_now && !closing && !idle.is_zero() => {
-                shared.closed("idle");
+                context.closed("idle");
                 closing = true;
                 connection.as_mut().graceful_shutdown();
             }
@@ -212,25 +216,27 @@ pub(super) async fn serve(
 async fn handshake(
     tcp: TcpStream,
     peer: SocketAddr,
-    shared: &ConnectionContext,
+    context: &ConnectionContext,
 ) -> Option<tokio_rustls::server::TlsStream<TcpStream>> {
-    let handshake =
-        tokio::time::timeout(shared.limits.tls_handshake_timeout, shared.tls.accept(tcp));
+    let handshake = tokio::time::timeout(
+        context.limits.tls_handshake_timeout,
+        context.tls.accept(tcp),
+    );
     tokio::select! {
         done = handshake => match done {
             Ok(Ok(stream)) => Some(stream),
             Ok(Err(err)) => {
                 tracing::debug!(%peer, error = %err, "TLS handshake failed");
-                shared.closed("tls_handshake_failed");
+                context.closed("tls_handshake_failed");
                 None
             }
             Err(_) => {
                 tracing::debug!(%peer, "TLS handshake timed out");
-                shared.closed("tls_handshake_timeout");
+                context.closed("tls_handshake_timeout");
                 None
             }
         },
-        () = shared.closing.cancelled() => None,
+        () = context.closing.cancelled() => None,
     }
 }
 

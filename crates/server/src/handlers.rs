@@ -145,7 +145,7 @@ pub(crate) struct ResourcePath {
     subresource: Option<String>,
 }
 
-fn call(
+fn resource_request(
     state: AppState,
     target: ResourcePath,
     path_kind: PathKind,
@@ -207,7 +207,7 @@ async fn serve_collection(
     headers: HeaderMap,
     body: Body,
 ) -> Response {
-    let mut call = match call(
+    let mut req = match resource_request(
         state,
         target,
         PathKind::Collection,
@@ -216,15 +216,15 @@ async fn serve_collection(
         headers,
         body,
     ) {
-        Ok(call) => call,
+        Ok(req) => req,
         Err(not_found) => return *not_found,
     };
-    call.connection = connection.map(|Extension(c)| c);
-    let result = match call.method.clone() {
-        Method::GET if call.query.is_watch() => watch(call).await,
-        Method::GET => list(call).await,
-        Method::POST => create(call).await,
-        Method::DELETE => delete_collection(call).await,
+    req.connection = connection.map(|Extension(c)| c);
+    let result = match req.method.clone() {
+        Method::GET if req.query.is_watch() => watch(req).await,
+        Method::GET => list(req).await,
+        Method::POST => create(req).await,
+        Method::DELETE => delete_collection(req).await,
         _ => Err(status::method_not_allowed()),
     };
     result.unwrap_or_else(IntoResponse::into_response)
@@ -256,20 +256,20 @@ async fn serve_item(
         target.name.take().unwrap_or_default(),
         target.subresource.take(),
     );
-    let call = match call(state, target, PathKind::Item, method, &uri, headers, body) {
-        Ok(call) => call,
+    let req = match resource_request(state, target, PathKind::Item, method, &uri, headers, body) {
+        Ok(req) => req,
         Err(not_found) => return *not_found,
     };
     let subresource = match sub.as_deref() {
         None => Subresource::Main,
-        Some("status") if call.resource.info().has_status_subresource => Subresource::Status,
+        Some("status") if req.resource.info().has_status_subresource => Subresource::Status,
         Some(_) => return status::unknown_path(),
     };
-    let result = match (call.method.clone(), subresource) {
-        (Method::GET, _) => get(call, &name).await,
-        (Method::PUT, _) => update(call, &name, subresource).await,
-        (Method::PATCH, _) => patch(call, &name, subresource).await,
-        (Method::DELETE, Subresource::Main) => delete(call, &name).await,
+    let result = match (req.method.clone(), subresource) {
+        (Method::GET, _) => get(req, &name).await,
+        (Method::PUT, _) => update(req, &name, subresource).await,
+        (Method::PATCH, _) => patch(req, &name, subresource).await,
+        (Method::DELETE, Subresource::Main) => delete(req, &name).await,
         _ => Err(status::method_not_allowed()),
     };
     result.unwrap_or_else(IntoResponse::into_response)
@@ -277,13 +277,13 @@ async fn serve_item(
 
 /// A 200/201 response in the negotiated encoding, with a `Warning` header per warning.
 fn respond(
-    call: &ResourceRequest,
+    req: &ResourceRequest,
     code: StatusCode,
     negotiated: &Negotiated,
     value: &Value,
     warnings: &[String],
 ) -> HandlerResult {
-    let (body, content_type) = negotiated.encode(value, call.protobuf())?;
+    let (body, content_type) = negotiated.encode(value, req.protobuf())?;
     let mut response = (
         code,
         [
@@ -302,13 +302,13 @@ fn respond(
     Ok(response)
 }
 
-fn table_writer(call: &ResourceRequest, target: Target) -> Result<Option<TableWriter>, ApiError> {
+fn table_writer(req: &ResourceRequest, target: Target) -> Result<Option<TableWriter>, ApiError> {
     match target {
         Target::Table(meta) => {
-            let include = params::include_object(&call.query)?;
+            let include = params::include_object(&req.query)?;
             Ok(Some(TableWriter::new(
-                call.resource.clone(),
-                &call.version,
+                req.resource.clone(),
+                &req.version,
                 meta,
                 include,
             )))
@@ -317,14 +317,11 @@ fn table_writer(call: &ResourceRequest, target: Target) -> Result<Option<TableWr
     }
 }
 
-async fn get(call: ResourceRequest, name: &str) -> HandlerResult {
-    let negotiated = call.negotiate(Endpoint::Read)?;
-    let table = table_writer(&call, negotiated.target)?;
-    let opts = params::get_options(&call.query);
-    let object = call
-        .resource
-        .get(&call.version, call.at(name), &opts)
-        .await?;
+async fn get(req: ResourceRequest, name: &str) -> HandlerResult {
+    let negotiated = req.negotiate(Endpoint::Read)?;
+    let table = table_writer(&req, negotiated.target)?;
+    let opts = params::get_options(&req.query);
+    let object = req.resource.get(&req.version, req.at(name), &opts).await?;
     let value = match negotiated.target {
         Target::PartialObjectMetadataList(_) => return Ok(status::content_is_not_a_list()),
         Target::PartialObjectMetadata(meta) => partial_object_metadata(&object, meta),
@@ -334,34 +331,34 @@ async fn get(call: ResourceRequest, name: &str) -> HandlerResult {
         },
         Target::Object | Target::DiscoveryV2 => object,
     };
-    respond(&call, StatusCode::OK, &negotiated, &value, &[])
+    respond(&req, StatusCode::OK, &negotiated, &value, &[])
 }
 
-async fn list(call: ResourceRequest) -> HandlerResult {
-    let negotiated = call.negotiate(Endpoint::Read)?;
+async fn list(req: ResourceRequest) -> HandlerResult {
+    let negotiated = req.negotiate(Endpoint::Read)?;
     if let Target::PartialObjectMetadata(_) = negotiated.target {
         return Err(ApiError::NotAcceptable(format!(
             "you requested PartialObjectMetadata, but the requested object is a list ({})",
-            call.resource.info().list_kind
+            req.resource.info().list_kind
         ))
         .into());
     }
-    let table = table_writer(&call, negotiated.target)?;
-    let list_params = params::list_params(&call.query)?;
-    let list = call
+    let table = table_writer(&req, negotiated.target)?;
+    let list_params = params::list_params(&req.query)?;
+    let list = req
         .resource
-        .list(&call.version, call.namespace(), &list_params)
+        .list(&req.version, req.namespace(), &list_params)
         .await?;
     let value = match (negotiated.target, &table) {
         (Target::Table(_), Some(writer)) => writer.list_table(&list)?,
         (Target::PartialObjectMetadataList(meta), _) => partial_object_metadata_list(&list, meta),
         _ => list,
     };
-    respond(&call, StatusCode::OK, &negotiated, &value, &[])
+    respond(&req, StatusCode::OK, &negotiated, &value, &[])
 }
 
-async fn watch(call: ResourceRequest) -> HandlerResult {
-    let negotiated = call.negotiate(Endpoint::Read)?;
+async fn watch(req: ResourceRequest) -> HandlerResult {
+    let negotiated = req.negotiate(Endpoint::Read)?;
     // Watches stream JSON or protobuf; YAML has no stream framing (kube-apiserver answers 406
     // too), and a list cannot be an event.
     if negotiated.encoding == negotiate::Encoding::Yaml
@@ -373,22 +370,22 @@ async fn watch(call: ResourceRequest) -> HandlerResult {
         .into());
     }
     let framing = match negotiated.encoding {
-        negotiate::Encoding::Protobuf => watch::Framing::Protobuf(call.protobuf()),
+        negotiate::Encoding::Protobuf => watch::Framing::Protobuf(req.protobuf()),
         _ => watch::Framing::JsonLines,
     };
-    let table = table_writer(&call, negotiated.target)?;
-    let watch_params = params::watch_params(&call.query)?;
+    let table = table_writer(&req, negotiated.target)?;
+    let watch_params = params::watch_params(&req.query)?;
     let timeout = watch::watch_timeout(watch_params.timeout_seconds);
-    let events = call
+    let events = req
         .resource
-        .watch(&call.version, call.namespace(), &watch_params)
+        .watch(&req.version, req.namespace(), &watch_params)
         .await?;
     let form = EventForm::for_target(negotiated.target, table);
     let lines = watch::frame_events(events, form, framing);
-    let shutdown = call.state.shutdown.clone();
-    let resource = call.resource.info().plural;
-    let dropped = call.state.metrics.edge.terminated_watchers.clone();
-    let connection = call.connection.clone();
+    let shutdown = req.state.shutdown.clone();
+    let resource = req.resource.info().plural;
+    let dropped = req.state.metrics.edge.terminated_watchers.clone();
+    let connection = req.connection.clone();
     let on_unresponsive: watch::OnUnresponsive = Box::new(move || {
         tracing::warn!(resource, "closing a watcher that does not read its events");
         dropped
@@ -412,7 +409,7 @@ async fn watch(call: ResourceRequest) -> HandlerResult {
 /// Decode a create/update body, applying `fieldValidation` to duplicate keys (the registry
 /// handles unknown fields).
 fn decode_write_body(
-    call: &ResourceRequest,
+    req: &ResourceRequest,
     format: BodyFormat,
     bytes: &[u8],
     validation: FieldValidation,
@@ -420,9 +417,9 @@ fn decode_write_body(
     if format == BodyFormat::Protobuf {
         // No duplicate keys or unknown fields to report: a protobuf decoder skips unknown
         // fields, as Go's does.
-        return Ok((decode_protobuf_object(call, bytes)?, Vec::new()));
+        return Ok((decode_protobuf_object(req, bytes)?, Vec::new()));
     }
-    let decoded = decode_object(bytes, format, call.kind())?;
+    let decoded = decode_object(bytes, format, req.kind())?;
     let duplicates: Vec<String> = decoded
         .duplicate_fields
         .iter()
@@ -432,8 +429,8 @@ fn decode_write_body(
         FieldValidation::Strict if !duplicates.is_empty() => Err(ApiError::BadRequest(format!(
             "{kind} in version {version:?} cannot be handled as a {kind}: strict decoding error: {}",
             duplicates.join(", "),
-            kind = call.kind(),
-            version = call.version,
+            kind = req.kind(),
+            version = req.version,
         ))),
         FieldValidation::Warn => Ok((decoded.object, duplicates)),
         _ => Ok((decoded.object, Vec::new())),
@@ -445,11 +442,11 @@ fn decode_write_body(
 /// that version's messages when it is one of this kind's, and the store then checks apiVersion
 /// and kind against the URL as for a JSON body; a body of another kind is not read further
 /// than its envelope.
-fn decode_protobuf_object(call: &ResourceRequest, bytes: &[u8]) -> Result<Value, ApiError> {
+fn decode_protobuf_object(req: &ResourceRequest, bytes: &[u8]) -> Result<Value, ApiError> {
     let unrecognized = |detail: &dyn std::fmt::Display| {
         ApiError::BadRequest(format!(
             "the object provided is unrecognized (must be of type {}): {detail} ({})",
-            call.kind(),
+            req.kind(),
             summarize(bytes)
         ))
     };
@@ -461,16 +458,16 @@ fn decode_protobuf_object(call: &ResourceRequest, bytes: &[u8]) -> Result<Value,
         .api_version
         .rsplit_once('/')
         .unwrap_or(("", envelope.api_version.as_str()));
-    let own_version = group == call.group()
-        && envelope.kind == call.kind()
-        && call.resource.info().versions.contains(&version);
-    let mut object = match call.protobuf() {
+    let own_version = group == req.group()
+        && envelope.kind == req.kind()
+        && req.resource.info().versions.contains(&version);
+    let mut object = match req.protobuf() {
         Some(messages) if own_version => {
             messages.decode(version, &envelope.raw).map_err(|err| {
                 ApiError::BadRequest(format!(
                     "{kind} in version {version:?} cannot be handled as a {kind}: {}",
                     err.in_go_words(),
-                    kind = call.kind()
+                    kind = req.kind()
                 ))
             })?
         }
@@ -484,7 +481,7 @@ fn decode_protobuf_object(call: &ResourceRequest, bytes: &[u8]) -> Result<Value,
 }
 
 fn written(
-    call: &ResourceRequest,
+    req: &ResourceRequest,
     code_if_updated: StatusCode,
     negotiated: &Negotiated,
     mut warnings: Vec<String>,
@@ -502,28 +499,28 @@ fn written(
         Target::PartialObjectMetadataList(_) => return Ok(status::content_is_not_a_list()),
         _ => written.object,
     };
-    respond(call, code, negotiated, &object, &warnings)
+    respond(req, code, negotiated, &object, &warnings)
 }
 
-async fn create(mut call: ResourceRequest) -> HandlerResult {
-    let negotiated = call.negotiate(Endpoint::Write)?;
-    let format = call.body_format()?;
-    let bytes = call.read_body().await?;
-    let opts = call.write_options(WriteVerb::Create)?;
-    let (object, warnings) = decode_write_body(&call, format, &bytes, opts.field_validation)?;
-    let result = call
+async fn create(mut req: ResourceRequest) -> HandlerResult {
+    let negotiated = req.negotiate(Endpoint::Write)?;
+    let format = req.body_format()?;
+    let bytes = req.read_body().await?;
+    let opts = req.write_options(WriteVerb::Create)?;
+    let (object, warnings) = decode_write_body(&req, format, &bytes, opts.field_validation)?;
+    let result = req
         .resource
-        .create(&call.version, call.namespace(), object, &opts)
+        .create(&req.version, req.namespace(), object, &opts)
         .await?;
-    written(&call, StatusCode::OK, &negotiated, warnings, result)
+    written(&req, StatusCode::OK, &negotiated, warnings, result)
 }
 
-async fn update(mut call: ResourceRequest, name: &str, subresource: Subresource) -> HandlerResult {
-    let negotiated = call.negotiate(Endpoint::Write)?;
-    let format = call.body_format()?;
-    let bytes = call.read_body().await?;
-    let opts = call.write_options(WriteVerb::Update)?;
-    let (mut object, warnings) = decode_write_body(&call, format, &bytes, opts.field_validation)?;
+async fn update(mut req: ResourceRequest, name: &str, subresource: Subresource) -> HandlerResult {
+    let negotiated = req.negotiate(Endpoint::Write)?;
+    let format = req.body_format()?;
+    let bytes = req.read_body().await?;
+    let opts = req.write_options(WriteVerb::Update)?;
+    let (mut object, warnings) = decode_write_body(&req, format, &bytes, opts.field_validation)?;
     match object.pointer("/metadata/name").and_then(Value::as_str) {
         Some(body_name) if !body_name.is_empty() && body_name != name => {
             return Err(ApiError::BadRequest(format!(
@@ -539,51 +536,51 @@ async fn update(mut call: ResourceRequest, name: &str, subresource: Subresource)
             object["metadata"]["name"] = Value::String(name.to_string());
         }
     }
-    let result = call
+    let result = req
         .resource
-        .update(&call.version, call.at(name), subresource, object, &opts)
+        .update(&req.version, req.at(name), subresource, object, &opts)
         .await?;
-    written(&call, StatusCode::OK, &negotiated, warnings, result)
+    written(&req, StatusCode::OK, &negotiated, warnings, result)
 }
 
-async fn patch(mut call: ResourceRequest, name: &str, subresource: Subresource) -> HandlerResult {
-    let negotiated = call.negotiate(Endpoint::Write)?;
-    let patch_type = negotiate::patch_type(&call.headers, call.speaks_protobuf())?;
-    let bytes = call.read_body().await?;
-    let opts = call.write_options(WriteVerb::Patch(patch_type))?;
-    let result = call
+async fn patch(mut req: ResourceRequest, name: &str, subresource: Subresource) -> HandlerResult {
+    let negotiated = req.negotiate(Endpoint::Write)?;
+    let patch_type = negotiate::patch_type(&req.headers, req.speaks_protobuf())?;
+    let bytes = req.read_body().await?;
+    let opts = req.write_options(WriteVerb::Patch(patch_type))?;
+    let result = req
         .resource
         .patch(
-            &call.version,
-            call.at(name),
+            &req.version,
+            req.at(name),
             subresource,
             patch_type,
             &bytes,
             &opts,
         )
         .await?;
-    written(&call, StatusCode::OK, &negotiated, Vec::new(), result)
+    written(&req, StatusCode::OK, &negotiated, Vec::new(), result)
 }
 
 /// DeleteOptions may come as a body (kubectl sends one); its format defaults to JSON.
 async fn delete_options(
-    call: &mut ResourceRequest,
+    req: &mut ResourceRequest,
 ) -> Result<svm_registry::rest::DeleteOptions, ApiError> {
-    let bytes = call.read_body().await?;
+    let bytes = req.read_body().await?;
     let format = if bytes.iter().all(u8::is_ascii_whitespace) {
         BodyFormat::Json
     } else {
-        match call.headers.get(header::CONTENT_TYPE) {
+        match req.headers.get(header::CONTENT_TYPE) {
             None => BodyFormat::Json,
             // DeleteOptions is a meta.k8s.io message: protobuf for every kind.
-            Some(_) => negotiate::body_format(&call.headers, Protobuf::Spoken)?,
+            Some(_) => negotiate::body_format(&req.headers, Protobuf::Spoken)?,
         }
     };
     let body = match format {
         BodyFormat::Protobuf => Some(decode_protobuf_delete_options(&bytes)?),
         _ => decode_options(&bytes, format, "DeleteOptions")?,
     };
-    params::delete_options(&call.query, body.as_ref())
+    params::delete_options(&req.query, body.as_ref())
 }
 
 /// A protobuf DeleteOptions body (client-go's typed and metadata clients send one with every
@@ -608,32 +605,32 @@ fn decode_protobuf_delete_options(bytes: &[u8]) -> Result<Value, ApiError> {
     meta::delete_options_from_pb(&envelope.raw).map_err(|err| unrecognized(&err.in_go_words()))
 }
 
-async fn delete(mut call: ResourceRequest, name: &str) -> HandlerResult {
-    let negotiated = call.negotiate(Endpoint::Plain)?;
-    let opts = delete_options(&mut call).await?;
-    let deleted = call
+async fn delete(mut req: ResourceRequest, name: &str) -> HandlerResult {
+    let negotiated = req.negotiate(Endpoint::Plain)?;
+    let opts = delete_options(&mut req).await?;
+    let deleted = req
         .resource
-        .delete(&call.version, call.at(name), &opts)
+        .delete(&req.version, req.at(name), &opts)
         .await?;
     let value = if deleted.gone {
         let uid = deleted
             .object
             .pointer("/metadata/uid")
             .and_then(Value::as_str);
-        status::delete_success(call.group(), call.resource.info().plural, name, uid)
+        status::delete_success(req.group(), req.resource.info().plural, name, uid)
     } else {
         deleted.object
     };
-    respond(&call, StatusCode::OK, &negotiated, &value, &[])
+    respond(&req, StatusCode::OK, &negotiated, &value, &[])
 }
 
-async fn delete_collection(mut call: ResourceRequest) -> HandlerResult {
-    let negotiated = call.negotiate(Endpoint::Plain)?;
-    let list_params = params::list_params(&call.query)?;
-    let opts = delete_options(&mut call).await?;
-    let list = call
+async fn delete_collection(mut req: ResourceRequest) -> HandlerResult {
+    let negotiated = req.negotiate(Endpoint::Plain)?;
+    let list_params = params::list_params(&req.query)?;
+    let opts = delete_options(&mut req).await?;
+    let list = req
         .resource
-        .delete_collection(&call.version, call.namespace(), &list_params, &opts)
+        .delete_collection(&req.version, req.namespace(), &list_params, &opts)
         .await?;
-    respond(&call, StatusCode::OK, &negotiated, &list, &[])
+    respond(&req, StatusCode::OK, &negotiated, &list, &[])
 }

@@ -164,7 +164,7 @@ impl Serving {
         );
         let slots = u32::try_from(self.limits.max_open_connections).unwrap_or(u32::MAX);
         let connections = Arc::new(Semaphore::new(slots as usize));
-        let shared = Arc::new(ConnectionContext::new(
+        let context = Arc::new(ConnectionContext::new(
             self.tls.clone(),
             router(self.state.clone()),
             self.limits.clone(),
@@ -183,7 +183,7 @@ impl Serving {
             tokio::select! {
                 accepted = self.listener.accept() => match accepted {
                     Ok((tcp, peer)) => {
-                        tokio::spawn(connection::serve(tcp, peer, shared.clone(), permit));
+                        tokio::spawn(connection::serve(tcp, peer, context.clone(), permit));
                     }
                     Err(err) => {
                         // Out of file descriptors and the like: back off instead of spinning.
@@ -197,7 +197,7 @@ impl Serving {
         tracing::info!("shutting down: draining in-flight requests");
         self.state.begin_shutdown();
         drop(self.listener);
-        shared.closing.cancel();
+        context.closing.cancel();
         tokio::select! {
             // Every slot back: every connection closed.
             _ = connections.acquire_many(slots) => tracing::info!("all connections closed"),

@@ -54,7 +54,7 @@ impl Default for EmbeddedOptions {
 /// The embedded store. Cheap to clone; clones share one store.
 #[derive(Clone)]
 pub struct EmbeddedStorage {
-    shared: Arc<StoreState>,
+    store: Arc<StoreState>,
 }
 
 struct StoreState {
@@ -100,7 +100,7 @@ impl EmbeddedStorage {
     fn build(mvcc: Mvcc, wal: Option<Wal>, options: EmbeddedOptions) -> Self {
         let (feed, _) = broadcast::channel(options.watch_buffer.max(1));
         Self {
-            shared: Arc::new(StoreState {
+            store: Arc::new(StoreState {
                 mvcc: RwLock::new(mvcc),
                 durable: wal.is_some(),
                 log: Mutex::new(wal),
@@ -116,11 +116,11 @@ impl EmbeddedStorage {
         &self,
         work: impl FnOnce(&StoreState) -> Result<T> + Send + 'static,
     ) -> Result<T> {
-        if !self.shared.durable {
-            return work(&self.shared);
+        if !self.store.durable {
+            return work(&self.store);
         }
-        let shared = self.shared.clone();
-        tokio::task::spawn_blocking(move || work(&shared))
+        let store = self.store.clone();
+        tokio::task::spawn_blocking(move || work(&store))
             .await
             .map_err(|e| StorageError::unavailable_because("a storage write", e))?
     }
@@ -178,24 +178,24 @@ fn poisoned() -> StorageError {
 #[async_trait]
 impl Storage for EmbeddedStorage {
     async fn current_revision(&self) -> Result<Revision> {
-        Ok(self.shared.read()?.current())
+        Ok(self.store.read()?.current())
     }
 
     async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
-        Ok(self.shared.read()?.get(key))
+        Ok(self.store.read()?.get(key))
     }
 
     async fn list(&self, prefix: &str, opts: ListOptions) -> Result<ListResult> {
-        self.shared.read()?.list(prefix, &opts)
+        self.store.read()?.list(prefix, &opts)
     }
 
     async fn txn(&self, txn: Txn) -> Result<TxnOutcome> {
         txn.check()?;
-        self.write(move |shared| shared.commit(txn)).await
+        self.write(move |store| store.commit(txn)).await
     }
 
     async fn watch(&self, prefix: &str, after: Revision) -> Result<WatchStream> {
-        let mvcc = self.shared.read()?;
+        let mvcc = self.store.read()?;
         if after + 1 < mvcc.compacted() {
             return Err(StorageError::Compacted {
                 requested: after + 1,
@@ -206,21 +206,21 @@ impl Storage for EmbeddedStorage {
             prefix: prefix.to_string(),
             after,
             replay: mvcc.events_after(prefix, after),
-            live: self.shared.feed.subscribe(),
+            live: self.store.feed.subscribe(),
             revision: mvcc.current(),
-            progress_interval: self.shared.options.progress_interval,
-            capacity: self.shared.options.watch_buffer.max(1),
+            progress_interval: self.store.options.progress_interval,
+            capacity: self.store.options.watch_buffer.max(1),
         };
         drop(mvcc);
         Ok(watch::stream(start))
     }
 
     async fn compact(&self, revision: Revision) -> Result<()> {
-        self.write(move |shared| shared.compact(revision)).await
+        self.write(move |store| store.compact(revision)).await
     }
 
     async fn health(&self) -> Result<()> {
-        match self.shared.log()?.as_ref().and_then(|wal| wal.broken()) {
+        match self.store.log()?.as_ref().and_then(|wal| wal.broken()) {
             Some(reason) => Err(StorageError::unavailable(reason.to_string())),
             None => Ok(()),
         }

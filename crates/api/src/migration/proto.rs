@@ -21,7 +21,7 @@ use super::versions::{
     GaSpec, GaStatus, GroupResource,
 };
 use super::{KIND, MigrationProgress};
-use crate::common::encode_body;
+use crate::served::encode_body;
 use svm_registry::protobuf::meta::{
     list_meta_to_pb, object_meta_from_pb, object_meta_to_pb, time_from_pb, time_to_pb,
 };

@@ -5,8 +5,9 @@
 use serde_json::{Value, json};
 
 use super::{FAILED, KIND, SUCCEEDED, StorageVersionMigration, schema, versions};
-use crate::common::{age, age_column, dns_label_errors, name_column};
+use crate::columns::{age, age_column, name_column};
 use crate::{CATEGORY, GROUP, STORAGE_VERSION, VERSIONS};
+use svm_registry::validation::dns1123_label_errors as dns_label_errors;
 use svm_registry::validation::dns1123_subdomain_errors;
 use svm_registry::{ApiResult, FieldError, ResourceInfo, Strategy, TableColumn};
 

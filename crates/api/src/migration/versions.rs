@@ -18,7 +18,7 @@ use super::{
     GroupVersionResource, KIND, MigrationCondition, MigrationProgress, MigrationSpec,
     MigrationStatus, StorageVersionMigration,
 };
-use crate::common::{decode_body, encode_body, unknown_version};
+use crate::served::{decode_body, encode_body, unknown_version};
 use svm_registry::{ApiError, ApiResult};
 
 /// Holds v1alpha1's `spec.resource.version` on an object read in v1beta1 or v1.

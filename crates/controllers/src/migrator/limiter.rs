@@ -195,12 +195,15 @@ pub(crate) struct Backoff {
     pub max_retries: u32,
 }
 
+/// Retries of one request before the migration pauses (`--max-retries`' default).
+pub(crate) const DEFAULT_MAX_RETRIES: u32 = 8;
+
 impl Default for Backoff {
     fn default() -> Self {
         Self {
             base: Duration::from_millis(100),
             cap: Duration::from_secs(30),
-            max_retries: 8,
+            max_retries: DEFAULT_MAX_RETRIES,
         }
     }
 }

@@ -49,23 +49,6 @@ pub(crate) struct Settings {
     pub resync: Duration,
 }
 
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            workers: 2,
-            chunk_size: 500,
-            watch_list_max_objects: 10_000_000,
-            concurrency: ConcurrencyMode::Adaptive {
-                ceiling: concurrency::DEFAULT_CEILING,
-            },
-            qps: 5.0,
-            burst: 10,
-            backoff: Backoff::default(),
-            resync: Duration::from_secs(60),
-        }
-    }
-}
-
 /// What every worker shares.
 pub(crate) struct MigratorContext {
     pub cluster: ClusterClient,

@@ -23,7 +23,7 @@ use svm_cluster::ClusterClient;
 use svm_cluster::watches::Update;
 
 pub(crate) struct Migrator {
-    shared: Arc<MigratorContext>,
+    context: Arc<MigratorContext>,
 }
 
 struct Running {
@@ -143,7 +143,7 @@ impl Migrator {
     ) -> Self {
         let pressure = Pressure::new(settings.qps, settings.burst, settings.concurrency);
         Self {
-            shared: Arc::new(MigratorContext {
+            context: Arc::new(MigratorContext {
                 cluster,
                 // Its status writes are recorded for the migrator in managedFields.
                 migrations: migrations.into().managed_by(super::status::FIELD_MANAGER),
@@ -161,7 +161,10 @@ impl Migrator {
         let mut scheduler = Scheduler::default();
         let mut workers: JoinSet<(String, Outcome)> = JoinSet::new();
         let (tx, mut updates) = mpsc::channel(256);
-        let feed = self.shared.migrations.feed(tx, self.shared.settings.resync);
+        let feed = self
+            .context
+            .migrations
+            .feed(tx, self.context.settings.resync);
         let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
         loop {
             self.start_next(&mut scheduler, &mut workers);
@@ -175,7 +178,7 @@ impl Migrator {
                         scheduler.forget(m.metadata.name.as_deref().unwrap_or_default());
                     }
                     Some(Update::Failed(err)) => {
-                        tracing::info!(error = %err, source = %self.shared.migrations.describe(), "reading migrations failed; relisting");
+                        tracing::info!(error = %err, source = %self.context.migrations.describe(), "reading migrations failed; relisting");
                     }
                     None => break,
                 },
@@ -190,7 +193,7 @@ impl Migrator {
             running.cancel.cancel();
         }
         while workers.join_next().await.is_some() {}
-        self.shared.metrics.running.set(0);
+        self.context.metrics.running.set(0);
     }
 
     fn publish_statuses(&self, scheduler: &Scheduler) {
@@ -202,12 +205,12 @@ impl Migrator {
                 None => counts.push((status, 1)),
             }
         }
-        self.shared.metrics.set_statuses(&counts);
+        self.context.metrics.set_statuses(&counts);
     }
 
     fn start_next(&self, scheduler: &mut Scheduler, workers: &mut JoinSet<(String, Outcome)>) {
         let free = self
-            .shared
+            .context
             .settings
             .workers
             .max(1)
@@ -231,13 +234,13 @@ impl Migrator {
             let span =
                 tracing::info_span!("migration", migration = %name, resource = %resource_key(m));
             span.in_scope(|| tracing::info!("starting migration"));
-            let shared = self.shared.clone();
+            let context = self.context.clone();
             workers.spawn(
                 async move {
                     // A panic in a worker must not take the pool down: its migration waits
                     // and resumes from its checkpoint like any other interrupted one.
                     let run =
-                        std::panic::AssertUnwindSafe(runner::run(shared, name.clone(), cancel));
+                        std::panic::AssertUnwindSafe(runner::run(context, name.clone(), cancel));
                     let outcome = run.catch_unwind().await.unwrap_or_else(|_| {
                         Outcome::RetryLater("the migration worker panicked".into())
                     });
@@ -246,7 +249,7 @@ impl Migrator {
                 .instrument(span),
             );
         }
-        self.shared
+        self.context
             .metrics
             .running
             .set(scheduler.running.len() as i64);
@@ -267,7 +270,7 @@ impl Migrator {
             }
         };
         scheduler.running.remove(&name);
-        self.shared
+        self.context
             .metrics
             .running
             .set(scheduler.running.len() as i64);
@@ -286,8 +289,8 @@ impl Migrator {
                      APIServices after an upgrade, or its controller runs beside \
                      --companion-migrator=svm-apiserver): see {DOCS}"
                 );
-                tracing::error!(migration = %name, source = %self.shared.migrations.describe(), "{message}");
-                self.shared
+                tracing::error!(migration = %name, source = %self.context.migrations.describe(), "{message}");
+                self.context
                     .metrics
                     .yielded
                     .get_or_create(&ManagerLabel {
@@ -295,7 +298,7 @@ impl Migrator {
                     })
                     .inc();
                 if let Some(migration) = scheduler.known.get(&name).cloned() {
-                    self.shared
+                    self.context
                         .event(&migration, Reason::Yielded, message)
                         .await;
                 }

@@ -118,12 +118,12 @@ impl From<StatusWriteError> for RunError {
 }
 
 pub(crate) async fn run(
-    shared: Arc<MigratorContext>,
+    context: Arc<MigratorContext>,
     name: String,
     cancel: CancellationToken,
 ) -> Outcome {
     let runner = Runner {
-        shared,
+        context,
         name,
         cancel,
         guard: Mutex::new(StatusGuard::default()),
@@ -138,7 +138,7 @@ pub(crate) async fn run(
 }
 
 struct Runner {
-    shared: Arc<MigratorContext>,
+    context: Arc<MigratorContext>,
     name: String,
     cancel: CancellationToken,
     /// What this run wrote of the status, to notice another migrator's writes.
@@ -173,7 +173,7 @@ impl Runner {
         let token = Some(progress.continue_token.clone()).filter(|t| !t.is_empty());
         // A paged migration keeps paging (its continue token is the resume point); anything
         // else first tries the whole resource as one stream.
-        if token.is_none() && self.shared.settings.watch_list_max_objects > 0 {
+        if token.is_none() && self.context.settings.watch_list_max_objects > 0 {
             match self
                 .migrate_streamed(&resource, &resource_label, &mut progress)
                 .await?
@@ -184,7 +184,7 @@ impl Runner {
                 }
             }
         }
-        self.shared
+        self.context
             .metrics
             .count_read(&resource_label.resource, "pages");
         self.migrate_paged(&resource, &resource_label, &mut progress, token)
@@ -201,7 +201,7 @@ impl Runner {
         let spec = &migration.spec.resource;
         let label = group_resource(&spec.group, &spec.resource);
         self.with_retries(&label, "discovery", || {
-            let cluster = &self.shared.cluster;
+            let cluster = &self.context.cluster;
             async move {
                 match resolve(cluster, &spec.group, &spec.version, &spec.resource).await {
                     Ok(found) => Ok(Ok(found)),
@@ -237,10 +237,10 @@ impl Runner {
         let message = format!(
             "migrating {} ({} objects between checkpoints)",
             resource.group_resource(),
-            self.shared.settings.chunk_size
+            self.context.settings.chunk_size
         );
         write_status(
-            &self.shared.migrations,
+            &self.context.migrations,
             &self.name,
             &self.guard,
             |status, generation| {
@@ -255,7 +255,9 @@ impl Runner {
             },
         )
         .await?;
-        self.shared.event(migration, Reason::Started, message).await;
+        self.context
+            .event(migration, Reason::Started, message)
+            .await;
         Ok(())
     }
 
@@ -266,7 +268,7 @@ impl Runner {
         resource: &ResolvedResource,
     ) -> Result<Result<InitialEvents, StreamUnavailable>, RunError> {
         self.with_retries(&resource.group_resource(), "watch", || {
-            open_metadata_stream(&self.shared.cluster, resource, WATCH_LIST_TIMEOUT)
+            open_metadata_stream(&self.context.cluster, resource, WATCH_LIST_TIMEOUT)
         })
         .await
         .map_err(|err| {
@@ -300,7 +302,7 @@ impl Runner {
             // opens it and sends an ERROR event first, and the read is counted as pages.
             if !counted && end.served() {
                 counted = true;
-                self.shared.metrics.count_read(&label.resource, "stream");
+                self.context.metrics.count_read(&label.resource, "stream");
             }
             match end {
                 StreamEnd::Complete(_) => return Ok(Streamed::Complete),
@@ -309,7 +311,7 @@ impl Runner {
                 }
                 StreamEnd::Cut { why, .. } => return Ok(Streamed::Page(why)),
                 StreamEnd::TooLarge => {
-                    let max = self.shared.settings.watch_list_max_objects;
+                    let max = self.context.settings.watch_list_max_objects;
                     return Ok(Streamed::Page(format!(
                         "more than {max} objects (--watch-list-max-objects)"
                     )));
@@ -330,9 +332,9 @@ impl Runner {
     /// every PATCH slot busy while a slow one holds the done prefix back, and at least a
     /// chunk; it follows the concurrency limit as that moves.
     fn window_size(&self) -> usize {
-        let chunk = usize::try_from(self.shared.settings.chunk_size).unwrap_or(usize::MAX);
+        let chunk = usize::try_from(self.context.settings.chunk_size).unwrap_or(usize::MAX);
         chunk
-            .max(self.shared.pressure.concurrency().saturating_mul(4))
+            .max(self.context.pressure.concurrency().saturating_mul(4))
             .max(1)
     }
 
@@ -349,10 +351,10 @@ impl Runner {
         progress: &mut MigrationProgress,
         mut events: InitialEvents,
     ) -> Result<StreamEnd, RunError> {
-        let chunk = usize::try_from(self.shared.settings.chunk_size)
+        let chunk = usize::try_from(self.context.settings.chunk_size)
             .unwrap_or(usize::MAX)
             .max(1);
-        let max = self.shared.settings.watch_list_max_objects;
+        let max = self.context.settings.watch_list_max_objects;
         let group_resource = resource.group_resource();
         let skip_through = progress.migrated_through.clone();
         let mut window = Window::new();
@@ -522,7 +524,7 @@ impl Runner {
         // A stream does not know what is left until it ends.
         progress.remaining_objects = remaining.map(|r| r.max(0));
         progress.last_checkpoint_time = Some(svm_registry::now_time());
-        let metrics = &self.shared.metrics;
+        let metrics = &self.context.metrics;
         metrics
             .migrated_objects
             .get_or_create(label)
@@ -547,7 +549,7 @@ impl Runner {
             resource.group_resource()
         );
         let stored = write_status(
-            &self.shared.migrations,
+            &self.context.migrations,
             &self.name,
             &self.guard,
             |status, generation| {
@@ -570,7 +572,7 @@ impl Runner {
             },
         )
         .await?;
-        self.shared
+        self.context
             .metrics
             .migrations
             .get_or_create(&MigrationLabels {
@@ -578,12 +580,14 @@ impl Runner {
                 status: SUCCEEDED.into(),
             })
             .inc();
-        self.shared.event(&stored, Reason::Succeeded, message).await;
+        self.context
+            .event(&stored, Reason::Succeeded, message)
+            .await;
         Ok(())
     }
 
     async fn migration(&self) -> Result<Option<StorageVersionMigration>, RunError> {
-        match self.shared.migrations.get(&self.name).await {
+        match self.context.migrations.get(&self.name).await {
             Ok(found) => Ok(found.filter(|m| m.metadata.deletion_timestamp.is_none())),
             Err(err) => Err(RunError::Retry(format!("reading the migration: {err}"))),
         }
@@ -594,9 +598,9 @@ impl Runner {
         resource: &ResolvedResource,
         token: Option<&str>,
     ) -> Result<MetadataPage, ClusterError> {
-        let chunk = self.shared.settings.chunk_size;
+        let chunk = self.context.settings.chunk_size;
         self.with_retries(&resource.group_resource(), "list", || {
-            list_metadata(&self.shared.cluster, resource, chunk, token)
+            list_metadata(&self.context.cluster, resource, chunk, token)
         })
         .await
     }
@@ -629,7 +633,7 @@ impl Runner {
         }
         let touched = self
             .with_retries(label, "patch", || {
-                touch(&self.shared.cluster, resource, object)
+                touch(&self.context.cluster, resource, object)
             })
             .await
             .map_err(|err| {
@@ -651,7 +655,7 @@ impl Runner {
         resource_version: &str,
     ) -> Result<(), RunError> {
         write_progress(
-            &self.shared.migrations,
+            &self.context.migrations,
             &self.name,
             &self.guard,
             progress,
@@ -688,8 +692,8 @@ impl Runner {
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, ClusterError>>,
     {
-        let backoff = self.shared.settings.backoff;
-        let pressure = &self.shared.pressure;
+        let backoff = self.context.settings.backoff;
+        let pressure = &self.context.pressure;
         // Only PATCHes take a slot and feed the concurrency limit: their latency is what
         // queueing in the apiserver shows in; a page or a stream takes long for other reasons.
         let patch = verb == "patch";
@@ -706,7 +710,7 @@ impl Runner {
             let latency = started.elapsed();
             let sent_in = slot.as_ref().map(Slot::epoch);
             drop(slot);
-            let metrics = &self.shared.metrics;
+            let metrics = &self.context.metrics;
             let code = match &result {
                 Ok(_) => Some(200),
                 Err(err) => err.code(),
@@ -755,7 +759,7 @@ impl Runner {
     async fn fail(&self, reason: &'static str, message: String) -> Outcome {
         tracing::warn!(migration = %self.name, reason, %message, "migration failed");
         let written = write_status(
-            &self.shared.migrations,
+            &self.context.migrations,
             &self.name,
             &self.guard,
             |status, generation| {
@@ -767,7 +771,7 @@ impl Runner {
         match written {
             Ok(stored) => {
                 let spec = &stored.spec.resource;
-                self.shared
+                self.context
                     .metrics
                     .migrations
                     .get_or_create(&MigrationLabels {
@@ -775,7 +779,7 @@ impl Runner {
                         status: FAILED.into(),
                     })
                     .inc();
-                self.shared.event(&stored, Reason::Failed, message).await;
+                self.context.event(&stored, Reason::Failed, message).await;
                 Outcome::Finished
             }
             Err(StatusWriteError::Gone | StatusWriteError::Deposed(_)) => Outcome::Stopped,

@@ -529,7 +529,7 @@ impl Trigger {
     pub async fn run(self, shutdown: CancellationToken) {
         let mut inputs = self.open_inputs();
         let mut term = Term {
-            world: ClusterView::default(),
+            known: ClusterView::default(),
             discovery: Discovery::new(self.cluster.clone()),
             reconciler: reconcile::Reconciler::new(&self),
         };
@@ -573,18 +573,18 @@ impl Trigger {
         let (entries, record) = self.read_records(shutdown).await?;
         let ran_before = !entries.is_empty();
         term.reconciler.set_last_entries(entries);
-        wait_for_first_lists(inputs, &mut term.world, shutdown).await?;
+        wait_for_first_lists(inputs, &mut term.known, shutdown).await?;
         self.first_look(term, shutdown).await?;
-        if term.world.serves_storage_versions() {
+        if term.known.serves_storage_versions() {
             inputs.watch_storage_versions(self.cluster.kube());
-            wait_for_storage_versions(inputs, &mut term.world, shutdown).await?;
+            wait_for_storage_versions(inputs, &mut term.known, shutdown).await?;
         }
-        self.account_for_apiservers(&mut term.world, record, ran_before);
+        self.account_for_apiservers(&mut term.known, record, ran_before);
         tracing::info!(
-            resources = term.world.observe(&self.settings).len(),
-            crds = term.world.crds.len(),
-            apiservers = ?term.world.instances.sole(),
-            storage_version_api = term.world.storage_versions_synced,
+            resources = term.known.observe(&self.settings).len(),
+            crds = term.known.crds.len(),
+            apiservers = ?term.known.instances.sole(),
+            storage_version_api = term.known.storage_versions_synced,
             "trigger started"
         );
         Some(())
@@ -593,7 +593,7 @@ impl Trigger {
     /// Looks until one look succeeds. `None`: shut down meanwhile.
     async fn first_look(&self, term: &mut Term, shutdown: &CancellationToken) -> Option<()> {
         let pause = self.settings.discovery_interval.min(Duration::from_secs(5));
-        while !self.look(&mut term.world, &mut term.discovery, true).await {
+        while !self.look(&mut term.known, &mut term.discovery, true).await {
             tokio::select! {
                 _ = shutdown.cancelled() => return None,
                 _ = tokio::time::sleep(pause) => {}
@@ -605,7 +605,7 @@ impl Trigger {
     /// Compares the instances seen now with the ones the last term vouched for.
     fn account_for_apiservers(
         &self,
-        world: &mut ClusterView,
+        known: &mut ClusterView,
         record: Option<history::ObserverRecord>,
         ran_before: bool,
     ) {
@@ -613,7 +613,7 @@ impl Trigger {
             if ran_before {
                 // A history but no record: the last term never had every instance accounted
                 // for (no lease watch, or it stopped first), so its absence cannot be vouched for.
-                world.instances.unvouched(
+                known.instances.unvouched(
                     "the trigger has no record of the apiserver instances it last vouched for"
                         .into(),
                 );
@@ -628,7 +628,7 @@ impl Trigger {
             .map(|t| {
                 Duration::try_from(jiff::Timestamp::now().duration_since(t)).unwrap_or_default()
             });
-        world
+        known
             .instances
             .compare_with_record(&record, away, self.settings.vouch_window);
     }
@@ -651,11 +651,11 @@ impl Trigger {
         // The last poll that found discovery unchanged: a change a poll sees happened after it.
         let mut last_poll = jiff::Timestamp::now();
         loop {
-            if term.world.need_look {
-                self.look(&mut term.world, &mut term.discovery, false).await;
+            if term.known.need_look {
+                self.look(&mut term.known, &mut term.discovery, false).await;
                 dirty = true;
             }
-            if term.world.serves_storage_versions() && inputs.storage_versions.is_none() {
+            if term.known.serves_storage_versions() && inputs.storage_versions.is_none() {
                 inputs.watch_storage_versions(self.cluster.kube());
             }
             if dirty {
@@ -664,10 +664,10 @@ impl Trigger {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 Some(signal) = inputs.signals.recv() => {
-                    term.world.on_signal(signal);
+                    term.known.on_signal(signal);
                     // Take whatever else is queued before acting on it.
                     while let Ok(signal) = inputs.signals.try_recv() {
-                        term.world.on_signal(signal);
+                        term.known.on_signal(signal);
                     }
                     dirty = true;
                 }
@@ -686,9 +686,9 @@ impl Trigger {
 
     /// One reconcile pass, in its own span. Returns whether it finished everything.
     async fn pass(&self, term: &mut Term) -> bool {
-        let span = tracing::debug_span!("trigger pass", crds = term.world.crds.len());
+        let span = tracing::debug_span!("trigger pass", crds = term.known.crds.len());
         term.reconciler
-            .reconcile(&mut term.world)
+            .reconcile(&mut term.known)
             .instrument(span)
             .await
     }
@@ -698,10 +698,10 @@ impl Trigger {
         match term.discovery.poll().await {
             Ok(changed) => {
                 if changed {
-                    term.world.changed(Some(*last_poll));
+                    term.known.changed(Some(*last_poll));
                 }
-                if changed || !term.world.leases_synced {
-                    term.world.need_look = true;
+                if changed || !term.known.leases_synced {
+                    term.known.need_look = true;
                 }
                 *last_poll = jiff::Timestamp::now();
             }
@@ -745,8 +745,8 @@ impl Trigger {
     }
 
     /// One look at every group's hashes. Returns whether it succeeded.
-    async fn look(&self, world: &mut ClusterView, discovery: &mut Discovery, first: bool) -> bool {
-        let ticket = world.instances.start_look();
+    async fn look(&self, known: &mut ClusterView, discovery: &mut Discovery, first: bool) -> bool {
+        let ticket = known.instances.start_look();
         let result = if first {
             match discovery.poll().await {
                 Ok(_) => discovery.look().await,
@@ -758,9 +758,9 @@ impl Trigger {
         self.count_discovery(discovery);
         match result {
             Ok(look) => {
-                world.instances.finish_look(&ticket);
-                world.look = Some(look);
-                world.need_look = false;
+                known.instances.finish_look(&ticket);
+                known.look = Some(look);
+                known.need_look = false;
                 self.metrics.looks.inc();
                 true
             }
@@ -792,7 +792,7 @@ impl Trigger {
 
 /// What one term of the trigger works on.
 struct Term {
-    world: ClusterView,
+    known: ClusterView,
     discovery: Discovery,
     reconciler: reconcile::Reconciler,
 }
@@ -826,7 +826,7 @@ impl Inputs {
 /// first look sees the cluster as it is. `None`: shut down meanwhile.
 async fn wait_for_first_lists(
     inputs: &mut Inputs,
-    world: &mut ClusterView,
+    known: &mut ClusterView,
     shutdown: &CancellationToken,
 ) -> Option<()> {
     let (mut crds, mut leases) = (false, false);
@@ -844,7 +844,7 @@ async fn wait_for_first_lists(
                     Signal::Lease(Update::Relisted(_) | Update::Failed(_)) => leases = true,
                     _ => {}
                 }
-                world.on_signal(signal);
+                known.on_signal(signal);
             }
         }
     }
@@ -855,17 +855,17 @@ async fn wait_for_first_lists(
 /// failure. `None`: shut down meanwhile.
 async fn wait_for_storage_versions(
     inputs: &mut Inputs,
-    world: &mut ClusterView,
+    known: &mut ClusterView,
     shutdown: &CancellationToken,
 ) -> Option<()> {
     let deadline = Instant::now() + FIRST_LIST_WAIT;
-    while !world.storage_versions_synced {
+    while !known.storage_versions_synced {
         tokio::select! {
             _ = shutdown.cancelled() => return None,
             _ = tokio::time::sleep_until(deadline) => break,
             Some(signal) = inputs.signals.recv() => {
                 let failed = matches!(signal, Signal::StorageVersion(Update::Failed(_)));
-                world.on_signal(signal);
+                known.on_signal(signal);
                 if failed { break; }
             }
         }

@@ -154,11 +154,11 @@ impl Reconciler {
 
     /// One pass over every resource. Returns whether everything was done (otherwise the
     /// caller comes back soon: a conflict, a storage hiccup).
-    pub(super) async fn reconcile(&mut self, world: &mut ClusterView) -> bool {
-        let observed = world.observe(&self.settings);
-        self.pending_change = world.changed_at;
-        if world.look.is_some() {
-            self.owe_unknown(world, &observed);
+    pub(super) async fn reconcile(&mut self, known: &mut ClusterView) -> bool {
+        let observed = known.observe(&self.settings);
+        self.pending_change = known.changed_at;
+        if known.look.is_some() {
+            self.owe_unknown(known, &observed);
         }
         let (states, migrations) = match (
             self.states.list_all().await,
@@ -172,19 +172,19 @@ impl Reconciler {
         };
         self.publish_oldest_heartbeat(&states);
         let tracked_done = self
-            .reconcile_tracked(world, &observed, &states, &migrations)
+            .reconcile_tracked(known, &observed, &states, &migrations)
             .await;
         let gone_done = self
-            .forget_gone(world, &observed, &states, &migrations)
+            .forget_gone(known, &observed, &states, &migrations)
             .await;
         self.drop_untracked_metrics(&observed);
         let done = tracked_done && gone_done;
         if done {
-            world.resync_crds = false;
-            world.changed_at = None;
+            known.resync_crds = false;
+            known.changed_at = None;
         }
         self.metrics.resources.set(observed.len() as i64);
-        self.maybe_write_record(world).await;
+        self.maybe_write_record(known).await;
         done
     }
 
@@ -192,10 +192,10 @@ impl Reconciler {
     /// built-in resource (a CRD's storage is known from the CRD itself).
     fn owe_unknown(
         &mut self,
-        world: &mut ClusterView,
+        known: &mut ClusterView,
         observed: &BTreeMap<(String, String), Observed>,
     ) {
-        let reasons = world.instances.take_unvouched();
+        let reasons = known.instances.take_unvouched();
         if reasons.is_empty() {
             return;
         }
@@ -213,7 +213,7 @@ impl Reconciler {
     /// Every observed resource reconciled; whether all were done.
     async fn reconcile_tracked(
         &mut self,
-        world: &ClusterView,
+        known: &ClusterView,
         observed: &BTreeMap<(String, String), Observed>,
         states: &[StorageState],
         migrations: &[StorageVersionMigration],
@@ -226,11 +226,11 @@ impl Reconciler {
         let mut safe_count = 0;
         for (key, observed) in observed {
             let name = StorageState::name_for(&observed.group, &observed.resource);
-            let crd = world
+            let crd = known
                 .crd_backed(&observed.group, &observed.resource)
                 .cloned();
             let state = by_name.get(&name).copied();
-            let resync = world.resync_crds;
+            let resync = known.resync_crds;
             match self
                 .reconcile_one(observed, state, migrations, crd.as_ref(), resync)
                 .await
@@ -252,7 +252,7 @@ impl Reconciler {
     /// StorageStates of resources known to be gone are removed; whether all were.
     async fn forget_gone(
         &mut self,
-        world: &ClusterView,
+        known: &ClusterView,
         observed: &BTreeMap<(String, String), Observed>,
         states: &[StorageState],
         migrations: &[StorageVersionMigration],
@@ -262,7 +262,7 @@ impl Reconciler {
             let resource = &state.spec.resource;
             let key = (resource.group.clone(), resource.resource.clone());
             if !observed.contains_key(&key)
-                && world.known_gone(&key.0, &key.1)
+                && known.known_gone(&key.0, &key.1)
                 && let Err(err) = self.forget(state, migrations).await
             {
                 tracing::info!(error = %err, "removing a StorageState deferred");
@@ -604,12 +604,12 @@ impl Reconciler {
 
     /// Writes what is vouched for, when everything is accounted for, at heartbeat pace or when
     /// the instances changed.
-    async fn maybe_write_record(&mut self, world: &ClusterView) {
-        if !world.leases_synced || !world.instances.all_accounted() || !self.owed_unknown.is_empty()
+    async fn maybe_write_record(&mut self, known: &ClusterView) {
+        if !known.leases_synced || !known.instances.all_accounted() || !self.owed_unknown.is_empty()
         {
             return;
         }
-        let record = world.instances.record();
+        let record = known.instances.record();
         let due = match &self.last_record {
             None => true,
             Some((at, last)) => {

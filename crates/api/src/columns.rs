@@ -1,11 +1,9 @@
-//! Pieces both kinds share: decoding a served body, encoding with type meta, the age column,
-//! and name rules.
+//! The columns every kind's table shares (Name first, Age last) and the Age cell, as
+//! kube-apiserver writes them for built-ins.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use serde::{Serialize, de::DeserializeOwned};
-use serde_json::{Map, Value};
 
-use svm_registry::{ApiError, ApiResult, TableColumn};
+use svm_registry::TableColumn;
 
 /// The Name column every table starts with (kube-apiserver's text).
 pub(crate) fn name_column() -> TableColumn {
@@ -28,55 +26,6 @@ pub(crate) fn age_column() -> TableColumn {
         description: "CreationTimestamp is a timestamp representing the server time when this object was created.",
         priority: 0,
     }
-}
-
-/// Deserialize the body of `kind` in `version` (apiVersion/kind already checked by the store).
-/// A body that does not fit is a 400 with kube-apiserver's wording (recording 16b).
-pub(crate) fn decode_body<T: DeserializeOwned>(
-    kind: &str,
-    version: &str,
-    mut value: Value,
-) -> ApiResult<T> {
-    if let Value::Object(map) = &mut value {
-        map.shift_remove("apiVersion");
-        map.shift_remove("kind");
-    }
-    serde_json::from_value(value).map_err(|err| {
-        ApiError::BadRequest(format!(
-            "{kind} in version {version:?} cannot be handled as a {kind}: {err}"
-        ))
-    })
-}
-
-/// Serialize `object` with `apiVersion` and `kind` first, as kube-apiserver orders built-ins.
-pub(crate) fn encode_body<T: Serialize>(kind: &str, version: &str, object: &T) -> ApiResult<Value> {
-    encode_body_in(super::GROUP, kind, version, object)
-}
-
-/// [`encode_body`] for a kind of `group`.
-pub(crate) fn encode_body_in<T: Serialize>(
-    group: &str,
-    kind: &str,
-    version: &str,
-    object: &T,
-) -> ApiResult<Value> {
-    let body = serde_json::to_value(object).map_err(|e| ApiError::Internal(e.to_string()))?;
-    let mut out = Map::new();
-    out.insert("kind".into(), Value::String(kind.to_string()));
-    out.insert(
-        "apiVersion".into(),
-        Value::String(format!("{group}/{version}")),
-    );
-    if let Value::Object(fields) = body {
-        out.extend(fields);
-    }
-    Ok(Value::Object(out))
-}
-
-pub(crate) fn unknown_version(kind: &str, version: &str) -> ApiError {
-    ApiError::BadRequest(format!(
-        "{kind} in version {version:?} cannot be handled: version {version:?} is not served"
-    ))
 }
 
 /// The Age cell: time since `created`, in kubectl's short form (`4m43s`, `3h`, `12d`), as
@@ -128,9 +77,6 @@ pub(crate) fn human_duration(seconds: i64) -> String {
     }
 }
 
-/// RFC 1123 DNS label errors (resource names such as `deployments`).
-pub(crate) use svm_registry::validation::dns1123_label_errors as dns_label_errors;
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,16 +101,5 @@ mod tests {
         ] {
             assert_eq!(human_duration(seconds), want, "{seconds}s");
         }
-    }
-
-    #[test]
-    fn dns_labels() {
-        assert!(dns_label_errors("deployments").is_empty());
-        assert!(dns_label_errors("a-1").is_empty());
-        assert!(!dns_label_errors("Deployments").is_empty());
-        assert!(!dns_label_errors("-x").is_empty());
-        assert!(!dns_label_errors("").is_empty());
-        assert!(!dns_label_errors("a.b").is_empty());
-        assert!(!dns_label_errors(&"a".repeat(64)).is_empty());
     }
 }
