@@ -339,4 +339,4 @@ pub fn encode(version: &str, svm: &StorageVersionMigration) -> ApiResult<Value> 
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

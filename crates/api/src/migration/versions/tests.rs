@@ -7,11 +7,14 @@ use serde_json::{Value, json};
 use super::*;
 use crate::VERSIONS;
 
-fn time(seconds: i64) -> Time {
+/// A time `seconds` after the epoch.
+pub(crate) fn time(seconds: i64) -> Time {
     Time(k8s_openapi::jiff::Timestamp::from_second(seconds).unwrap())
 }
 
-fn full() -> StorageVersionMigration {
+/// A migration with every field of every version set (the conversions' and the protobuf
+/// messages' fixture).
+pub(crate) fn full() -> StorageVersionMigration {
     StorageVersionMigration {
         metadata: ObjectMeta {
             name: Some("m1".into()),
