@@ -175,6 +175,7 @@ impl Term {
                     migrations,
                     builtin.clone(),
                     fence.clone(),
+                    Events::new(self.cluster.kube().clone(), self.instance.clone()),
                     work.clone(),
                 ));
                 if self.run_migrator {
@@ -281,11 +282,20 @@ async fn carry_over(
     ours: Guarded<MigrationStrategy>,
     builtin: BuiltinMigrations,
     fence: Fence,
+    events: Events,
     work: CancellationToken,
 ) {
     while !work.is_cancelled() {
-        match carry::carry_over(&ours, &builtin, &fence).await {
+        match carry::carry_over(&ours, &builtin, &fence, Some(&events)).await {
             Ok(done) => {
+                if !done.conflicts.is_empty() {
+                    tracing::warn!(
+                        conflicts = ?done.conflicts,
+                        "companion mode: the cluster's API has migrations of these names for \
+                         other resources; ours stay in this server's store, marked \
+                         CarriedOver=False"
+                    );
+                }
                 if !done.carried.is_empty() || !done.dropped.is_empty() {
                     tracing::warn!(
                         carried = ?done.carried,

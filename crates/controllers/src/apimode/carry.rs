@@ -9,9 +9,13 @@
 //!   here. Their progress does not carry over (the built-in API has no field for it; the
 //!   migration starts from the beginning there, and objects already rewritten cost a no-op).
 //!
-//! Idempotent: a carried-over migration that already exists on the cluster is only deleted
-//! here.
+//! Idempotent: a carried-over migration that already exists on the cluster *for the same
+//! resource* is only deleted here. One of that name for another resource is not ours: ours is
+//! kept, with a `CarriedOver=False` condition and a Warning Event saying so, for a person to
+//! rename one of them (nothing is deleted that was not carried).
 
+use crate::migrator::events::{Events, Reason};
+use crate::migrator::status::set_condition;
 use crate::trigger::FIELD_MANAGER;
 use crate::trigger::plan::{MANAGED_BY, MANAGED_BY_LABEL};
 use svm_api::migration::{FAILED, MigrationStrategy, SUCCEEDED, StorageVersionMigration};
@@ -22,11 +26,35 @@ use svm_registry::{ApiError, Fence, Guarded};
 /// The annotation a carried-over migration gets on the cluster.
 pub(crate) const CARRIED_OVER_ANNOTATION: &str = "storage.svm-apiserver.io/carried-over-from";
 
+/// The condition a migration that could not be carried over gets in our store.
+pub(crate) const CARRIED_OVER: &str = "CarriedOver";
+
 /// What [`carry_over`] did, by name.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub(crate) struct Carried {
+    /// Created on the cluster's API (or found there already, for the same resource), and
+    /// deleted here.
     pub carried: Vec<String>,
+    /// The trigger's own: deleted here, the trigger creates them anew on the cluster.
     pub dropped: Vec<String>,
+    /// The cluster has one of the same name for another resource: kept here, marked.
+    pub conflicts: Vec<String>,
+}
+
+/// Whether the cluster's migration is ours carried over: the same resource (the built-in
+/// API's spec holds group and resource only).
+fn same_resource(ours: &StorageVersionMigration, theirs: &StorageVersionMigration) -> bool {
+    ours.spec.resource.group == theirs.spec.resource.group
+        && ours.spec.resource.resource == theirs.spec.resource.resource
+}
+
+fn group_resource(m: &StorageVersionMigration) -> String {
+    let r = &m.spec.resource;
+    if r.group.is_empty() {
+        r.resource.clone()
+    } else {
+        format!("{}.{}", r.resource, r.group)
+    }
 }
 
 fn finished(m: &StorageVersionMigration) -> bool {
@@ -60,6 +88,7 @@ pub(crate) async fn carry_over(
     ours: &Guarded<MigrationStrategy>,
     cluster: &BuiltinMigrations,
     fence: &Fence,
+    events: Option<&Events>,
 ) -> Result<Carried, ApiError> {
     let (all, _) = ours.list_all().await?;
     let mut done = Carried::default();
@@ -69,17 +98,34 @@ pub(crate) async fn carry_over(
             done.dropped.push(name.clone());
         } else {
             fence.check().await?;
-            match cluster
+            let carried = match cluster
                 .create(&for_the_cluster(migration), FIELD_MANAGER)
                 .await
             {
-                Ok(_) => {}
-                Err(err) if err.code() == Some(409) => {}
+                Ok(_) => true,
+                Err(err) if err.code() == Some(409) => {
+                    let unreadable = |err: svm_cluster::ClusterError| {
+                        ApiError::Internal(format!(
+                            "reading the cluster's migration {name} after a conflict: {err}"
+                        ))
+                    };
+                    match cluster.get(&name).await.map_err(unreadable)? {
+                        Some(theirs) if !same_resource(migration, &theirs) => false,
+                        // The same resource (carried before), or gone since: nothing of ours
+                        // is lost by deleting ours.
+                        _ => true,
+                    }
+                }
                 Err(err) => {
                     return Err(ApiError::Internal(format!(
                         "carrying migration {name} over to the cluster's API: {err}"
                     )));
                 }
+            };
+            if !carried {
+                mark_conflict(ours, migration, events).await?;
+                done.conflicts.push(name.clone());
+                continue;
             }
             done.carried.push(name.clone());
         }
@@ -91,10 +137,48 @@ pub(crate) async fn carry_over(
     Ok(done)
 }
 
+/// Ours stays, with `CarriedOver=False` saying why, and a Warning Event for a person.
+async fn mark_conflict(
+    ours: &Guarded<MigrationStrategy>,
+    migration: &StorageVersionMigration,
+    events: Option<&Events>,
+) -> Result<(), ApiError> {
+    let name = migration.metadata.name.clone().unwrap_or_default();
+    let message = format!(
+        "not carried over to the cluster's API: the cluster has a StorageVersionMigration named \
+         {name} for another resource; this one (for {}) stays here until one of them is renamed \
+         or deleted",
+        group_resource(migration)
+    );
+    if migration
+        .status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == CARRIED_OVER && c.status == "False")
+    {
+        return Ok(());
+    }
+    let mut marked = migration.clone();
+    set_condition(
+        &mut marked.status,
+        CARRIED_OVER,
+        false,
+        "NameTakenOnTheCluster",
+        &message,
+        None,
+    );
+    ours.update_status(marked).await?;
+    if let Some(events) = events {
+        events
+            .publish(migration, Reason::NotCarriedOver, message)
+            .await;
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::migrator::status::set_condition;
 
     #[test]
     fn the_clusters_copy_keeps_what_a_user_gave_and_says_where_it_came_from() {
@@ -232,7 +316,7 @@ mod tests {
         store.create(users).await.expect("ours");
         let ours = Guarded::new(store.clone(), fence.clone());
         fenced(
-            carry_over(&ours, &builtin, &fence).await.map(|_| ()),
+            carry_over(&ours, &builtin, &fence, None).await.map(|_| ()),
             "carry-over",
         );
         assert!(store.get("rotate-secrets").await.expect("get").is_some());
@@ -241,5 +325,127 @@ mod tests {
             while_leading,
             "a request reached the cluster after the term ended"
         );
+    }
+
+    /// A cluster whose built-in API already has `rotate-secrets`, for `resource`: every
+    /// create answers 409 AlreadyExists, a GET answers that migration.
+    async fn cluster_holding(resource: &'static str) -> BuiltinMigrations {
+        use axum::Router;
+        use axum::routing::{get, post};
+        let existing = serde_json::json!({
+            "apiVersion": "storagemigration.k8s.io/v1beta1", "kind": "StorageVersionMigration",
+            "metadata": {"name": "rotate-secrets", "uid": "theirs", "resourceVersion": "9"},
+            "spec": {"resource": {"group": "", "resource": resource}},
+        });
+        let conflict = serde_json::json!({
+            "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+            "message": "storageversionmigrations.storagemigration.k8s.io \"rotate-secrets\" already exists",
+            "reason": "AlreadyExists", "code": 409,
+        });
+        let collection = "/apis/storagemigration.k8s.io/v1beta1/storageversionmigrations";
+        let app = Router::new()
+            .route(
+                collection,
+                post(move || {
+                    let conflict = conflict.clone();
+                    async move { (http::StatusCode::CONFLICT, axum::Json(conflict)) }
+                }),
+            )
+            .route(
+                &format!("{collection}/rotate-secrets"),
+                get(move || {
+                    let existing = existing.clone();
+                    async move { axum::Json(existing) }
+                }),
+            );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        let url: http::Uri = format!("http://127.0.0.1:{port}").parse().expect("url");
+        let client =
+            svm_cluster::ClusterClient::from_config(kube::Config::new(url)).expect("client");
+        BuiltinMigrations::new(client, "v1beta1")
+    }
+
+    /// A 409 is "carried already" only when the cluster's migration of that name is for the
+    /// same resource; one for another resource keeps ours, marked, and deletes nothing.
+    #[tokio::test]
+    async fn a_name_taken_for_another_resource_keeps_ours_and_says_so() {
+        use std::sync::Arc;
+
+        use svm_registry::Store;
+        use svm_registry::fence::term_key;
+        use svm_storage::embedded::EmbeddedStorage;
+        use svm_storage::{Op, Storage, Txn, TxnOutcome};
+        use tokio_util::sync::CancellationToken;
+
+        for (theirs, carried) in [("secrets", true), ("configmaps", false)] {
+            let storage: Arc<dyn Storage> = Arc::new(EmbeddedStorage::in_memory());
+            let put = Txn {
+                compares: vec![],
+                ops: vec![Op::Put(term_key("/p"), b"a".to_vec())],
+            };
+            let TxnOutcome::Committed { revision } = storage.txn(put).await.expect("txn") else {
+                panic!("the term was not taken");
+            };
+            let fence = Fence::for_term(
+                storage.clone(),
+                "/p",
+                "a",
+                revision,
+                CancellationToken::new(),
+            );
+            let store = Arc::new(Store::new(MigrationStrategy, storage.clone(), "/p"));
+            let mut users = StorageVersionMigration::default();
+            users.metadata.name = Some("rotate-secrets".into());
+            users.spec.resource.resource = "secrets".into();
+            store.create(users).await.expect("ours");
+            let ours = Guarded::new(store.clone(), fence.clone());
+
+            let done = carry_over(&ours, &cluster_holding(theirs).await, &fence, None)
+                .await
+                .expect("carry-over");
+            let left = store.get("rotate-secrets").await.expect("get");
+            if carried {
+                assert_eq!(done.carried, ["rotate-secrets"], "{theirs}");
+                assert!(done.conflicts.is_empty());
+                assert!(left.is_none(), "carried: ours is deleted");
+            } else {
+                assert_eq!(done.conflicts, ["rotate-secrets"], "{theirs}");
+                assert!(done.carried.is_empty());
+                let kept = left.expect("not carried: ours is kept");
+                let condition = kept
+                    .status
+                    .conditions
+                    .iter()
+                    .find(|c| c.type_ == CARRIED_OVER)
+                    .expect("the CarriedOver condition");
+                assert_eq!(condition.status, "False");
+                assert_eq!(condition.reason, "NameTakenOnTheCluster");
+                assert!(
+                    condition.message.contains("for secrets"),
+                    "{}",
+                    condition.message
+                );
+                // Again: nothing changes, the condition is not written twice.
+                let again = carry_over(&ours, &cluster_holding(theirs).await, &fence, None)
+                    .await
+                    .expect("carry-over");
+                assert_eq!(again.conflicts, ["rotate-secrets"]);
+                let after = store
+                    .get("rotate-secrets")
+                    .await
+                    .expect("get")
+                    .expect("kept");
+                assert_eq!(
+                    after.metadata.resource_version,
+                    kept.metadata.resource_version
+                );
+            }
+        }
     }
 }

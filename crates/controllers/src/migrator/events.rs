@@ -15,6 +15,9 @@ pub(crate) enum Reason {
     Failed,
     /// Another migrator writes the migration's status: ours stopped working on it.
     Yielded,
+    /// Companion mode found the cluster's API holding another migration of the same name:
+    /// ours was not carried over.
+    NotCarriedOver,
 }
 
 impl Reason {
@@ -24,12 +27,13 @@ impl Reason {
             Reason::Succeeded => "MigrationSucceeded",
             Reason::Failed => "MigrationFailed",
             Reason::Yielded => "MigrationYielded",
+            Reason::NotCarriedOver => "MigrationNotCarriedOver",
         }
     }
 
     fn event_type(self) -> EventType {
         match self {
-            Reason::Failed | Reason::Yielded => EventType::Warning,
+            Reason::Failed | Reason::Yielded | Reason::NotCarriedOver => EventType::Warning,
             _ => EventType::Normal,
         }
     }
