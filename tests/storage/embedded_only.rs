@@ -247,7 +247,7 @@ async fn a_damaged_header_refuses_at_byte_zero_and_recover_rebuilds_it() {
 }
 
 #[tokio::test]
-async fn a_bad_checksum_mid_log_refuses_and_a_damaged_last_record_is_cut() {
+async fn a_bad_checksum_refuses_mid_log_and_on_the_last_record_too() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path().join("data");
     let (bytes, starts) = ten_records(&dir).await;
@@ -259,16 +259,71 @@ async fn a_bad_checksum_mid_log_refuses_and_a_damaged_last_record_is_cut() {
     assert_eq!(recovery.damage.as_ref().map(|d| d.intact_after), Some(7));
     assert_eq!(contents(&dir).await, (names(0..2), 3));
 
-    // The same damage on the last record: a torn final record, cut on open.
+    // The same damage on the last record: it was fsynced before its write was acknowledged,
+    // so a flipped bit in it is no torn write — once cut off silently, now refused.
     let mut last = bytes.clone();
     last[starts[10] + 4] ^= 0x01;
     std::fs::write(log_file(&dir), &last).unwrap();
+    assert_refused_at(&dir, starts[10]).await;
+    let Err(StorageError::Corrupt(message)) = EmbeddedStorage::open(&dir).await else {
+        panic!("a damaged last record opened");
+    };
+    assert!(
+        message.contains(
+            "would keep the 10 records before it (revision 10) and lose the damaged record and \
+             the 0 intact records after it"
+        ),
+        "{message}"
+    );
     let verification = embedded::verify(&dir).unwrap();
-    assert!(verification.damage.as_ref().is_some_and(|d| d.torn));
-    assert_eq!(contents(&dir).await, (names(0..9), 10));
+    let damage = verification.damage.clone().expect("damage");
+    assert_eq!((damage.offset, damage.torn), (starts[10] as u64, false));
+    assert_eq!(damage.problem, "checksum mismatch");
+    // `store recover` is the explicit way past it: the record is lost, and said so.
+    let recovery = embedded::recover(&dir).unwrap();
+    let text = recovery.to_string();
+    assert!(
+        text.contains("kept 10 records before the damage")
+            && text.contains("LOST: the damaged record and the 0 intact records after it"),
+        "{text}"
+    );
     assert_eq!(
-        std::fs::metadata(log_file(&dir)).unwrap().len(),
-        starts[10] as u64
+        std::fs::read(recovery.damaged_copy.as_ref().expect("a copy")).unwrap(),
+        last
+    );
+    assert_eq!(contents(&dir).await, (names(0..9), 10));
+}
+
+#[tokio::test]
+async fn a_last_record_with_a_sector_never_written_is_cut() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    {
+        let s = open(&dir).await;
+        s.create("/t/a", b"a".to_vec()).await.unwrap(); // 2
+        // Long enough to span sectors whatever its offset.
+        s.create("/t/b", vec![b'b'; 1500]).await.unwrap(); // 3
+    }
+    // A crash while appending revision 3: the file reached its full length, but one of the
+    // record's sectors never reached the disk and reads as zeros.
+    let path = log_file(&dir);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let sector = bytes.len() / 512 * 512 - 512;
+    bytes[sector..sector + 512].fill(0);
+    std::fs::write(&path, &bytes).unwrap();
+    let verification = embedded::verify(&dir).unwrap();
+    let damage = verification.damage.clone().expect("damage");
+    assert!(
+        damage.torn && damage.problem.contains("zeros"),
+        "{damage:?}"
+    );
+    let s = open(&dir).await;
+    assert_eq!(s.current_revision().await.unwrap(), 2);
+    assert_eq!(s.get("/t/b").await.unwrap(), None);
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().len(),
+        damage.offset,
+        "cut where the record started"
     );
 }
 

@@ -4,6 +4,7 @@
 //! - `mvcc`: the multi-version index every read is served from;
 //! - `wal`: the write-ahead log that makes it durable (fsync before a write is acknowledged,
 //!   replay on open, snapshot rewrite on compaction);
+//! - `fs`: the file operations the log makes, behind a trait: the disk in the server;
 //! - `watch`: the fan-out of committed transactions to watch streams.
 //!
 //! Concurrency: one writer at a time (a mutex around the log, held by a blocking thread while it
@@ -11,6 +12,7 @@
 //! already durable transaction. No lock is ever held across an `.await`, and a commit runs to
 //! completion even if the caller's future is dropped, so memory and log never diverge.
 
+mod fs;
 mod mvcc;
 mod wal;
 mod watch;
@@ -22,6 +24,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::sync::broadcast;
 
+use self::fs::{Disk, Fs};
 use self::mvcc::{Mvcc, Prepared};
 use self::wal::Wal;
 pub use self::wal::{DamageReport, Recovery, Verification, recover, verify};
@@ -74,13 +77,26 @@ impl EmbeddedStorage {
 
     /// Open the store durable in `dir` (created if missing), replaying its log.
     pub async fn open_with(dir: impl AsRef<Path>, options: EmbeddedOptions) -> Result<Self> {
-        let dir = dir.as_ref().to_path_buf();
-        let opened = tokio::task::spawn_blocking(move || Wal::open(&dir))
+        Self::open_on(Arc::new(Disk), dir.as_ref(), options).await
+    }
+
+    /// Open the store durable in `dir` on the filesystem `fs` (the disk, or in tests one that
+    /// records every call), on a blocking thread.
+    async fn open_on(fs: Arc<dyn Fs>, dir: &Path, options: EmbeddedOptions) -> Result<Self> {
+        let dir = dir.to_path_buf();
+        tokio::task::spawn_blocking(move || Self::open_blocking(fs, &dir, options))
             .await
-            .map_err(|e| StorageError::unavailable_because("opening the store", e))??;
-        if opened.truncated > 0 {
+            .map_err(|e| StorageError::unavailable_because("opening the store", e))?
+    }
+
+    /// [`Self::open_on`], on this thread.
+    fn open_blocking(fs: Arc<dyn Fs>, dir: &Path, options: EmbeddedOptions) -> Result<Self> {
+        let opened = Wal::open(fs, dir)?;
+        if let Some(cut) = &opened.cut {
             tracing::warn!(
-                bytes = opened.truncated,
+                offset = cut.offset,
+                bytes = cut.bytes,
+                problem = %cut.problem,
                 "write-ahead log ended in a torn record (a write that never completed); it was cut off"
             );
         }

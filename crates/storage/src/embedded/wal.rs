@@ -3,27 +3,44 @@
 //! A log is a snapshot (a header record, then one record per key with its retained history)
 //! followed by one record per committed transaction. Compaction rewrites it as a fresh snapshot
 //! (temp file, fsync, atomic rename, directory fsync), so the log does not grow forever and the
-//! compacted revision survives a restart.
+//! compacted revision survives a restart. A new store's first log is made the same way, after
+//! its directory's creation is made durable (an fsync of the directory it was created in).
 //!
 //! Frame: `len: u32 LE | crc32(payload): u32 LE | payload`. The header records how many key
 //! records its snapshot holds (format 2), so where the snapshot ends is known.
 //!
-//! What a crash can leave, and what opening does about it:
-//! - a snapshot is written whole or not at all (temp file + rename), so any damage to the
-//!   header or to a snapshot record is corruption;
-//! - only the transaction being appended can be torn: a prefix of its frame, possibly followed
-//!   by zeros or stale bytes of a file extended before its data reached the disk. A damaged
-//!   frame after which no intact frame follows is such a torn final record and is cut off;
-//! - a damaged frame followed by any intact frame (a flipped bit or a bad length field in the
-//!   middle, a bad checksum) is corruption: the open fails with the file and byte offset, and
-//!   nothing is cut. [`verify`] reports it; [`recover`] keeps every record before the damage
-//!   (moving the damaged file aside) and counts the intact records after it that are lost.
+//! What a crash can leave, and what opening does about it. A log is only changed in place by
+//! appending a record and fsyncing it before the next one is written (and by cutting a torn
+//! record off, then fsyncing), so a power loss can leave only the record being appended
+//! unfinished — the file's last. Of its bytes, written but not yet fsynced, any part may be
+//! missing: the file may end anywhere inside it, and any 512-byte sector it touches (sectors
+//! start at file offsets that are multiples of 512; the disk writes a sector whole or not at
+//! all) may read as zeros, never written. What is missing of such a record is cut off on open,
+//! with a warning. It is a record:
+//! - *cut short*: the file ends inside its 8-byte header, or inside the body its length field
+//!   announces — unless the bytes there, taken whole, carry the record's checksum (then it is
+//!   whole and its length field is damaged: corruption);
+//! - *whole by its length, with a wrong checksum and a sector piece of zeros*: a piece of the
+//!   frame between sector boundaries (or its start or end) that is all zeros, never written;
+//! - *starting with zeros*: its first sector piece is all zeros, so its length field is
+//!   unknown (a zero length is no record's);
+//!
+//! and in each case no intact record starts anywhere after it (what follows it is at most the
+//! rest of the same record). A snapshot is written whole or not at all (temp file + rename),
+//! so its records are never torn. Anything else is corruption, and refuses to open, naming the
+//! file and byte offset and changing nothing: a whole record with a wrong checksum and no
+//! zeros (a flipped bit — in the last record too: it was fsynced, so it was acknowledged), a
+//! length field that points anywhere wrong, a damaged header or snapshot record, records
+//! after the damage. (A sector of zeros where a disk lost an acknowledged last record reads
+//! as a torn write and is cut: the one case told apart from a crash by nothing, the trade
+//! etcd's WAL makes too.) [`verify`] reports the damage; [`recover`] keeps every record before
+//! it (moving the damaged file aside) and counts the intact records after it that are lost.
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{self, Write};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use super::fs::{DirLock, Disk, Fs, LogFile};
 use super::mvcc::{Change, Live, Mvcc, Version};
 use crate::{Revision, StorageError};
 
@@ -33,6 +50,9 @@ const LOG_FILE: &str = "wal.log";
 const LOCK_FILE: &str = "LOCK";
 const TEMP_FILE: &str = "wal.log.tmp";
 const FRAME_HEADER: usize = 8;
+/// The unit a disk writes whole or not at all, at file offsets that are its multiples: a torn
+/// write leaves whole sectors unwritten, reading as zeros.
+const SECTOR: usize = 512;
 const MAGIC: &[u8; 8] = b"svm-wal\0";
 /// Format 2 adds the snapshot's key-record count to the header; format 1 logs still open
 /// (their snapshot end is not known, so their key records are judged like transactions).
@@ -49,9 +69,10 @@ const CHANGE_DELETE: u8 = 2;
 /// The open log, positioned for appends.
 #[derive(Debug)]
 pub(super) struct Wal {
-    file: File,
+    fs: Arc<dyn Fs>,
+    file: Box<dyn LogFile>,
     /// The data directory's lock, released when the store is dropped.
-    _lock: File,
+    _lock: DirLock,
     dir: PathBuf,
     /// Bytes of whole records in the file; a failed append is cut back to this length.
     len: u64,
@@ -63,60 +84,88 @@ pub(super) struct Wal {
 pub(super) struct Opened {
     pub wal: Wal,
     pub mvcc: Mvcc,
-    /// Bytes of a torn last record that were cut off (0 when the log was clean).
-    pub truncated: u64,
+    /// The torn last record that was cut off, if there was one.
+    pub cut: Option<Cut>,
+}
+
+/// A torn last record, cut off on open.
+pub(super) struct Cut {
+    /// Where it started.
+    pub offset: u64,
+    /// Its bytes, cut off.
+    pub bytes: u64,
+    /// How it was torn, in words.
+    pub problem: String,
 }
 
 impl Wal {
     /// Open (or create) the log in `dir` and replay it. A torn final record is cut off; any
     /// other damage fails the open with [`StorageError::Corrupt`] naming the file and offset.
-    pub(super) fn open(dir: &Path) -> Result<Opened, StorageError> {
-        fs::create_dir_all(dir)?;
-        let lock = lock_dir(dir)?;
-        remove_leftover_temp(dir)?;
+    pub(super) fn open(fs: Arc<dyn Fs>, dir: &Path) -> Result<Opened, StorageError> {
+        create_dirs(&*fs, dir)?;
+        let lock = lock_dir(&*fs, dir)?;
+        remove_leftover_temp(&*fs, dir)?;
         let path = dir.join(LOG_FILE);
-        let bytes = match fs::read(&path) {
+        let bytes = match fs.read(&path) {
             Ok(bytes) => bytes,
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                // A new store. (A log is only ever created whole, by `rewrite`.)
+                // A new store. Its directory's own entry is made durable first (the directory
+                // may be left from a start that crashed before doing so), then the log is made
+                // whole under its temp name and renamed into place: `wal.log` never exists
+                // partly written, so a log that is not whole is damage, never a new store.
+                fs.sync_dir(parent(dir))?;
                 let mvcc = Mvcc::new();
-                let mut wal = Wal {
-                    file: OpenOptions::new().append(true).create(true).open(&path)?,
+                let snapshot = encode_snapshot(&mvcc)?;
+                put_in_place(&*fs, dir, &snapshot)?;
+                fs.sync_dir(dir)?;
+                let wal = Wal {
+                    file: fs.open_append(&path)?,
+                    fs,
                     _lock: lock,
                     dir: dir.to_path_buf(),
-                    len: 0,
+                    len: snapshot.len() as u64,
                     broken: None,
                 };
-                wal.rewrite(&encode_snapshot(&mvcc)?)?;
                 return Ok(Opened {
                     wal,
                     mvcc,
-                    truncated: 0,
+                    cut: None,
                 });
             }
             Err(e) => return Err(e.into()),
         };
         let replayed = replay(&bytes);
-        let mvcc = match (replayed.mvcc, &replayed.damage) {
-            (Some(mvcc), None) => mvcc,
-            (Some(mvcc), Some(damage)) if damage.torn => mvcc,
-            (_, damage) => {
+        let (mvcc, cut) = match (replayed.mvcc, &replayed.damage) {
+            (Some(mvcc), None) => (mvcc, None),
+            (Some(mvcc), Some(damage)) if damage.torn => (mvcc, Some(damage.clone())),
+            (mvcc, damage) => {
                 let damage = damage.clone().unwrap_or(Damage {
                     offset: 0,
                     problem: "the file is empty".into(),
                     torn: false,
                 });
-                return Err(StorageError::Corrupt(refusal(dir, &path, &damage)));
+                let kept = mvcc.as_ref().map(|m| (replayed.records, m.current()));
+                return Err(StorageError::Corrupt(refusal(
+                    dir, &path, &bytes, &damage, kept,
+                )));
             }
         };
-        let file = OpenOptions::new().append(true).open(&path)?;
-        let truncated = (bytes.len() - replayed.valid_len) as u64;
-        if truncated > 0 {
-            file.set_len(replayed.valid_len as u64)?;
-            file.sync_all()?;
-        }
+        let mut file = fs.open_append(&path)?;
+        let cut = match cut {
+            Some(damage) => {
+                file.set_len(replayed.valid_len as u64)?;
+                file.sync_all()?;
+                Some(Cut {
+                    offset: damage.offset as u64,
+                    bytes: (bytes.len() - replayed.valid_len) as u64,
+                    problem: damage.problem,
+                })
+            }
+            None => None,
+        };
         Ok(Opened {
             wal: Wal {
+                fs,
                 file,
                 _lock: lock,
                 dir: dir.to_path_buf(),
@@ -124,7 +173,7 @@ impl Wal {
                 broken: None,
             },
             mvcc,
-            truncated,
+            cut,
         })
     }
 
@@ -167,21 +216,12 @@ impl Wal {
         if let Some(reason) = &self.broken {
             return Err(io::Error::other(reason.clone()));
         }
-        let temp = self.dir.join(TEMP_FILE);
-        let written = File::create(&temp).and_then(|mut file| {
-            file.write_all(snapshot)?;
-            file.sync_all()
-        });
-        if let Err(error) = written.and_then(|()| fs::rename(&temp, self.dir.join(LOG_FILE))) {
-            let _ = fs::remove_file(&temp);
-            return Err(error);
-        }
+        put_in_place(&*self.fs, &self.dir, snapshot)?;
         // From here the new log is in place: failing to use it means no more safe writes.
-        let reopened = sync_dir(&self.dir).and_then(|()| {
-            OpenOptions::new()
-                .append(true)
-                .open(self.dir.join(LOG_FILE))
-        });
+        let reopened = self
+            .fs
+            .sync_dir(&self.dir)
+            .and_then(|()| self.fs.open_append(&self.dir.join(LOG_FILE)));
         match reopened {
             Ok(file) => {
                 self.file = file;
@@ -196,6 +236,48 @@ impl Wal {
                 Err(error)
             }
         }
+    }
+}
+
+/// Puts `log` in place as the log of `dir`, whole or not at all: written to the temp file,
+/// fsynced, and renamed over `wal.log`. On a failure the old log stays and the temp file is
+/// removed. The caller fsyncs the directory next, so the rename survives a power loss.
+fn put_in_place(fs: &dyn Fs, dir: &Path, log: &[u8]) -> io::Result<()> {
+    let temp = dir.join(TEMP_FILE);
+    let written = fs.create(&temp).and_then(|mut file| {
+        file.write_all(log)?;
+        file.sync_all()
+    });
+    if let Err(error) = written.and_then(|()| fs.rename(&temp, &dir.join(LOG_FILE))) {
+        let _ = fs.remove_file(&temp);
+        return Err(error);
+    }
+    Ok(())
+}
+
+/// Creates `dir` and its missing parents, each made durable: the directory it is created in is
+/// fsynced, so a power loss cannot take it (and the store in it) away.
+fn create_dirs(fs: &dyn Fs, dir: &Path) -> io::Result<()> {
+    let created = match fs.create_dir(dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound && dir.parent().is_some() => {
+            create_dirs(fs, parent(dir))?;
+            fs.create_dir(dir)
+        }
+        other => other,
+    };
+    match created {
+        Ok(()) => fs.sync_dir(parent(dir)),
+        // Made before (its parent was fsynced then, or the directory is the operator's).
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// The directory `path` is in (`.` for a bare name).
+fn parent(path: &Path) -> &Path {
+    match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
     }
 }
 
@@ -234,8 +316,12 @@ pub struct DamageReport {
 /// Reads the log in `dir` without changing anything (or taking its lock: a running server's
 /// last record may be mid-append, and then reads as torn).
 pub fn verify(dir: &Path) -> Result<Verification, StorageError> {
+    verify_on(&Disk, dir)
+}
+
+fn verify_on(fs: &dyn Fs, dir: &Path) -> Result<Verification, StorageError> {
     let path = dir.join(LOG_FILE);
-    let bytes = fs::read(&path)?;
+    let bytes = fs.read(&path)?;
     let replayed = replay(&bytes);
     let damage = replayed.damage.map(|d| {
         let (intact_after, revisions_after) = intact_after(&bytes, d.offset);
@@ -279,11 +365,15 @@ pub struct Recovery {
 /// the one before their first transaction; older history counts as compacted). Never makes an
 /// empty store out of a damaged one: with nothing readable it fails.
 pub fn recover(dir: &Path) -> Result<Recovery, StorageError> {
-    let _lock = lock_dir(dir)?;
-    remove_leftover_temp(dir)?;
+    recover_on(&Disk, dir)
+}
+
+pub(super) fn recover_on(fs: &dyn Fs, dir: &Path) -> Result<Recovery, StorageError> {
+    let _lock = lock_dir(fs, dir)?;
+    remove_leftover_temp(fs, dir)?;
     let path = dir.join(LOG_FILE);
-    let bytes = fs::read(&path)?;
-    let verification = verify(dir)?;
+    let bytes = fs.read(&path)?;
+    let verification = verify_on(fs, dir)?;
     let replayed = replay(&bytes);
     let Some(damage) = replayed.damage.clone() else {
         return Ok(Recovery {
@@ -296,7 +386,7 @@ pub fn recover(dir: &Path) -> Result<Recovery, StorageError> {
     };
     let report = verification.damage;
     if damage.torn {
-        let file = OpenOptions::new().write(true).open(&path)?;
+        let mut file = fs.open_append(&path)?;
         file.set_len(replayed.valid_len as u64)?;
         file.sync_all()?;
         return Ok(Recovery {
@@ -346,17 +436,23 @@ pub fn recover(dir: &Path) -> Result<Recovery, StorageError> {
     let seconds = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
-    let copy = dir.join(format!("{LOG_FILE}.damaged-{seconds}"));
     // The damaged log gets a second name first, so that at every instant `wal.log` is either
     // the damaged log or the recovered one — never missing (which would open as a new store).
-    fs::hard_link(&path, &copy)?;
-    sync_dir(dir)?;
-    let temp = dir.join(TEMP_FILE);
-    let mut file = File::create(&temp)?;
-    file.write_all(&snapshot)?;
-    file.sync_all()?;
-    fs::rename(&temp, &path)?;
-    sync_dir(dir)?;
+    // A second recovery within the same second gets `.1`, `.2`, … after the seconds.
+    let mut copy = dir.join(format!("{LOG_FILE}.damaged-{seconds}"));
+    let mut taken = 0;
+    loop {
+        match fs.hard_link(&path, &copy) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && taken < 1000 => {
+                taken += 1;
+                copy = dir.join(format!("{LOG_FILE}.damaged-{seconds}.{taken}"));
+            }
+            linked => break linked?,
+        }
+    }
+    fs.sync_dir(dir)?;
+    put_in_place(fs, dir, &snapshot)?;
+    fs.sync_dir(dir)?;
     Ok(Recovery {
         damage: report,
         kept_records,
@@ -382,10 +478,10 @@ fn rebuild_without_header(bytes: &[u8]) -> Result<Rebuilt, String> {
     while offset < bytes.len() {
         let payload = match read_frame(&bytes[offset..]) {
             Ok(payload) => payload,
-            Err(problem) => {
+            Err(bad) => {
                 damage = Some(Damage {
                     offset,
-                    problem: problem.into(),
+                    problem: bad.problem().into(),
                     torn: false,
                 });
                 break;
@@ -529,20 +625,44 @@ impl std::fmt::Display for Recovery {
 
 /// A leftover temp file is a compaction (or recovery) that crashed before its rename: the log
 /// itself is still the complete one.
-fn remove_leftover_temp(dir: &Path) -> io::Result<()> {
-    match fs::remove_file(dir.join(TEMP_FILE)) {
+fn remove_leftover_temp(fs: &dyn Fs, dir: &Path) -> io::Result<()> {
+    match fs.remove_file(&dir.join(TEMP_FILE)) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
         _ => Ok(()),
     }
 }
 
-/// Why a damaged log is not opened, and what the operator can do.
-fn refusal(dir: &Path, path: &Path, damage: &Damage) -> String {
+/// Why a damaged log is not opened, and what the operator can do: `kept` is what `recover`
+/// would keep (records, revision), `None` when the header itself is damaged.
+fn refusal(
+    dir: &Path,
+    path: &Path,
+    bytes: &[u8],
+    damage: &Damage,
+    kept: Option<(usize, Revision)>,
+) -> String {
+    let recover = match kept {
+        Some((records, revision)) => {
+            let (intact, revisions) = intact_after(bytes, damage.offset);
+            let mut lost = format!(
+                "would keep the {records} records before it (revision {revision}) and lose the \
+                 damaged record and the {intact} intact records after it"
+            );
+            if let Some((low, high)) = revisions {
+                lost.push_str(&format!(" (transactions of revisions {low}..={high})"));
+            }
+            lost
+        }
+        None => "would rebuild the header from the intact records after it (and fails, \
+                 changing nothing, if there are none)"
+            .to_string(),
+    };
     format!(
-        "write-ahead log {} is damaged at byte {} ({}), and that is not a torn final record: \
-         refusing to start rather than drop the records after it. `svm-apiserver store verify \
-         --data-dir {}` reports the damage; `svm-apiserver store recover --data-dir {}` keeps \
-         every record before it (the damaged log is kept beside it)",
+        "write-ahead log {} is damaged at byte {} ({}), and that is not what a crash leaves (a \
+         last record cut short, or with sectors never written): refusing to start rather than \
+         drop acknowledged writes. `svm-apiserver store verify --data-dir {}` reports the \
+         damage; with the server stopped, `svm-apiserver store recover --data-dir {}` {recover}, \
+         keeping the damaged log beside it as {LOG_FILE}.damaged-<unix seconds>",
         path.display(),
         damage.offset,
         damage.problem,
@@ -551,24 +671,19 @@ fn refusal(dir: &Path, path: &Path, damage: &Damage) -> String {
     )
 }
 
-fn lock_dir(dir: &Path) -> Result<File, StorageError> {
-    let file = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.join(LOCK_FILE))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
-        Err(fs::TryLockError::WouldBlock) => Err(StorageError::unavailable(format!(
+/// Takes the data directory's lock, and fsyncs the directory: the lock file may have just
+/// been created in it.
+fn lock_dir(fs: &dyn Fs, dir: &Path) -> Result<DirLock, StorageError> {
+    match fs.lock(&dir.join(LOCK_FILE))? {
+        Some(lock) => {
+            fs.sync_dir(dir)?;
+            Ok(lock)
+        }
+        None => Err(StorageError::unavailable(format!(
             "data directory {} is in use by another store",
             dir.display()
         ))),
-        Err(fs::TryLockError::Error(e)) => Err(e.into()),
     }
-}
-
-fn sync_dir(dir: &Path) -> io::Result<()> {
-    File::open(dir)?.sync_all()
 }
 
 /// The snapshot of `mvcc` as log frames: a header, then every key's retained history.
@@ -742,12 +857,23 @@ fn replay(bytes: &[u8]) -> Replayed {
         }
         let payload = match read_frame(&bytes[offset..]) {
             Ok(payload) => payload,
-            Err(problem) => {
-                let torn = !reader.in_snapshot() && is_torn_tail(bytes, offset);
-                break Some(Damage {
-                    offset,
-                    problem: problem.into(),
-                    torn,
+            Err(bad) => {
+                let torn = match reader.in_snapshot() {
+                    // A snapshot is renamed into place whole: never torn.
+                    true => None,
+                    false => torn_by_crash(bytes, offset, bad),
+                };
+                break Some(match torn {
+                    Some(how) => Damage {
+                        offset,
+                        problem: how,
+                        torn: true,
+                    },
+                    None => Damage {
+                        offset,
+                        problem: bad.problem().into(),
+                        torn: false,
+                    },
                 });
             }
         };
@@ -769,31 +895,110 @@ fn replay(bytes: &[u8]) -> Replayed {
     }
 }
 
+/// Why the frame at some offset is not a whole, intact record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum BadFrame {
+    /// The file ends inside its 8-byte header.
+    ShortHeader,
+    /// Its length field is zero: no record is empty.
+    Empty,
+    /// Its length field points past the end of the file.
+    PastEnd,
+    /// Whole by its length, but its checksum does not match.
+    Checksum,
+}
+
+impl BadFrame {
+    fn problem(self) -> &'static str {
+        match self {
+            BadFrame::ShortHeader => "truncated frame header",
+            BadFrame::Empty => "empty record",
+            BadFrame::PastEnd => "the length field points past the end of the file",
+            BadFrame::Checksum => "checksum mismatch",
+        }
+    }
+}
+
+/// The length and checksum fields of the frame at the start of `bytes`, if they are there.
+fn frame_header(bytes: &[u8]) -> Option<(usize, u32)> {
+    let header: &[u8; FRAME_HEADER] = bytes.get(..FRAME_HEADER)?.try_into().ok()?;
+    let len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]) as usize;
+    let crc = u32::from_le_bytes([header[4], header[5], header[6], header[7]]);
+    Some((len, crc))
+}
+
 /// The payload of the frame at the start of `bytes`, if it is whole and intact.
-fn read_frame(bytes: &[u8]) -> Result<&[u8], &'static str> {
-    let header = bytes.get(..FRAME_HEADER).ok_or("truncated frame header")?;
-    let (len, crc) = header.split_at(4);
-    let len = u32::from_le_bytes(len.try_into().map_err(|_| "bad length")?) as usize;
-    let crc = u32::from_le_bytes(crc.try_into().map_err(|_| "bad checksum")?);
+fn read_frame(bytes: &[u8]) -> Result<&[u8], BadFrame> {
+    let (len, crc) = frame_header(bytes).ok_or(BadFrame::ShortHeader)?;
     if len == 0 {
-        return Err("empty record");
+        return Err(BadFrame::Empty);
     }
     let payload = FRAME_HEADER
         .checked_add(len)
         .and_then(|end| bytes.get(FRAME_HEADER..end))
-        .ok_or("the length field points past the end of the file")?;
+        .ok_or(BadFrame::PastEnd)?;
     if crc32fast::hash(payload) != crc {
-        return Err("checksum mismatch");
+        return Err(BadFrame::Checksum);
     }
     Ok(payload)
 }
 
-/// Whether the damaged frame at `offset` is what a crash during the last append leaves:
-/// nothing but zeros follows (a file extended before its data reached the disk), or no intact
-/// frame starts anywhere after it. A bad length field in the middle of a log is told apart
-/// from a torn end this way: the records behind it are still intact.
-fn is_torn_tail(bytes: &[u8], offset: usize) -> bool {
-    bytes[offset..].iter().all(|&b| b == 0) || next_intact(bytes, offset + 1).is_none()
+/// Whether the bad frame at `offset` is what a power loss while appending it leaves, and if so
+/// how it was torn, in words (the rules are in the module docs): cut short, or with a sector
+/// piece of zeros, and no intact frame after it.
+fn torn_by_crash(bytes: &[u8], offset: usize, bad: BadFrame) -> Option<String> {
+    let rest = &bytes[offset..];
+    let how = match (bad, frame_header(rest)) {
+        (BadFrame::ShortHeader, _) | (_, None) => {
+            // Fewer than 8 bytes: nothing can follow.
+            return Some(format!(
+                "the file ends {} bytes into the record's header",
+                rest.len()
+            ));
+        }
+        (BadFrame::Empty, Some(_)) => {
+            let first = &rest[..sector_piece(offset).min(rest.len())];
+            if first.iter().any(|&b| b != 0) {
+                return None;
+            }
+            format!("the record's first {} bytes are zeros", first.len())
+        }
+        (BadFrame::PastEnd, Some((len, crc))) => {
+            let body = &rest[FRAME_HEADER..];
+            if !body.is_empty() && crc32fast::hash(body) == crc {
+                // Whole, with its checksum: the length field is what is damaged.
+                return None;
+            }
+            format!(
+                "the file ends {} bytes into the record's {len}-byte body",
+                body.len()
+            )
+        }
+        (BadFrame::Checksum, Some((len, _))) => {
+            let (from, to) = zero_piece(bytes, offset, offset + FRAME_HEADER + len)?;
+            format!("checksum mismatch, and bytes {from}..{to} are zeros")
+        }
+    };
+    // What follows is at most the rest of the same record.
+    next_intact(bytes, offset + 1).is_none().then_some(how)
+}
+
+/// Bytes from `offset` to the next sector boundary.
+fn sector_piece(offset: usize) -> usize {
+    SECTOR - offset % SECTOR
+}
+
+/// The first piece of `bytes[from..to]` between sector boundaries that is all zeros.
+fn zero_piece(bytes: &[u8], from: usize, to: usize) -> Option<(usize, usize)> {
+    let mut at = from;
+    while at < to {
+        let end = (at + sector_piece(at)).min(to);
+        if bytes.get(at..end)?.iter().all(|&b| b == 0) {
+            return Some((at, end));
+        }
+        at = end;
+    }
+    None
 }
 
 /// The offset of the first intact frame (whole, with the right checksum and a known record
