@@ -4,7 +4,9 @@
 //! - `mvcc`: the multi-version index every read is served from;
 //! - `wal`: the write-ahead log that makes it durable (fsync before a write is acknowledged,
 //!   replay on open, snapshot rewrite on compaction);
-//! - `fs`: the file operations the log makes, behind a trait: the disk in the server;
+//! - `fs`: the file operations the log makes, behind a trait: the disk in the server; in the
+//!   crate's tests, a filesystem that records every call (`crash`), from which the power-loss
+//!   test (`power_loss`) builds what a power loss at each of them could leave;
 //! - `watch`: the fan-out of committed transactions to watch streams.
 //!
 //! Concurrency: one writer at a time (a mutex around the log, held by a blocking thread while it
@@ -12,8 +14,12 @@
 //! already durable transaction. No lock is ever held across an `.await`, and a commit runs to
 //! completion even if the caller's future is dropped, so memory and log never diverge.
 
+#[cfg(test)]
+mod crash;
 mod fs;
 mod mvcc;
+#[cfg(test)]
+mod power_loss;
 mod wal;
 mod watch;
 

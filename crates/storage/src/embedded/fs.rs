@@ -1,6 +1,9 @@
 //! The file operations of the embedded store, behind a trait: the server uses the real
-//! filesystem ([`Disk`]). The write-ahead log makes every change through these calls and
-//! nothing else.
+//! filesystem ([`Disk`]); the power-loss test (`crash.rs`, test builds only) records every call
+//! and builds the files a power loss at any of them would leave.
+//!
+//! The write-ahead log makes every change through these calls and nothing else, so what the
+//! test replays is exactly what the server does.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
@@ -47,6 +50,14 @@ pub(super) trait LogFile: std::fmt::Debug + Send + Sync {
 pub(super) struct DirLock {
     /// The locked file (`None` for a filesystem with no other process to keep out).
     _file: Option<File>,
+}
+
+impl DirLock {
+    /// A lock that keeps nothing out: for a filesystem only one store uses.
+    #[cfg(test)]
+    pub(super) fn unshared() -> Self {
+        Self { _file: None }
+    }
 }
 
 /// The real filesystem.
