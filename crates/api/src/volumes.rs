@@ -139,7 +139,8 @@ pub struct VolumeClaimMigrationStatus {
 
 /// The replacement of an apps/v1 StatefulSet by one whose templates say the new sizes. The
 /// object to create is saved here before the old one is deleted, so that a restart between
-/// the deletion and the creation loses nothing.
+/// the deletion and the creation loses nothing; while it is saved the migration holds
+/// [`RECREATE_FINALIZER`], so that deleting the migration cannot lose it either.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RecreateStatus {
@@ -149,6 +150,11 @@ pub struct RecreateStatus {
     /// The uid of the StatefulSet being replaced: the deletion's precondition.
     #[serde(default, rename = "statefulSetUID")]
     pub stateful_set_uid: String,
+    /// The resourceVersion of the StatefulSet the manifest was made from: the deletion's
+    /// other precondition, so that an edit made after the save fails the deletion (409) and
+    /// the manifest is saved again from the edited object instead of reverting it.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub stateful_set_resource_version: String,
     /// The StatefulSet to create in its place; dropped once it exists.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub manifest: Option<Value>,
@@ -156,6 +162,10 @@ pub struct RecreateStatus {
 
 /// [`RecreateStatus::phase`]: the old StatefulSet is being deleted with orphan cascade.
 pub const RECREATE_DELETING: &str = "Deleting";
+/// The finalizer a migration holds while its status holds a saved StatefulSet manifest
+/// ([`RecreateStatus::manifest`]): deleting the migration then waits until the StatefulSet
+/// exists again (or, if it was not deleted yet, until the re-create is called off).
+pub const RECREATE_FINALIZER: &str = "storage.svm-apiserver.io/recreate-statefulset";
 /// [`RecreateStatus::phase`]: the StatefulSet exists again with the new templates.
 pub const RECREATE_DONE: &str = "Recreated";
 
@@ -737,6 +747,7 @@ fn definitions(version: &str) -> Vec<(String, Value)> {
                 "properties": {
                     "phase": s("Deleting or Recreated."),
                     "statefulSetUID": s("The uid of the StatefulSet being replaced."),
+                    "statefulSetResourceVersion": s("The resourceVersion of the StatefulSet the manifest was made from: with the uid, the precondition of its deletion (an edit made since fails the deletion, and the manifest is saved again)."),
                     "manifest": {"type": "object", "x-kubernetes-preserve-unknown-fields": true, "x-kubernetes-embedded-resource": true, "description": "The StatefulSet to create in its place, saved before the old one is deleted."},
                 },
             }),
