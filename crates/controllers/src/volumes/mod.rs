@@ -2,14 +2,24 @@
 //! up to the sizes a migration asks for, ordinal by ordinal (docs/design.md, "Volume-claim
 //! migrations"; the semantics of OpenKruise's AdvancedStatefulSetVolumeResize proposal).
 //!
-//! Each pass reads the cluster ([`target`]), decides in a pure function ([`plan`]), performs
-//! the actions (a merge PATCH of a claim's request, the deletion of a pod whose file system
-//! waits for a restart, the steps of an orphan re-create of the StatefulSet, [`recreate`]),
-//! records Events and writes the status through the registry. Passes
-//! run on every change of a migration and every `--volume-resync-interval`, on the leader
-//! only. Nothing here deletes a claim or any data.
+//! Each pass reads the migration as stored now and the cluster ([`target`]), decides in a pure
+//! function ([`plan`]), performs the actions (a merge PATCH of a claim's request, the deletion
+//! of a pod whose file system waits for a restart, the steps of an orphan re-create of the
+//! StatefulSet, [`recreate`]), records Events and writes the status through the registry.
+//! Passes run on every change of a migration and every `--volume-resync-interval`, on the
+//! leader only. Nothing here deletes a claim or any data.
+//!
+//! Writes to our store carry the term's fence; writes to the cluster cannot, so each of them
+//! — a claim's PATCH, a pod's or the StatefulSet's deletion, its creation — checks the term
+//! right before ([`svm_registry::Fence::check`], as the trigger's `status.storedVersions`
+//! narrowing does) and is not sent once the term is over; and each deletion names the object
+//! as read (uid, and for the StatefulSet the resourceVersion its manifest was saved from), so
+//! a stale view cannot delete a successor or revert an edit. While a StatefulSet manifest is
+//! saved the migration holds [`RECREATE_FINALIZER`]: added before the save, removed once the
+//! manifest is dropped.
 
 pub(crate) mod conditions;
+mod hooks;
 pub(crate) mod metrics;
 pub(crate) mod plan;
 mod recreate;
@@ -24,11 +34,14 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
+use hooks::{Fired, Hook, Hooks};
 pub(crate) use metrics::VolumeMetrics;
 use plan::{Action, CLAIM_FAILED, Note, Plan};
-use svm_api::volumes::{KIND, VolumeClaimMigration, VolumeClaimMigrationStrategy};
+use svm_api::volumes::{
+    KIND, RECREATE_FINALIZER, VolumeClaimMigration, VolumeClaimMigrationStrategy,
+};
 use svm_cluster::{ClusterClient, ClusterError};
-use svm_registry::{Guarded, Update};
+use svm_registry::{ApiError, Guarded, Update};
 
 /// The controller's settings.
 #[derive(Clone, Debug)]
@@ -79,6 +92,7 @@ impl Controller {
 
     /// Runs until `cancel` fires.
     pub(crate) async fn run(self, cancel: CancellationToken) {
+        let mut hooks = Hooks::from_env();
         let (tx, mut updates) = mpsc::channel(64);
         let feed = self.store.list_and_watch(self.settings.resync, tx, |u| u);
         let mut known: BTreeMap<Key, VolumeClaimMigration> = BTreeMap::new();
@@ -96,58 +110,181 @@ impl Controller {
                 if cancel.is_cancelled() {
                     break;
                 }
-                let (namespace, name) = key_of(vcm);
+                let key = key_of(vcm);
+                if hooks.is_halted(&key) {
+                    continue;
+                }
+                let (namespace, name) = &key;
                 let span = tracing::info_span!("volume_claim_migration", %namespace, %name);
-                self.reconcile(vcm).instrument(span).await;
+                let pass = self.reconcile(&key, hooks.pending(&key));
+                if let Some(fired) = pass.instrument(span).await {
+                    hooks.fired(&key, fired);
+                }
             }
         }
         feed.abort();
     }
 
-    /// One pass over one migration.
-    async fn reconcile(&self, vcm: &VolumeClaimMigration) {
-        let observed = match target::observe(&self.cluster, vcm).await {
+    /// One pass over one migration; says whether its test hook fired ([`hooks`]).
+    async fn reconcile(&self, key: &Key, hook: Option<Hook>) -> Option<Fired> {
+        // The migration as stored now, not as the watch last brought it: the status this pass
+        // builds on (a saved manifest above all) must be the latest one. Only this term writes
+        // the status, so it stays the latest until our own write.
+        let (namespace, name) = key;
+        let vcm = match self.store.get((namespace.as_str(), name.as_str())).await {
+            Ok(Some(vcm)) => vcm,
+            Ok(None) => return None,
+            Err(err) => {
+                tracing::info!(error = %err, "reading the migration deferred");
+                return None;
+            }
+        };
+        let observed = match target::observe(&self.cluster, &vcm).await {
             Ok(observed) => observed,
             Err(err) => {
                 tracing::info!(error = %err, "reading the target deferred");
-                return;
+                return None;
             }
         };
-        let mut plan = plan::plan(vcm, &observed.view, jiff::Timestamp::now());
-        self.perform(vcm, &mut plan).await;
-        for note in &plan.notes {
-            self.record(vcm, &observed.statefulset, note).await;
-        }
-        if plan.status != vcm.status {
-            let mut updated = vcm.clone();
-            updated.status = plan.status;
-            if let Err(err) = self.store.update_status(updated).await {
-                tracing::info!(error = %err, "writing the status deferred");
+        let mut plan = plan::plan(&vcm, &observed.view, jiff::Timestamp::now());
+        let mut vcm = vcm;
+        // The finalizer before the manifest is saved, and before any step of a re-create (a
+        // migration being deleted cannot gain one: it is held by ours already, or by none).
+        if plan.needs_finalizer()
+            && !has_finalizer(&vcm)
+            && vcm.metadata.deletion_timestamp.is_none()
+        {
+            match self.set_finalizer(&vcm, true).await {
+                Ok(updated) => vcm = updated,
+                Err(err) => {
+                    tracing::info!(error = %err, "adding the finalizer deferred");
+                    return None;
+                }
             }
         }
+        let fired = match self.perform(&vcm, &mut plan, hook).await {
+            Ok(fired) => fired,
+            Err(Stop::TermOver) => return None,
+            Err(Stop::Halted) => return Some(Fired::Halt),
+        };
+        for note in &plan.notes {
+            self.record(&vcm, &observed.statefulset, note).await;
+        }
+        let stored = if plan.status == vcm.status {
+            vcm
+        } else {
+            let mut updated = vcm.clone();
+            updated.status = plan.status.clone();
+            match self.store.update_status(updated).await {
+                Ok(written) => written,
+                Err(err) => {
+                    tracing::info!(error = %err, "writing the status deferred");
+                    return fired;
+                }
+            }
+        };
+        if plan.saves_manifest {
+            let saved = plan.status.recreate.as_ref();
+            tracing::info!(
+                uid = saved.map(|r| r.stateful_set_uid.as_str()),
+                resource_version = saved.map(|r| r.stateful_set_resource_version.as_str()),
+                "StatefulSet manifest saved in the status"
+            );
+            if hook == Some(Hook::HaltAfterSave) {
+                tracing::warn!("test hook: halted after save");
+                return Some(Fired::Halt);
+            }
+        }
+        // The manifest is dropped (the StatefulSet exists again, or the re-create was called
+        // off) and that is stored: the finalizer goes.
+        if !plan.needs_finalizer()
+            && has_finalizer(&stored)
+            && let Err(err) = self.set_finalizer(&stored, false).await
+        {
+            tracing::info!(error = %err, "removing the finalizer deferred");
+        }
+        fired
     }
 
-    /// The plan's actions, in order; a refused PATCH stops the rollout at that claim.
-    async fn perform(&self, vcm: &VolumeClaimMigration, plan: &mut Plan) {
+    /// Adds (`on`) or removes [`RECREATE_FINALIZER`], fenced, with the migration's
+    /// resourceVersion as the precondition.
+    async fn set_finalizer(
+        &self,
+        vcm: &VolumeClaimMigration,
+        on: bool,
+    ) -> Result<VolumeClaimMigration, ApiError> {
+        let mut updated = vcm.clone();
+        let mut finalizers = updated.metadata.finalizers.take().unwrap_or_default();
+        finalizers.retain(|f| f != RECREATE_FINALIZER);
+        if on {
+            finalizers.push(RECREATE_FINALIZER.into());
+        }
+        updated.metadata.finalizers = Some(finalizers).filter(|f| !f.is_empty());
+        let written = self.store.update(updated).await?;
+        tracing::info!(
+            finalizer = RECREATE_FINALIZER,
+            "{}",
+            if on {
+                "finalizer added: a StatefulSet manifest is about to be saved"
+            } else {
+                "finalizer removed: no StatefulSet manifest is held any more"
+            }
+        );
+        Ok(written)
+    }
+
+    /// The plan's actions, in order; a refused PATCH stops the rollout at that claim. Each is
+    /// a write to the cluster, sent only after the term was found to last.
+    async fn perform(
+        &self,
+        vcm: &VolumeClaimMigration,
+        plan: &mut Plan,
+        hook: Option<Hook>,
+    ) -> Result<Option<Fired>, Stop> {
+        let mut fired = None;
         for action in plan.actions.clone() {
             let go_on = match action {
                 Action::Resize { claim, storage } => {
+                    self.leading().await?;
                     self.resize_claim(vcm, plan, &claim, &storage).await
                 }
-                Action::RestartPod { pod, claim } => {
-                    self.restart_pod(vcm, plan, &pod, &claim).await;
+                Action::RestartPod { pod, uid, claim } => {
+                    self.leading().await?;
+                    self.restart_pod(vcm, plan, &pod, &uid, &claim).await;
                     true
                 }
-                Action::DeleteStatefulSet { uid } => {
-                    self.delete_statefulset(vcm, plan, &uid).await;
+                Action::DeleteStatefulSet {
+                    uid,
+                    resource_version,
+                } => {
+                    if hook == Some(Hook::WaitForEditBeforeDelete) {
+                        self.wait_for_edit(vcm, &resource_version).await;
+                        fired = Some(Fired::Once);
+                    }
+                    self.leading().await?;
+                    let deleted = self
+                        .delete_statefulset(vcm, plan, &uid, &resource_version)
+                        .await;
+                    if deleted && hook == Some(Hook::HaltAfterDelete) {
+                        tracing::warn!("test hook: halted after delete");
+                        return Err(Stop::Halted);
+                    }
                     true
                 }
                 Action::CreateStatefulSet { manifest } => {
+                    self.leading().await?;
                     // The next pass sees the new uid and says so (StatefulSetRecreated).
-                    if let Err(err) =
-                        target::create_statefulset(&self.cluster, vcm, &manifest).await
-                    {
-                        tracing::info!(error = %err, "creating the StatefulSet deferred");
+                    match target::create_statefulset(&self.cluster, vcm, &manifest).await {
+                        Ok(()) => {
+                            tracing::info!("StatefulSet created from the saved manifest");
+                            if hook == Some(Hook::HaltAfterCreate) {
+                                tracing::warn!("test hook: halted after create");
+                                return Err(Stop::Halted);
+                            }
+                        }
+                        Err(err) => {
+                            tracing::info!(error = %err, "creating the StatefulSet deferred")
+                        }
                     }
                     true
                 }
@@ -158,6 +295,48 @@ impl Controller {
         }
         let resized = plan.notes.iter().filter(|n| n.reason == "Resized").count();
         self.metrics.claims_resized.inc_by(resized as u64);
+        Ok(fired)
+    }
+
+    /// Whether this replica still leads, read right before a write to the cluster (the term
+    /// record in our store); a term found over stops the controllers.
+    async fn leading(&self) -> Result<(), Stop> {
+        match self.store.fence().check().await {
+            Ok(()) => Ok(()),
+            Err(err) => {
+                tracing::warn!(error = %err, "not writing to the cluster: the leadership term is over");
+                Err(Stop::TermOver)
+            }
+        }
+    }
+
+    /// `wait-for-edit-before-delete` ([`hooks`], test-only): until the StatefulSet is no longer
+    /// at `saved`, the term ends, or [`hooks::EDIT_WAIT_LIMIT`].
+    async fn wait_for_edit(&self, vcm: &VolumeClaimMigration, saved: &str) {
+        tracing::warn!(
+            resource_version = saved,
+            "test hook: waiting for an edit of the StatefulSet before deleting it"
+        );
+        let term = self.store.fence().token().clone();
+        let changed = tokio::time::timeout(hooks::EDIT_WAIT_LIMIT, async {
+            loop {
+                match target::statefulset_resource_version(&self.cluster, vcm).await {
+                    Ok(Some(now)) if now != saved => return Some(now),
+                    Ok(None) => return None,
+                    _ => {}
+                }
+                tokio::select! {
+                    () = term.cancelled() => return None,
+                    () = tokio::time::sleep(Duration::from_millis(100)) => {}
+                }
+            }
+        })
+        .await;
+        tracing::warn!(
+            saved,
+            now = ?changed,
+            "test hook: done waiting; deleting the StatefulSet as decided"
+        );
     }
 
     /// Returns whether the rollout goes on (the server accepted the PATCH).
@@ -192,10 +371,11 @@ impl Controller {
         vcm: &VolumeClaimMigration,
         plan: &mut Plan,
         pod: &str,
+        uid: &str,
         claim: &str,
     ) {
         let namespace = vcm.metadata.namespace.as_deref().unwrap_or_default();
-        match target::delete_pod(&self.cluster, namespace, pod).await {
+        match target::delete_pod(&self.cluster, namespace, pod, uid).await {
             Ok(()) => {
                 self.metrics.pod_restarts.inc();
                 plan.notes.push(Note {
@@ -214,18 +394,46 @@ impl Controller {
         }
     }
 
-    /// The old StatefulSet goes with orphan cascade; a failure (a conflict: someone else
-    /// acted first) is decided again on the next pass.
-    async fn delete_statefulset(&self, vcm: &VolumeClaimMigration, plan: &mut Plan, uid: &str) {
-        match target::delete_statefulset(&self.cluster, vcm, uid).await {
-            Ok(()) => plan.notes.push(Note {
-                warning: false,
-                reason: "RecreatingStatefulSet",
-                message: "StatefulSet deleted with orphan cascade (its pods and claims stay); \
-                          it is created again with the new volumeClaimTemplates"
-                    .into(),
-            }),
-            Err(err) => tracing::info!(error = %err, "deleting the StatefulSet deferred"),
+    /// The old StatefulSet goes with orphan cascade; returns whether it did. A failure is
+    /// decided again on the next pass: a conflict (the StatefulSet was edited since its
+    /// manifest was saved, or replaced) makes that pass save the manifest again from the
+    /// current object (or see the replacement).
+    async fn delete_statefulset(
+        &self,
+        vcm: &VolumeClaimMigration,
+        plan: &mut Plan,
+        uid: &str,
+        resource_version: &str,
+    ) -> bool {
+        match target::delete_statefulset(&self.cluster, vcm, uid, resource_version).await {
+            Ok(()) => {
+                tracing::info!(
+                    uid,
+                    resource_version,
+                    "StatefulSet deleted with orphan cascade"
+                );
+                plan.notes.push(Note {
+                    warning: false,
+                    reason: "RecreatingStatefulSet",
+                    message: "StatefulSet deleted with orphan cascade (its pods and claims \
+                              stay); it is created again with the new volumeClaimTemplates"
+                        .into(),
+                });
+                true
+            }
+            Err(err) if err.code() == Some(409) => {
+                tracing::info!(
+                    error = %err,
+                    resource_version,
+                    "the StatefulSet changed since its manifest was saved (the deletion's \
+                     precondition failed): its manifest is saved again from it first"
+                );
+                false
+            }
+            Err(err) => {
+                tracing::info!(error = %err, "deleting the StatefulSet deferred");
+                false
+            }
         }
     }
 
@@ -258,6 +466,22 @@ impl Controller {
             }
         }
     }
+}
+
+/// Why a pass stops before its status write.
+enum Stop {
+    /// The term is over: nothing more is written (our store would refuse it anyway).
+    TermOver,
+    /// A test hook halted the migration ([`hooks`]).
+    Halted,
+}
+
+fn has_finalizer(vcm: &VolumeClaimMigration) -> bool {
+    vcm.metadata
+        .finalizers
+        .iter()
+        .flatten()
+        .any(|f| f == RECREATE_FINALIZER)
 }
 
 fn apply(known: &mut BTreeMap<Key, VolumeClaimMigration>, update: Update<VolumeClaimMigration>) {
@@ -322,3 +546,6 @@ fn forget_restart(plan: &mut Plan, claim: &str) {
         entry.restarted_pod_uid.clear();
     }
 }
+
+#[cfg(test)]
+mod tests;

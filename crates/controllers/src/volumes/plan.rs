@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use super::recreate::Next;
+use super::recreate::{self, Mode, Next};
 use svm_api::volumes::{
     ClaimStatus, FAILED, ON_DELETE, PAUSED, RECREATE_DONE, RUNNING, RecreateStatus, SUCCEEDED,
     TemplateStatus, VolumeClaimMigration, VolumeClaimMigrationStatus, quantity_bytes,
@@ -84,10 +84,19 @@ pub(crate) struct Observed {
 pub(crate) enum Action {
     /// Merge-patch the claim's `spec.resources.requests.storage`.
     Resize { claim: String, storage: String },
-    /// Delete the pod so that its file system is resized when it starts again.
-    RestartPod { pod: String, claim: String },
-    /// Delete the StatefulSet with orphan cascade, if it still has this uid.
-    DeleteStatefulSet { uid: String },
+    /// Delete the pod so that its file system is resized when it starts again, if it still
+    /// has this uid (the pod as read: never its replacement).
+    RestartPod {
+        pod: String,
+        uid: String,
+        claim: String,
+    },
+    /// Delete the StatefulSet with orphan cascade, if it still has this uid and this
+    /// resourceVersion (the object the saved manifest was made from).
+    DeleteStatefulSet {
+        uid: String,
+        resource_version: String,
+    },
     /// Create the StatefulSet saved in `status.recreate`.
     CreateStatefulSet { manifest: serde_json::Value },
 }
@@ -105,6 +114,17 @@ pub(crate) struct Plan {
     pub status: VolumeClaimMigrationStatus,
     pub actions: Vec<Action>,
     pub notes: Vec<Note>,
+    /// The status saves a StatefulSet manifest (first, or again after an edit): this pass's
+    /// status write is a step of the re-create.
+    pub saves_manifest: bool,
+}
+
+impl Plan {
+    /// The migration must hold [`svm_api::volumes::RECREATE_FINALIZER`] once this plan's
+    /// status is written: it holds a saved manifest.
+    pub(crate) fn needs_finalizer(&self) -> bool {
+        recreate::holds_manifest(&self.status)
+    }
 }
 
 /// The claim of `template` for `ordinal` (the StatefulSet controller's naming).
@@ -117,21 +137,49 @@ pub(crate) fn pod_name(statefulset: &str, ordinal: i32) -> String {
 }
 
 /// Decides the next step of `vcm` at `now` (RFC 3339, as written into the status).
+///
+/// A re-create whose old StatefulSet is deleted (or being deleted) is always finished —
+/// paused, refused, resizing again or being deleted, the saved StatefulSet is created — so that
+/// no state of the migration leaves the StatefulSet missing.
 pub(crate) fn plan(vcm: &VolumeClaimMigration, observed: &Observed, now: jiff::Timestamp) -> Plan {
     let mut planner = Planner::new(vcm, observed, now);
+    let in_flight = recreate::in_flight(vcm.status.recreate.as_ref());
+    if vcm.metadata.deletion_timestamp.is_some() {
+        // Being deleted (our finalizer holds it only while a manifest is saved): finish or
+        // call off the re-create, touch nothing else.
+        planner.claims_as_they_are();
+        if in_flight && let Outcome::Recreating(reason) = planner.recreate(Mode::CallOff) {
+            planner.set_conditions(Outcome::Recreating(reason));
+        }
+        return planner.finish();
+    }
     if vcm.spec.paused {
         planner.claims_as_they_are();
+        if in_flight {
+            planner.recreate(Mode::Hold);
+        }
         planner.set_conditions(Outcome::Paused);
         return planner.finish();
     }
     if let Some(refusal) = planner.refusal() {
         planner.claims_as_they_are();
+        if in_flight {
+            planner.recreate(Mode::Hold);
+        }
         planner.set_conditions(Outcome::Refused(refusal));
         return planner.finish();
     }
     let mut outcome = planner.roll_out();
-    if matches!(outcome, Outcome::Done) && vcm.spec.recreate_stateful_set {
-        outcome = planner.recreate();
+    let mode = match (vcm.spec.recreate_stateful_set, &outcome) {
+        (false, _) => Mode::CallOff,
+        (true, Outcome::Done) => Mode::Go,
+        (true, _) => Mode::Hold,
+    };
+    if mode == Mode::Go || in_flight {
+        let step = planner.recreate(mode);
+        if matches!(outcome, Outcome::Done) {
+            outcome = step;
+        }
     }
     planner.set_conditions(outcome);
     planner.finish()
@@ -168,6 +216,7 @@ struct Planner<'a> {
     claims: Vec<ClaimStatus>,
     conditions: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
     recreate: Option<RecreateStatus>,
+    saves_manifest: bool,
     actions: Vec<Action>,
     notes: Vec<Note>,
 }
@@ -191,6 +240,7 @@ impl<'a> Planner<'a> {
             claims: Vec::new(),
             conditions: vcm.status.conditions.clone(),
             recreate: vcm.status.recreate.clone(),
+            saves_manifest: false,
             actions: Vec::new(),
             notes: Vec::new(),
         }
@@ -447,6 +497,7 @@ impl<'a> Planner<'a> {
             entry.restarted_pod_uid = running.uid.clone();
             self.actions.push(Action::RestartPod {
                 pod,
+                uid: running.uid.clone(),
                 claim: entry.name.clone(),
             });
         }
@@ -477,12 +528,13 @@ impl<'a> Planner<'a> {
         Step::Done
     }
 
-    /// Every claim is resized: the StatefulSet's replacement takes its next step.
-    fn recreate(&mut self) -> Outcome {
-        let next = super::recreate::next(
+    /// The StatefulSet's replacement takes its next step, as far as `mode` lets it.
+    fn recreate(&mut self, mode: Mode) -> Outcome {
+        let next = recreate::next(
             self.recreate.as_ref(),
             self.observed.statefulset.as_ref(),
             &self.observed.templates,
+            mode,
         );
         match next {
             Next::Done(status) => {
@@ -504,9 +556,30 @@ impl<'a> Planner<'a> {
                 self.recreate = status;
                 return Outcome::Done;
             }
+            Next::CallOff => {
+                self.recreate = None;
+                self.notes.push(Note {
+                    warning: false,
+                    reason: "RecreateCalledOff",
+                    message: "the StatefulSet was not deleted yet and the migration is being \
+                              deleted or no longer asks for a re-create: the saved manifest is \
+                              dropped, the StatefulSet stays as it is"
+                        .into(),
+                });
+                return Outcome::Done;
+            }
             Next::Wait(reason) => return Outcome::Recreating(reason),
-            Next::Save(status) => self.recreate = Some(status),
-            Next::Delete { uid } => self.actions.push(Action::DeleteStatefulSet { uid }),
+            Next::Save(status) => {
+                self.recreate = Some(status);
+                self.saves_manifest = true;
+            }
+            Next::Delete {
+                uid,
+                resource_version,
+            } => self.actions.push(Action::DeleteStatefulSet {
+                uid,
+                resource_version,
+            }),
             Next::Create { manifest } => self.actions.push(Action::CreateStatefulSet { manifest }),
         }
         Outcome::Recreating("re-creating the StatefulSet so that its templates say the new sizes")
@@ -652,6 +725,7 @@ impl<'a> Planner<'a> {
             status,
             actions: self.actions,
             notes: self.notes,
+            saves_manifest: self.saves_manifest,
         }
     }
 }

@@ -3,25 +3,54 @@
 //! new sizes, the way people do it by hand (`kubectl delete --cascade=orphan`, then create).
 //!
 //! The steps are passes of the controller, each decided here from what the cluster shows:
-//! save the object to create in the migration's status (so a restart between the deletion and
-//! the creation loses nothing), delete the old object with orphan cascade and its uid as a
-//! precondition (the garbage collector only removes the pods' owner references; pods and
-//! claims stay, uids unchanged), wait until it is gone, create the saved one. The new
-//! StatefulSet adopts the pods (same selector); their claims are found by name.
+//! save the object to create in the migration's status, with the uid and resourceVersion of
+//! the object it was made from (the migration holds [`RECREATE_FINALIZER`] from before the
+//! save until the manifest is dropped, so neither a restart nor the migration's deletion
+//! between the deletion and the creation loses it); delete the old object with orphan cascade
+//! and that uid and resourceVersion as preconditions (the garbage collector only removes the
+//! pods' owner references; pods and claims stay, uids unchanged); wait until it is gone;
+//! create the saved one. The new StatefulSet adopts the pods (same selector); their claims
+//! are found by name.
+//!
+//! An edit of the StatefulSet after the save (replicas, image) changes its resourceVersion: the
+//! next pass saves the manifest again from the edited object, and a deletion already on its way
+//! fails its precondition (409) and is decided again, so the re-create never reverts an edit.
+//! An edit made while the deletion is under way (kube-apiserver accepts it until the garbage
+//! collector lets the object go) is saved again too, when seen.
+//!
+//! [`RECREATE_FINALIZER`]: svm_api::volumes::RECREATE_FINALIZER
 
 use serde_json::{Map, Value};
 
 use super::plan::TemplateTarget;
-use svm_api::volumes::{RECREATE_DELETING, RECREATE_DONE, RecreateStatus, quantity_bytes};
+use svm_api::volumes::{
+    RECREATE_DELETING, RECREATE_DONE, RecreateStatus, VolumeClaimMigrationStatus, quantity_bytes,
+};
 
 /// The StatefulSet as this pass read it.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) struct Seen {
     pub uid: String,
+    pub resource_version: String,
     /// A deletion is under way (the garbage collector has yet to orphan its pods).
     pub deleting: bool,
     /// The object as served.
     pub object: Value,
+}
+
+/// How far a re-create may go on this pass.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Mode {
+    /// Every claim is resized and the migration asks for it: start, or go on.
+    Go,
+    /// Finish what cannot wait — the old StatefulSet is deleted or being deleted, so the saved
+    /// one is created — and start nothing else: the migration is paused, refused, blocked, or
+    /// resizing a claim again.
+    Hold,
+    /// Finish what cannot wait, call the rest off (the old StatefulSet was not deleted: the
+    /// saved manifest is dropped and it stays as it is): the migration is being deleted, or
+    /// no longer asks for a re-create.
+    CallOff,
 }
 
 /// What the replacement needs next.
@@ -31,20 +60,30 @@ pub(super) enum Next {
     Done(Option<RecreateStatus>),
     /// Waiting for something outside us; the reason is for the Running condition.
     Wait(&'static str),
-    /// Save the object to create; nothing is deleted before the status holds it.
+    /// Save the object to create (again, after an edit); nothing is deleted before the status
+    /// holds it.
     Save(RecreateStatus),
-    /// Delete the old object (orphan cascade, uid precondition).
-    Delete { uid: String },
+    /// Delete the old object (orphan cascade, uid and resourceVersion as saved).
+    Delete {
+        uid: String,
+        resource_version: String,
+    },
     /// Create the saved object.
     Create { manifest: Value },
+    /// The old object was never deleted: drop the saved manifest.
+    CallOff,
 }
 
 pub(super) fn next(
     saved: Option<&RecreateStatus>,
     seen: Option<&Seen>,
     templates: &[TemplateTarget],
+    mode: Mode,
 ) -> Next {
     let Some(saved) = saved.filter(|s| s.phase == RECREATE_DELETING) else {
+        if mode != Mode::Go {
+            return Next::Done(saved.cloned());
+        }
         return first_step(saved, seen, templates);
     };
     match seen {
@@ -57,13 +96,28 @@ pub(super) fn next(
         Some(seen) if seen.uid != saved.stateful_set_uid => Next::Done(Some(RecreateStatus {
             phase: RECREATE_DONE.into(),
             stateful_set_uid: saved.stateful_set_uid.clone(),
+            stateful_set_resource_version: String::new(),
             manifest: None,
         })),
         Some(seen) if seen.deleting => {
+            // Deleted already: whatever the mode, the replacement must come, and with the
+            // object's latest spec.
+            let latest = manifest(&seen.object, templates);
+            if saved.manifest.as_ref() != Some(&latest) {
+                return Next::Save(saving(seen, latest));
+            }
             Next::Wait("waiting for the garbage collector to orphan the StatefulSet's pods")
+        }
+        Some(_) if mode == Mode::CallOff => Next::CallOff,
+        Some(_) if mode == Mode::Hold => {
+            Next::Wait("the re-create goes on once every claim is resized again")
+        }
+        Some(seen) if seen.resource_version != saved.stateful_set_resource_version => {
+            Next::Save(saving(seen, manifest(&seen.object, templates)))
         }
         Some(seen) => Next::Delete {
             uid: seen.uid.clone(),
+            resource_version: seen.resource_version.clone(),
         },
     }
 }
@@ -82,11 +136,30 @@ fn first_step(
     if seen.deleting {
         return Next::Wait("the StatefulSet is being deleted by someone else");
     }
-    Next::Save(RecreateStatus {
+    Next::Save(saving(seen, manifest(&seen.object, templates)))
+}
+
+/// The status that saves `manifest`, made from `seen`.
+fn saving(seen: &Seen, manifest: Value) -> RecreateStatus {
+    RecreateStatus {
         phase: RECREATE_DELETING.into(),
         stateful_set_uid: seen.uid.clone(),
-        manifest: Some(manifest(&seen.object, templates)),
-    })
+        stateful_set_resource_version: seen.resource_version.clone(),
+        manifest: Some(manifest),
+    }
+}
+
+/// Whether `status` holds a saved manifest: the migration must hold the finalizer then.
+pub(super) fn holds_manifest(status: &VolumeClaimMigrationStatus) -> bool {
+    status
+        .recreate
+        .as_ref()
+        .is_some_and(|r| r.manifest.is_some())
+}
+
+/// Whether a re-create has begun (a manifest saved, the replacement not there yet).
+pub(super) fn in_flight(saved: Option<&RecreateStatus>) -> bool {
+    saved.is_some_and(|s| s.phase == RECREATE_DELETING)
 }
 
 /// Every template the migration names asks for its size already.
@@ -181,9 +254,26 @@ mod tests {
     fn seen(uid: &str, size: &str, deleting: bool) -> Seen {
         Seen {
             uid: uid.into(),
+            resource_version: "7".into(),
             deleting,
             object: served(uid, size),
         }
+    }
+
+    /// `seen` after someone set its replicas (a new resourceVersion).
+    fn edited(mut seen: Seen, replicas: i64, resource_version: &str) -> Seen {
+        seen.object["spec"]["replicas"] = json!(replicas);
+        seen.object["metadata"]["resourceVersion"] = json!(resource_version);
+        seen.resource_version = resource_version.into();
+        seen
+    }
+
+    fn go(
+        saved: Option<&RecreateStatus>,
+        seen: Option<&Seen>,
+        templates: &[TemplateTarget],
+    ) -> Next {
+        next(saved, seen, templates, Mode::Go)
     }
 
     #[test]
@@ -206,7 +296,7 @@ mod tests {
 
     #[test]
     fn templates_already_at_the_size_need_nothing() {
-        let next = next(
+        let next = go(
             None,
             Some(&seen("u1", "20Gi", false)),
             &[target("data", "20Gi")],
@@ -217,38 +307,149 @@ mod tests {
     #[test]
     fn the_manifest_is_saved_before_anything_is_deleted() {
         let templates = [target("data", "20Gi")];
-        let Next::Save(saved) = next(None, Some(&seen("u1", "10Gi", false)), &templates) else {
+        let Next::Save(saved) = go(None, Some(&seen("u1", "10Gi", false)), &templates) else {
             panic!("expected a save first");
         };
         assert_eq!(
-            (saved.phase.as_str(), saved.stateful_set_uid.as_str()),
-            (RECREATE_DELETING, "u1")
+            (
+                saved.phase.as_str(),
+                saved.stateful_set_uid.as_str(),
+                saved.stateful_set_resource_version.as_str()
+            ),
+            (RECREATE_DELETING, "u1", "7")
         );
+        assert!(holds_manifest(&VolumeClaimMigrationStatus {
+            recreate: Some(saved.clone()),
+            ..Default::default()
+        }));
         assert_eq!(
-            next(Some(&saved), Some(&seen("u1", "10Gi", false)), &templates),
-            Next::Delete { uid: "u1".into() }
+            go(Some(&saved), Some(&seen("u1", "10Gi", false)), &templates),
+            Next::Delete {
+                uid: "u1".into(),
+                resource_version: "7".into()
+            }
         );
         assert!(matches!(
-            next(Some(&saved), Some(&seen("u1", "10Gi", true)), &templates),
+            go(Some(&saved), Some(&seen("u1", "10Gi", true)), &templates),
             Next::Wait(_)
         ));
         assert_eq!(
-            next(Some(&saved), None, &templates),
+            go(Some(&saved), None, &templates),
             Next::Create {
                 manifest: manifest(&served("u1", "10Gi"), &templates)
             }
         );
-        let Next::Done(Some(done)) =
-            next(Some(&saved), Some(&seen("u2", "20Gi", false)), &templates)
+        let Next::Done(Some(done)) = go(Some(&saved), Some(&seen("u2", "20Gi", false)), &templates)
         else {
             panic!("a new uid is the replacement");
         };
-        assert_eq!((done.phase.as_str(), done.manifest), (RECREATE_DONE, None));
+        assert_eq!(
+            (done.phase.as_str(), &done.manifest),
+            (RECREATE_DONE, &None)
+        );
+        assert!(!holds_manifest(&VolumeClaimMigrationStatus {
+            recreate: Some(done),
+            ..Default::default()
+        }));
+    }
+
+    /// An edit after the save (replicas 3 → 5): the manifest is saved again from the edited
+    /// object, and the deletion is preconditioned on the edited object's resourceVersion; the
+    /// replacement says 5.
+    #[test]
+    fn an_edit_after_the_save_is_saved_again_never_reverted() {
+        let templates = [target("data", "20Gi")];
+        let Next::Save(first) = go(None, Some(&seen("u1", "10Gi", false)), &templates) else {
+            panic!("expected a save first");
+        };
+        let now = edited(seen("u1", "10Gi", false), 5, "9");
+        let Next::Save(again) = go(Some(&first), Some(&now), &templates) else {
+            panic!("expected the manifest saved again");
+        };
+        assert_eq!(again.stateful_set_resource_version, "9");
+        assert_eq!(
+            again.manifest.as_ref().map(|m| &m["spec"]["replicas"]),
+            Some(&json!(5))
+        );
+        assert_eq!(
+            go(Some(&again), Some(&now), &templates),
+            Next::Delete {
+                uid: "u1".into(),
+                resource_version: "9".into()
+            }
+        );
+        // Edited again while the deletion is under way: saved again, still waiting.
+        let mut deleting = edited(now, 6, "11");
+        deleting.deleting = true;
+        let Next::Save(latest) = go(Some(&again), Some(&deleting), &templates) else {
+            panic!("an edit of a deleting StatefulSet is kept too");
+        };
+        assert_eq!(
+            latest.manifest.as_ref().map(|m| &m["spec"]["replicas"]),
+            Some(&json!(6))
+        );
+        assert!(matches!(
+            go(Some(&latest), Some(&deleting), &templates),
+            Next::Wait(_)
+        ));
+        let Next::Create { manifest } = go(Some(&latest), None, &templates) else {
+            panic!("the latest manifest is created");
+        };
+        assert_eq!(manifest["spec"]["replicas"], 6);
+    }
+
+    /// Paused, refused or resizing again (Hold), or deleted / no longer asking (CallOff): a
+    /// StatefulSet already deleted is always created again; one not deleted yet is left alone
+    /// (Hold) or the re-create is called off (CallOff). Nothing starts without Go.
+    #[test]
+    fn a_deleted_statefulset_always_comes_back() {
+        let templates = [target("data", "20Gi")];
+        let Next::Save(saved) = go(None, Some(&seen("u1", "10Gi", false)), &templates) else {
+            panic!("expected a save first");
+        };
+        for mode in [Mode::Hold, Mode::CallOff] {
+            assert!(
+                matches!(
+                    next(Some(&saved), None, &templates, mode),
+                    Next::Create { .. }
+                ),
+                "{mode:?}"
+            );
+            assert!(
+                matches!(
+                    next(
+                        Some(&saved),
+                        Some(&seen("u1", "10Gi", true)),
+                        &templates,
+                        mode
+                    ),
+                    Next::Wait(_)
+                ),
+                "{mode:?}"
+            );
+            assert!(
+                matches!(
+                    next(None, Some(&seen("u1", "10Gi", false)), &templates, mode),
+                    Next::Done(None)
+                ),
+                "nothing starts: {mode:?}"
+            );
+        }
+        let standing = seen("u1", "10Gi", false);
+        assert!(matches!(
+            next(Some(&saved), Some(&standing), &templates, Mode::Hold),
+            Next::Wait(_)
+        ));
+        assert_eq!(
+            next(Some(&saved), Some(&standing), &templates, Mode::CallOff),
+            Next::CallOff
+        );
+        assert!(in_flight(Some(&saved)));
     }
 
     #[test]
     fn someone_elses_deletion_is_not_joined() {
-        let next = next(
+        let next = go(
             None,
             Some(&seen("u1", "10Gi", true)),
             &[target("data", "20Gi")],

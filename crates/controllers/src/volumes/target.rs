@@ -2,7 +2,9 @@
 //! apps.kruise.io/v1beta1, read as JSON: both have `spec.replicas` and
 //! `spec.volumeClaimTemplates`), the claims `<template>-<statefulset>-<ordinal>`, their
 //! StorageClasses and the pods `<statefulset>-<ordinal>`, read one by one (no list of a
-//! namespace's claims or pods); and the two writes: a claim's request, a pod's deletion.
+//! namespace's claims or pods); and the writes: a claim's request, a pod's deletion, the
+//! StatefulSet's deletion and creation (`spec.recreateStatefulSet`). Each deletion carries
+//! preconditions naming the object as read, so that it never acts on a successor.
 
 use std::collections::BTreeSet;
 
@@ -42,6 +44,7 @@ pub(super) async fn observe(
     };
     let seen = served.as_ref().map(|object| recreate::Seen {
         uid: text_at(object, "/metadata/uid"),
+        resource_version: text_at(object, "/metadata/resourceVersion"),
         deleting: object.pointer("/metadata/deletionTimestamp").is_some(),
         object: object.clone(),
     });
@@ -260,36 +263,52 @@ pub(super) async fn resize(
         .map(drop)
 }
 
-/// Deletes the pod (its StatefulSet starts it again); gone already is as good.
+/// Deletes the pod (its StatefulSet starts it again) if it still has `uid`, the uid it was
+/// read with; gone already, or replaced (the precondition's 409), is as good: the pod read is
+/// not running any more.
 pub(super) async fn delete_pod(
     cluster: &ClusterClient,
     namespace: &str,
     pod: &str,
+    uid: &str,
 ) -> Result<(), ClusterError> {
+    let options = json!({
+        "apiVersion": "v1",
+        "kind": "DeleteOptions",
+        "preconditions": {"uid": uid},
+    });
+    let body = serde_json::to_vec(&options).map_err(ClusterError::encode("DeleteOptions"))?;
     let path = format!("/api/v1/namespaces/{namespace}/pods/{pod}");
     match cluster
-        .request(Method::DELETE, &path, "application/json", None)
+        .request(
+            Method::DELETE,
+            &path,
+            "application/json",
+            Some(("application/json", body)),
+        )
         .await
     {
         Ok(_) => Ok(()),
-        Err(err) if err.code() == Some(404) => Ok(()),
+        Err(err) if matches!(err.code(), Some(404 | 409)) => Ok(()),
         Err(err) => Err(err),
     }
 }
 
-/// Deletes the StatefulSet with orphan cascade (its pods and claims stay) if it still has
-/// `uid`; gone already is as good.
+/// Deletes the StatefulSet with orphan cascade (its pods and claims stay) if it is still the
+/// object the manifest was saved from: `uid` and `resource_version` are the preconditions, so
+/// an edit made since is a 409 (the caller saves the manifest again). Gone already is as good.
 pub(super) async fn delete_statefulset(
     cluster: &ClusterClient,
     vcm: &VolumeClaimMigration,
     uid: &str,
+    resource_version: &str,
 ) -> Result<(), ClusterError> {
     let namespace = vcm.metadata.namespace.as_deref().unwrap_or_default();
     let options = json!({
         "apiVersion": "v1",
         "kind": "DeleteOptions",
         "propagationPolicy": "Orphan",
-        "preconditions": {"uid": uid},
+        "preconditions": {"uid": uid, "resourceVersion": resource_version},
     });
     let body = serde_json::to_vec(&options).map_err(ClusterError::encode("DeleteOptions"))?;
     let path = statefulset_path(vcm, namespace);
@@ -330,4 +349,15 @@ pub(super) async fn create_statefulset(
         )
         .await
         .map(drop)
+}
+
+/// The StatefulSet's resourceVersion now, `None` when it is gone (the crash tests' hook that
+/// waits for an edit, `super::hooks`).
+pub(super) async fn statefulset_resource_version(
+    cluster: &ClusterClient,
+    vcm: &VolumeClaimMigration,
+) -> Result<Option<String>, ClusterError> {
+    let namespace = vcm.metadata.namespace.as_deref().unwrap_or_default();
+    let found = get_optional(cluster, &statefulset_path(vcm, namespace)).await?;
+    Ok(found.map(|object| text_at(&object, "/metadata/resourceVersion")))
 }

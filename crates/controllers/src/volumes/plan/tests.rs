@@ -248,6 +248,7 @@ fn a_file_system_resize_restarts_the_pod_once_and_waits_for_it_to_come_back_read
         first.actions,
         vec![Action::RestartPod {
             pod: "db-0".into(),
+            uid: "pod-a".into(),
             claim: "data-db-0".into()
         }]
     );
@@ -436,6 +437,7 @@ fn recreate_saves_deletes_creates_and_only_then_succeeds() {
     );
     let served = |uid: &str, size: &str| super::super::recreate::Seen {
         uid: uid.into(),
+        resource_version: "5".into(),
         deleting: false,
         object: serde_json::json!({"metadata": {"name": "db", "uid": uid},
             "spec": {"volumeClaimTemplates": [
@@ -453,12 +455,17 @@ fn recreate_saves_deletes_creates_and_only_then_succeeds() {
         condition(&saving, SUCCEEDED),
         ("False", "RecreatingStatefulSet")
     );
+    assert!(saving.saves_manifest && saving.needs_finalizer());
     let migration = next(migration, &saving);
     let deleting = plan(&migration, &observed, now());
     assert_eq!(
         deleting.actions,
-        vec![Action::DeleteStatefulSet { uid: "old".into() }]
+        vec![Action::DeleteStatefulSet {
+            uid: "old".into(),
+            resource_version: "5".into()
+        }]
     );
+    assert!(!deleting.saves_manifest && deleting.needs_finalizer());
     observed.statefulset = None;
     let creating = plan(&migration, &observed, now());
     let Some(Action::CreateStatefulSet { manifest }) = creating.actions.first() else {
@@ -471,6 +478,10 @@ fn recreate_saves_deletes_creates_and_only_then_succeeds() {
     observed.statefulset = Some(served("new", "20Gi"));
     let done = plan(&migration, &observed, now());
     assert!(done.actions.is_empty());
+    assert!(
+        !done.needs_finalizer(),
+        "the manifest is dropped, and the finalizer with it"
+    );
     assert_eq!(condition(&done, SUCCEEDED), ("True", "Resized"));
     assert_eq!(
         done.status.recreate.as_ref().map(|r| r.phase.as_str()),
@@ -480,5 +491,108 @@ fn recreate_saves_deletes_creates_and_only_then_succeeds() {
         done.notes
             .iter()
             .any(|n| n.reason == "StatefulSetRecreated")
+    );
+}
+
+/// A migration with a saved manifest, its claims resized, its StatefulSet `db` at `uid`
+/// (`None`: gone).
+fn mid_recreate(uid: Option<&str>) -> (VolumeClaimMigration, Observed) {
+    let mut migration = vcm(ON_POD_ROLLING_UPDATE, &[("data", "20Gi"), ("logs", "20Gi")]);
+    migration.spec.recreate_stateful_set = true;
+    let mut observed = grown(
+        cluster(1, 20 * GI),
+        &["data-db-0".into(), "logs-db-0".into()],
+        "20Gi",
+    );
+    let object = serde_json::json!({"metadata": {"name": "db", "uid": "old"},
+        "spec": {"replicas": 1, "volumeClaimTemplates": [
+            {"metadata": {"name": "data"}, "spec": {"resources": {"requests": {"storage": "10Gi"}}}},
+            {"metadata": {"name": "logs"}, "spec": {"resources": {"requests": {"storage": "10Gi"}}}}]}});
+    observed.statefulset = Some(super::super::recreate::Seen {
+        uid: "old".into(),
+        resource_version: "5".into(),
+        deleting: false,
+        object,
+    });
+    let saving = plan(&migration, &observed, now());
+    let migration = next(migration, &saving);
+    match uid {
+        None => observed.statefulset = None,
+        Some(uid) => {
+            if let Some(seen) = observed.statefulset.as_mut() {
+                seen.uid = uid.into();
+            }
+        }
+    }
+    (migration, observed)
+}
+
+/// Deleting the migration mid-re-create: a StatefulSet already deleted is created first (the
+/// finalizer stays until then); one not deleted yet is left alone and the re-create called off;
+/// either way nothing else is touched, and the finalizer goes once no manifest is held.
+#[test]
+fn a_migration_deleted_mid_recreate_finishes_or_calls_it_off() {
+    let deleted_at = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now()));
+    let (mut migration, observed) = mid_recreate(None);
+    migration.metadata.deletion_timestamp = deleted_at.clone();
+    let finishing = plan(&migration, &observed, now());
+    assert!(
+        matches!(
+            finishing.actions.as_slice(),
+            [Action::CreateStatefulSet { .. }]
+        ),
+        "{:?}",
+        finishing.actions
+    );
+    assert!(finishing.needs_finalizer());
+    assert_eq!(
+        condition(&finishing, RUNNING),
+        ("True", "RecreatingStatefulSet")
+    );
+    let (mut migration, mut observed) = mid_recreate(Some("new"));
+    migration.metadata.deletion_timestamp = deleted_at.clone();
+    let done = plan(&migration, &observed, now());
+    assert!(done.actions.is_empty() && !done.needs_finalizer());
+    observed.statefulset = observed.statefulset.map(|mut s| {
+        s.uid = "old".into();
+        s
+    });
+    let called_off = plan(&migration, &observed, now());
+    assert!(called_off.actions.is_empty(), "{:?}", called_off.actions);
+    assert_eq!(called_off.status.recreate, None);
+    assert!(!called_off.needs_finalizer());
+    assert!(
+        called_off
+            .notes
+            .iter()
+            .any(|n| n.reason == "RecreateCalledOff")
+    );
+}
+
+/// Paused (or no longer asking) with the StatefulSet deleted: it is created all the same.
+#[test]
+fn pausing_never_leaves_the_statefulset_missing() {
+    let (mut migration, observed) = mid_recreate(None);
+    migration.spec.paused = true;
+    let paused = plan(&migration, &observed, now());
+    assert!(
+        matches!(
+            paused.actions.as_slice(),
+            [Action::CreateStatefulSet { .. }]
+        ),
+        "{:?}",
+        paused.actions
+    );
+    assert_eq!(condition(&paused, PAUSED), ("True", "Paused"));
+    migration.spec.paused = false;
+    migration.spec.recreate_stateful_set = false;
+    let unasked = plan(&migration, &observed, now());
+    assert!(
+        matches!(
+            unasked.actions.as_slice(),
+            [Action::CreateStatefulSet { .. }]
+        ),
+        "{:?}",
+        unasked.actions
     );
 }

@@ -1,0 +1,374 @@
+//! The controller's passes over a re-create against a played kube-apiserver (an axum router
+//! below, [`Cluster`]: the StatefulSet `db`, its claims `data-db-<n>` already at 20Gi, an
+//! expandable StorageClass; deletes and creates of the StatefulSet as kube-apiserver answers
+//! them, preconditions included, the garbage collector's orphaning taken as instant) and our
+//! own store with a leadership term: what is written to the cluster, in which order, with which
+//! preconditions, and what the migration holds in between. The real thing, crashes included,
+//! is `tests/real_cluster/volumes/crashes.rs`.
+
+use std::sync::{Arc, Mutex};
+
+use axum::Router;
+use axum::extract::State;
+use http::{Method, StatusCode, Uri};
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use super::*;
+use svm_api::volumes::{RECREATE_DELETING, RECREATE_DONE};
+use svm_registry::fence::term_key;
+use svm_registry::rest::Preconditions;
+use svm_registry::{Fence, Store};
+use svm_storage::embedded::EmbeddedStorage;
+use svm_storage::{Op, Storage, Txn, TxnOutcome};
+
+const STS: &str = "/apis/apps/v1/namespaces/ns/statefulsets";
+
+/// The played kube-apiserver's state.
+#[derive(Default)]
+struct Cluster {
+    /// StatefulSet `db`; `None` once deleted (the garbage collector's orphaning is instant).
+    statefulset: Option<Value>,
+    /// A user's edit (these replicas) that lands right before the next deletion arrives.
+    edit_before_delete: Option<i64>,
+    /// Every write but Events: method, path, body.
+    writes: Vec<(Method, String, Value)>,
+    revision: u64,
+}
+
+type Shared = Arc<Mutex<Cluster>>;
+
+fn statefulset(uid: &str, revision: u64, replicas: i64) -> Value {
+    json!({
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "db", "namespace": "ns", "uid": uid,
+                     "resourceVersion": revision.to_string()},
+        "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": "db"}},
+                 "volumeClaimTemplates": [{"metadata": {"name": "data"}, "spec": {
+                     "storageClassName": "fast",
+                     "resources": {"requests": {"storage": "10Gi"}}}}]},
+    })
+}
+
+fn status(code: u16, reason: &str) -> (StatusCode, axum::Json<Value>) {
+    (
+        StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        axum::Json(
+            json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                          "reason": reason, "code": code}),
+        ),
+    )
+}
+
+async fn answer(
+    State(cluster): State<Shared>,
+    method: Method,
+    uri: Uri,
+    body: axum::body::Bytes,
+) -> (StatusCode, axum::Json<Value>) {
+    let path = uri.path().to_string();
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let mut cluster = cluster.lock().unwrap();
+    if path.contains("/events") {
+        return (StatusCode::CREATED, axum::Json(body));
+    }
+    if method != Method::GET {
+        cluster
+            .writes
+            .push((method.clone(), path.clone(), body.clone()));
+    }
+    let ok = |object: Value| (StatusCode::OK, axum::Json(object));
+    match (method, path.as_str()) {
+        (Method::GET, p) if p == format!("{STS}/db") => match &cluster.statefulset {
+            Some(sts) => ok(sts.clone()),
+            None => status(404, "NotFound"),
+        },
+        (Method::GET, p) if p.starts_with("/api/v1/namespaces/ns/persistentvolumeclaims/") => {
+            ok(json!({"metadata": {"uid": format!("claim-{}", p.len())},
+                      "spec": {"storageClassName": "fast",
+                               "resources": {"requests": {"storage": "20Gi"}}},
+                      "status": {"capacity": {"storage": "20Gi"}}}))
+        }
+        (Method::GET, "/apis/storage.k8s.io/v1/storageclasses/fast") => {
+            ok(json!({"allowVolumeExpansion": true}))
+        }
+        (Method::DELETE, p) if p == format!("{STS}/db") => {
+            if let Some(replicas) = cluster.edit_before_delete.take() {
+                cluster.revision += 1;
+                let revision = cluster.revision;
+                if let Some(sts) = cluster.statefulset.as_mut() {
+                    sts["spec"]["replicas"] = json!(replicas);
+                    sts["metadata"]["resourceVersion"] = json!(revision.to_string());
+                }
+            }
+            let Some(sts) = cluster.statefulset.clone() else {
+                return status(404, "NotFound");
+            };
+            let wanted = &body["preconditions"];
+            if wanted["uid"] != sts["metadata"]["uid"]
+                || wanted["resourceVersion"] != sts["metadata"]["resourceVersion"]
+            {
+                return status(409, "Conflict");
+            }
+            cluster.statefulset = None;
+            ok(sts)
+        }
+        (Method::POST, STS) => {
+            if cluster.statefulset.is_some() {
+                return status(409, "AlreadyExists");
+            }
+            cluster.revision += 1;
+            let mut made = body;
+            made["metadata"]["uid"] = json!("new");
+            made["metadata"]["resourceVersion"] = json!(cluster.revision.to_string());
+            cluster.statefulset = Some(made.clone());
+            (StatusCode::CREATED, axum::Json(made))
+        }
+        _ => status(404, "NotFound"),
+    }
+}
+
+/// The controller, its store, the played cluster, and a way to end the term.
+struct World {
+    controller: Controller,
+    store: Arc<Store<VolumeClaimMigrationStrategy>>,
+    storage: Arc<dyn Storage>,
+    cluster: Shared,
+    token: CancellationToken,
+}
+
+async fn take_term(storage: &Arc<dyn Storage>, holder: &str) -> svm_storage::Revision {
+    let put = Txn {
+        compares: vec![],
+        ops: vec![Op::Put(term_key("/p"), holder.as_bytes().to_vec())],
+    };
+    match storage.txn(put).await.expect("txn") {
+        TxnOutcome::Committed { revision } => revision,
+        other => panic!("{other:?}"),
+    }
+}
+
+impl World {
+    /// A migration `ns/grow` of StatefulSet `db` (2 replicas) to 20Gi with
+    /// `recreateStatefulSet`, created by its user; this replica leads.
+    async fn new() -> World {
+        let storage: Arc<dyn Storage> = Arc::new(EmbeddedStorage::in_memory());
+        let revision = take_term(&storage, "a").await;
+        let token = CancellationToken::new();
+        let fence = Fence::for_term(storage.clone(), "/p", "a", revision, token.clone());
+        let store = Arc::new(Store::new(
+            VolumeClaimMigrationStrategy,
+            storage.clone(),
+            "/p",
+        ));
+        let cluster: Shared = Arc::new(Mutex::new(Cluster {
+            statefulset: Some(statefulset("old", 5, 2)),
+            revision: 5,
+            ..Default::default()
+        }));
+        let app = Router::new().fallback(answer).with_state(cluster.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        let url: http::Uri = format!("http://127.0.0.1:{port}").parse().expect("url");
+        let client = ClusterClient::from_config(kube::Config::new(url)).expect("client");
+        let controller = Controller::new(
+            Guarded::new(store.clone(), fence),
+            client,
+            VolumeMetrics::default(),
+            Settings {
+                resync: Duration::from_secs(1),
+            },
+            None,
+        );
+        let vcm: VolumeClaimMigration = serde_json::from_value(json!({
+            "metadata": {"name": "grow", "namespace": "ns"},
+            "spec": {"target": {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db"},
+                     "templates": [{"name": "data", "storage": "20Gi"}],
+                     "volumeClaimUpdateStrategy": "OnPodRollingUpdate",
+                     "recreateStatefulSet": true},
+        }))
+        .expect("migration");
+        store.create(vcm).await.expect("created by its user");
+        World {
+            controller,
+            store,
+            storage,
+            cluster,
+            token,
+        }
+    }
+
+    async fn pass(&self) {
+        self.controller
+            .reconcile(&("ns".into(), "grow".into()), None)
+            .await;
+    }
+
+    async fn stored(&self) -> Option<VolumeClaimMigration> {
+        self.store.get(("ns", "grow")).await.expect("get")
+    }
+
+    /// The writes the cluster received since the last call.
+    fn writes(&self) -> Vec<(Method, String, Value)> {
+        std::mem::take(&mut self.cluster.lock().unwrap().writes)
+    }
+
+    fn statefulset(&self) -> Option<Value> {
+        self.cluster.lock().unwrap().statefulset.clone()
+    }
+}
+
+fn saved(vcm: &VolumeClaimMigration) -> (String, String, Option<Value>) {
+    let recreate = vcm.status.recreate.clone().unwrap_or_default();
+    (
+        recreate.phase,
+        recreate.stateful_set_resource_version,
+        recreate.manifest.map(|m| m["spec"]["replicas"].clone()),
+    )
+}
+
+/// Save (with the finalizer first), delete naming the object saved, create, then drop the
+/// manifest and the finalizer.
+#[tokio::test]
+async fn a_recreate_holds_the_finalizer_while_a_manifest_is_saved() {
+    let world = World::new().await;
+    world.pass().await;
+    let vcm = world.stored().await.expect("stored");
+    assert!(has_finalizer(&vcm), "the finalizer with the save");
+    assert_eq!(
+        saved(&vcm),
+        (RECREATE_DELETING.into(), "5".into(), Some(json!(2)))
+    );
+    assert!(world.writes().is_empty(), "nothing deleted before the save");
+
+    world.pass().await;
+    let writes = world.writes();
+    assert_eq!(writes.len(), 1, "{writes:?}");
+    let (method, path, body) = &writes[0];
+    assert_eq!(
+        (method, path.as_str()),
+        (&Method::DELETE, &*format!("{STS}/db"))
+    );
+    assert_eq!(body["propagationPolicy"], "Orphan");
+    assert_eq!(
+        body["preconditions"],
+        json!({"uid": "old", "resourceVersion": "5"})
+    );
+
+    world.pass().await;
+    let writes = world.writes();
+    assert_eq!(writes.len(), 1, "{writes:?}");
+    let (method, path, made) = &writes[0];
+    assert_eq!((method, path.as_str()), (&Method::POST, STS));
+    assert_eq!(
+        made["spec"]["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"],
+        "20Gi"
+    );
+    assert!(has_finalizer(&world.stored().await.expect("stored")));
+
+    world.pass().await;
+    let vcm = world.stored().await.expect("stored");
+    assert_eq!(saved(&vcm), (RECREATE_DONE.into(), String::new(), None));
+    assert!(!has_finalizer(&vcm), "the finalizer goes with the manifest");
+    assert!(world.writes().is_empty());
+}
+
+/// A user's edit lands between the decision and the deletion: the deletion's precondition
+/// fails (409), the manifest is saved again from the edited object, and the replacement keeps
+/// the edit.
+#[tokio::test]
+async fn an_edit_racing_the_deletion_is_saved_again_never_reverted() {
+    let world = World::new().await;
+    world.pass().await;
+    world.cluster.lock().unwrap().edit_before_delete = Some(3);
+    world.pass().await;
+    let refused = world.writes();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0].2["preconditions"]["resourceVersion"], "5");
+    assert!(world.statefulset().is_some(), "the edited object stays");
+
+    world.pass().await;
+    let vcm = world.stored().await.expect("stored");
+    assert_eq!(
+        saved(&vcm),
+        (RECREATE_DELETING.into(), "6".into(), Some(json!(3))),
+        "saved again from the edited object"
+    );
+    assert!(
+        world.writes().is_empty(),
+        "nothing deleted in the pass that saves"
+    );
+
+    world.pass().await;
+    let deleted = world.writes();
+    assert_eq!(deleted[0].2["preconditions"]["resourceVersion"], "6");
+    world.pass().await;
+    let created = world.writes();
+    assert_eq!(created[0].0, Method::POST);
+    assert_eq!(created[0].2["spec"]["replicas"], 3, "the edit kept");
+}
+
+/// Another replica took the term: the pass that would delete the StatefulSet sends nothing,
+/// writes nothing to our store, and stops the controllers.
+#[tokio::test]
+async fn no_cluster_write_once_the_term_is_over() {
+    let world = World::new().await;
+    world.pass().await;
+    let before = world.stored().await.expect("stored");
+    take_term(&world.storage, "b").await;
+    world.pass().await;
+    assert!(world.writes().is_empty(), "the deletion was sent");
+    assert!(world.statefulset().is_some());
+    assert!(world.token.is_cancelled(), "the term's controllers stop");
+    assert_eq!(world.stored().await.expect("stored"), before);
+}
+
+/// The migration deleted by its user after the StatefulSet's deletion: held by the finalizer
+/// until the StatefulSet is created again, then gone. Deleted before it: the re-create is
+/// called off, the StatefulSet left alone, the migration gone.
+#[tokio::test]
+async fn a_migration_deleted_mid_recreate_waits_for_its_statefulset() {
+    let world = World::new().await;
+    world.pass().await;
+    world.pass().await;
+    assert!(world.statefulset().is_none(), "deleted");
+    let deletion = world
+        .store
+        .delete(("ns", "grow"), &Preconditions::default())
+        .await
+        .expect("deleted by its user");
+    assert!(!deletion.gone, "held by the finalizer");
+    world.writes();
+    world.pass().await;
+    assert_eq!(world.writes()[0].0, Method::POST, "created first");
+    assert!(world.stored().await.is_some(), "still held");
+    world.pass().await;
+    assert!(
+        world.stored().await.is_none(),
+        "released once the StatefulSet is back"
+    );
+    assert_eq!(
+        world.statefulset().map(|s| s["metadata"]["uid"].clone()),
+        Some(json!("new"))
+    );
+
+    let world = World::new().await;
+    world.pass().await;
+    world
+        .store
+        .delete(("ns", "grow"), &Preconditions::default())
+        .await
+        .expect("deleted by its user");
+    world.pass().await;
+    assert!(world.writes().is_empty(), "nothing deleted: called off");
+    assert!(world.stored().await.is_none(), "released");
+    assert_eq!(
+        world.statefulset().map(|s| s["metadata"]["uid"].clone()),
+        Some(json!("old"))
+    );
+}
