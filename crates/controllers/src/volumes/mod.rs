@@ -509,11 +509,22 @@ fn refused(plan: &mut Plan, claim: &str, err: &ClusterError, vcm: &VolumeClaimMi
         ClusterError::Api { message, .. } => message.clone(),
         other => other.to_string(),
     };
+    // The uid as it was before this pass: `OnDelete` resizes a claim once its uid changed, and a
+    // refused claim must stay eligible for the next try.
+    let uid_before = vcm
+        .status
+        .claims
+        .iter()
+        .find(|c| c.name == claim)
+        .map(|c| c.uid.clone());
     if let Some(entry) = plan.status.claims.iter_mut().find(|c| c.name == claim) {
         entry.phase = CLAIM_FAILED.into();
         entry.requested.clear();
         entry.resize_start_time.clear();
         entry.last_error = message.clone();
+        if let Some(uid) = uid_before.filter(|u| !u.is_empty()) {
+            entry.uid = uid;
+        }
     }
     plan.actions.clear();
     let blocked = format!("claim {claim}: {message}");

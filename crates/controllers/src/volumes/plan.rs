@@ -444,6 +444,11 @@ impl<'a> Planner<'a> {
         if !eligible {
             return Step::Waiting;
         }
+        if claim.capacity.is_empty() {
+            // Not bound yet (a claim just made again from its template): kube-apiserver
+            // refuses a new request on an unbound claim. Its turn waits for the binder.
+            return Step::InFlight;
+        }
         entry.uid = claim.uid.clone();
         self.actions.push(Action::Resize {
             claim: entry.name.clone(),

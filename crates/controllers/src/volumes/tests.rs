@@ -372,3 +372,36 @@ async fn a_migration_deleted_mid_recreate_waits_for_its_statefulset() {
         Some(json!("old"))
     );
 }
+
+/// A refused PATCH (a quota, an unbound claim) of an `OnDelete` claim made again keeps the uid
+/// it had before: the claim stays eligible and is tried again on the next pass.
+#[test]
+fn a_refused_on_delete_claim_stays_eligible() {
+    let mut vcm = VolumeClaimMigration::default();
+    vcm.status.claims = vec![svm_api::volumes::ClaimStatus {
+        name: "data-db-0".into(),
+        uid: "before".into(),
+        ..Default::default()
+    }];
+    let mut plan = Plan::default();
+    plan.status.claims = vec![svm_api::volumes::ClaimStatus {
+        name: "data-db-0".into(),
+        uid: "made-again".into(),
+        phase: plan::RESIZING.into(),
+        ..Default::default()
+    }];
+    let quota = ClusterError::Api {
+        code: 403,
+        reason: "Forbidden".into(),
+        message: "exceeded quota".into(),
+        retry_after: None,
+        continue_token: None,
+        flow_control: None,
+    };
+    refused(&mut plan, "data-db-0", &quota, &vcm);
+    let entry = &plan.status.claims[0];
+    assert_eq!(
+        (entry.phase.as_str(), entry.uid.as_str()),
+        (CLAIM_FAILED, "before")
+    );
+}

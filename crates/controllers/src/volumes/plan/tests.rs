@@ -596,3 +596,24 @@ fn pausing_never_leaves_the_statefulset_missing() {
         unasked.actions
     );
 }
+
+/// `OnDelete`: a claim made again from its template is resized once the binder bound it (no
+/// request change on an unbound claim: kube-apiserver refuses it), and stays eligible until
+/// then.
+#[test]
+fn on_delete_waits_for_a_recreated_claim_to_be_bound() {
+    let migration = vcm("", &[("data", "20Gi"), ("logs", "20Gi")]);
+    let mut observed = cluster(1, 20 * GI);
+    let migration = next(migration.clone(), &plan(&migration, &observed, now()));
+    let claim = observed.claims.get_mut("data-db-0").unwrap();
+    claim.uid = "uid-again".into();
+    claim.capacity.clear();
+    let unbound = plan(&migration, &observed, now());
+    assert!(unbound.actions.is_empty(), "{:?}", unbound.actions);
+    let migration = next(migration, &unbound);
+    observed.claims.get_mut("data-db-0").unwrap().capacity = "10Gi".into();
+    assert_eq!(
+        resized_claims(&plan(&migration, &observed, now())),
+        vec!["data-db-0"]
+    );
+}
