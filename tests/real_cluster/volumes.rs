@@ -25,6 +25,7 @@
 //! Each scenario's wall time is printed (never asserted).
 
 mod collection;
+mod crashes;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
@@ -785,6 +786,9 @@ struct NodeState {
     orphaned: Vec<String>,
     /// StatefulSets the watch saw go.
     gone: Vec<String>,
+    /// Each StatefulSet the watch saw, in order, with `spec.replicas` as first seen: what it
+    /// was created with (a re-create that reverted an edit would show the old count here).
+    first_seen: Vec<(String, Option<i64>)>,
     /// Pods the watch saw without a controller (their owner references taken off).
     released: BTreeSet<String>,
 }
@@ -967,6 +971,16 @@ impl Node {
             .lock()
             .map(|s| s.gone.clone())
             .unwrap_or_default()
+    }
+
+    /// `spec.replicas` of StatefulSet `uid` as the watch first saw it.
+    fn first_seen_replicas(&self, uid: &str) -> Option<i64> {
+        self.state.lock().ok().and_then(|s| {
+            s.first_seen
+                .iter()
+                .find(|(seen, _)| seen == uid)
+                .and_then(|(_, replicas)| *replicas)
+        })
     }
 
     fn released(&self) -> BTreeSet<String> {
@@ -1240,6 +1254,10 @@ async fn watch_statefulsets(statefulsets: Api<DynamicObject>, state: Arc<Mutex<N
         match event {
             Ok(watcher::Event::Apply(sts) | watcher::Event::InitApply(sts)) => {
                 let uid = sts.metadata.uid.clone().unwrap_or_default();
+                if !state.first_seen.iter().any(|(seen, _)| *seen == uid) {
+                    let replicas = sts.data.pointer("/spec/replicas").and_then(Value::as_i64);
+                    state.first_seen.push((uid.clone(), replicas));
+                }
                 let orphan = sts
                     .metadata
                     .finalizers
