@@ -132,7 +132,7 @@ pub(crate) fn partial_object_metadata_list(list: &Value, meta: MetaVersion) -> V
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::MemoryResource;
+    use crate::testing::things;
 
     fn list() -> Value {
         json!({
@@ -149,12 +149,7 @@ mod tests {
 
     #[test]
     fn list_table_carries_list_metadata_and_metadata_rows() {
-        let writer = TableWriter::new(
-            MemoryResource::arc(),
-            "v1",
-            MetaVersion::V1,
-            IncludeObject::Metadata,
-        );
+        let writer = TableWriter::new(things(), "v1", MetaVersion::V1, IncludeObject::Metadata);
         let table = writer.list_table(&list()).expect("table");
         assert_eq!(table["kind"], "Table");
         assert_eq!(table["apiVersion"], "meta.k8s.io/v1");
@@ -172,21 +167,11 @@ mod tests {
 
     #[test]
     fn include_object_none_and_object() {
-        let none = TableWriter::new(
-            MemoryResource::arc(),
-            "v1",
-            MetaVersion::V1beta1,
-            IncludeObject::None,
-        );
+        let none = TableWriter::new(things(), "v1", MetaVersion::V1beta1, IncludeObject::None);
         let table = none.list_table(&list()).expect("table");
         assert_eq!(table["apiVersion"], "meta.k8s.io/v1beta1");
         assert!(table["rows"][0]["object"].is_null());
-        let full = TableWriter::new(
-            MemoryResource::arc(),
-            "v1",
-            MetaVersion::V1,
-            IncludeObject::Object,
-        );
+        let full = TableWriter::new(things(), "v1", MetaVersion::V1, IncludeObject::Object);
         let object = &list()["items"][0];
         let table = full.object_table(object, false).expect("table");
         assert_eq!(&table["rows"][0]["object"], object);

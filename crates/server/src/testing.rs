@@ -1,24 +1,22 @@
-//! Test doubles for the HTTP layer's unit tests: a small in-memory `RestStorage` (kind `Thing`
-//! in `test.example.io`, versions v1 and v1beta1, with `/status`) and a `Storage` whose health
-//! can be switched off.
+//! The HTTP layer's unit tests run on the real registry: a test kind (`Thing` in
+//! `test.example.io`, versions v1 and v1beta1, with `/status`) whose store is the generic
+//! `Store` over the in-memory embedded backend, so what the router is tested against is what
+//! serves the real kinds. Besides it, a `Storage` whose health can be switched off (for the
+//! health endpoints).
 
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
-use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tokio::sync::broadcast;
-use tokio_stream::wrappers::BroadcastStream;
 
-use svm_registry::rest::{
-    DeleteOptions, Deleted, GetOptions, ListParams, PatchType, Subresource, WatchEvent,
-    WatchEventStream, WatchParams, WriteOptions, Written,
-};
 use svm_registry::{
-    ApiError, ApiResult, ObjectRef, Registry, ResourceInfo, RestStorage, TableColumn,
+    ApiError, ApiResult, FieldError, Registry, ResourceInfo, RestStorage, Store, Strategy,
+    TableColumn,
 };
+use svm_storage::embedded::EmbeddedStorage;
 use svm_storage::{self as storage, ListOptions, ListResult, Revision, Storage, Txn, TxnOutcome};
 
 pub(crate) const GROUP: &str = "test.example.io";
@@ -37,117 +35,76 @@ static INFO: ResourceInfo = ResourceInfo {
     has_status_subresource: true,
 };
 
-/// An in-memory resource with just enough behaviour to drive every HTTP path.
-pub(crate) struct MemoryResource {
-    objects: Mutex<BTreeMap<String, Value>>,
-    revision: AtomicI64,
-    events: broadcast::Sender<WatchEvent>,
+/// A `Thing`: a size, and a free-form status.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub(crate) struct Thing {
+    #[serde(default)]
+    metadata: ObjectMeta,
+    #[serde(default)]
+    spec: ThingSpec,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    status: Option<Value>,
 }
 
-impl MemoryResource {
-    pub(crate) fn new() -> Self {
-        Self {
-            objects: Mutex::new(BTreeMap::new()),
-            revision: AtomicI64::new(1),
-            events: broadcast::channel(64).0,
-        }
-    }
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+struct ThingSpec {
+    #[serde(default)]
+    size: i64,
+}
 
-    pub(crate) fn arc() -> Arc<dyn RestStorage> {
-        Arc::new(Self::new())
-    }
+impl k8s_openapi::Resource for Thing {
+    const API_VERSION: &'static str = "test.example.io/v1";
+    const GROUP: &'static str = GROUP;
+    const KIND: &'static str = "Thing";
+    const VERSION: &'static str = "v1";
+    const URL_PATH_SEGMENT: &'static str = "things";
+    type Scope = k8s_openapi::ClusterResourceScope;
+}
 
-    fn next_rv(&self) -> String {
-        (self.revision.fetch_add(1, Ordering::SeqCst) + 1).to_string()
+impl k8s_openapi::Metadata for Thing {
+    type Ty = ObjectMeta;
+    fn metadata(&self) -> &ObjectMeta {
+        &self.metadata
     }
-
-    fn not_found(name: &str) -> ApiError {
-        ApiError::NotFound {
-            group: GROUP.into(),
-            resource: "things".into(),
-            name: name.into(),
-        }
-    }
-
-    fn in_version(version: &str, mut object: Value) -> Value {
-        object["apiVersion"] = json!(format!("{GROUP}/{version}"));
-        object
-    }
-
-    fn check_version(version: &str) -> ApiResult<()> {
-        if INFO.versions.contains(&version) {
-            Ok(())
-        } else {
-            Err(ApiError::Internal(format!("unexpected version {version}")))
-        }
-    }
-
-    fn store(&self, name: &str, mut object: Value, dry_run: bool) -> ApiResult<Value> {
-        if !dry_run {
-            object["metadata"]["resourceVersion"] = json!(self.next_rv());
-            let mut objects = self.objects.lock().map_err(|_| poisoned())?;
-            objects.insert(name.to_string(), object.clone());
-        }
-        Ok(object)
-    }
-
-    fn emit(&self, event_type: &'static str, object: &Value) {
-        // No receiver is fine: nobody is watching.
-        let _ = self.events.send(WatchEvent {
-            event_type,
-            object: object.clone(),
-        });
-    }
-
-    fn current(&self, name: &str) -> ApiResult<Value> {
-        let objects = self.objects.lock().map_err(|_| poisoned())?;
-        objects
-            .get(name)
-            .cloned()
-            .ok_or_else(|| Self::not_found(name))
-    }
-
-    fn list_value(&self, version: &str, params: &ListParams) -> ApiResult<Value> {
-        let objects = self.objects.lock().map_err(|_| poisoned())?;
-        let limit = params.limit.filter(|l| *l > 0).map(|l| l as usize);
-        let all: Vec<Value> = objects
-            .values()
-            .map(|o| Self::in_version(version, o.clone()))
-            .collect();
-        let shown = limit.unwrap_or(all.len()).min(all.len());
-        let mut metadata =
-            json!({"resourceVersion": self.revision.load(Ordering::SeqCst).to_string()});
-        if shown < all.len() {
-            metadata["continue"] = json!("next");
-            metadata["remainingItemCount"] = json!(all.len() - shown);
-        }
-        Ok(json!({
-            "apiVersion": format!("{GROUP}/{version}"),
-            "kind": "ThingList",
-            "metadata": metadata,
-            "items": all[..shown].to_vec(),
-        }))
+    fn metadata_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
     }
 }
 
-impl Default for MemoryResource {
-    fn default() -> Self {
-        Self::new()
-    }
-}
+/// The name whose table row panics: how the tests reach the router's panic guard.
+pub(crate) const PANICS: &str = "panic";
 
-fn poisoned() -> ApiError {
-    ApiError::Internal("lock poisoned".into())
-}
+/// `Thing`'s strategy: the same shape in both versions, `spec.size` at least 0.
+pub(crate) struct ThingStrategy;
 
-#[async_trait]
-impl RestStorage for MemoryResource {
+impl Strategy for ThingStrategy {
+    type Object = Thing;
+
     fn info(&self) -> &ResourceInfo {
         &INFO
     }
 
-    fn protobuf(&self) -> Option<&'static dyn svm_registry::protobuf::ProtobufKind> {
-        None
+    fn decode(&self, version: &str, mut value: Value) -> ApiResult<Thing> {
+        if let Value::Object(map) = &mut value {
+            map.shift_remove("apiVersion");
+            map.shift_remove("kind");
+        }
+        serde_json::from_value(value).map_err(|e| {
+            ApiError::BadRequest(format!(
+                "Thing in version {version:?} cannot be handled as a Thing: {e}"
+            ))
+        })
+    }
+
+    fn encode(&self, version: &str, obj: &Thing) -> ApiResult<Value> {
+        let body = serde_json::to_value(obj).map_err(|e| ApiError::Internal(e.to_string()))?;
+        let mut out = serde_json::Map::new();
+        out.insert("kind".into(), json!("Thing"));
+        out.insert("apiVersion".into(), json!(format!("{GROUP}/{version}")));
+        if let Value::Object(fields) = body {
+            out.extend(fields);
+        }
+        Ok(Value::Object(out))
     }
 
     fn openapi_definitions(&self, version: &str) -> Vec<(String, Value)> {
@@ -163,6 +120,7 @@ impl RestStorage for MemoryResource {
                         "kind": {"type": "string"},
                         "metadata": {"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"},
                         "spec": {"$ref": format!("#/components/schemas/{name}Spec")},
+                        "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
                     },
                     "x-kubernetes-group-version-kind": [{"group": GROUP, "kind": "Thing", "version": version}],
                 }),
@@ -176,6 +134,41 @@ impl RestStorage for MemoryResource {
 
     fn definition_name(&self, version: &str) -> String {
         format!("io.example.test.{version}.Thing")
+    }
+
+    fn prepare_for_create(&self, obj: &mut Thing) {
+        obj.status = None;
+    }
+
+    fn prepare_for_update(&self, new: &mut Thing, old: &Thing) {
+        new.status = old.status.clone();
+    }
+
+    fn prepare_for_status_update(&self, new: &mut Thing, old: &Thing) {
+        new.spec = old.spec.clone();
+    }
+
+    fn validate(&self, obj: &Thing) -> Vec<FieldError> {
+        if obj.spec.size < 0 {
+            return vec![FieldError::invalid(
+                "spec.size",
+                &obj.spec.size.to_string(),
+                "must be greater than or equal to 0",
+            )];
+        }
+        Vec::new()
+    }
+
+    fn validate_update(&self, new: &Thing, _old: &Thing) -> Vec<FieldError> {
+        self.validate(new)
+    }
+
+    fn validate_status_update(&self, _new: &Thing, _old: &Thing) -> Vec<FieldError> {
+        Vec::new()
+    }
+
+    fn spec_changed(&self, new: &Thing, old: &Thing) -> bool {
+        new.spec != old.spec
     }
 
     fn table_columns(&self) -> Vec<TableColumn> {
@@ -197,240 +190,24 @@ impl RestStorage for MemoryResource {
         ]
     }
 
-    fn table_row(&self, _version: &str, object: &Value) -> ApiResult<Vec<Value>> {
-        Ok(vec![
-            object["metadata"]["name"].clone(),
-            object.pointer("/spec/size").cloned().unwrap_or(Value::Null),
-        ])
+    fn table_row(&self, obj: &Thing) -> Vec<Value> {
+        let name = obj.metadata.name.clone().unwrap_or_default();
+        assert!(name != PANICS, "the test kind panics on request");
+        vec![json!(name), json!(obj.spec.size)]
     }
+}
 
-    async fn get(&self, version: &str, at: ObjectRef<'_>, _opts: &GetOptions) -> ApiResult<Value> {
-        Self::check_version(version)?;
-        let name = at.name;
-        if name == "panic" {
-            panic!("the test double panics on request");
-        }
-        Ok(Self::in_version(version, self.current(name)?))
-    }
+/// The test kind's store, over a fresh in-memory embedded backend (returned too, for tests
+/// that compact it).
+pub(crate) fn things_with_storage() -> (Arc<Store<ThingStrategy>>, Arc<EmbeddedStorage>) {
+    let storage = Arc::new(EmbeddedStorage::in_memory());
+    let store = Arc::new(Store::new(ThingStrategy, storage.clone(), "/server-test"));
+    (store, storage)
+}
 
-    async fn list(
-        &self,
-        version: &str,
-        _namespace: Option<&str>,
-        params: &ListParams,
-    ) -> ApiResult<Value> {
-        Self::check_version(version)?;
-        if params.label_selector.as_deref() == Some("bad selector") {
-            return Err(ApiError::BadRequest("unable to parse requirement".into()));
-        }
-        self.list_value(version, params)
-    }
-
-    async fn watch(
-        &self,
-        version: &str,
-        _namespace: Option<&str>,
-        params: &WatchParams,
-    ) -> ApiResult<WatchEventStream> {
-        Self::check_version(version)?;
-        let version = version.to_string();
-        if params.resource_version.as_deref() == Some("1") {
-            let expired = ApiError::Expired {
-                message: "too old resource version: 1 (5)".into(),
-                continue_token: None,
-            };
-            let event = WatchEvent {
-                event_type: "ERROR",
-                object: expired.to_status(),
-            };
-            return Ok(futures::stream::iter(vec![event]).boxed());
-        }
-        let mut initial = Vec::new();
-        if params.send_initial_events == Some(true) {
-            let list = self.list_value(&version, &ListParams::default())?;
-            for item in list["items"].as_array().cloned().unwrap_or_default() {
-                initial.push(WatchEvent {
-                    event_type: "ADDED",
-                    object: item,
-                });
-            }
-            if params.allow_watch_bookmarks {
-                initial.push(WatchEvent {
-                    event_type: "BOOKMARK",
-                    object: json!({
-                        "kind": "Thing",
-                        "apiVersion": format!("{GROUP}/{version}"),
-                        "metadata": {
-                            "resourceVersion": list["metadata"]["resourceVersion"],
-                            "annotations": {"k8s.io/initial-events-end": "true"},
-                        },
-                    }),
-                });
-            }
-        }
-        let live = BroadcastStream::new(self.events.subscribe()).filter_map(move |event| {
-            let version = version.clone();
-            async move {
-                event.ok().map(|e| WatchEvent {
-                    event_type: e.event_type,
-                    object: Self::in_version(&version, e.object),
-                })
-            }
-        });
-        Ok(futures::stream::iter(initial).chain(live).boxed())
-    }
-
-    async fn create(
-        &self,
-        version: &str,
-        _namespace: Option<&str>,
-        body: Value,
-        opts: &WriteOptions,
-    ) -> ApiResult<Written> {
-        Self::check_version(version)?;
-        let name = body
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
-        if name.is_empty() {
-            return Err(ApiError::Invalid {
-                group: GROUP.into(),
-                kind: "Thing".into(),
-                name: String::new(),
-                causes: vec![svm_registry::FieldError::required(
-                    "metadata.name",
-                    "name or generateName is required",
-                )],
-            });
-        }
-        if self.current(&name).is_ok() {
-            return Err(ApiError::AlreadyExists {
-                group: GROUP.into(),
-                resource: "things".into(),
-                name,
-            });
-        }
-        let mut warnings = Vec::new();
-        let mut object = body;
-        if object.get("bogus").is_some() {
-            warnings.push("unknown field \"bogus\"".to_string());
-            if let Some(map) = object.as_object_mut() {
-                map.remove("bogus");
-            }
-        }
-        object["metadata"]["uid"] = json!(format!("uid-{name}"));
-        let stored = self.store(&name, object, opts.dry_run)?;
-        if !opts.dry_run {
-            self.emit("ADDED", &stored);
-        }
-        Ok(Written {
-            object: Self::in_version(version, stored),
-            created: true,
-            warnings,
-        })
-    }
-
-    async fn update(
-        &self,
-        version: &str,
-        at: ObjectRef<'_>,
-        subresource: Subresource,
-        body: Value,
-        opts: &WriteOptions,
-    ) -> ApiResult<Written> {
-        Self::check_version(version)?;
-        let name = at.name;
-        let old = self.current(name)?;
-        let mut object = body;
-        if subresource == Subresource::Status {
-            let status = object.get("status").cloned().unwrap_or(Value::Null);
-            object = old.clone();
-            object["status"] = status;
-        }
-        object["metadata"]["uid"] = old["metadata"]["uid"].clone();
-        let stored = self.store(name, object, opts.dry_run)?;
-        self.emit("MODIFIED", &stored);
-        Ok(Written {
-            object: Self::in_version(version, stored),
-            created: false,
-            warnings: Vec::new(),
-        })
-    }
-
-    async fn patch(
-        &self,
-        version: &str,
-        at: ObjectRef<'_>,
-        _subresource: Subresource,
-        patch_type: PatchType,
-        patch: &[u8],
-        opts: &WriteOptions,
-    ) -> ApiResult<Written> {
-        Self::check_version(version)?;
-        let name = at.name;
-        if patch_type != PatchType::Merge {
-            return Err(ApiError::BadRequest("only merge patches here".into()));
-        }
-        let patch: Value = serde_json::from_slice(patch)
-            .map_err(|e| ApiError::BadRequest(format!("invalid patch: {e}")))?;
-        let mut object = self.current(name)?;
-        json_patch::merge(&mut object, &patch);
-        let stored = self.store(name, object, opts.dry_run)?;
-        self.emit("MODIFIED", &stored);
-        Ok(Written {
-            object: Self::in_version(version, stored),
-            created: false,
-            warnings: Vec::new(),
-        })
-    }
-
-    async fn delete(
-        &self,
-        version: &str,
-        at: ObjectRef<'_>,
-        opts: &DeleteOptions,
-    ) -> ApiResult<Deleted> {
-        Self::check_version(version)?;
-        let name = at.name;
-        let mut object = self.current(name)?;
-        let held = object
-            .pointer("/metadata/finalizers")
-            .and_then(Value::as_array)
-            .is_some_and(|f| !f.is_empty());
-        if held {
-            object["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:00Z");
-            let stored = self.store(name, object, opts.dry_run)?;
-            return Ok(Deleted {
-                object: Self::in_version(version, stored),
-                gone: false,
-            });
-        }
-        if !opts.dry_run {
-            let mut objects = self.objects.lock().map_err(|_| poisoned())?;
-            objects.remove(name);
-        }
-        self.emit("DELETED", &object);
-        Ok(Deleted {
-            object: Self::in_version(version, object),
-            gone: true,
-        })
-    }
-
-    async fn delete_collection(
-        &self,
-        version: &str,
-        _namespace: Option<&str>,
-        params: &ListParams,
-        opts: &DeleteOptions,
-    ) -> ApiResult<Value> {
-        let list = self.list_value(version, params)?;
-        if !opts.dry_run {
-            let mut objects = self.objects.lock().map_err(|_| poisoned())?;
-            objects.clear();
-        }
-        Ok(list)
-    }
+/// The test kind, served by the real registry over a fresh in-memory backend.
+pub(crate) fn things() -> Arc<dyn RestStorage> {
+    things_with_storage().0
 }
 
 /// A `Storage` that only answers `health`, switchable for /readyz tests.

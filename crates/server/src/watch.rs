@@ -397,7 +397,7 @@ impl Buffer {
 mod tests {
     use super::*;
     use crate::params::IncludeObject;
-    use crate::testing::MemoryResource;
+    use crate::testing::things;
 
     fn events() -> WatchEventStream {
         let thing = |name: &str, rv: &str| {
@@ -437,12 +437,7 @@ mod tests {
 
     #[tokio::test]
     async fn table_watch_sends_columns_once() {
-        let writer = TableWriter::new(
-            MemoryResource::arc(),
-            "v1",
-            MetaVersion::V1,
-            IncludeObject::None,
-        );
+        let writer = TableWriter::new(things(), "v1", MetaVersion::V1, IncludeObject::None);
         let lines = lines_of(EventForm::Table(writer)).await;
         assert_eq!(lines[0]["object"]["kind"], "Table");
         assert!(lines[0]["object"]["columnDefinitions"].is_array());

@@ -11,7 +11,7 @@ use http_body_util::BodyExt;
 use serde_json::{Value, json};
 use tower::ServiceExt;
 
-use super::testing::{GROUP, HealthSwitch, MemoryResource, registry_with};
+use super::testing::{GROUP, HealthSwitch, PANICS, registry_with, things, things_with_storage};
 use super::{AppState, router};
 
 const V1: &str = "/apis/test.example.io/v1";
@@ -45,7 +45,14 @@ impl Reply {
 }
 
 fn state_with(health: Arc<HealthSwitch>) -> AppState {
-    AppState::new(registry_with(MemoryResource::arc()), health)
+    AppState::new(registry_with(things()), health)
+}
+
+/// The router and the embedded store behind its test kind (for a test that compacts it).
+fn app_and_storage() -> (Router, Arc<svm_storage::embedded::EmbeddedStorage>) {
+    let (store, storage) = things_with_storage();
+    let state = AppState::new(registry_with(store), HealthSwitch::new(true));
+    (router(state), storage)
 }
 
 fn app() -> Router {

@@ -115,7 +115,12 @@ async fn tables_for_lists_and_objects() {
     assert_eq!(table["kind"], "Table");
     assert_eq!(table["columnDefinitions"][1]["name"], "Size");
     assert_eq!(table["rows"], json!([{"cells": ["a", 1], "object": null}]));
-    assert_eq!(table["metadata"]["continue"], "next");
+    assert!(
+        table["metadata"]["continue"]
+            .as_str()
+            .is_some_and(|token| !token.is_empty()),
+        "{table}"
+    );
     assert_eq!(table["metadata"]["remainingItemCount"], 1);
 
     let one = get_as(&app, &format!("{THINGS}/b"), TABLE).await.json();

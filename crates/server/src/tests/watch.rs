@@ -100,7 +100,17 @@ async fn watch_errors_before_streaming_are_normal_responses() {
 
 #[tokio::test]
 async fn watch_errors_after_the_start_are_error_events() {
-    let app = app();
+    // A watch from a compacted revision: the store finds out only after the 200 went out.
+    let (app, storage) = app_and_storage();
+    for name in ["a", "b", "c"] {
+        assert_eq!(
+            post_json(&app, THINGS, &thing(name, 1)).await.status,
+            StatusCode::CREATED
+        );
+    }
+    use svm_storage::Storage as _;
+    let current = storage.current_revision().await.expect("revision");
+    storage.compact(current).await.expect("compact");
     let (reply, lines) = watch_lines(
         &app,
         &format!("{THINGS}?watch=1&resourceVersion=1"),
@@ -132,13 +142,21 @@ async fn table_watch_sends_column_definitions_only_first() {
 
 #[tokio::test]
 async fn live_watch_events_follow_writes() {
-    let app = app();
+    let app = app_with_things(&["before"]).await;
+    let list = get(&app, THINGS).await.json();
+    let from = list["metadata"]["resourceVersion"]
+        .as_str()
+        .expect("list rv")
+        .to_owned();
     let response = app
         .clone()
         .oneshot(
-            req("GET", &format!("{THINGS}?watch=true&resourceVersion=5"))
-                .body(Body::empty())
-                .expect("request"),
+            req(
+                "GET",
+                &format!("{THINGS}?watch=true&resourceVersion={from}"),
+            )
+            .body(Body::empty())
+            .expect("request"),
         )
         .await
         .expect("infallible");
