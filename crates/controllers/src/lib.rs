@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
+use futures::future::BoxFuture;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
@@ -270,116 +271,165 @@ pub async fn start(
     shutdown: CancellationToken,
 ) -> Result<Controllers, StartError> {
     options.validate()?;
-    let mut tasks = Vec::new();
-    let (run_trigger, run_migrator) = (options.wants("trigger"), options.wants("migrator"));
-    let volume_store = api
-        .volume_migrations
-        .clone()
-        .filter(|_| options.wants("volumes"));
-    if !run_trigger && !run_migrator && volume_store.is_none() {
-        return Ok(Controllers { tasks });
+    let wanted = Wanted::from_options(options, api);
+    if wanted.nothing() {
+        return Ok(Controllers { tasks: Vec::new() });
     }
     let Some(cluster) = ClusterClient::connect(options.kubeconfig.as_deref())
         .await
         .map_err(StartError::Cluster)?
     else {
         tracing::warn!("no --kubeconfig and not in a cluster: no controller runs (API only)");
-        return Ok(Controllers { tasks });
+        return Ok(Controllers { tasks: Vec::new() });
     };
     let cluster = cluster.with_wire_format(options.kube_api_content_type.wire_format());
     refuse_at_start(options.api_mode, &cluster).await?;
-    let migrator_metrics = MigratorMetrics::new();
-    let trigger_metrics = trigger::Metrics::default();
-    let mode_metrics = ApiModeMetrics::default();
-    let leader_metrics = LeaderMetrics::default();
-    let volume_metrics = VolumeMetrics::default();
-    if let Ok(mut registry) = metrics.registry.lock() {
-        if volume_store.is_some() {
-            volume_metrics.register(&mut registry);
+    let (series, leader) = Series::registered(metrics, &wanted);
+    let term = term_of(options, api, &storage, prefix, cluster, wanted, series);
+    let mut lead = leader_work(term, leader);
+    let task = if options.leader_elect {
+        let elector = LeaderElector::new(storage, prefix, election_config(options));
+        tokio::spawn(elector.run(shutdown, lead))
+    } else {
+        tokio::spawn(lead(Fence::unfenced(storage, shutdown)))
+    };
+    Ok(Controllers { tasks: vec![task] })
+}
+
+/// Which controllers `--controllers` asks for (volumes only where the kind is installed).
+struct Wanted {
+    trigger: bool,
+    migrator: bool,
+    volumes: Option<Arc<svm_registry::Store<svm_api::volumes::VolumeClaimMigrationStrategy>>>,
+}
+
+impl Wanted {
+    fn from_options(options: &ControllerOptions, api: &Installed) -> Self {
+        Self {
+            trigger: options.wants("trigger"),
+            migrator: options.wants("migrator"),
+            volumes: api
+                .volume_migrations
+                .clone()
+                .filter(|_| options.wants("volumes")),
         }
-        leader_metrics.register(&mut registry);
-        if run_migrator {
-            migrator_metrics.register(&mut registry);
-        }
-        if run_trigger {
-            trigger_metrics.register(&mut registry);
-        }
-        mode_metrics.register(&mut registry);
     }
-    // One trigger and one migrator per leadership term, as the API mode decides; the trigger's
-    // history and the migrations' checkpoints are in our store, so the next term (here or on
-    // another replica) goes on where this one stopped. Everything they write to our store
-    // carries the term's fence, and they stop when its token is cancelled.
-    // What only the leader knows goes with its term, so a former leader's stale series never
-    // add to (or outvote) the new leader's.
-    let term_series = (
-        migrator_metrics.migrations_by_status.clone(),
-        trigger_metrics.unsafe_since.clone(),
-    );
-    let term = Arc::new(term::Term {
+
+    fn nothing(&self) -> bool {
+        !self.trigger && !self.migrator && self.volumes.is_none()
+    }
+}
+
+/// The term's metric families (the leader's own are beside them).
+struct Series {
+    migrator: MigratorMetrics,
+    trigger: trigger::Metrics,
+    mode: ApiModeMetrics,
+    volumes: VolumeMetrics,
+}
+
+impl Series {
+    /// Every family registered for the controllers that run.
+    fn registered(metrics: &Metrics, wanted: &Wanted) -> (Self, LeaderMetrics) {
+        let series = Self {
+            migrator: MigratorMetrics::new(),
+            trigger: trigger::Metrics::default(),
+            mode: ApiModeMetrics::default(),
+            volumes: VolumeMetrics::default(),
+        };
+        let leader = LeaderMetrics::default();
+        if let Ok(mut registry) = metrics.registry.lock() {
+            if wanted.volumes.is_some() {
+                series.volumes.register(&mut registry);
+            }
+            leader.register(&mut registry);
+            if wanted.migrator {
+                series.migrator.register(&mut registry);
+            }
+            if wanted.trigger {
+                series.trigger.register(&mut registry);
+            }
+            series.mode.register(&mut registry);
+        }
+        (series, leader)
+    }
+}
+
+/// One trigger and one migrator per leadership term, as the API mode decides; the trigger's
+/// history and the migrations' checkpoints are in our store, so the next term (here or on
+/// another replica) goes on where this one stopped. Everything they write to our store
+/// carries the term's fence, and they stop when its token is cancelled.
+fn term_of(
+    options: &ControllerOptions,
+    api: &Installed,
+    storage: &Arc<dyn Storage>,
+    prefix: &str,
+    cluster: ClusterClient,
+    wanted: Wanted,
+    series: Series,
+) -> Arc<term::Term> {
+    Arc::new(term::Term {
         cluster,
         states: api.states.clone(),
         migrations: api.migrations.clone(),
         storage: storage.clone(),
         prefix: prefix.to_string(),
-        run_trigger,
-        run_migrator,
+        run_trigger: wanted.trigger,
+        run_migrator: wanted.migrator,
         api_mode: options.api_mode,
         companion_migrator: options.companion_migrator,
         trigger_settings: options.trigger_settings(),
         migrator_settings: options.migrator_settings(),
-        trigger_metrics,
-        migrator_metrics,
-        mode_metrics,
-        instance: std::env::var("POD_NAME").ok().or_else(hostname),
-        volumes: volume_store.map(|store| term::VolumesTerm {
+        trigger_metrics: series.trigger,
+        migrator_metrics: series.migrator,
+        mode_metrics: series.mode,
+        instance: instance_name(),
+        volumes: wanted.volumes.map(|store| term::VolumesTerm {
             store,
             settings: volumes::Settings {
                 resync: options.volume_resync_interval,
             },
-            metrics: volume_metrics,
+            metrics: series.volumes,
         }),
-    });
-    let lead = move |fence: Fence| {
-        let held = leader_metrics.term();
+    })
+}
+
+/// What a replica does while it leads: run the term, then clear what only the leader knows,
+/// so a former leader's stale series never add to (or outvote) the new leader's — the API
+/// mode too (an alert reads the mode across replicas).
+fn leader_work(
+    term: Arc<term::Term>,
+    leader: LeaderMetrics,
+) -> impl FnMut(Fence) -> BoxFuture<'static, ()> + Send + 'static {
+    move |fence: Fence| {
+        let held = leader.term();
         let term = term.clone();
-        let term_series = term_series.clone();
-        async move {
+        Box::pin(async move {
             let _held = held;
-            let modes = term.mode_metrics.mode.clone();
-            term.run(fence).await;
-            // The API mode is the leader's view too: a former leader's last mode must not
-            // outlive its term (an alert reads the mode across replicas).
-            modes.clear();
-            term_series.0.clear();
-            term_series.1.clear();
-        }
-    };
-    if !options.leader_elect {
-        let unfenced = Fence::unfenced(storage, shutdown);
-        tasks.push(tokio::spawn(lead(unfenced)));
-        return Ok(Controllers { tasks });
+            term.clone().run(fence).await;
+            term.mode_metrics.mode.clear();
+            term.migrator_metrics.migrations_by_status.clear();
+            term.trigger_metrics.unsafe_since.clear();
+        })
     }
-    let identity = format!(
-        "{}_{}",
-        std::env::var("POD_NAME")
-            .ok()
-            .or_else(hostname)
-            .unwrap_or_else(|| "svm-apiserver".into()),
-        uuid::Uuid::new_v4()
-    );
-    let elector = LeaderElector::new(
-        storage,
-        prefix,
-        ElectionConfig {
-            identity,
-            lease_duration: options.leader_elect_lease_duration,
-            renew_deadline: options.leader_elect_renew_deadline,
-            retry_period: options.leader_elect_retry_period,
-        },
-    );
-    tasks.push(tokio::spawn(elector.run(shutdown, lead)));
-    Ok(Controllers { tasks })
+}
+
+/// The pod's name (or the host's): the holder identity in the lease and the migrator's name.
+fn instance_name() -> Option<String> {
+    std::env::var("POD_NAME").ok().or_else(hostname)
+}
+
+fn election_config(options: &ControllerOptions) -> ElectionConfig {
+    ElectionConfig {
+        identity: format!(
+            "{}_{}",
+            instance_name().unwrap_or_else(|| "svm-apiserver".into()),
+            uuid::Uuid::new_v4()
+        ),
+        lease_duration: options.leader_elect_lease_duration,
+        renew_deadline: options.leader_elect_renew_deadline,
+        retry_period: options.leader_elect_retry_period,
+    }
 }
 
 /// `--api-mode=owner` on a cluster that serves the group itself refuses to run: `serve`
