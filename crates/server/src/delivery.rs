@@ -8,7 +8,8 @@
 //! request may carry anyway, within [`DRAIN_TIME`] — and the connection stays usable. A body
 //! declared longer than that, or one that asked for `100-continue` and never got it, is not
 //! read: the response says `Connection: close`, and the connection closes lingering (see
-//! `connection::Lingering`), so the response still arrives.
+//! `connection::Lingering`), so the response still arrives. So does a request answered for its
+//! `--request-timeout` (its client sends too slowly to be waited for).
 //!
 //! HTTP/2 needs none of this: a response sent before the body ends is followed by
 //! RST_STREAM(NO_ERROR), which tells the client to stop sending, and the connection lives on.
@@ -28,6 +29,7 @@ use http_body_util::BodyExt;
 use hyper::body::{Body as _, Frame, SizeHint};
 
 use super::AppState;
+use super::timeout::Abandoned;
 
 /// How long the unread rest of a body may take to arrive before the connection is closed.
 const DRAIN_TIME: Duration = Duration::from_secs(10);
@@ -58,7 +60,10 @@ pub(crate) async fn deliver(
         return response;
     };
     let too_long = declared.is_some_and(|len| len.saturating_sub(rest.read) > bound as u64);
-    if too_long || (expects_continue && rest.read == 0) {
+    // A request answered for its timeout: its client was too slow to send the body in time,
+    // and would hold the connection as long again.
+    let abandoned = response.extensions().get::<Abandoned>().is_some();
+    if too_long || abandoned || (expects_continue && rest.read == 0) {
         // Not worth reading (or not ours to ask for): say so, and let the connection close.
         response
             .headers_mut()

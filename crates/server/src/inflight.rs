@@ -11,6 +11,7 @@ use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http::Method;
+use prometheus_client::metrics::gauge::Gauge;
 use tokio::sync::Semaphore;
 
 use super::AppState;
@@ -62,16 +63,32 @@ pub(crate) async fn limit(State(state): State<AppState>, request: Request, next:
         })
         .into_response();
     };
-    let gauge = state
-        .metrics
-        .edge
-        .inflight
-        .get_or_create(&RequestKindLabels { request_kind })
-        .clone();
-    gauge.inc();
-    let response = next.run(request).await;
-    gauge.dec();
-    response
+    let _counted = Counted::new(
+        state
+            .metrics
+            .edge
+            .inflight
+            .get_or_create(&RequestKindLabels { request_kind })
+            .clone(),
+    );
+    next.run(request).await
+}
+
+/// One request in the in-flight gauge for as long as it lives: also when its future is dropped
+/// unfinished (a request past its `--request-timeout`), as its permit is.
+struct Counted(Gauge);
+
+impl Counted {
+    fn new(gauge: Gauge) -> Self {
+        gauge.inc();
+        Counted(gauge)
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
 }
 
 /// kube-apiserver's read-only verbs are get, list and watch: everything else mutates.
@@ -100,16 +117,13 @@ mod tests {
     use axum::routing::any;
     use tower::ServiceExt;
 
-    use crate::testing::{HealthSwitch, MemoryResource, registry_with};
+    use crate::testing::{HealthSwitch, registry_with, things};
 
     /// A router whose every request waits until released, behind the limit.
     fn app(read_only: usize, mutating: usize) -> (Router, Arc<tokio::sync::Notify>) {
         let release = Arc::new(tokio::sync::Notify::new());
-        let state = AppState::new(
-            registry_with(MemoryResource::arc()),
-            HealthSwitch::new(true),
-        )
-        .with_inflight_limits(read_only, mutating);
+        let state = AppState::new(registry_with(things()), HealthSwitch::new(true))
+            .with_inflight_limits(read_only, mutating);
         let wait = release.clone();
         let router = Router::new()
             .fallback(any(move || {

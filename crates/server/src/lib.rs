@@ -22,6 +22,7 @@ mod params;
 mod request_info;
 mod status;
 mod table;
+mod timeout;
 mod watch;
 
 #[cfg(test)]
@@ -63,6 +64,8 @@ pub struct AppState {
     openapi: Arc<openapi::OpenApi>,
     max_request_body_bytes: usize,
     inflight: InflightLimits,
+    /// `--request-timeout`; `None` is no timeout.
+    request_timeout: Option<std::time::Duration>,
     shutdown: Shutdown,
     /// Delegated authentication and authorization; `None` serves everyone (unit tests only:
     /// `svm-apiserver serve` always installs it).
@@ -86,6 +89,7 @@ impl AppState {
                 options::DEFAULT_MAX_REQUESTS_INFLIGHT,
                 options::DEFAULT_MAX_MUTATING_REQUESTS_INFLIGHT,
             ),
+            request_timeout: Some(timeout::DEFAULT_REQUEST_TIMEOUT),
             shutdown: Shutdown::new(),
             auth: None,
         }
@@ -114,6 +118,13 @@ impl AppState {
     /// `--max-requests-inflight`, `--max-mutating-requests-inflight` (0: no limit).
     pub fn with_inflight_limits(mut self, read_only: usize, mutating: usize) -> Self {
         self.inflight = InflightLimits::new(read_only, mutating);
+        self
+    }
+
+    /// `--request-timeout`: requests other than watches not answered within it get
+    /// kube-apiserver's 504 and give back what they held (0: no timeout).
+    pub fn with_request_timeout(mut self, timeout: std::time::Duration) -> Self {
+        self.request_timeout = (!timeout.is_zero()).then_some(timeout);
         self
     }
 
@@ -200,10 +211,11 @@ pub fn router(state: AppState) -> Router {
         .route("/{endpoint}/{check}", get(health::single_check))
         .fallback(nonresource::not_found);
     // Outermost first, as kube-apiserver's handler chain: metrics and tracing see every answer;
-    // the body of every request is accounted for (delivery); authentication, then the
-    // in-flight limit, then authorization (the limit spares the SubjectAccessReview of a
-    // request it refuses). Panics are caught around all of it as the last line of defence:
-    // nothing in these layers is meant to panic.
+    // the body of every request is accounted for (delivery); the request timeout around
+    // everything a request may wait on (authentication, the in-flight limit, authorization,
+    // its body, the handler); authentication, then the in-flight limit, then authorization (the
+    // limit spares the SubjectAccessReview of a request it refuses). Panics are caught around
+    // all of it as the last line of defence: nothing in these layers is meant to panic.
     let limit = axum::middleware::from_fn_with_state(state.clone(), inflight::limit);
     let routes = match state.auth() {
         Some(auth) => routes
@@ -213,6 +225,10 @@ pub fn router(state: AppState) -> Router {
         None => routes.layer(limit),
     };
     routes
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            timeout::limit,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             delivery::deliver,

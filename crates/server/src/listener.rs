@@ -63,7 +63,8 @@ pub async fn bind(opts: &ServeOptions, state: AppState) -> Result<Serving> {
         .with_inflight_limits(
             opts.max_requests_inflight,
             opts.max_mutating_requests_inflight,
-        );
+        )
+        .with_request_timeout(opts.request_timeout);
     let mut serving = bind_with_tls_config(addr, tls, state).await?;
     serving.grace = Duration::from_secs(opts.shutdown_grace_seconds);
     serving.ca_file = ca_file.clone();
@@ -212,7 +213,7 @@ impl Serving {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{HealthSwitch, MemoryResource, registry_with};
+    use crate::testing::{HealthSwitch, registry_with, things};
 
     fn client(ca_file: &std::path::Path) -> reqwest::Client {
         let ca = std::fs::read(ca_file).expect("ca");
@@ -228,10 +229,7 @@ mod tests {
     async fn serves_https_and_drains_on_shutdown() {
         let dir = tempfile::tempdir().expect("tempdir");
         let opts = ServeOptions::for_dir(dir.path());
-        let state = AppState::new(
-            registry_with(MemoryResource::arc()),
-            HealthSwitch::new(true),
-        );
+        let state = AppState::new(registry_with(things()), HealthSwitch::new(true));
         let serving = bind(&opts, state).await.expect("bind");
         let url = serving.url();
         assert_ne!(serving.local_addr.port(), 0);

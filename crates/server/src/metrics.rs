@@ -87,6 +87,7 @@ pub struct Metrics {
     pub registry: Mutex<Registry>,
     requests: Family<RequestLabels, Counter>,
     durations: Family<DurationLabels, Histogram, fn() -> Histogram>,
+    terminations: Family<RequestLabels, Counter>,
     /// The connection and in-flight metrics of the network edge.
     pub edge: EdgeMetrics,
 }
@@ -122,6 +123,12 @@ impl Metrics {
             "Response latency distribution in seconds for each verb, group, version, resource and subresource.",
             durations.clone(),
         );
+        let terminations = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "apiserver_request_terminations",
+            "Number of requests which apiserver terminated in self-defense.",
+            terminations.clone(),
+        );
         let edge = EdgeMetrics::default();
         registry.register(
             "apiserver_current_inflight_requests",
@@ -147,6 +154,7 @@ impl Metrics {
             registry: Mutex::new(registry),
             requests,
             durations,
+            terminations,
             edge,
         }
     }
@@ -164,6 +172,22 @@ impl Metrics {
             })
             .inc();
         self.durations.get_or_create(&labels).observe(seconds);
+    }
+
+    /// Counts one request the server answered with `code` in self-defense instead of serving
+    /// it (`apiserver_request_terminations_total`, kube-apiserver's name: a request past
+    /// `--request-timeout`).
+    pub(crate) fn terminated(&self, labels: DurationLabels, code: u16) {
+        self.terminations
+            .get_or_create(&RequestLabels {
+                verb: labels.verb,
+                group: labels.group,
+                version: labels.version,
+                resource: labels.resource,
+                subresource: labels.subresource,
+                code: code.to_string(),
+            })
+            .inc();
     }
 
     /// The text exposition format.

@@ -77,6 +77,13 @@ pub struct ServeOptions {
     /// with GOAWAY (kube-apiserver: 90s).
     #[arg(long, default_value = "90s", value_parser = svm_registry::duration::go_duration)]
     pub idle_connection_timeout: Duration,
+
+    /// How long a request may take, from its headers to its answer — authentication,
+    /// authorization, reading its body and serving it — before it is answered 504 Timeout and
+    /// gives back its in-flight slot; watches are not limited (as kube-apiserver's flag,
+    /// whose default this is; a request's `?timeout=` may shorten it). 0: no timeout.
+    #[arg(long, default_value = "1m", value_parser = svm_registry::duration::go_duration)]
+    pub request_timeout: Duration,
 }
 
 impl ServeOptions {
@@ -97,6 +104,7 @@ impl ServeOptions {
             tls_handshake_timeout: Duration::from_secs(10),
             read_header_timeout: Duration::from_secs(32),
             idle_connection_timeout: Duration::from_secs(90),
+            request_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -131,6 +139,7 @@ mod tests {
         assert_eq!(cli.serve.tls_handshake_timeout, Duration::from_secs(10));
         assert_eq!(cli.serve.read_header_timeout, Duration::from_secs(32));
         assert_eq!(cli.serve.idle_connection_timeout, Duration::from_secs(90));
+        assert_eq!(cli.serve.request_timeout, Duration::from_secs(60));
     }
 
     #[test]

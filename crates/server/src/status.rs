@@ -105,6 +105,34 @@ pub(crate) async fn speak_protobuf(request: Request, next: Next) -> Response {
     }
 }
 
+/// kube-apiserver's answer to a request not done within its timeout (`apierrors.NewTimeoutError`
+/// written by its timeout filter): a Status without `kind` and `apiVersion` and with empty
+/// `details`, JSON-encoded by Go's encoder (so a trailing newline) under the content type Go's
+/// server sniffs for it, `text/plain` — exactly what kube-apiserver v1.36.2 answered a body
+/// trickled past `--request-timeout=3s`, over HTTP/1.1 and HTTP/2. Never protobuf. kubectl
+/// shows it as "the server was unable to return a response in the time allotted".
+pub(crate) fn request_timed_out() -> Response {
+    let status = json!({
+        "metadata": {},
+        "status": "Failure",
+        "message": "Timeout: request did not complete within the allotted timeout",
+        "reason": "Timeout",
+        "details": {},
+        "code": 504
+    });
+    let mut body = serde_json::to_vec(&status).unwrap_or_default();
+    body.push(b'\n');
+    (
+        StatusCode::GATEWAY_TIMEOUT,
+        [
+            (header::CONTENT_TYPE, "text/plain; charset=utf-8"),
+            (header::CACHE_CONTROL, NO_CACHE_PRIVATE),
+        ],
+        body,
+    )
+        .into_response()
+}
+
 /// kube-apiserver's answer for a path outside every served API group (an unknown group, or no
 /// API path at all): Go's `http.NotFound`, plain text, not a Status (recording 09c, step 5).
 pub(crate) fn page_not_found() -> Response {
