@@ -144,94 +144,124 @@ impl Term {
         }
     }
 
+    /// Starts what `decision` runs, under `work`.
     fn start(
         &self,
         decision: &Decision,
         fence: &Fence,
         work: &CancellationToken,
     ) -> Vec<JoinHandle<()>> {
-        let mut tasks = Vec::new();
-        let migrations = Guarded::new(self.migrations.clone(), fence.clone());
-        match decision {
-            Decision::Owner => {
-                let mut settings = self.trigger_settings.clone();
-                settings.own_groups = vec![GROUP.into(), PROJECT.name.into()];
-                if self.run_trigger {
-                    let trigger =
-                        self.new_trigger(Migrations::Ours(migrations.clone()), settings, fence);
-                    tasks.push(tokio::spawn(trigger.run(work.clone())));
-                }
-                if self.run_migrator {
-                    tasks.push(self.migrator(migrations.into(), work));
-                }
-            }
-            Decision::Companion { version } => {
-                let builtin = BuiltinMigrations::new(self.cluster.clone(), version);
-                // The cluster's group is not ours here: its resources (storageversionmigrations)
-                // are tracked like any built-in's.
-                let mut settings = self.trigger_settings.clone();
-                settings.own_groups = vec![PROJECT.name.into()];
-                let carry = tokio::spawn(carry_over(
-                    migrations,
-                    builtin.clone(),
-                    fence.clone(),
-                    Events::new(self.cluster.kube().clone(), self.instance.clone()),
-                    work.clone(),
-                ));
-                if self.run_migrator {
-                    match self.companion_migrator {
-                        CompanionMigrator::KubeControllerManager => tracing::info!(
-                            "companion mode: kube-controller-manager runs the migrations \
-                             (--companion-migrator=kube-controller-manager); this server's \
-                             migrator stays idle"
-                        ),
-                        CompanionMigrator::SvmApiserver => {
-                            tracing::info!(
-                                "companion mode: this server's migrator runs the cluster's \
-                                 migrations (--companion-migrator=svm-apiserver); it leaves any \
-                                 that kube-controller-manager writes to it"
-                            );
-                            let source = Source::Cluster {
-                                builtin: builtin.clone(),
-                                fence: fence.clone(),
-                            };
-                            tasks.push(self.migrator(source, work));
-                        }
-                    }
-                }
-                if self.run_trigger {
-                    let trigger = self.new_trigger(
-                        Migrations::Cluster {
-                            builtin,
-                            fence: fence.clone(),
-                        },
-                        settings,
-                        fence,
-                    );
-                    let leading = work.clone();
-                    tasks.push(tokio::spawn(async move {
-                        // The trigger starts once what it may own in our store is settled.
-                        let _ = carry.await;
-                        trigger.run(leading).await;
-                    }));
-                }
-            }
-            Decision::Waiting { .. } | Decision::Refused { .. } => return tasks,
-        }
+        let mut tasks = match decision {
+            Decision::Owner => self.start_owner(fence, work),
+            Decision::Companion { version } => self.start_companion(version, fence, work),
+            Decision::Waiting { .. } | Decision::Refused { .. } => return Vec::new(),
+        };
         // Volume claims are not storagemigration.k8s.io's: whoever serves that group, the
         // leader resizes them.
-        if let Some(volumes) = &self.volumes {
-            let controller = volumes::Controller::new(
-                Guarded::new(volumes.store.clone(), fence.clone()),
-                self.cluster.clone(),
-                volumes.metrics.clone(),
-                volumes.settings.clone(),
-                self.instance.clone(),
-            );
-            tracing::info!(resync = ?volumes.settings.resync, "volume-claim controller started");
-            tasks.push(tokio::spawn(controller.run(work.clone())));
+        tasks.extend(self.start_volumes(fence, work));
+        tasks
+    }
+
+    /// We serve the group: the trigger and the migrator work on our migrations.
+    fn start_owner(&self, fence: &Fence, work: &CancellationToken) -> Vec<JoinHandle<()>> {
+        let mut tasks = Vec::new();
+        let migrations = Guarded::new(self.migrations.clone(), fence.clone());
+        let mut settings = self.trigger_settings.clone();
+        settings.own_groups = vec![GROUP.into(), PROJECT.name.into()];
+        if self.run_trigger {
+            let trigger = self.new_trigger(Migrations::Ours(migrations.clone()), settings, fence);
+            tasks.push(tokio::spawn(trigger.run(work.clone())));
+        }
+        if self.run_migrator {
+            tasks.push(self.migrator(migrations.into(), work));
         }
         tasks
+    }
+
+    /// The cluster serves the group: ours are carried over to it, then the trigger creates
+    /// the cluster's migrations, and our migrator runs them only if asked to.
+    fn start_companion(
+        &self,
+        version: &str,
+        fence: &Fence,
+        work: &CancellationToken,
+    ) -> Vec<JoinHandle<()>> {
+        let mut tasks = Vec::new();
+        let builtin = BuiltinMigrations::new(self.cluster.clone(), version);
+        let carry = tokio::spawn(carry_over(
+            Guarded::new(self.migrations.clone(), fence.clone()),
+            builtin.clone(),
+            fence.clone(),
+            Events::new(self.cluster.kube().clone(), self.instance.clone()),
+            work.clone(),
+        ));
+        if self.run_migrator {
+            tasks.extend(self.companion_migrator(&builtin, fence, work));
+        }
+        if self.run_trigger {
+            // The cluster's group is not ours here: its resources (storageversionmigrations)
+            // are tracked like any built-in's.
+            let mut settings = self.trigger_settings.clone();
+            settings.own_groups = vec![PROJECT.name.into()];
+            let cluster = Migrations::Cluster {
+                builtin,
+                fence: fence.clone(),
+            };
+            let trigger = self.new_trigger(cluster, settings, fence);
+            let leading = work.clone();
+            tasks.push(tokio::spawn(async move {
+                // The trigger starts once what it may own in our store is settled.
+                let _ = carry.await;
+                trigger.run(leading).await;
+            }));
+        }
+        tasks
+    }
+
+    /// Our migrator in companion mode: idle when kube-controller-manager runs the cluster's
+    /// migrations, else running them.
+    fn companion_migrator(
+        &self,
+        builtin: &BuiltinMigrations,
+        fence: &Fence,
+        work: &CancellationToken,
+    ) -> Option<JoinHandle<()>> {
+        match self.companion_migrator {
+            CompanionMigrator::KubeControllerManager => {
+                tracing::info!(
+                    "companion mode: kube-controller-manager runs the migrations \
+                     (--companion-migrator=kube-controller-manager); this server's \
+                     migrator stays idle"
+                );
+                None
+            }
+            CompanionMigrator::SvmApiserver => {
+                tracing::info!(
+                    "companion mode: this server's migrator runs the cluster's \
+                     migrations (--companion-migrator=svm-apiserver); it leaves any \
+                     that kube-controller-manager writes to it"
+                );
+                let source = Source::Cluster {
+                    builtin: builtin.clone(),
+                    fence: fence.clone(),
+                };
+                Some(self.migrator(source, work))
+            }
+        }
+    }
+
+    /// The volume-claim controller, where the kind is served and wanted.
+    fn start_volumes(&self, fence: &Fence, work: &CancellationToken) -> Option<JoinHandle<()>> {
+        let volumes = self.volumes.as_ref()?;
+        let controller = volumes::Controller::new(
+            Guarded::new(volumes.store.clone(), fence.clone()),
+            self.cluster.clone(),
+            volumes.metrics.clone(),
+            volumes.settings.clone(),
+            self.instance.clone(),
+        );
+        tracing::info!(resync = ?volumes.settings.resync, "volume-claim controller started");
+        Some(tokio::spawn(controller.run(work.clone())))
     }
 
     fn new_trigger(
