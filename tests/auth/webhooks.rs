@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use http::{Method, Request};
 use serde_json::json;
-use svm_server::auth::{Auth, ManualClock, Rejection, UserInfo};
+use svm_server::auth::{AccessReviewLimits, Auth, ManualClock, Rejection, UserInfo};
 
 use crate::fake_cluster::{FakeCluster, Policy};
 
@@ -320,4 +320,68 @@ async fn an_unreachable_authorizer_is_a_500_and_is_not_cached() {
     admit(&s.auth, Method::POST, SVM, Some("sa-token"))
         .await
         .expect("recovered");
+}
+
+#[tokio::test]
+async fn decisions_past_the_access_review_budget_are_a_500_with_retry_after_and_cached_ones_pass() {
+    let cluster = FakeCluster::start(policy()).await;
+    let clock = Arc::new(ManualClock::default());
+    let auth = Auth::builder()
+        .token_review(cluster.client())
+        .subject_access_review(cluster.client())
+        // Two reviews, then one a second.
+        .access_review_limits(AccessReviewLimits {
+            max_in_flight: 4,
+            qps: 1.0,
+            burst: 2,
+        })
+        .clock(clock.clone())
+        .build()
+        .expect("auth");
+    let user = "system:serviceaccount:default:default";
+    for verb in ["list", "create", "get"] {
+        cluster.allow(user, verb, "storageversionmigrations");
+    }
+    admit(&auth, Method::GET, SVM, Some("sa-token"))
+        .await
+        .expect("list: the first review");
+    admit(&auth, Method::POST, SVM, Some("sa-token"))
+        .await
+        .expect("create: the second review");
+    assert_eq!(cluster.access_reviews(), 2);
+
+    // A third decision not in the cache finds the bucket empty: not asked, a 500 as a failed
+    // authorization, with Retry-After.
+    let result = admit(&auth, Method::GET, &format!("{SVM}/m1"), Some("sa-token")).await;
+    let Err(rejection) = result else {
+        panic!("{result:?}");
+    };
+    assert!(
+        matches!(rejection, Rejection::TooManyAccessReviews),
+        "{rejection:?}"
+    );
+    let status = rejection.to_status();
+    assert_eq!(status["code"], 500, "{status}");
+    assert_eq!(status["reason"], "InternalError");
+    assert_eq!(
+        status["message"],
+        "Internal error occurred: too many SubjectAccessReviews in flight, please try again later"
+    );
+    assert_eq!(status["details"]["retryAfterSeconds"], 1);
+    let response = axum::response::IntoResponse::into_response(rejection);
+    assert_eq!(response.status(), 500);
+    assert_eq!(response.headers()["retry-after"], "1");
+    assert_eq!(cluster.access_reviews(), 2, "the cluster was not asked");
+    assert_eq!(auth.metrics().access_reviews_throttled.get(), 1);
+
+    // Cached decisions never wait for the budget.
+    admit(&auth, Method::GET, SVM, Some("sa-token"))
+        .await
+        .expect("list: cached");
+    // A second later the bucket has one review again.
+    clock.advance(Duration::from_secs(1));
+    admit(&auth, Method::GET, &format!("{SVM}/m1"), Some("sa-token"))
+        .await
+        .expect("get: reviewed");
+    assert_eq!(cluster.access_reviews(), 3);
 }

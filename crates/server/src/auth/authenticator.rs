@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, header};
 use rustls_pki_types::CertificateDer;
-use tokio::sync::Semaphore;
 
+use super::budget::{ReviewBudget, ReviewLimits};
 use super::cache::{Clock, ReviewCache, Source, key_of};
 use super::metrics::AuthMetrics;
 use super::user::UserInfo;
@@ -53,8 +53,6 @@ pub enum Authentication {
 
 /// How many TokenReview answers are remembered at most.
 const TOKEN_CACHE_CAPACITY: u64 = 16_384;
-/// How long a new token waits for a TokenReview slot before it is answered 429.
-const REVIEW_SLOT_WAIT: Duration = Duration::from_secs(2);
 
 /// How bearer tokens are reviewed: the cluster to ask, how long answers are kept, and how many
 /// reviews a flood of unknown tokens may cost.
@@ -90,6 +88,16 @@ impl Default for TokenReviewLimits {
     }
 }
 
+impl From<TokenReviewLimits> for ReviewLimits {
+    fn from(limits: TokenReviewLimits) -> Self {
+        ReviewLimits {
+            max_in_flight: limits.max_in_flight,
+            qps: limits.qps,
+            burst: limits.burst,
+        }
+    }
+}
+
 pub(crate) struct Authenticator {
     request_header: Option<RequestHeader>,
     client_ca: Option<CaVerifier>,
@@ -112,8 +120,7 @@ struct TokenReviewer {
     cache: ReviewCache<TokenVerdict>,
     success_ttl: Duration,
     failure_ttl: Duration,
-    in_flight: Semaphore,
-    budget: TokenBucket,
+    budget: ReviewBudget,
 }
 
 /// Why a token got no verdict.
@@ -140,8 +147,7 @@ impl Authenticator {
             cache: ReviewCache::new(TOKEN_CACHE_CAPACITY, clock.clone()),
             success_ttl: config.success_ttl,
             failure_ttl: config.failure_ttl,
-            in_flight: Semaphore::new(config.limits.max_in_flight.max(1)),
-            budget: TokenBucket::new(config.limits.qps, config.limits.burst, clock.clone()),
+            budget: ReviewBudget::new(config.limits.into(), clock.clone()),
         });
         Ok(Authenticator {
             request_header,
@@ -336,12 +342,7 @@ impl TokenReviewer {
         metrics: &AuthMetrics,
     ) -> Result<TokenVerdict, ReviewError> {
         let review = async {
-            if !self.budget.take() {
-                return Err(ReviewError::Busy);
-            }
-            let Ok(Ok(_slot)) =
-                tokio::time::timeout(REVIEW_SLOT_WAIT, self.in_flight.acquire()).await
-            else {
+            let Some(_slot) = self.budget.admit().await else {
                 return Err(ReviewError::Busy);
             };
             metrics.token_reviews.inc();
@@ -372,46 +373,6 @@ impl TokenReviewer {
                     ReviewError::Failed(message) => ReviewError::Failed(message.clone()),
                 })
             }
-        }
-    }
-}
-
-/// A token bucket on the [`Clock`]: `burst` tokens, refilled at `qps` per second.
-struct TokenBucket {
-    qps: f64,
-    burst: f64,
-    state: std::sync::Mutex<(f64, std::time::Instant)>,
-    clock: Arc<dyn Clock>,
-}
-
-impl TokenBucket {
-    fn new(qps: f64, burst: u32, clock: Arc<dyn Clock>) -> Self {
-        let burst = f64::from(burst.max(1));
-        let now = clock.now();
-        TokenBucket {
-            qps: qps.max(0.0),
-            burst,
-            state: std::sync::Mutex::new((burst, now)),
-            clock,
-        }
-    }
-
-    /// Take a token if there is one.
-    fn take(&self) -> bool {
-        let now = self.clock.now();
-        let mut state = self
-            .state
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let (tokens, last) = &mut *state;
-        let elapsed = now.saturating_duration_since(*last).as_secs_f64();
-        *tokens = (*tokens + elapsed * self.qps).min(self.burst);
-        *last = now;
-        if *tokens >= 1.0 {
-            *tokens -= 1.0;
-            true
-        } else {
-            false
         }
     }
 }

@@ -3,7 +3,9 @@
 //! 1. non-resource paths in `--authorization-always-allow-paths` (health checks);
 //! 2. members of `system:masters` (the aggregator's own probes among them);
 //! 3. a SubjectAccessReview sent to the cluster, its answer cached: "allowed" for the
-//!    authorized TTL, "denied" for the unauthorized TTL, each in a cache of its own.
+//!    authorized TTL, "denied" for the unauthorized TTL, each in a cache of its own; a
+//!    decision not in the cache costs a review within the SubjectAccessReview budget
+//!    ([`AccessReviewLimits`]), and one that finds the budget spent is an error.
 //!
 //! Without a cluster to ask, everything else is denied.
 
@@ -15,6 +17,7 @@ use k8s_openapi::api::authorization::v1::{
 };
 
 use super::attributes::RequestAttributes;
+use super::budget::{ReviewBudget, ReviewLimits};
 use super::cache::{Clock, ReviewCache, Source, key_of};
 use super::metrics::AuthMetrics;
 use super::user::{MASTERS_GROUP, UserInfo};
@@ -32,9 +35,55 @@ pub enum Decision {
     Deny(String),
 }
 
+/// The cost bound of decisions not in the cache: at most `max_in_flight` SubjectAccessReviews
+/// at once, and at most `burst` at a time refilled at `qps` per second (upstream's delegating
+/// authorizer has its client limited to 200/s with a burst of 400, and no bound on reviews in
+/// flight). A request that finds neither is answered as a failed authorization (500) with
+/// `Retry-After`; decisions already cached never wait.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AccessReviewLimits {
+    /// SubjectAccessReviews in flight at once (`--authorization-webhook-max-inflight`).
+    pub max_in_flight: usize,
+    /// SubjectAccessReviews per second, refilling the bucket (`--authorization-webhook-qps`).
+    pub qps: f64,
+    /// The bucket's size: reviews allowed at once above the rate
+    /// (`--authorization-webhook-burst`).
+    pub burst: u32,
+}
+
+impl Default for AccessReviewLimits {
+    fn default() -> Self {
+        AccessReviewLimits {
+            max_in_flight: 16,
+            qps: 200.0,
+            burst: 400,
+        }
+    }
+}
+
+impl From<AccessReviewLimits> for ReviewLimits {
+    fn from(limits: AccessReviewLimits) -> Self {
+        ReviewLimits {
+            max_in_flight: limits.max_in_flight,
+            qps: limits.qps,
+            burst: limits.burst,
+        }
+    }
+}
+
+/// Why no decision could be made.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum AuthorizeError {
+    /// The SubjectAccessReview failed (a 500, as upstream; not cached).
+    Failed(String),
+    /// The decision is not cached and the SubjectAccessReview budget is spent: not asked.
+    Busy,
+}
+
 pub(crate) struct Authorizer {
     always_allow: AlwaysAllowPaths,
     reviewer: Option<kube::Client>,
+    budget: ReviewBudget,
     /// Allowed (`Decision::Allow`) and denied answers, each kept for its own TTL.
     decisions: ReviewCache<Decision>,
     authorized_ttl: Duration,
@@ -46,6 +95,7 @@ impl Authorizer {
     pub(crate) fn new(
         always_allow_paths: &[String],
         reviewer: Option<kube::Client>,
+        limits: AccessReviewLimits,
         authorized_ttl: Duration,
         unauthorized_ttl: Duration,
         clock: Arc<dyn Clock>,
@@ -54,6 +104,7 @@ impl Authorizer {
         Authorizer {
             always_allow: AlwaysAllowPaths::new(always_allow_paths),
             reviewer,
+            budget: ReviewBudget::new(limits.into(), clock.clone()),
             decisions: ReviewCache::new(DECISION_CACHE_CAPACITY, clock),
             authorized_ttl,
             unauthorized_ttl,
@@ -71,12 +122,13 @@ impl Authorizer {
         &self,
         user: &UserInfo,
         attributes: &RequestAttributes,
-    ) -> Result<Decision, String> {
+    ) -> Result<Decision, AuthorizeError> {
         let decision = self.decide(user, attributes).await;
         self.metrics.authorization(match &decision {
             Ok(Decision::Allow) => "allowed",
             Ok(Decision::Deny(_)) => "denied",
-            Err(_) => "error",
+            Err(AuthorizeError::Failed(_)) => "error",
+            Err(AuthorizeError::Busy) => "throttled",
         });
         decision
     }
@@ -85,7 +137,7 @@ impl Authorizer {
         &self,
         user: &UserInfo,
         attributes: &RequestAttributes,
-    ) -> Result<Decision, String> {
+    ) -> Result<Decision, AuthorizeError> {
         if self.always_allowed(attributes) || user.in_group(MASTERS_GROUP) {
             return Ok(Decision::Allow);
         }
@@ -94,10 +146,17 @@ impl Authorizer {
         };
         let spec = review_spec(user, attributes);
         // The serialized spec is the key: every field of it can change the answer.
-        let key = serde_json::to_vec(&spec).map_err(|err| err.to_string())?;
+        let key =
+            serde_json::to_vec(&spec).map_err(|err| AuthorizeError::Failed(err.to_string()))?;
         let review = async {
-            let AccessVerdict { allowed, reason } = review_access(client, &spec).await?;
-            Ok::<_, String>(if allowed {
+            let Some(_slot) = self.budget.admit().await else {
+                return Err(AuthorizeError::Busy);
+            };
+            self.metrics.access_reviews.inc();
+            let AccessVerdict { allowed, reason } = review_access(client, &spec)
+                .await
+                .map_err(AuthorizeError::Failed)?;
+            Ok(if allowed {
                 Decision::Allow
             } else {
                 Decision::Deny(reason)
@@ -120,6 +179,9 @@ impl Authorizer {
             }
             Err(err) => {
                 self.metrics.authorization_cache.record(false);
+                if let AuthorizeError::Busy = err.as_ref() {
+                    self.metrics.access_reviews_throttled.inc();
+                }
                 Err(err.as_ref().clone())
             }
         }
@@ -211,6 +273,7 @@ mod tests {
         let authorizer = Authorizer::new(
             &["/healthz".into(), "/livez".into(), "/debug/*".into()],
             None,
+            AccessReviewLimits::default(),
             Duration::from_secs(10),
             Duration::from_secs(10),
             Arc::new(crate::auth::cache::SystemClock),

@@ -46,10 +46,16 @@ pub struct AuthMetrics {
     pub token_reviews: Counter,
     /// Requests with a new token answered 429 because TokenReviews were at their bound.
     pub token_reviews_throttled: Counter,
+    /// SubjectAccessReviews sent to the cluster.
+    pub access_reviews: Counter,
+    /// Requests whose decision was not cached turned away (500 with Retry-After) because
+    /// SubjectAccessReviews were at their bound.
+    pub access_reviews_throttled: Counter,
     /// `result`: success, anonymous (no credentials presented), failure (a presented credential
     /// was rejected or could not be checked: 401).
     pub authentications: Family<ResultLabels, Counter>,
-    /// `decision`: allowed, denied, error (the SubjectAccessReview call failed).
+    /// `decision`: allowed, denied, error (the SubjectAccessReview call failed), throttled
+    /// (the SubjectAccessReview budget was spent).
     pub authorizations: Family<DecisionLabels, Counter>,
 }
 
@@ -81,6 +87,16 @@ impl AuthMetrics {
             "authentication_token_reviews_throttled",
             "Requests with a token not in the cache turned away (429) because TokenReviews were at their bound",
             self.token_reviews_throttled.clone(),
+        );
+        registry.register(
+            "authorization_access_reviews",
+            "SubjectAccessReviews sent to the cluster",
+            self.access_reviews.clone(),
+        );
+        registry.register(
+            "authorization_access_reviews_throttled",
+            "Requests whose decision was not cached turned away (500 with Retry-After) because SubjectAccessReviews were at their bound",
+            self.access_reviews_throttled.clone(),
         );
         registry.register(
             "authorization_cache_hits",

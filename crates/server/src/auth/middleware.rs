@@ -122,8 +122,9 @@ where
     }
 }
 
-/// How long a client turned away for lack of TokenReview capacity is asked to wait.
-const TOKEN_REVIEW_RETRY_AFTER_SECONDS: u64 = 1;
+/// How long a client turned away for lack of TokenReview or SubjectAccessReview capacity is
+/// asked to wait.
+const REVIEW_RETRY_AFTER_SECONDS: u64 = 1;
 
 /// Why a request was turned away.
 #[derive(Debug)]
@@ -143,7 +144,15 @@ pub enum Rejection {
     /// 429: a new bearer token, while too many TokenReviews are already in flight or the
     /// TokenReview budget is spent (cached tokens are not affected).
     TooManyTokenReviews,
+    /// 500 with `Retry-After`, as a failed authorization: a decision not in the cache, while
+    /// too many SubjectAccessReviews are already in flight or their budget is spent (cached
+    /// decisions are not affected).
+    TooManyAccessReviews,
 }
+
+/// Why a request whose decision is not cached was not authorized while SubjectAccessReviews
+/// are at their bound (the message of its 500).
+const ACCESS_REVIEWS_BUSY: &str = "too many SubjectAccessReviews in flight, please try again later";
 
 impl Rejection {
     /// The 403 for `user` denied `attributes`, for the given reason (possibly empty).
@@ -159,9 +168,14 @@ impl Rejection {
             Rejection::AuthorizationError(err) => ApiError::Internal(err.clone()).to_status(),
             Rejection::TooManyTokenReviews => ApiError::TooManyRequests {
                 message: "Too many requests, please try again later.".into(),
-                retry_after_seconds: TOKEN_REVIEW_RETRY_AFTER_SECONDS,
+                retry_after_seconds: REVIEW_RETRY_AFTER_SECONDS,
             }
             .to_status(),
+            Rejection::TooManyAccessReviews => {
+                let mut status = ApiError::Internal(ACCESS_REVIEWS_BUSY.into()).to_status();
+                status["details"] = json!({"retryAfterSeconds": REVIEW_RETRY_AFTER_SECONDS});
+                status
+            }
             Rejection::Forbidden { message, details } => {
                 let mut status = ApiError::Forbidden(message.clone()).to_status();
                 // ApiError::Forbidden carries only the message; kube-apiserver also names the
@@ -178,7 +192,9 @@ impl Rejection {
         match self {
             Rejection::Unauthenticated => StatusCode::UNAUTHORIZED,
             Rejection::Forbidden { .. } => StatusCode::FORBIDDEN,
-            Rejection::AuthorizationError(_) => StatusCode::INTERNAL_SERVER_ERROR,
+            Rejection::AuthorizationError(_) | Rejection::TooManyAccessReviews => {
+                StatusCode::INTERNAL_SERVER_ERROR
+            }
             Rejection::TooManyTokenReviews => StatusCode::TOO_MANY_REQUESTS,
         }
     }
@@ -187,10 +203,10 @@ impl Rejection {
 impl IntoResponse for Rejection {
     fn into_response(self) -> Response {
         let mut response = crate::status_response(self.code().as_u16(), &self.to_status());
-        if let Rejection::TooManyTokenReviews = self {
+        if let Rejection::TooManyTokenReviews | Rejection::TooManyAccessReviews = self {
             response.headers_mut().insert(
                 header::RETRY_AFTER,
-                http::HeaderValue::from(TOKEN_REVIEW_RETRY_AFTER_SECONDS),
+                http::HeaderValue::from(REVIEW_RETRY_AFTER_SECONDS),
             );
         }
         response

@@ -19,6 +19,7 @@
 mod attributes;
 mod authenticator;
 mod authorizer;
+mod budget;
 mod cache;
 #[cfg(test)]
 pub(crate) mod devcerts;
@@ -40,7 +41,7 @@ use rustls::server::danger::ClientCertVerifier;
 
 pub use attributes::{RequestAttributes, ResourceAttributes};
 pub use authenticator::{Authentication, RequestHeaderConfig, TokenReviewLimits};
-pub use authorizer::Decision;
+pub use authorizer::{AccessReviewLimits, Decision};
 pub use cache::{Clock, ManualClock, SystemClock};
 pub use metrics::{AuthMetrics, CacheCounters};
 pub use middleware::{
@@ -55,7 +56,7 @@ pub use webhook::{cluster_client, review_client};
 pub use x509::CaBundle;
 
 use authenticator::Authenticator;
-use authorizer::Authorizer;
+use authorizer::{AuthorizeError, Authorizer};
 use lookup::ClusterAuthentication;
 
 /// The configured authentication and authorization of the server.
@@ -123,7 +124,7 @@ impl Auth {
     }
 
     /// What the flags set directly: anonymous access, always-allowed paths, the webhook
-    /// caches and the TokenReview budget.
+    /// caches and the TokenReview and SubjectAccessReview budgets.
     fn builder_from(opts: &AuthOptions) -> AuthBuilder {
         Auth::builder()
             .anonymous(opts.anonymous_auth)
@@ -142,6 +143,11 @@ impl Auth {
                 opts.authorization_webhook_cache_authorized_ttl,
                 opts.authorization_webhook_cache_unauthorized_ttl,
             )
+            .access_review_limits(AccessReviewLimits {
+                max_in_flight: opts.authorization_webhook_max_inflight,
+                qps: opts.authorization_webhook_qps,
+                burst: opts.authorization_webhook_burst,
+            })
     }
 
     /// Explicit configuration (tests, embedding); the flags go through [`Auth::from_options`].
@@ -206,7 +212,7 @@ impl Auth {
     }
 
     /// Whether `user` may make this request: Ok, or a 403 (500 when the cluster could not be
-    /// asked).
+    /// asked, or the SubjectAccessReview budget is spent).
     pub fn authorize<'a, B>(
         &'a self,
         user: &'a UserInfo,
@@ -218,9 +224,13 @@ impl Auth {
             match self.authorizer.authorize(user, &attributes).await {
                 Ok(Decision::Allow) => Ok(()),
                 Ok(Decision::Deny(reason)) => Err(Rejection::forbidden(user, &attributes, &reason)),
-                Err(err) => {
+                Err(AuthorizeError::Failed(err)) => {
                     tracing::warn!(error = %err, "authorization failed");
                     Err(Rejection::AuthorizationError(err))
+                }
+                Err(AuthorizeError::Busy) => {
+                    tracing::debug!(user = %user.name, path = %attributes.path, "SubjectAccessReviews at their bound");
+                    Err(Rejection::TooManyAccessReviews)
                 }
             }
         }
@@ -292,6 +302,7 @@ pub struct AuthBuilder {
     token_ttl: Duration,
     token_failure_ttl: Duration,
     token_review_limits: TokenReviewLimits,
+    access_review_limits: AccessReviewLimits,
     authorized_ttl: Duration,
     unauthorized_ttl: Duration,
     always_allow_paths: Vec<String>,
@@ -311,6 +322,7 @@ impl Default for AuthBuilder {
             token_ttl: defaults.authentication_token_webhook_cache_ttl,
             token_failure_ttl: defaults.authentication_token_webhook_cache_ttl,
             token_review_limits: TokenReviewLimits::default(),
+            access_review_limits: AccessReviewLimits::default(),
             authorized_ttl: defaults.authorization_webhook_cache_authorized_ttl,
             unauthorized_ttl: defaults.authorization_webhook_cache_unauthorized_ttl,
             always_allow_paths: defaults.authorization_always_allow_paths,
@@ -363,6 +375,12 @@ impl AuthBuilder {
     /// What tokens not in the cache may cost in TokenReviews.
     pub fn token_review_limits(mut self, limits: TokenReviewLimits) -> Self {
         self.token_review_limits = limits;
+        self
+    }
+
+    /// What decisions not in the cache may cost in SubjectAccessReviews.
+    pub fn access_review_limits(mut self, limits: AccessReviewLimits) -> Self {
+        self.access_review_limits = limits;
         self
     }
 
@@ -422,6 +440,7 @@ impl AuthBuilder {
         let authorizer = Authorizer::new(
             &self.always_allow_paths,
             self.access_review,
+            self.access_review_limits,
             self.authorized_ttl,
             self.unauthorized_ttl,
             self.clock.clone(),

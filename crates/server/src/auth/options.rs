@@ -73,6 +73,22 @@ pub struct AuthOptions {
     #[arg(long, default_value_t = 100)]
     pub authentication_token_webhook_burst: u32,
 
+    /// The most SubjectAccessReviews in flight at once; a request whose decision is not cached
+    /// that finds none free within 2s is answered 500 (a failed authorization, as
+    /// kube-apiserver's webhook authorizer gives) with Retry-After.
+    #[arg(long, default_value_t = 16)]
+    pub authorization_webhook_max_inflight: usize,
+
+    /// SubjectAccessReviews per second for decisions not in the cache (a token bucket with
+    /// --authorization-webhook-burst; upstream's delegating authorizer limits its client to
+    /// the same 200/s): the rest get 500 with Retry-After.
+    #[arg(long, default_value_t = 200.0)]
+    pub authorization_webhook_qps: f64,
+
+    /// SubjectAccessReviews that may be sent at once above --authorization-webhook-qps.
+    #[arg(long, default_value_t = 400)]
+    pub authorization_webhook_burst: u32,
+
     /// How long "allowed" SubjectAccessReview answers are cached.
     #[arg(long, default_value = "10s", value_parser = svm_registry::duration::go_duration)]
     pub authorization_webhook_cache_authorized_ttl: Duration,
@@ -116,6 +132,9 @@ impl Default for AuthOptions {
             authentication_token_webhook_max_inflight: 16,
             authentication_token_webhook_qps: 50.0,
             authentication_token_webhook_burst: 100,
+            authorization_webhook_max_inflight: 16,
+            authorization_webhook_qps: 200.0,
+            authorization_webhook_burst: 400,
             authorization_webhook_cache_authorized_ttl: Duration::from_secs(10),
             authorization_webhook_cache_unauthorized_ttl: Duration::from_secs(10),
             authorization_always_allow_paths: vec![
@@ -165,6 +184,13 @@ mod tests {
         );
         assert!(!cli.auth.anonymous_auth);
         assert!(cli.auth.requestheader_allowed_names.is_empty());
+        assert_eq!(cli.auth.authorization_webhook_max_inflight, 16);
+        assert_eq!(cli.auth.authorization_webhook_qps, 200.0);
+        assert_eq!(cli.auth.authorization_webhook_burst, 400);
+        assert_eq!(
+            cli.auth.authorization_webhook_max_inflight,
+            defaults.authorization_webhook_max_inflight
+        );
     }
 
     #[test]
