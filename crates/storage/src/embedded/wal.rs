@@ -400,56 +400,12 @@ pub(super) fn recover_on(fs: &dyn Fs, dir: &Path) -> Result<Recovery, StorageErr
     let (mvcc, kept_records, report, header_rebuilt) = match replayed.mvcc {
         Some(mvcc) => (mvcc, replayed.records, report, false),
         None => {
-            let rebuilt = rebuild_without_header(&bytes).map_err(|problem| {
-                StorageError::Corrupt(format!(
-                    "write-ahead log {} cannot be recovered: its header is damaged and {problem}",
-                    path.display()
-                ))
-            })?;
-            // What is lost now is what follows the first damage after the rebuilt part.
-            let report = match rebuilt.damage {
-                Some(d) => {
-                    let (intact_after, revisions_after) = intact_after(&bytes, d.offset);
-                    Some(DamageReport {
-                        offset: 0,
-                        problem: format!(
-                            "{}; then at byte {}: {}",
-                            damage.problem, d.offset, d.problem
-                        ),
-                        torn: false,
-                        intact_after,
-                        revisions_after,
-                    })
-                }
-                None => Some(DamageReport {
-                    offset: 0,
-                    problem: damage.problem.clone(),
-                    torn: false,
-                    intact_after: 0,
-                    revisions_after: None,
-                }),
-            };
-            (rebuilt.mvcc, rebuilt.records, report, true)
+            let (mvcc, records, report) = rebuild_from_records(&bytes, &damage, &path)?;
+            (mvcc, records, report, true)
         }
     };
     let snapshot = encode_snapshot(&mvcc)?;
-    let seconds = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    // The damaged log gets a second name first, so that at every instant `wal.log` is either
-    // the damaged log or the recovered one — never missing (which would open as a new store).
-    // A second recovery within the same second gets `.1`, `.2`, … after the seconds.
-    let mut copy = dir.join(format!("{LOG_FILE}.damaged-{seconds}"));
-    let mut taken = 0;
-    loop {
-        match fs.hard_link(&path, &copy) {
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && taken < 1000 => {
-                taken += 1;
-                copy = dir.join(format!("{LOG_FILE}.damaged-{seconds}.{taken}"));
-            }
-            linked => break linked?,
-        }
-    }
+    let copy = keep_damaged_copy(fs, dir, &path)?;
     fs.sync_dir(dir)?;
     put_in_place(fs, dir, &snapshot)?;
     fs.sync_dir(dir)?;
@@ -460,6 +416,65 @@ pub(super) fn recover_on(fs: &dyn Fs, dir: &Path) -> Result<Recovery, StorageErr
         damaged_copy: Some(copy),
         header_rebuilt,
     })
+}
+
+/// The store a log with a damaged header holds, read from the records after the header; the
+/// report names what is lost now: what follows the first damage after the rebuilt part.
+fn rebuild_from_records(
+    bytes: &[u8],
+    damage: &Damage,
+    path: &Path,
+) -> Result<(Mvcc, usize, Option<DamageReport>), StorageError> {
+    let rebuilt = rebuild_without_header(bytes).map_err(|problem| {
+        StorageError::Corrupt(format!(
+            "write-ahead log {} cannot be recovered: its header is damaged and {problem}",
+            path.display()
+        ))
+    })?;
+    let report = match rebuilt.damage {
+        Some(d) => {
+            let (intact_after, revisions_after) = intact_after(bytes, d.offset);
+            DamageReport {
+                offset: 0,
+                problem: format!(
+                    "{}; then at byte {}: {}",
+                    damage.problem, d.offset, d.problem
+                ),
+                torn: false,
+                intact_after,
+                revisions_after,
+            }
+        }
+        None => DamageReport {
+            offset: 0,
+            problem: damage.problem.clone(),
+            torn: false,
+            intact_after: 0,
+            revisions_after: None,
+        },
+    };
+    Ok((rebuilt.mvcc, rebuilt.records, Some(report)))
+}
+
+/// Gives the damaged log a second name, so that at every instant `wal.log` is either the
+/// damaged log or the recovered one — never missing (which would open as a new store). A
+/// second recovery within the same second gets `.1`, `.2`, … after the seconds.
+fn keep_damaged_copy(fs: &dyn Fs, dir: &Path, path: &Path) -> Result<PathBuf, StorageError> {
+    let seconds = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let mut copy = dir.join(format!("{LOG_FILE}.damaged-{seconds}"));
+    let mut taken = 0;
+    loop {
+        match fs.hard_link(path, &copy) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && taken < 1000 => {
+                taken += 1;
+                copy = dir.join(format!("{LOG_FILE}.damaged-{seconds}.{taken}"));
+            }
+            linked => break linked?,
+        }
+    }
+    Ok(copy)
 }
 
 /// A log whose header is damaged, read from the records after it.
