@@ -1,6 +1,7 @@
 //! The storage backends against one conformance suite of etcd semantics (each scenario on the
 //! durable embedded store, the in-memory embedded store and a real etcd, each fresh), plus what
-//! only the embedded store has: durability across restarts, torn-tail recovery, concurrency.
+//! only the embedded store has: durability across restarts, torn-tail recovery, concurrency;
+//! what only etcd has: three members, one killed at a time (`etcd_members`).
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
@@ -161,6 +162,7 @@ async fn next_events(stream: &mut WatchStream, n: usize) -> Vec<Event> {
 }
 
 mod embedded_only;
+mod etcd_members;
 mod etcd_only;
 mod more_scenarios;
 mod scenarios;

@@ -9,7 +9,16 @@
 //! - watch: see the `watch` module;
 //! - errors: etcd's compaction / future-revision errors become `Compacted` / `FutureRevision`,
 //!   invalid requests an `InvalidInput` I/O error, everything else (connection refused, no
-//!   leader, timeouts) `Unavailable`.
+//!   leader, timeouts) `Unavailable`;
+//! - several endpoints (`--etcd-servers=<a>,<b>,<c>`): the client balances requests over
+//!   every member and keeps sending some to a member that is down, each failing at once with
+//!   "connection refused" (etcdv3/etcd-client#39). As etcd's own Go client does, a request that
+//!   never reached a member is sent again (to whichever the balancer picks), and so is a read
+//!   whose connection broke, reads being safe to repeat; while the members elect a leader
+//!   (etcd answers "no leader", "leader changed"), reads — and writes refused for want of a
+//!   leader — are tried again for up to 5 s (`ELECTION_GRACE`). A write whose connection broke, or
+//!   that timed out, may have been applied: that stays `Unavailable`, for the caller's
+//!   compare-and-swap to sort out.
 
 pub mod tls;
 mod watch;
@@ -59,7 +68,17 @@ impl Default for EtcdOptions {
 pub struct EtcdStorage {
     client: Client,
     options: EtcdOptions,
+    /// How many times a request is sent at most when it cannot reach a member (see the
+    /// module docs): a few tries per endpoint, so a member that is down costs no failure.
+    attempts: usize,
 }
+
+/// Sends per endpoint a request may take before its failure to reach etcd is the answer.
+const ATTEMPTS_PER_ENDPOINT: usize = 4;
+
+/// How long a request refused for want of a leader is tried again: etcd elects one within a
+/// couple of election timeouts (1 s by default) of losing it.
+const ELECTION_GRACE: Duration = Duration::from_secs(5);
 
 /// Largest response accepted from etcd. tonic's default (4 MiB) would fail a list of a few
 /// thousand objects; etcd itself sends up to 2 GiB, as kube-apiserver's client accepts.
@@ -113,6 +132,7 @@ impl EtcdStorage {
         let storage = EtcdStorage {
             client,
             options: opts,
+            attempts: endpoints.len().saturating_mul(ATTEMPTS_PER_ENDPOINT),
         };
         storage.health().await?;
         Ok(storage)
@@ -135,14 +155,50 @@ impl EtcdStorage {
         key: impl Into<Vec<u8>>,
         options: GetOptions,
     ) -> Result<GetResponse, Failure> {
-        let mut kv = self.kv();
-        within(
-            self.options.request_timeout,
-            "a read",
-            kv.get(key, Some(options)),
-        )
-        .await?
-        .map_err(Failure::from)
+        let key = key.into();
+        let read = self.resend(Repeat::Safe, || {
+            let mut kv = self.kv();
+            let (key, options) = (key.clone(), options.clone());
+            async move { kv.get(key, Some(options)).await }
+        });
+        within(self.options.request_timeout, "a read", read)
+            .await?
+            .map_err(Failure::from)
+    }
+
+    /// Sends the request `send` makes, again while it fails without reaching etcd (and, for
+    /// a request safe to repeat, while its connection breaks), up to `self.attempts` sends;
+    /// and again after a pause while etcd has no leader, for up to `ELECTION_GRACE`.
+    async fn resend<T, F, Fut>(
+        &self,
+        repeat: Repeat,
+        mut send: F,
+    ) -> std::result::Result<T, etcd_client::Error>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = std::result::Result<T, etcd_client::Error>>,
+    {
+        let started = std::time::Instant::now();
+        let mut sent = 1;
+        let mut pause = Duration::from_millis(25);
+        loop {
+            let err = match send().await {
+                Ok(answer) => return Ok(answer),
+                Err(err) => err,
+            };
+            match again(&err, repeat) {
+                Again::Now if sent < self.attempts => {
+                    tracing::debug!(error = %err, sent, "an etcd request did not reach a member; sending it again");
+                    sent += 1;
+                }
+                Again::AfterElection if started.elapsed() + pause < ELECTION_GRACE => {
+                    tracing::debug!(error = %err, "etcd has no leader; the request waits for one");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(Duration::from_millis(250));
+                }
+                _ => return Err(err),
+            }
+        }
     }
 
     /// The compacted revision, for errors that need it and etcd does not report: a watch from
@@ -267,14 +323,14 @@ impl Storage for EtcdStorage {
             .when(compares)
             .and_then(ops)
             .or_else(reads);
-        let mut kv = self.kv();
-        let response = within(
-            self.options.request_timeout,
-            "a transaction",
-            kv.txn(request),
-        )
-        .await?
-        .map_err(|e| Failure::from(e).into_error())?;
+        let commit = self.resend(Repeat::Unsafe, || {
+            let mut kv = self.kv();
+            let request = request.clone();
+            async move { kv.txn(request).await }
+        });
+        let response = within(self.options.request_timeout, "a transaction", commit)
+            .await?
+            .map_err(|e| Failure::from(e).into_error())?;
         let revision = response
             .header()
             .map(|h| h.revision())
@@ -316,11 +372,16 @@ impl Storage for EtcdStorage {
         } else {
             prefix.as_bytes().to_vec()
         };
-        let mut client = self.watch_client();
+        // Nothing is read before the stream starts: starting it again is safe.
+        let start_watch = self.resend(Repeat::Safe, || {
+            let mut client = self.watch_client();
+            let (key, options) = (key.clone(), options.clone());
+            async move { client.watch(key, Some(options)).await }
+        });
         let stream = within(
             self.options.request_timeout,
             "starting a watch",
-            client.watch(key, Some(options)),
+            start_watch,
         )
         .await?
         .map_err(|e| Failure::from(e).into_error())?;
@@ -328,13 +389,13 @@ impl Storage for EtcdStorage {
     }
 
     async fn compact(&self, revision: Revision) -> Result<()> {
-        let mut kv = self.kv();
-        let compacted = within(
-            self.options.request_timeout,
-            "a compaction",
-            kv.compact(revision, None),
-        )
-        .await?;
+        // Compacting to a revision twice is compacting it once (the second is refused as
+        // compacted, which is handled below).
+        let compaction = self.resend(Repeat::Safe, || {
+            let mut kv = self.kv();
+            async move { kv.compact(revision, None).await }
+        });
+        let compacted = within(self.options.request_timeout, "a compaction", compaction).await?;
         match compacted.map_err(Failure::from) {
             Ok(_) => Ok(()),
             // History before `revision - 1` is certainly gone, so a probe from there learns
@@ -349,6 +410,81 @@ impl Storage for EtcdStorage {
 
     async fn health(&self) -> Result<()> {
         self.current_revision().await.map(|_| ())
+    }
+}
+
+/// Whether a request may be sent again after any failure of its connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Repeat {
+    /// A read (or a watch's start): sending it twice is reading twice.
+    Safe,
+    /// A write: sent again only if it certainly never reached etcd.
+    Unsafe,
+}
+
+/// Whether a failed request is sent again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Again {
+    /// It did not reach etcd: at once, to whichever member the balancer picks.
+    Now,
+    /// etcd had no leader: after a pause, while an election may be running.
+    AfterElection,
+    /// No: its failure is the answer.
+    No,
+}
+
+/// What to do about a request that failed with `err`: send it again at once when it never
+/// reached etcd (no connection could be made: a member down) or, for a request safe to
+/// repeat, when the connection it went out on broke; after a pause when etcd refused it for
+/// want of a leader ("no leader": never proposed) or, for a read, lost its leader meanwhile
+/// ("leader changed"); otherwise not.
+fn again(err: &etcd_client::Error, repeat: Repeat) -> Again {
+    if let etcd_client::Error::GRpcStatus(status) = err
+        && status.code() == tonic::Code::Unavailable
+    {
+        // etcd's own answers (rpctypes), as opposed to the transport's.
+        match status.message() {
+            "etcdserver: no leader" => return Again::AfterElection,
+            "etcdserver: leader changed" if repeat == Repeat::Safe => {
+                return Again::AfterElection;
+            }
+            _ => {}
+        }
+    }
+    if unsent(err, repeat) {
+        Again::Now
+    } else {
+        Again::No
+    }
+}
+
+/// Whether `err` says the request did not reach etcd: no connection could be made (a member
+/// down, refusing connections) — or, for a request safe to repeat, the connection it went out
+/// on broke.
+fn unsent(err: &etcd_client::Error, repeat: Repeat) -> bool {
+    let io_kind = |source: Option<&(dyn std::error::Error + 'static)>| {
+        let mut next = source;
+        while let Some(error) = next {
+            if let Some(io) = error.downcast_ref::<std::io::Error>() {
+                return Some(io.kind());
+            }
+            next = error.source();
+        }
+        None
+    };
+    let kind = match err {
+        etcd_client::Error::GRpcStatus(status) => io_kind(Some(status)),
+        etcd_client::Error::TransportError(error) => io_kind(Some(error)),
+        etcd_client::Error::IoError(error) => Some(error.kind()),
+        _ => None,
+    };
+    use std::io::ErrorKind::*;
+    match kind {
+        Some(ConnectionRefused | AddrNotAvailable | HostUnreachable | NetworkUnreachable) => true,
+        Some(BrokenPipe | ConnectionReset | ConnectionAborted | NotConnected | UnexpectedEof) => {
+            repeat == Repeat::Safe
+        }
+        _ => false,
     }
 }
 
@@ -482,7 +618,43 @@ fn prefix_end(prefix: &[u8]) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
-    use super::prefix_end;
+    use super::{Again, Repeat, again, prefix_end, unsent};
+    use std::io::{Error, ErrorKind};
+
+    #[test]
+    fn only_requests_that_never_reached_etcd_are_sent_again_unless_safe_to_repeat() {
+        let io = |kind: ErrorKind| etcd_client::Error::IoError(Error::from(kind));
+        for kind in [ErrorKind::ConnectionRefused, ErrorKind::HostUnreachable] {
+            assert!(unsent(&io(kind), Repeat::Unsafe), "{kind:?}");
+            assert!(unsent(&io(kind), Repeat::Safe), "{kind:?}");
+        }
+        // The connection broke: a write may have been applied; a read is read again.
+        for kind in [ErrorKind::BrokenPipe, ErrorKind::ConnectionReset] {
+            assert!(!unsent(&io(kind), Repeat::Unsafe), "{kind:?}");
+            assert!(unsent(&io(kind), Repeat::Safe), "{kind:?}");
+        }
+        assert!(!unsent(&io(ErrorKind::TimedOut), Repeat::Safe));
+    }
+
+    #[test]
+    fn requests_refused_for_want_of_a_leader_wait_for_one() {
+        let etcd = |message: &str| {
+            etcd_client::Error::GRpcStatus(tonic::Status::unavailable(message.to_string()))
+        };
+        // Refused before it was proposed: safe for a write too.
+        let no_leader = etcd("etcdserver: no leader");
+        assert_eq!(again(&no_leader, Repeat::Unsafe), Again::AfterElection);
+        assert_eq!(again(&no_leader, Repeat::Safe), Again::AfterElection);
+        // A read that lost its leader is read again; a write may have been applied.
+        let changed = etcd("etcdserver: leader changed");
+        assert_eq!(again(&changed, Repeat::Safe), Again::AfterElection);
+        assert_eq!(again(&changed, Repeat::Unsafe), Again::No);
+        let timed_out = etcd("etcdserver: request timed out");
+        assert_eq!(again(&timed_out, Repeat::Safe), Again::No);
+        assert_eq!(again(&timed_out, Repeat::Unsafe), Again::No);
+        let refused = etcd_client::Error::IoError(Error::from(ErrorKind::ConnectionRefused));
+        assert_eq!(again(&refused, Repeat::Unsafe), Again::Now);
+    }
 
     #[test]
     fn prefix_end_is_the_first_key_after_the_prefix() {
