@@ -1,7 +1,8 @@
 //! The storage backends against one conformance suite of etcd semantics (each scenario on the
 //! durable embedded store, the in-memory embedded store and a real etcd, each fresh), plus what
 //! only the embedded store has: durability across restarts, torn-tail recovery, concurrency;
-//! what only etcd has: three members, one killed at a time (`etcd_members`).
+//! what only etcd has: three members, one killed at a time (`etcd_members`); and the
+//! controllers' fence on both (`fence`).
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
@@ -164,5 +165,6 @@ async fn next_events(stream: &mut WatchStream, n: usize) -> Vec<Event> {
 mod embedded_only;
 mod etcd_members;
 mod etcd_only;
+mod fence;
 mod more_scenarios;
 mod scenarios;
