@@ -1,6 +1,8 @@
-//! A trial's processes: a real etcd, the kube-apiserver test double (HTTPS on loopback, with
+//! A trial's processes: a real etcd — one member, or three as production runs it, the
+//! replicas given every member's URL — the kube-apiserver test double (HTTPS on loopback, with
 //! its fault injection), and two replicas of the real `svm-apiserver` binary sharing one etcd
-//! prefix, with trigger and migrator on and fast leader-election timings.
+//! prefix, with trigger and migrator on and fast leader-election timings; optionally each
+//! replica behind a [`Gate`] of its own in front of etcd.
 
 use std::time::Duration;
 
@@ -9,7 +11,8 @@ use serde_json::Value;
 use svm_storage::Storage;
 use svm_storage::etcd::{EtcdOptions, EtcdStorage};
 
-use crate::support::etcd::EtcdServer;
+use crate::gate::Gate;
+use crate::support::etcd::{EtcdCluster, EtcdServer};
 use crate::support::server::{Backend, ServerProcess};
 
 /// The migrated resources and how many objects each holds (10^4 in all).
@@ -18,9 +21,36 @@ pub(crate) const RESOURCES: [(&str, usize); 2] =
 /// The lease a paused leader is held past.
 pub(crate) const LEASE: Duration = Duration::from_secs(3);
 
+/// The trial's etcd.
+pub(crate) enum Etcd {
+    One(Box<EtcdServer>),
+    Three(EtcdCluster),
+}
+
+impl Etcd {
+    /// Every member's client URL.
+    pub(crate) fn endpoints(&self) -> Vec<String> {
+        match self {
+            Etcd::One(server) => vec![server.endpoint()],
+            Etcd::Three(cluster) => cluster.endpoints(),
+        }
+    }
+}
+
+/// How a trial's etcd and replicas are laid out.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Layout {
+    /// etcd members: 1 or 3.
+    pub members: usize,
+    /// Each replica reaches etcd through a [`Gate`] of its own (one member only).
+    pub gates: bool,
+}
+
 pub(crate) struct Cluster {
     pub replicas: Vec<ServerProcess>,
-    pub etcd: EtcdServer,
+    /// `gates[i]` stands between replica `i` and etcd (when the layout asks for gates).
+    pub gates: Vec<Gate>,
+    pub etcd: Etcd,
     pub double: KubeDouble,
     pub prefix: String,
     _dir: tempfile::TempDir,
@@ -28,8 +58,12 @@ pub(crate) struct Cluster {
 
 impl Cluster {
     /// etcd, the double with [`RESOURCES`] stored in v1, and two replicas on it.
-    pub(crate) async fn start(qps: u32) -> Cluster {
-        let etcd = EtcdServer::start();
+    pub(crate) async fn start(qps: u32, layout: Layout) -> Cluster {
+        let etcd = match layout.members {
+            1 => Etcd::One(Box::new(EtcdServer::start())),
+            3 => Etcd::Three(tokio::task::block_in_place(EtcdCluster::start)),
+            n => panic!("{n} etcd members: a trial runs 1 or 3"),
+        };
         let double = crate::support::doubles::with_widgets(
             KubeDouble::builder().lease_renewal(Duration::from_millis(200)),
             "demo",
@@ -59,12 +93,27 @@ impl Cluster {
             "--compaction-interval=0".into(),
         ];
         let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-        let endpoint = etcd.endpoint();
-        let replicas = (0..2)
-            .map(|_| ServerProcess::start_with(Backend::EtcdShared(&endpoint, &prefix), &flags))
+        let mut gates = Vec::new();
+        if layout.gates {
+            let [endpoint] = &etcd.endpoints()[..] else {
+                panic!("gates stand before one etcd member");
+            };
+            for _ in 0..2 {
+                gates.push(Gate::start(endpoint).await);
+            }
+        }
+        // `--etcd-servers`: every member's URL (comma-separated), or the replica's gate.
+        let servers: Vec<String> = match &gates[..] {
+            [] => vec![etcd.endpoints().join(","); 2],
+            gates => gates.iter().map(Gate::endpoint).collect(),
+        };
+        let replicas = servers
+            .iter()
+            .map(|servers| ServerProcess::start_with(Backend::EtcdShared(servers, &prefix), &flags))
             .collect();
         Cluster {
             replicas,
+            gates,
             etcd,
             double,
             prefix,
@@ -72,7 +121,8 @@ impl Cluster {
         }
     }
 
-    /// A fresh client of the trial's etcd (a fresh one each time: etcd restarts).
+    /// A fresh client of the trial's etcd, given every member (a fresh one each time: etcd
+    /// restarts).
     pub(crate) async fn etcd_client(&self) -> Option<EtcdStorage> {
         let options = EtcdOptions {
             request_timeout: Duration::from_secs(5),
@@ -80,7 +130,7 @@ impl Cluster {
         };
         tokio::time::timeout(
             Duration::from_secs(5),
-            EtcdStorage::connect(&[self.etcd.endpoint()], options),
+            EtcdStorage::connect(&self.etcd.endpoints(), options),
         )
         .await
         .ok()?
@@ -153,17 +203,20 @@ impl Cluster {
             && state["status"]["persistedStorageVersionHashes"] == serde_json::json!([v2])
     }
 
-    /// Lines of the replicas' logs that say a fenced write was refused.
+    /// Fenced writes etcd refused, by the replicas' logs: each refused transaction logs "a
+    /// write was refused" with `what` naming the write ("writing …"; a read of the term
+    /// record that finds it over says "checking leadership", and is not counted).
     pub(crate) fn refusals(&self) -> usize {
-        self.replicas
-            .iter()
-            .map(|r| {
-                r.log()
-                    .lines()
-                    .filter(|l| l.contains("a write was refused"))
-                    .count()
-            })
-            .sum()
+        (0..self.replicas.len()).map(|i| self.refusals_of(i)).sum()
+    }
+
+    /// [`Cluster::refusals`] of replica `index`.
+    pub(crate) fn refusals_of(&self, index: usize) -> usize {
+        self.replicas[index]
+            .log()
+            .lines()
+            .filter(|l| l.contains("a write was refused") && l.contains("\"writing "))
+            .count()
     }
 
     /// The last lines of each replica's log.

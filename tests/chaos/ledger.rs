@@ -1,5 +1,5 @@
 //! The ledger: every change under the servers' etcd prefix, read with a watch from revision 1
-//! (resumed after etcd restarts), and what it shows.
+//! (resumed after etcd restarts and member kills), and what it shows.
 //!
 //! - **Who wrote what.** Leader election writes `<prefix>/leader` and, when the holder changes,
 //!   `<prefix>/leader-term`; every controller write sets `<prefix>/leader-writes` to its
@@ -8,7 +8,8 @@
 //!   can be (the harness itself writes nothing). A write whose term is not the term in force
 //!   just before it is a write *from a deposed leader that landed*.
 //! - **Migrations.** Every stored state of every migration (by uid): how often it turned
-//!   Succeeded, and whether its progress ever went backwards.
+//!   Succeeded, whether its progress ever went backwards, and how many objects it said it
+//!   migrated when it succeeded (each object counted once: as many as the resource holds).
 //! - **Safety, sampled.** Each StorageState write that says safe is judged, as it arrives,
 //!   against the double's read-back of how the resource's objects are stored.
 
@@ -48,7 +49,7 @@ struct Seen {
 
 pub(crate) struct Ledger {
     prefix: String,
-    endpoint: String,
+    endpoints: Vec<String>,
     seen: Arc<Mutex<Seen>>,
     task: JoinHandle<()>,
 }
@@ -76,6 +77,8 @@ pub(crate) struct Accounting {
     pub failures: Vec<String>,
     /// Progress that went backwards: (migration, from, to).
     pub regressions: Vec<(String, i64, i64)>,
+    /// Migrations that succeeded: (migration, resource as `resource.group`, objects migrated).
+    pub counted: Vec<(String, String, i64)>,
     pub safe_samples: u64,
     pub unsafe_verdicts: Vec<String>,
     pub broken: Option<String>,
@@ -96,23 +99,23 @@ impl Accounting {
 }
 
 impl Ledger {
-    /// Starts reading every change under `prefix` from revision 1; StorageStates that say safe
-    /// are judged against `engine`.
+    /// Starts reading every change under `prefix` from revision 1 (from etcd at `endpoints`,
+    /// every member's URL); StorageStates that say safe are judged against `engine`.
     pub(crate) fn start(
-        endpoint: &str,
+        endpoints: &[String],
         prefix: &str,
         engine: Arc<kube_double::engine::Engine>,
     ) -> Self {
         let seen = Arc::new(Mutex::new(Seen::default()));
         let task = tokio::spawn(follow(
-            endpoint.to_string(),
+            endpoints.to_vec(),
             prefix.to_string(),
             engine,
             seen.clone(),
         ));
         Ledger {
             prefix: prefix.to_string(),
-            endpoint: endpoint.to_string(),
+            endpoints: endpoints.to_vec(),
             seen,
             task,
         }
@@ -123,7 +126,7 @@ impl Ledger {
     pub(crate) async fn catch_up(&self) -> Result<(), String> {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
         loop {
-            if let Ok(storage) = connect(&self.endpoint).await
+            if let Ok(storage) = connect(&self.endpoints).await
                 && let Ok(current) = storage.current_revision().await
                 && self.seen.lock().unwrap().last_revision >= current
             {
@@ -224,6 +227,12 @@ impl Ledger {
                             .unwrap_or((name.clone(), false, false, 0));
                     if succeeded && !before.1 {
                         *out.successes.entry(format!("{name} {uid}")).or_default() += 1;
+                        let resource = &m.spec.resource;
+                        let resource = match resource.group.as_str() {
+                            "" => resource.resource.clone(),
+                            group => format!("{}.{group}", resource.resource),
+                        };
+                        out.counted.push((name.clone(), resource, migrated));
                     }
                     if failed && !before.2 {
                         out.failures.push(name.clone());
@@ -239,23 +248,23 @@ impl Ledger {
     }
 }
 
-async fn connect(endpoint: &str) -> Result<EtcdStorage, StorageError> {
+async fn connect(endpoints: &[String]) -> Result<EtcdStorage, StorageError> {
     let options = EtcdOptions {
         request_timeout: Duration::from_secs(5),
         ..EtcdOptions::default()
     };
     tokio::time::timeout(
         Duration::from_secs(5),
-        EtcdStorage::connect(&[endpoint.to_string()], options),
+        EtcdStorage::connect(endpoints, options),
     )
     .await
     .map_err(|_| StorageError::unavailable("connecting to etcd timed out"))?
 }
 
 /// Watches everything under `prefix` from revision 1, resuming after the last revision seen
-/// whenever the watch ends (etcd restarted).
+/// whenever the watch ends (etcd restarted, or the member it was on killed).
 async fn follow(
-    endpoint: String,
+    endpoints: Vec<String>,
     prefix: String,
     engine: Arc<kube_double::engine::Engine>,
     seen: Arc<Mutex<Seen>>,
@@ -264,7 +273,7 @@ async fn follow(
     let watched = format!("{prefix}/");
     loop {
         let after = seen.lock().unwrap().last_revision;
-        let stream = match connect(&endpoint).await {
+        let stream = match connect(&endpoints).await {
             Ok(storage) => storage.watch(&watched, after).await.map(|s| (s, storage)),
             Err(err) => Err(err),
         };

@@ -1,30 +1,35 @@
-//! Chaos trials on real processes: a real etcd, the kube-apiserver test double, and two
+//! Chaos trials on real processes: a real etcd (one member, or — one trial in three — three
+//! members, the replicas given all three URLs), the kube-apiserver test double, and two
 //! replicas of the real `svm-apiserver` binary (trigger and migrator on, leader-elected),
 //! upgrading 10^4 objects while faults drawn from a printed seed strike: kill -9 of the
-//! leader, SIGSTOP of the leader past its lease then SIGCONT, etcd killed and restarted, 10 %
-//! 5xx and 429 (Retry-After) storms, a watch-list stream cut mid-list.
+//! leader, SIGSTOP of the leader past its lease then SIGCONT, etcd killed and restarted (on
+//! three members: the raft leader and a follower the leading replica is connected to, each
+//! killed and restarted), 10 % 5xx and 429 (Retry-After) storms, a watch-list stream cut
+//! mid-list.
 //!
 //! Each trial is judged from etcd's own history (see `ledger`): no object left in the old
 //! encoding, every migration that succeeded did so once, progress never went backwards, no
 //! write from a deposed leader landed and every write is attributed to a holder, and no
 //! StorageState said safe while the double still stored an old object (sampled: every safe
-//! StorageState write is judged, and a trial must judge at least one).
+//! StorageState write is judged, and a trial must judge at least one), and every migration
+//! that succeeded counted each object of its resource once.
 //!
 //! `SVM_CHAOS_TRIALS` (default 3, `make chaos`: 50) trials run one after another;
-//! `SVM_CHAOS_SEED` replays: trial `i` uses seed + i.
+//! `SVM_CHAOS_SEED` (or `SVM_TEST_SEED`) replays: trial `i` uses seed + i.
 // Test code: a failed unwrap is a failed test.
 #![allow(clippy::unwrap_used)]
 
 use svm_test_support as support;
 
 mod cluster;
+mod gate;
 mod ledger;
 mod plan;
 mod trial;
 
 use std::time::{Duration, Instant};
 
-use cluster::{Cluster, RESOURCES, Stopped};
+use cluster::{Cluster, Layout, RESOURCES, Stopped};
 use ledger::Ledger;
 use support::wait::eventually_async_every;
 
@@ -42,7 +47,18 @@ async fn chaos_trials_lose_no_write_and_misdirect_none() {
         .ok()
         .and_then(|t| t.parse().ok())
         .unwrap_or(3);
-    let base = support::seed::seed("chaos trials");
+    // The documented replay (`make chaos`, docs/testing.md) is SVM_CHAOS_SEED; the harness's
+    // SVM_TEST_SEED works too.
+    let base = match std::env::var("SVM_CHAOS_SEED")
+        .ok()
+        .and_then(|s| s.trim().parse().ok())
+    {
+        Some(seed) => {
+            eprintln!("chaos trials: seed {seed} (SVM_CHAOS_SEED)");
+            seed
+        }
+        None => support::seed::seed("chaos trials"),
+    };
     let mut reports = Vec::new();
     for i in 0..trials {
         let seed = base.wrapping_add(i);
@@ -51,10 +67,12 @@ async fn chaos_trials_lose_no_write_and_misdirect_none() {
             Ok(report) => report,
             Err(err) => trial::Report {
                 seed,
+                members: plan::members(seed),
                 faults: Vec::new(),
                 elapsed: Duration::ZERO,
                 upgrade: Duration::ZERO,
                 old_left: None,
+                holds: Vec::new(),
                 accounting: Default::default(),
                 refusals: 0,
                 failure: Some(format!("the trial panicked: {err}")),
@@ -86,8 +104,8 @@ async fn chaos_trials_lose_no_write_and_misdirect_none() {
 }
 
 fn header() -> String {
-    "| # | seed | faults | old left | succeeded once | progress ↓ | deposed writes | unattributed | refused (fenced) | safe samples / unsafe | writes by holder | upgrade / trial |\n\
-     |---|---|---|---|---|---|---|---|---|---|---|---|"
+    "| # | seed | etcd members | faults | old left | succeeded once | objects counted once | progress ↓ | deposed writes | unattributed | refused by etcd (fenced) | safe samples / unsafe | writes by holder | upgrade / trial |\n\
+     |---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
         .to_string()
 }
 
@@ -99,9 +117,11 @@ fn row(n: u64, r: &trial::Report) -> String {
         .iter()
         .map(|(holder, n)| format!("{}:{n}", short(holder)))
         .collect();
+    let (counted_once, counted) = r.counted_once();
     format!(
-        "| {n} | {} | {} | {} | {once}/{succeeded} | {} | {} | {} | {} | {} / {} | {} | {:.0}s / {:.0}s |{}",
+        "| {n} | {} | {} | {} | {} | {once}/{succeeded} | {counted_once}/{counted} | {} | {} | {} | {} | {} / {} | {} | {:.0}s / {:.0}s |{}",
         r.seed,
+        r.members,
         r.faults.join("; "),
         r.old_left.map_or("?".into(), |n| n.to_string()),
         a.regressions.len(),
@@ -158,15 +178,27 @@ fn short(holder: &str) -> &str {
     &suffix[..suffix.len().min(8)]
 }
 
-/// A leader SIGSTOPped past its lease: the other replica takes over and finishes the upgrade;
-/// after SIGCONT the old leader — woken in the middle of its work — writes nothing, counted
-/// by holder from etcd's history.
+/// A leader SIGSTOPped past its lease with a fenced write of its own in flight: the other
+/// replica takes over and finishes; the write reaches etcd only under the new term and is
+/// refused by etcd's transaction, which the old leader — woken in the middle of its work —
+/// reports as a refused write; nothing it sent lands (writes counted by holder from etcd's
+/// history, the held one included).
+///
+/// The write is held by the leader's [`gate::Gate`]: armed with the fence's stamp key, it
+/// holds what the leader sends from its next fenced write on; the leader is paused at once,
+/// and the gate lets the bytes through once the other replica holds the term. Without it,
+/// which comes first when the paused leader wakes — a write, or noticing the lease is lost —
+/// would be a race.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leader_paused_past_its_lease_writes_nothing_after_it_resumes() {
     let _turn = ONE_AT_A_TIME.lock().await;
-    let cluster = Cluster::start(QPS).await;
+    let layout = Layout {
+        members: 1,
+        gates: true,
+    };
+    let cluster = Cluster::start(QPS, layout).await;
     let ledger = Ledger::start(
-        &cluster.etcd.endpoint(),
+        &cluster.etcd.endpoints(),
         &cluster.prefix,
         cluster.double.engine().clone(),
     );
@@ -188,7 +220,8 @@ async fn a_leader_paused_past_its_lease_writes_nothing_after_it_resumes() {
         cluster.double.set_storage_version(resource, "v2").unwrap();
     }
     let old = cluster.old_total();
-    // A fifth of the way in, the leader is paused.
+    // A fifth of the way in, the leader's next fenced write is held in flight, and the leader
+    // paused the moment it is.
     until(&cluster, guard, "a fifth migrated", async || {
         let left = cluster.old_total();
         if left * 5 > old * 4 {
@@ -203,15 +236,55 @@ async fn a_leader_paused_past_its_lease_writes_nothing_after_it_resumes() {
         .as_str()
         .expect("holder")
         .to_string();
+    let gate = &cluster.gates[paused];
+    gate.arm(&svm_registry::fence::writes_key(&cluster.prefix));
+    until(
+        &cluster,
+        guard,
+        "a fenced write of the leader in flight",
+        async || {
+            if gate.holding() {
+                Ok(())
+            } else {
+                Err("no fenced write sent since the gate was armed".into())
+            }
+        },
+    )
+    .await;
     let stopped = Stopped::stop(cluster.replicas[paused].pid().expect("pid"));
+    // Stopped: it sends nothing more, and nothing it sent since the gate closed reached etcd.
+    let held = gate.held_writes();
+    let refused_before = cluster.refusals_of(paused);
+    ledger.catch_up().await.expect("ledger");
+    let before = ledger.account();
 
-    // The other replica takes over once the lease lapses, and finishes the upgrade alone.
+    // The other replica takes over once the lease lapses.
     until(&cluster, guard, "a takeover", async || {
         match cluster.stored("leader-term").await {
             Some(term) if term["holderIdentity"] != holder.as_str() => Ok(()),
             term => Err(format!("leader term {term:?}")),
         }
     })
+    .await;
+    // Only now does etcd see the held write, under the new term; then SIGCONT: the old
+    // leader wakes to etcd's answers, its lease long gone.
+    gate.release();
+    drop(stopped);
+    until(
+        &cluster,
+        guard,
+        "the held write refused by etcd",
+        async || {
+            let refused = cluster.refusals_of(paused) - refused_before;
+            if refused >= held {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{refused} refused writes in its log, {held} held in flight"
+                ))
+            }
+        },
+    )
     .await;
     for (resource, _) in RESOURCES {
         until(&cluster, guard, "the new leader finishing", async || {
@@ -225,37 +298,26 @@ async fn a_leader_paused_past_its_lease_writes_nothing_after_it_resumes() {
     }
     assert_eq!(cluster.old_total(), 0);
     ledger.catch_up().await.expect("ledger");
-    let before = ledger.account();
-
-    // SIGCONT: it wakes in the middle of a page, its lease long gone.
-    drop(stopped);
-    until(&cluster, guard, "the resumed leader noticing", async || {
-        if ["lost the leader lease", "a write was refused"]
-            .iter()
-            .any(|line| cluster.replicas[paused].log().contains(line))
-        {
-            Ok(())
-        } else {
-            Err("neither \"lost the leader lease\" nor \"a write was refused\" in its log".into())
-        }
-    })
-    .await;
-    // Whatever it was doing, give it time to try.
-    tokio::time::sleep(Duration::from_secs(3)).await;
-    ledger.catch_up().await.expect("ledger");
     let after = ledger.account();
+    let refused = cluster.refusals_of(paused) - refused_before;
+    let log = cluster.replicas[paused].log();
+    let refusals: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("a write was refused"))
+        .collect();
+    eprintln!("the resumed leader's refusals:\n{}", refusals.join("\n"));
     eprintln!(
-        "writes by holder: before SIGCONT {:?}, after {:?}; terms {:?}; refused writes in the \
-         resumed replica's log: {}",
-        before.writes_by_holder,
-        after.writes_by_holder,
-        after.terms,
-        cluster.replicas[paused]
-            .log()
-            .matches("a write was refused")
-            .count()
+        "the paused leader had {held} fenced write(s) in flight; etcd refused {refused} of its \
+         writes after it woke ({refused_before} before); writes by holder: at the pause {:?}, \
+         at the end {:?}; terms {:?}",
+        before.writes_by_holder, after.writes_by_holder, after.terms,
     );
     let by = |a: &ledger::Accounting, h: &str| a.writes_by_holder.get(h).copied().unwrap_or(0);
+    assert!(held >= 1, "a fenced write was held in flight");
+    assert!(
+        refused >= held,
+        "every held write refused: {refused} of {held}"
+    );
     assert!(
         by(&before, &holder) > 0,
         "the paused leader wrote while it led"
@@ -263,7 +325,7 @@ async fn a_leader_paused_past_its_lease_writes_nothing_after_it_resumes() {
     assert_eq!(
         by(&after, &holder),
         by(&before, &holder),
-        "the paused leader wrote after SIGCONT"
+        "a write of the paused leader landed after the pause"
     );
     let successor = after.terms.last().map(|t| t.1.clone()).expect("terms");
     assert_ne!(successor, holder);

@@ -1,14 +1,16 @@
 //! One chaos trial: the upgrade of 10^4 objects (every migrated resource's storage version
-//! moves to v2, the trigger records it and the migrator rewrites them) under the faults the
-//! trial's seed draws, then the accounting.
+//! moves to v2, the trigger records it and the migrator rewrites them) on one etcd member or
+//! three, under the faults the trial's seed draws, then the accounting.
 
 use std::time::{Duration, Instant};
 
 use kube_double::{Fault as DoubleFault, FaultRule};
+use svm_storage::Storage;
+use svm_storage::etcd::EtcdStorage;
 
-use crate::cluster::{Cluster, LEASE, RESOURCES, Stopped};
+use crate::cluster::{Cluster, Etcd, LEASE, Layout, RESOURCES, Stopped};
 use crate::ledger::{Accounting, Ledger};
-use crate::plan::{self, Fault};
+use crate::plan::{self, Fault, Member};
 
 /// How long the upgrade may take under its faults (a hang guard, not a speed check).
 const UPGRADE_GUARD: Duration = Duration::from_secs(300);
@@ -17,6 +19,8 @@ const UPGRADE_GUARD: Duration = Duration::from_secs(300);
 #[derive(Clone, Debug)]
 pub(crate) struct Report {
     pub seed: u64,
+    /// etcd members the trial ran (1 or 3).
+    pub members: usize,
     /// Each fault as applied: what, at what share of the migration, and what came of it.
     pub faults: Vec<String>,
     pub elapsed: Duration,
@@ -24,6 +28,9 @@ pub(crate) struct Report {
     pub upgrade: Duration,
     /// Objects still in the old encoding once the StorageStates said safe.
     pub old_left: Option<usize>,
+    /// How many objects each migrated resource holds (the preloaded ones and any the double
+    /// starts with), read from the double at the end.
+    pub holds: Vec<(String, i64)>,
     pub accounting: Accounting,
     /// Fenced writes the replicas' logs say were refused.
     pub refusals: usize,
@@ -32,6 +39,22 @@ pub(crate) struct Report {
 }
 
 impl Report {
+    /// Succeeded migrations of the migrated resources whose count is the resource's size, of
+    /// those that succeeded.
+    pub(crate) fn counted_once(&self) -> (usize, usize) {
+        let mut right = 0;
+        let mut counted = 0;
+        for (_, resource, migrated) in &self.accounting.counted {
+            if let Some((_, holds)) = self.holds.iter().find(|(name, _)| name == resource) {
+                counted += 1;
+                if holds == migrated {
+                    right += 1;
+                }
+            }
+        }
+        (right, counted)
+    }
+
     /// What went wrong; empty when every invariant held.
     pub(crate) fn problems(&self) -> Vec<String> {
         let a = &self.accounting;
@@ -63,6 +86,15 @@ impl Report {
         if once != succeeded {
             out.push(format!("succeeded more than once: {:?}", a.successes));
         }
+        // Each object counted once: a migration of a migrated resource that succeeded says it
+        // migrated exactly as many objects as the resource holds, faults or not.
+        let (right, counted) = self.counted_once();
+        if right != counted {
+            out.push(format!(
+                "objects counted other than once: migrations {:?}, resources {:?}",
+                a.counted, self.holds
+            ));
+        }
         if !a.failures.is_empty() {
             out.push(format!("migrations failed: {:?}", a.failures));
         }
@@ -82,19 +114,26 @@ impl Report {
 /// Runs the trial of `seed`.
 pub(crate) async fn run(seed: u64, qps: u32) -> Report {
     let started = Instant::now();
+    let members = plan::members(seed);
     let mut report = Report {
         seed,
+        members,
         faults: Vec::new(),
         elapsed: Duration::ZERO,
         upgrade: Duration::ZERO,
         old_left: None,
+        holds: Vec::new(),
         accounting: Accounting::default(),
         refusals: 0,
         failure: None,
     };
-    let mut cluster = Cluster::start(qps).await;
+    let layout = Layout {
+        members,
+        gates: false,
+    };
+    let mut cluster = Cluster::start(qps, layout).await;
     let ledger = Ledger::start(
-        &cluster.etcd.endpoint(),
+        &cluster.etcd.endpoints(),
         &cluster.prefix,
         cluster.double.engine().clone(),
     );
@@ -106,6 +145,13 @@ pub(crate) async fn run(seed: u64, qps: u32) -> Report {
         report.failure.get_or_insert(why);
     }
     report.accounting = ledger.account();
+    report.holds = RESOURCES
+        .iter()
+        .map(|(resource, _)| {
+            let objects: usize = cluster.double.stored_summary(resource).values().sum();
+            (resource.to_string(), objects as i64)
+        })
+        .collect();
     report.refusals = cluster.refusals();
     report.elapsed = started.elapsed();
     report
@@ -246,11 +292,15 @@ async fn apply(cluster: &mut Cluster, fault: &Fault) -> Result<String, String> {
             Ok(String::new())
         }
         Fault::RestartEtcd { down } => {
-            tokio::task::block_in_place(|| cluster.etcd.kill());
+            let Etcd::One(etcd) = &mut cluster.etcd else {
+                return Err("an etcd restart drawn for three members".into());
+            };
+            tokio::task::block_in_place(|| etcd.kill());
             tokio::time::sleep(*down).await;
-            tokio::task::block_in_place(|| cluster.etcd.restart());
+            tokio::task::block_in_place(|| etcd.restart());
             Ok(String::new())
         }
+        Fault::KillMember { member, down } => kill_member(cluster, *member, *down).await,
         Fault::ServerErrors { lasting } => {
             let rules = [
                 FaultRule::new(DoubleFault::ServerError { code: 503 })
@@ -274,6 +324,92 @@ async fn apply(cluster: &mut Cluster, fault: &Fault) -> Result<String, String> {
         }
         Fault::CutStream { .. } => Ok(String::new()),
     }
+}
+
+/// Kills one of three etcd members, restarts it after `down`; says which member went, and how
+/// long until the controllers' next write landed (`<prefix>/leader-writes` moved) — while it
+/// was down, or after it came back.
+async fn kill_member(
+    cluster: &mut Cluster,
+    member: Member,
+    down: Duration,
+) -> Result<String, String> {
+    let Etcd::Three(members) = &cluster.etcd else {
+        return Err("a member kill drawn for one etcd".into());
+    };
+    let leader = tokio::task::block_in_place(|| members.wait_leader());
+    let replica = cluster.wait_leader().await;
+    let connected = replica
+        .and_then(|r| cluster.replicas[r].pid())
+        .map(|pid| members.connected(pid))
+        .unwrap_or_default();
+    let victim = match member {
+        Member::Leader => leader,
+        // The leading replica's client is connected to every member it can reach; any of
+        // them but the raft leader is a connected follower.
+        Member::Connected => match connected.iter().find(|m| **m != leader) {
+            Some(found) => *found,
+            None => return Ok(format!(" (no follower connected: {connected:?})")),
+        },
+    };
+    let name = members.members()[victim].name().to_string();
+    // One client for the whole fault, given every member: it rides out the kill.
+    let client = cluster
+        .etcd_client()
+        .await
+        .ok_or("no etcd client before the kill")?;
+    let prefix = cluster.prefix.clone();
+    let stamp = last_write(&client, &prefix).await;
+    let Etcd::Three(members) = &mut cluster.etcd else {
+        unreachable!("matched above");
+    };
+    tokio::task::block_in_place(|| members.kill(victim));
+    let killed = Instant::now();
+    let mut recovered = None;
+    while killed.elapsed() < down {
+        if last_write(&client, &prefix).await > stamp {
+            recovered = Some(killed.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    if let Some(rest) = down.checked_sub(killed.elapsed()) {
+        tokio::time::sleep(rest).await;
+    }
+    let Etcd::Three(members) = &mut cluster.etcd else {
+        unreachable!("matched above");
+    };
+    tokio::task::block_in_place(|| members.restart(victim));
+    let back = killed.elapsed();
+    // A hang guard, not a speed check: the migration may have finished meanwhile.
+    while recovered.is_none() && killed.elapsed() < back + Duration::from_secs(30) {
+        if last_write(&client, &prefix).await > stamp {
+            recovered = Some(killed.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let recovery = match recovered {
+        Some(after) if after <= back => {
+            format!("next write {:.2}s after, while down", after.as_secs_f64())
+        }
+        Some(after) => format!("next write {:.2}s after, once back", after.as_secs_f64()),
+        None => "no write since".into(),
+    };
+    Ok(format!(
+        " ({name}: {recovery}; back and healthy {:.1}s after the kill)",
+        back.as_secs_f64()
+    ))
+}
+
+/// The revision of the controllers' last write (`<prefix>/leader-writes`'s mod revision; 0 when
+/// etcd does not answer).
+async fn last_write(client: &EtcdStorage, prefix: &str) -> i64 {
+    client
+        .get(&format!("{prefix}/leader-writes"))
+        .await
+        .ok()
+        .flatten()
+        .map_or(0, |kv| kv.mod_revision)
 }
 
 /// `rules` for `lasting`; says how many requests they hit.
