@@ -9,7 +9,7 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use svm_controllers::ControllerOptions;
-use svm_server::auth::{Auth, AuthOptions};
+use svm_server::auth::{Auth, AuthOptions, CaBundle};
 use svm_server::{AppState, ServeOptions};
 use svm_storage::{Storage, StorageConfig, compactor};
 
@@ -203,15 +203,22 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn serve(mut args: ServeArgs) -> anyhow::Result<()> {
-    // With development certificates (no --tls-cert-file) and no client CA given, trust the dev
-    // CA for client certificates: the kubeconfig written at start carries its admin
-    // certificate (O=system:masters), so `make run` works without any cluster.
-    if args.server.tls_cert_file.is_none() && args.auth.client_ca_file.is_none() {
-        let dev = svm_server::ensure_dev_certs(&args.server.cert_dir)?;
-        args.auth.client_ca_file = Some(dev.ca_cert);
-    }
+    // With development certificates (no --tls-cert-file) the dev CA is trusted for client
+    // certificates too: the kubeconfig written at start carries its admin certificate
+    // (O=system:masters), so `make run` works without any cluster. It is added to the client
+    // CA of --client-ca-file or of the cluster's extension-apiserver-authentication, never put
+    // in its place: a certificate the cluster issued (a Prometheus scraping /metrics) still
+    // authenticates, and the front proxy's CA is read from the cluster as without dev certs.
+    let dev_ca = match args.server.tls_cert_file {
+        Some(_) => None,
+        None => {
+            let dev = svm_server::ensure_dev_certs(&args.server.cert_dir)?;
+            tracing::info!(ca = %dev.ca_cert.display(), "development certificates: their CA is trusted for client certificates too");
+            Some(CaBundle::from_file(&dev.ca_cert)?)
+        }
+    };
     delegate_to_the_migrated_cluster(&mut args);
-    let auth = Arc::new(Auth::from_options(&args.auth).await?);
+    let auth = Arc::new(Auth::from_options_with(&args.auth, dev_ca).await?);
     let storage = args.storage.open().await?;
     let kinds = svm_api::Kinds {
         volume_claim_migrations: args.enable_volume_claim_migrations,

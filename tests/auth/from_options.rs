@@ -8,7 +8,7 @@ use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
 use serde_json::json;
 use svm_devcerts::{self as devcerts, DevCertFiles};
-use svm_server::auth::{Auth, AuthOptions, PeerCertificates, Rejection};
+use svm_server::auth::{Auth, AuthOptions, CaBundle, PeerCertificates, Rejection};
 
 use crate::fake_cluster::{FakeCluster, Policy};
 
@@ -117,6 +117,50 @@ async fn the_published_configuration_is_used_when_the_flags_leave_it_out() {
     // Anonymous callers are refused.
     let anonymous = auth.admit(&mut request(SVM, None, &[])).await;
     assert!(matches!(anonymous, Err(Rejection::Unauthenticated)));
+}
+
+#[tokio::test]
+async fn an_also_trusted_ca_is_added_to_the_published_client_ca_not_put_in_its_place() {
+    let s = setup(true).await;
+    let dev_dir = tempfile::tempdir().expect("tempdir");
+    let dev = devcerts::generate(dev_dir.path()).expect("dev certs");
+    let dev_ca = CaBundle::from_file(&dev.ca_cert).expect("dev CA");
+    let auth = Auth::from_options_with(&s.options, Some(dev_ca))
+        .await
+        .expect("auth");
+    // The cluster's client CA still authenticates its certificates...
+    let cluster_admin = auth
+        .admit(&mut request(SVM, Some(chain(&s.files.admin_cert)), &[]))
+        .await
+        .expect("the cluster's certificate");
+    assert_eq!(cluster_admin.name, devcerts::ADMIN_NAME);
+    // ...and the added CA its own.
+    let dev_admin = auth
+        .admit(&mut request(SVM, Some(chain(&dev.admin_cert)), &[]))
+        .await
+        .expect("the added CA's certificate");
+    assert_eq!(dev_admin.name, devcerts::ADMIN_NAME);
+    // The front proxy is the cluster's, as without it.
+    s.cluster.allow("jane", "list", "storageversionmigrations");
+    let proxy = chain(&s.files.front_proxy_client_cert);
+    let user = auth
+        .admit(&mut request(SVM, Some(proxy), &[("X-Remote-User", "jane")]))
+        .await
+        .expect("front proxy");
+    assert_eq!(user.name, "jane");
+    // The added CA's front-proxy certificate is no front proxy (its CA is not the cluster's).
+    let dev_proxy = chain(&dev.front_proxy_client_cert);
+    let result = auth
+        .admit(&mut request(
+            SVM,
+            Some(dev_proxy),
+            &[("X-Remote-User", "jane")],
+        ))
+        .await;
+    assert!(
+        matches!(result, Err(Rejection::Unauthenticated)),
+        "{result:?}"
+    );
 }
 
 #[tokio::test]

@@ -91,6 +91,17 @@ impl Auth {
     /// TokenReview and SubjectAccessReview clients (kubeconfig flags, else in-cluster, else
     /// none: then bearer tokens fail and only system:masters and always-allowed paths pass).
     pub async fn from_options(opts: &AuthOptions) -> Result<Self> {
+        Self::from_options_with(opts, None).await
+    }
+
+    /// As [`Auth::from_options`], also trusting `also_trusted` for client certificates, beside
+    /// the client CA the flags or the cluster give (never instead of it): development
+    /// certificates add their CA this way, so the written kubeconfig's admin certificate works
+    /// and a certificate the cluster's client CA issued still does.
+    pub async fn from_options_with(
+        opts: &AuthOptions,
+        also_trusted: Option<CaBundle>,
+    ) -> Result<Self> {
         let authn_client = cluster_client(opts.authentication_kubeconfig.as_deref())
             .await
             .context("--authentication-kubeconfig")?;
@@ -110,6 +121,9 @@ impl Auth {
         let mut builder = Auth::builder_from(opts);
         if let Some(ca) = client_ca {
             builder = builder.client_ca(ca);
+        }
+        if let Some(ca) = also_trusted {
+            builder = builder.also_trust_client_ca(ca);
         }
         if let Some(rh) = request_header {
             builder = builder.request_header(rh);
@@ -296,6 +310,7 @@ async fn client_certificate_settings(
 /// Builds an [`Auth`]; defaults are the flags' defaults.
 pub struct AuthBuilder {
     client_ca: Option<CaBundle>,
+    also_trusted: Vec<CaBundle>,
     request_header: Option<RequestHeaderConfig>,
     token_review: Option<kube::Client>,
     access_review: Option<kube::Client>,
@@ -316,6 +331,7 @@ impl Default for AuthBuilder {
         let defaults = AuthOptions::default();
         AuthBuilder {
             client_ca: None,
+            also_trusted: Vec::new(),
             request_header: None,
             token_review: None,
             access_review: None,
@@ -337,6 +353,13 @@ impl AuthBuilder {
     /// Accept client certificates this CA issued: CN is the user, O the groups.
     pub fn client_ca(mut self, ca: CaBundle) -> Self {
         self.client_ca = Some(ca);
+        self
+    }
+
+    /// Also accept client certificates this CA issued, beside those of
+    /// [`AuthBuilder::client_ca`] (whichever is called first).
+    pub fn also_trust_client_ca(mut self, ca: CaBundle) -> Self {
+        self.also_trusted.push(ca);
         self
     }
 
@@ -423,7 +446,13 @@ impl AuthBuilder {
 
     /// The configured [`Auth`]; fails when a CA bundle cannot verify certificates or a request
     /// header name is not a valid header name.
-    pub fn build(self) -> Result<Auth> {
+    pub fn build(mut self) -> Result<Auth> {
+        for ca in std::mem::take(&mut self.also_trusted) {
+            self.client_ca = Some(match self.client_ca.take() {
+                Some(client_ca) => client_ca.joined(&ca),
+                None => ca,
+            });
+        }
         let authenticator = Authenticator::new(
             self.request_header.as_ref(),
             self.client_ca.as_ref(),

@@ -45,6 +45,19 @@ impl CaBundle {
         Self::from_pem(&pem, path.display().to_string())
     }
 
+    /// One bundle trusting both: this one's certificates, then `other`'s.
+    pub fn joined(&self, other: &CaBundle) -> CaBundle {
+        CaBundle {
+            certificates: self
+                .certificates
+                .iter()
+                .chain(&other.certificates)
+                .cloned()
+                .collect(),
+            source: format!("{} and {}", self.source, other.source),
+        }
+    }
+
     pub(crate) fn root_store(&self) -> Result<RootCertStore> {
         let mut roots = RootCertStore::empty();
         for cert in &self.certificates {
