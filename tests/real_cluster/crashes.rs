@@ -126,7 +126,7 @@ async fn migrations_survive_sigkill_of_either_server_and_an_etcd_restart() {
 }
 
 /// The CRD's storage version becomes `versions[to]`.
-fn move_storage_to(cluster: &RealCluster, to: usize) {
+pub(crate) fn move_storage_to(cluster: &RealCluster, to: usize) {
     let ops: Vec<Value> = (0..3)
         .map(|i| json!({"op": "replace", "path": format!("/spec/versions/{i}/storage"), "value": i == to}))
         .collect();
@@ -140,7 +140,7 @@ fn move_storage_to(cluster: &RealCluster, to: usize) {
     ]);
 }
 
-fn stored_versions(cluster: &RealCluster) -> Value {
+pub(crate) fn stored_versions(cluster: &RealCluster) -> Value {
     let out = cluster.kubectl().ok(&[
         "get",
         "crd",
@@ -151,7 +151,7 @@ fn stored_versions(cluster: &RealCluster) -> Value {
     serde_json::from_str(out.trim()).unwrap_or(Value::Null)
 }
 
-fn progress(migration: &Value) -> i64 {
+pub(crate) fn progress(migration: &Value) -> i64 {
     migration["status"]["progress"]["migratedObjects"]
         .as_i64()
         .unwrap_or(0)

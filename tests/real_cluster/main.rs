@@ -15,6 +15,7 @@ mod companion;
 mod crashes;
 mod crd_storage_move;
 mod encryption;
+mod etcd_members;
 mod fidelity;
 mod first_start;
 mod flow_control;
