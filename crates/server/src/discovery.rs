@@ -248,10 +248,10 @@ fn aggregated_resource(resource: &dyn RestStorage) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{GROUP, MemoryResource, registry_with};
+    use crate::testing::{GROUP, registry_with, things};
 
     fn discovery() -> Discovery {
-        Discovery::build(&registry_with(MemoryResource::arc()))
+        Discovery::build(&registry_with(things()))
     }
 
     #[test]

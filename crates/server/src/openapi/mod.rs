@@ -295,10 +295,10 @@ fn to_v2_schema(value: &mut Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testing::{GROUP, MemoryResource, registry_with};
+    use crate::testing::{GROUP, registry_with, things};
 
     fn openapi() -> OpenApi {
-        OpenApi::build(&registry_with(MemoryResource::arc()), "v0.1.0")
+        OpenApi::build(&registry_with(things()), "v0.1.0")
     }
 
     fn refs(value: &Value) -> BTreeSet<String> {
