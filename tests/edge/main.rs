@@ -1,7 +1,8 @@
 //! The network edge, against the real binary over real TLS: every response delivered (big
 //! rejected bodies over HTTP/1.1 keep-alive and HTTP/2 while the CPU is busy), slow and hostile
 //! clients contained (slowloris connections and stalled handshakes, watchers that stop
-//! reading, floods of random bearer tokens), and etcd over TLS with client certificates.
+//! reading, floods of random bearer tokens, request bodies trickled past `--request-timeout`),
+//! and etcd over TLS with client certificates.
 //!
 //! The heavy tests take a lock so they never run at the same time as each other (the suites
 //! share two cores); each prints what it measured.
@@ -13,8 +14,10 @@ use svm_test_support::{edge_client as client, watch_load};
 
 mod delivery;
 mod etcd_tls;
+mod slow_bodies;
 mod slowloris;
 mod tokens;
+mod trickle;
 mod watchers;
 
 /// Held by each heavy test for its whole run.
