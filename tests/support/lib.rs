@@ -21,6 +21,7 @@ pub mod server;
 pub mod stats;
 pub mod wait;
 pub mod watch_load;
+pub mod webhook;
 
 use std::path::{Path, PathBuf};
 
