@@ -7,6 +7,7 @@ pub(crate) mod builtin;
 pub(crate) mod client;
 pub(crate) mod error;
 pub mod objects;
+pub mod refusal;
 pub mod resources;
 pub mod watches;
 pub mod wire;
