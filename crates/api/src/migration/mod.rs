@@ -20,6 +20,20 @@ pub const RUNNING: &str = "Running";
 pub const SUCCEEDED: &str = "Succeeded";
 /// The migration stopped for good.
 pub const FAILED: &str = "Failed";
+/// Ours: True when the migration finished (Succeeded) with objects it could not migrate, under
+/// the [`ON_OBJECT_FAILURE_ANNOTATION`] policy `Skip`; its message names them. A migration with
+/// it True did not migrate every object, so the resource is not safe.
+pub const OBJECTS_SKIPPED: &str = "ObjectsSkipped";
+
+/// What an object the cluster refuses for good does to its migration: `Fail` (the default: the
+/// migration ends Failed, naming the objects) or `Skip` (it ends Succeeded with
+/// [`OBJECTS_SKIPPED`] True). An annotation, because every served version's spec is
+/// upstream's and has no field for it.
+pub const ON_OBJECT_FAILURE_ANNOTATION: &str = "storagemigration.k8s.io/on-object-failure";
+/// [`ON_OBJECT_FAILURE_ANNOTATION`]'s values.
+pub const ON_OBJECT_FAILURE_VALUES: [&str; 2] = ["Fail", "Skip"];
+/// How many refused objects `status.progress.failures` names (the count goes on).
+pub const MAX_NAMED_FAILURES: usize = 10;
 
 /// The internal form: a superset of every served version, so conversion loses nothing.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -123,6 +137,48 @@ pub struct MigrationProgress {
     /// When this checkpoint was written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_checkpoint_time: Option<Time>,
+    /// Objects the cluster refused for good (not counted in `migratedObjects`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub failed_objects: i64,
+    /// The first [`MAX_NAMED_FAILURES`] of them, in the order they were refused.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub failures: Vec<ObjectFailure>,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
+}
+
+/// One object the migration could not rewrite, and the cluster's answer.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectFailure {
+    /// Empty for a cluster-scoped object.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub namespace: String,
+    /// The object's name.
+    #[serde(default)]
+    pub name: String,
+    /// The HTTP code of the answer (e.g. 403).
+    #[serde(default)]
+    pub code: i32,
+    /// The answer's metav1.Status reason (e.g. `Forbidden`, `Invalid`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub reason: String,
+    /// The answer's message (e.g. `admission webhook "…" denied the request: …`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub message: String,
+}
+
+impl ObjectFailure {
+    /// `namespace/name`, or `name` for a cluster-scoped object.
+    pub fn key(&self) -> String {
+        if self.namespace.is_empty() {
+            self.name.clone()
+        } else {
+            format!("{}/{}", self.namespace, self.name)
+        }
+    }
 }
 
 impl StorageVersionMigration {
@@ -132,6 +188,21 @@ impl StorageVersionMigration {
             .conditions
             .iter()
             .find(|c| c.type_ == type_ && c.status == "True")
+    }
+
+    /// Succeeded with every object migrated: not with objects skipped ([`OBJECTS_SKIPPED`]).
+    /// What makes a resource safe.
+    pub fn migrated_every_object(&self) -> bool {
+        self.condition_true(SUCCEEDED).is_some() && self.condition_true(OBJECTS_SKIPPED).is_none()
+    }
+
+    /// The [`ON_OBJECT_FAILURE_ANNOTATION`] policy: `Skip` when it says so, else `Fail`.
+    pub fn skips_refused_objects(&self) -> bool {
+        self.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(ON_OBJECT_FAILURE_ANNOTATION))
+            .is_some_and(|v| v == "Skip")
     }
 
     /// `Succeeded`, `Failed`, `Running` (whichever is True, in that order), else `Pending`.

@@ -20,7 +20,7 @@ use super::versions::{
     AlphaCondition, AlphaObject, AlphaResource, AlphaSpec, AlphaStatus, GaCondition, GaObject,
     GaSpec, GaStatus, GroupResource,
 };
-use super::{KIND, MigrationProgress};
+use super::{KIND, MigrationProgress, ObjectFailure};
 use crate::served::encode_body;
 use svm_registry::protobuf::meta::{
     list_meta_to_pb, object_meta_from_pb, object_meta_to_pb, time_from_pb, time_to_pb,
@@ -141,6 +141,25 @@ struct Progress {
     migrated_through: Option<String>,
     #[prost(message, optional, tag = "5")]
     last_checkpoint_time: Option<meta_pb::Time>,
+    #[prost(int64, optional, tag = "6")]
+    failed_objects: Option<i64>,
+    #[prost(message, repeated, tag = "7")]
+    failures: Vec<ObjectFailurePb>,
+}
+
+/// Ours: one of `status.progress.failures`.
+#[derive(Clone, PartialEq, Message)]
+struct ObjectFailurePb {
+    #[prost(string, optional, tag = "1")]
+    namespace: Option<String>,
+    #[prost(string, optional, tag = "2")]
+    name: Option<String>,
+    #[prost(int32, optional, tag = "3")]
+    code: Option<i32>,
+    #[prost(string, optional, tag = "4")]
+    reason: Option<String>,
+    #[prost(string, optional, tag = "5")]
+    message: Option<String>,
 }
 
 /// The protobuf messages of StorageVersionMigration, for the store's strategy.
@@ -355,6 +374,18 @@ fn progress_to_pb(progress: &MigrationProgress) -> Progress {
             .last_checkpoint_time
             .as_ref()
             .map(|t| time_to_pb(Some(t))),
+        failed_objects: Some(progress.failed_objects),
+        failures: progress
+            .failures
+            .iter()
+            .map(|f| ObjectFailurePb {
+                namespace: Some(f.namespace.clone()),
+                name: Some(f.name.clone()),
+                code: Some(f.code),
+                reason: Some(f.reason.clone()),
+                message: Some(f.message.clone()),
+            })
+            .collect(),
     }
 }
 
@@ -368,6 +399,18 @@ fn progress_from_pb(progress: Progress) -> Result<MigrationProgress, ProtobufErr
             Some(time) => time_from_pb(Some(time))?,
             None => None,
         },
+        failed_objects: progress.failed_objects.unwrap_or(0),
+        failures: progress
+            .failures
+            .into_iter()
+            .map(|f| ObjectFailure {
+                namespace: f.namespace.unwrap_or_default(),
+                name: f.name.unwrap_or_default(),
+                code: f.code.unwrap_or(0),
+                reason: f.reason.unwrap_or_default(),
+                message: f.message.unwrap_or_default(),
+            })
+            .collect(),
     })
 }
 

@@ -47,6 +47,21 @@ pub fn progress_definition() -> Value {
             "continueToken": string("The continue token of the next page to migrate: where a restarted migrator resumes."),
             "migratedThrough": string("When the resource was read as one watch-list stream: every object whose key (namespace/name, or name) sorts at or before this one has been migrated; where a restarted migrator resumes."),
             "lastCheckpointTime": described_ref(&format!("{META}.Time"), "When the checkpoint was last written."),
+            "failedObjects": {"type": "integer", "format": "int64", "description": "Objects the cluster refused for good (a webhook's denial, a 400/403/422); not counted in migratedObjects."},
+            "failures": list_type(json!({
+                "description": "The first 10 objects the cluster refused, with its answer.",
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "namespace": string("The object's namespace; empty for a cluster-scoped object."),
+                        "name": string("The object's name."),
+                        "code": {"type": "integer", "format": "int32", "description": "The HTTP code of the cluster's answer."},
+                        "reason": string("The reason of the cluster's answer (metav1.Status reason)."),
+                        "message": string("The message of the cluster's answer."),
+                    }
+                },
+            }), ListSemantics::Atomic),
         }
     })
 }

@@ -4,7 +4,10 @@
 
 use serde_json::{Value, json};
 
-use super::{FAILED, KIND, SUCCEEDED, StorageVersionMigration, schema, versions};
+use super::{
+    FAILED, KIND, ON_OBJECT_FAILURE_ANNOTATION, ON_OBJECT_FAILURE_VALUES, RUNNING, SUCCEEDED,
+    StorageVersionMigration, schema, versions,
+};
 use crate::columns::{age, age_column, name_column};
 use crate::{CATEGORY, GROUP, STORAGE_VERSION, VERSIONS};
 use svm_registry::validation::dns1123_label_errors as dns_label_errors;
@@ -92,7 +95,9 @@ impl Strategy for MigrationStrategy {
     }
 
     fn validate(&self, obj: &StorageVersionMigration) -> Vec<FieldError> {
-        validate_spec(obj)
+        let mut errs = validate_spec(obj);
+        errs.extend(validate_policy(obj));
+        errs
     }
 
     /// Upstream: `spec` is immutable.
@@ -102,6 +107,7 @@ impl Strategy for MigrationStrategy {
         old: &StorageVersionMigration,
     ) -> Vec<FieldError> {
         let mut errs = validate_spec(new);
+        errs.extend(validate_policy(new));
         if new.spec != old.spec {
             errs.push(FieldError {
                 reason: "FieldValueInvalid",
@@ -191,6 +197,13 @@ impl Strategy for MigrationStrategy {
                 priority: 0,
             },
             age_column(),
+            TableColumn {
+                name: "Message",
+                type_: "string",
+                format: "",
+                description: "The message of the condition that is true: the counts (migrated, remaining, failed) and, when it ended, how.",
+                priority: 1,
+            },
         ]
     }
 
@@ -212,7 +225,37 @@ impl Strategy for MigrationStrategy {
             json!(progress.map_or(0, |p| p.migrated_objects)),
             json!(remaining),
             json!(age(obj.metadata.creation_timestamp.as_ref())),
+            json!(phase_message(obj)),
         ]
+    }
+}
+
+/// The message of the condition the phase names (`-o wide`'s last column).
+fn phase_message(obj: &StorageVersionMigration) -> String {
+    [SUCCEEDED, FAILED, RUNNING]
+        .into_iter()
+        .find_map(|t| obj.condition_true(t))
+        .map(|c| c.message.clone())
+        .unwrap_or_default()
+}
+
+/// The [`ON_OBJECT_FAILURE_ANNOTATION`] policy, when set, is one the migrator knows: a typo
+/// must not silently mean the default.
+fn validate_policy(obj: &StorageVersionMigration) -> Vec<FieldError> {
+    let value = obj
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ON_OBJECT_FAILURE_ANNOTATION));
+    match value {
+        Some(v) if !ON_OBJECT_FAILURE_VALUES.contains(&v.as_str()) => {
+            vec![FieldError::not_supported(
+                format!("metadata.annotations[{ON_OBJECT_FAILURE_ANNOTATION}]"),
+                v,
+                &ON_OBJECT_FAILURE_VALUES,
+            )]
+        }
+        _ => Vec::new(),
     }
 }
 

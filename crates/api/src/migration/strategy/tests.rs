@@ -221,3 +221,67 @@ fn definitions_name_every_reference() {
         }
     }
 }
+
+#[test]
+fn the_failure_policy_is_fail_or_skip_and_nothing_else() {
+    let s = MigrationStrategy;
+    let with = |value: &str| {
+        let mut m = svm("apps", "deployments");
+        m.metadata.annotations = Some(
+            [(
+                crate::migration::ON_OBJECT_FAILURE_ANNOTATION.to_string(),
+                value.to_string(),
+            )]
+            .into(),
+        );
+        m
+    };
+    assert!(s.validate(&with("Skip")).is_empty());
+    assert!(with("Skip").skips_refused_objects());
+    assert!(s.validate(&with("Fail")).is_empty());
+    assert!(!with("Fail").skips_refused_objects());
+    assert!(!svm("apps", "deployments").skips_refused_objects());
+    let errs = s.validate(&with("skip"));
+    assert_eq!(
+        fields(&errs),
+        ["metadata.annotations[storagemigration.k8s.io/on-object-failure]"]
+    );
+    assert_eq!(
+        errs[0].message,
+        r#"Unsupported value: "skip": supported values: "Fail", "Skip""#
+    );
+    let old = svm("apps", "deployments");
+    assert_eq!(s.validate_update(&with("Never"), &old).len(), 1);
+}
+
+#[test]
+fn the_wide_column_is_the_true_conditions_message() {
+    let s = MigrationStrategy;
+    let mut m = svm("apps", "deployments");
+    assert_eq!(s.table_row(&m).last(), Some(&serde_json::json!("")));
+    let mut running = condition("Running", "True");
+    running.message = "migrated 5 of 10 objects (5 remaining, 0 failed)".into();
+    m.status.conditions.push(running);
+    let columns = s.table_columns();
+    assert_eq!(
+        columns.last().map(|c| (c.name, c.priority)),
+        Some(("Message", 1))
+    );
+    assert_eq!(
+        s.table_row(&m).last(),
+        Some(&serde_json::json!(
+            "migrated 5 of 10 objects (5 remaining, 0 failed)"
+        ))
+    );
+}
+
+#[test]
+fn skipped_objects_keep_a_succeeded_migration_from_counting_as_complete() {
+    let mut m = svm("apps", "deployments");
+    m.status.conditions.push(condition("Succeeded", "True"));
+    assert!(m.migrated_every_object());
+    m.status
+        .conditions
+        .push(condition("ObjectsSkipped", "True"));
+    assert!(!m.migrated_every_object());
+}

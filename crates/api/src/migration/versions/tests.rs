@@ -6,6 +6,7 @@ use serde_json::{Value, json};
 
 use super::*;
 use crate::VERSIONS;
+use crate::migration::ObjectFailure;
 
 /// A time `seconds` after the epoch.
 pub(crate) fn time(seconds: i64) -> Time {
@@ -50,6 +51,22 @@ pub(crate) fn full() -> StorageVersionMigration {
                 continue_token: "next".into(),
                 migrated_through: "demo/cm-9".into(),
                 last_checkpoint_time: Some(time(1_700_000_200)),
+                failed_objects: 12,
+                failures: vec![
+                    ObjectFailure {
+                        namespace: "demo".into(),
+                        name: "cm-3".into(),
+                        code: 403,
+                        reason: "Forbidden".into(),
+                        message: "admission webhook \"deny.example.test\" denied the request: no"
+                            .into(),
+                    },
+                    ObjectFailure {
+                        name: "cluster-scoped".into(),
+                        code: 422,
+                        ..Default::default()
+                    },
+                ],
             }),
         },
     }
@@ -161,6 +178,23 @@ fn arb_condition(type_: &'static str) -> impl Strategy<Value = MigrationConditio
         )
 }
 
+fn arb_failure() -> impl Strategy<Value = ObjectFailure> {
+    (
+        "([a-z]{1,6})?",
+        "[a-z]{1,6}",
+        400i32..500,
+        arb_text(),
+        arb_text(),
+    )
+        .prop_map(|(namespace, name, code, reason, message)| ObjectFailure {
+            namespace,
+            name,
+            code,
+            reason,
+            message,
+        })
+}
+
 fn arb_hub() -> impl Strategy<Value = StorageVersionMigration> {
     let conditions = (
         proptest::option::of(arb_condition("Running")),
@@ -175,16 +209,19 @@ fn arb_hub() -> impl Strategy<Value = StorageVersionMigration> {
             arb_text(),
             arb_text(),
             arb_time(),
+            proptest::collection::vec(arb_failure(), 0..3),
         )
-            .prop_map(
-                |(migrated, remaining, token, through, t)| MigrationProgress {
+            .prop_map(|(migrated, remaining, token, through, t, failures)| {
+                MigrationProgress {
                     migrated_objects: migrated,
                     remaining_objects: remaining,
                     continue_token: token,
                     migrated_through: through,
                     last_checkpoint_time: t,
-                },
-            ),
+                    failed_objects: failures.len() as i64,
+                    failures,
+                }
+            }),
     );
     // The hub never holds an empty annotation map (decode drops it, as Go omits empty maps).
     let annotations = proptest::option::of(proptest::collection::btree_map(
