@@ -1,12 +1,17 @@
 //! Encryption at rest: kube-apiserver's key for Secrets rotates from K1 (aescbc) to K2
 //! (secretbox) with a restart; a migration of `secrets` leaves every Secret under K2 in etcd.
+//! And key rotation as a trigger: the same rotation reloaded by kube-apiserver without a
+//! restart (`--encryption-provider-config-automatic-reload`) is seen on its `/metrics` by the
+//! trigger, which migrates `secrets` with no migration created by hand.
+
+use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
-use serde_json::json;
+use serde_json::{Value, json};
 
 use crate::support::real_cluster::RealCluster;
-use crate::world::{create_many, failed, succeeded};
+use crate::world::{create_many, failed, is_safe, items, name, storage_state, succeeded, wait_for};
 
 const SECRETS: usize = 300;
 
@@ -90,6 +95,228 @@ async fn a_rotated_encryption_key_is_applied_to_every_secret() {
         .decode(one.trim())
         .expect("base64");
     assert_eq!(decoded, b"hunter7");
+}
+
+/// The label the trigger puts on a migration a key rotation started.
+const ROTATION_LABEL: &str = "storagemigration.k8s.io/encryption-rotation";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_rotation_reloaded_without_a_restart_migrates_every_secret() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("encryption.yaml");
+    std::fs::write(&config, encryption_config(&[Key::K1])).expect("encryption config");
+    let flag = format!("--encryption-provider-config={}", config.display());
+    let Some(cluster) = RealCluster::start(
+        "a_key_rotation_reloaded_without_a_restart_migrates_every_secret",
+        &[&flag, "--encryption-provider-config-automatic-reload=true"],
+        // The trigger as shipped (--encryption-resources=secrets), read every 2 s so that the
+        // figures below show kube-apiserver's reload delay rather than our poll.
+        &["--qps=0", "--encryption-poll-interval=2s"],
+    ) else {
+        return;
+    };
+    let kubectl = cluster.kubectl();
+    kubectl.ok(&["create", "namespace", "demo"]);
+    let client = cluster.plane.client().await;
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        client,
+        "demo",
+        &ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "Secret")),
+    );
+    create_many(&api, SECRETS, 16, |i| {
+        json!({
+            "apiVersion": "v1",
+            "kind": "Secret",
+            "metadata": {"name": format!("s-{i:04}")},
+            "stringData": {"password": format!("hunter{i}")},
+        })
+    })
+    .await;
+    assert_eq!(secrets_under(&cluster, Key::K1).await, SECRETS);
+
+    // The first start: the generation seen is a baseline, not a rotation.
+    wait_for(
+        Duration::from_secs(300),
+        "secrets safe after the first start, with the encryption baseline recorded",
+        || {
+            let safe = storage_state(&cluster, "secrets").is_some_and(|s| is_safe(&s));
+            (safe
+                && cluster
+                    .svm
+                    .log()
+                    .contains("encryption generation first recorded"))
+            .then_some(())
+        },
+        || describe_rotation(&cluster),
+    );
+    let baseline = secrets_history(&cluster).await;
+    assert!(
+        baseline
+            .iter()
+            .any(|e| e["encryption"]["kind"] == "Baseline"),
+        "{baseline:#?}"
+    );
+    assert!(
+        rotation_migrations(&cluster).is_empty(),
+        "the baseline started a migration"
+    );
+    assert_eq!(secrets_under(&cluster, Key::K1).await, SECRETS);
+
+    // K2 first: new writes use it; K1 stays to read what is still under it. No restart.
+    let written = Instant::now();
+    std::fs::write(&config, encryption_config(&[Key::K2, Key::K1])).expect("rotate");
+    let created = wait_for(
+        Duration::from_secs(180),
+        "a migration of secrets started by the rotation",
+        || rotation_migrations(&cluster).into_iter().next(),
+        || describe_rotation(&cluster),
+    );
+    let noticed = written.elapsed();
+    let migration = name(&created);
+    let reloaded = reload_delay(&cluster, written);
+    let done = wait_for(
+        Duration::from_secs(300),
+        "the rotation's migration finished",
+        || {
+            items(&cluster, "storageversionmigrations")
+                .into_iter()
+                .find(|m| name(m) == migration && (succeeded(m) || failed(m)))
+        },
+        || describe_rotation(&cluster),
+    );
+    let migrated = written.elapsed();
+    assert!(succeeded(&done) && !failed(&done), "{done}");
+    assert!(
+        done["metadata"]["annotations"]["storagemigration.k8s.io/trigger-reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("encryption key rotation")),
+        "{done}"
+    );
+
+    let all = cluster.plane.etcd_get_prefix("/registry/secrets/").await;
+    let under_k1 = secrets_under(&cluster, Key::K1).await;
+    let under_k2 = secrets_under(&cluster, Key::K2).await;
+    assert_eq!(under_k1, 0, "a secret is still under K1");
+    assert_eq!(under_k2, all.len(), "every stored secret is under K2");
+    assert!(under_k2 >= SECRETS);
+
+    // The history names the rotation, and its application, after the baseline.
+    let history = applied_history(&cluster).await;
+    let rotation = history
+        .iter()
+        .find(|e| e["encryption"]["kind"] == "Rotation")
+        .expect("a rotation entry");
+    assert!(
+        rotation["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("encryption key rotation")),
+        "{rotation}"
+    );
+    assert_ne!(
+        rotation["encryption"]["generation"]["configHash"],
+        rotation["encryption"]["previous"]["configHash"]
+    );
+    assert_eq!(rotation["source"], "ApiserverMetrics");
+    assert!(is_safe(
+        &storage_state(&cluster, "secrets").expect("the StorageState")
+    ));
+    eprintln!(
+        "key rotation reloaded without a restart (aescbc K1 -> secretbox K2, {SECRETS} secrets): \
+         kube-apiserver applied it {} after the file was written; migration {migration} created \
+         {:.1} s after the write (rotation noticed); every secret under K2 {:.1} s after the \
+         write ({:.1} s after the migration was created); history: {}",
+        reloaded.map_or("(its reload time unread)".to_string(), |d| format!(
+            "{:.1} s",
+            d.as_secs_f64()
+        )),
+        noticed.as_secs_f64(),
+        migrated.as_secs_f64(),
+        (migrated - noticed).as_secs_f64(),
+        serde_json::to_string(&rotation).unwrap_or_default()
+    );
+}
+
+/// The history of `secrets` once it records the rotation as applied (the trigger's next pass
+/// after the migration's success): baseline, rotation, applied.
+async fn applied_history(cluster: &RealCluster) -> Vec<Value> {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let history = secrets_history(cluster).await;
+        let kinds: Vec<&str> = history
+            .iter()
+            .filter_map(|e| e["encryption"]["kind"].as_str())
+            .collect();
+        if kinds == ["Baseline", "Rotation", "Applied"] {
+            return history;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the rotation recorded as applied: not within 60 s; history {history:#?}\n{}",
+            describe_rotation(cluster)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// The trigger's migrations started by a key rotation.
+fn rotation_migrations(cluster: &RealCluster) -> Vec<Value> {
+    items(cluster, "storageversionmigrations")
+        .into_iter()
+        .filter(|m| m["metadata"]["labels"][ROTATION_LABEL] == "true")
+        .collect()
+}
+
+/// The hash history of `secrets`, from svm-apiserver's etcd (values are JSON).
+async fn secrets_history(cluster: &RealCluster) -> Vec<Value> {
+    let prefix = format!(
+        "{}/hashhistory/core/secrets/",
+        cluster.svm.etcd_prefix().expect("svm-apiserver on etcd")
+    );
+    cluster
+        .plane
+        .etcd_get_prefix(&prefix)
+        .await
+        .iter()
+        .map(|(_, value)| serde_json::from_slice(value).expect("a JSON history entry"))
+        .collect()
+}
+
+/// How long after `written` kube-apiserver says it reloaded its encryption configuration (its
+/// own `…_automatic_reload_last_timestamp_seconds{status="success"}`).
+fn reload_delay(cluster: &RealCluster, written: Instant) -> Option<Duration> {
+    let metrics = cluster.plane.kubectl().ok(&["get", "--raw", "/metrics"]);
+    let reloaded_at: f64 = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with(
+                "apiserver_encryption_config_controller_automatic_reload_last_timestamp_seconds",
+            ) && l.contains(r#"status="success""#)
+        })?
+        .rsplit(' ')
+        .next()?
+        .parse()
+        .ok()?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .ok()?
+        .as_secs_f64();
+    let written_at = now - written.elapsed().as_secs_f64();
+    Some(Duration::from_secs_f64((reloaded_at - written_at).max(0.0)))
+}
+
+fn describe_rotation(cluster: &RealCluster) -> String {
+    let kubectl = cluster.kubectl();
+    format!(
+        "{}
+{}
+svm-apiserver log:
+{}",
+        kubectl
+            .run(&["get", "storagestate", "secrets", "-o", "yaml"])
+            .stdout,
+        kubectl.run(&["get", "svm", "-o", "yaml"]).stdout,
+        cluster.svm.log()
+    )
 }
 
 #[derive(Clone, Copy, PartialEq)]

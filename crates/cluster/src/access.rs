@@ -150,6 +150,11 @@ pub const CLUSTER_ACCESS: &[Access] = &[
         "*",
         "the no-op merge patch that rewrites each object",
     ),
+    path(
+        Component::Trigger,
+        "/metrics",
+        "each kube-apiserver's encryption configuration hash and KMS v2 write key (a key rotation starts migrations of the encrypted resources)",
+    ),
     resource(
         Component::Trigger,
         "list",
@@ -413,6 +418,7 @@ mod tests {
     fn the_catalogue_covers_what_the_migrator_does_and_nothing_else() {
         let allowed = [
             (Method::GET, "/apis/example.test"),
+            (Method::GET, "/metrics"),
             (Method::GET, "/api/v1"),
             (Method::GET, "/apis/apps/v1"),
             (Method::GET, "/api/v1/secrets?limit=500&continue=abc"),
@@ -447,7 +453,7 @@ mod tests {
                 Method::GET,
                 "/api/v1/namespaces/kube-system/configmaps/other",
             ),
-            (Method::GET, "/metrics"),
+            (Method::GET, "/metrics/slis"),
             (Method::POST, "/api/v1/namespaces/default/events"),
         ];
         for (method, target) in refused {

@@ -44,6 +44,9 @@ pub enum WireFormat {
 pub struct ClusterClient {
     client: kube::Client,
     wire: WireFormat,
+    /// What the client was built from, for [`ClusterClient::on_new_connection`] (shared: it is
+    /// large, and every clone of the client carries it).
+    config: std::sync::Arc<kube::Config>,
 }
 
 impl std::fmt::Debug for ClusterClient {
@@ -84,14 +87,23 @@ impl ClusterClient {
     /// no read timeout: watches stay open) and the access catalogue's guard; reads in protobuf.
     pub fn from_config(config: kube::Config) -> Result<Self, ClusterError> {
         let config = tuned(config);
-        let client = kube::client::ClientBuilder::try_from(config)
+        let client = kube::client::ClientBuilder::try_from(config.clone())
             .map_err(|e| ClusterError::config("building the cluster client")(e.into()))?
             .with_layer(&tower::filter::FilterLayer::new(catalogue_guard))
             .build();
         Ok(Self {
             client,
             wire: WireFormat::default(),
+            config: std::sync::Arc::new(config),
         })
+    }
+
+    /// The same client on a connection of its own. Behind a Service (or a load balancer)
+    /// in front of several kube-apiservers, one kept-alive HTTP/2 connection always reaches
+    /// the same one; what differs per apiserver (its `/metrics`) is only seen by opening new
+    /// connections, each balanced anew.
+    pub fn on_new_connection(&self) -> Result<Self, ClusterError> {
+        Self::from_config((*self.config).clone()).map(|c| c.with_wire_format(self.wire))
     }
 
     /// The same client, reading in `wire`.

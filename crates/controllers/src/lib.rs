@@ -83,6 +83,16 @@ pub struct ControllerOptions {
     /// old storage version could be removed.
     #[arg(long, default_value = "events,events.events.k8s.io")]
     pub trigger_ignore_resources: String,
+    /// Resources encrypted at rest, as `resource.group` (`resource` for the core group), as
+    /// in kube-apiserver's EncryptionConfiguration: when every kube-apiserver applies a new
+    /// encryption configuration (or KMS v2 write key), the trigger migrates them so every
+    /// object is re-encrypted. Empty: kube-apiserver's /metrics is never read.
+    #[arg(long, default_value = "secrets")]
+    pub encryption_resources: String,
+    /// How often kube-apiserver's /metrics is read for its encryption generation (there is no
+    /// watch for metrics).
+    #[arg(long, default_value = "10s", value_parser = svm_registry::duration::go_duration)]
+    pub encryption_poll_interval: Duration,
     /// Migrations run at once (at most one per resource).
     #[arg(long, default_value_t = 2)]
     pub workers: usize,
@@ -152,8 +162,9 @@ impl ControllerOptions {
         if self.discovery_interval.is_zero()
             || self.heartbeat_interval.is_zero()
             || self.volume_resync_interval.is_zero()
+            || self.encryption_poll_interval.is_zero()
         {
-            return Err(StartError::Flags("--discovery-interval, --heartbeat-interval and --volume-resync-interval must be positive".into()));
+            return Err(StartError::Flags("--discovery-interval, --heartbeat-interval, --volume-resync-interval and --encryption-poll-interval must be positive".into()));
         }
         if self.workers == 0 {
             return Err(StartError::Flags("--workers must be at least 1".into()));
@@ -175,6 +186,8 @@ impl ControllerOptions {
             heartbeat_interval: self.heartbeat_interval,
             vouch_window: self.vouch_window,
             ignored: trigger::parse_resources(&self.trigger_ignore_resources),
+            encryption_resources: trigger::parse_resources(&self.encryption_resources),
+            encryption_interval: self.encryption_poll_interval,
             ..trigger::Settings::default()
         }
     }

@@ -154,6 +154,12 @@ impl Instances {
         }
     }
 
+    /// Every live instance's name (its identity lease's name), which is what kube-apiserver
+    /// hashes into the `apiserver_id_hash` label of its metrics.
+    pub(crate) fn live_names(&self) -> Vec<String> {
+        self.live.keys().cloned().collect()
+    }
+
     /// The only live instance's name, if there is exactly one (the apiserver a discovery answer
     /// came from).
     pub(crate) fn sole(&self) -> Option<String> {

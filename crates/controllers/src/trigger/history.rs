@@ -34,6 +34,35 @@ pub enum Source {
     /// Not an observation: something happened the trigger cannot vouch for (an apiserver
     /// instance it never looked at, a downtime longer than it can account for).
     Unvouched,
+    /// kube-apiserver's `/metrics`: the encryption generation every apiserver applies (an
+    /// entry with [`HistoryEntry::encryption`]; its `hash` is the unchanged storage version).
+    ApiserverMetrics,
+}
+
+/// What an encryption entry says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum EncryptionKind {
+    /// The first generation recorded for the resource: what it was when the trigger started
+    /// watching, not a change (no migration).
+    Baseline,
+    /// Every apiserver applies a generation other than the last recorded: the resource's
+    /// objects are re-encrypted by a migration.
+    Rotation,
+    /// The rotation's migration succeeded: every object is under the generation.
+    Applied,
+}
+
+/// The encryption generation an entry records (docs/trigger.md, "Key rotation").
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct EncryptionRecord {
+    /// Baseline, rotation or applied.
+    pub kind: EncryptionKind,
+    /// The generation every apiserver applies.
+    pub generation: super::encryption::Generation,
+    /// The generation recorded before (a rotation's old one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous: Option<super::encryption::Generation>,
 }
 
 /// One observed storage-version hash of one resource.
@@ -56,6 +85,21 @@ pub struct HistoryEntry {
     pub encoding_version: Option<String>,
     /// Why it was recorded, for people.
     pub reason: String,
+    /// An encryption generation (source `ApiserverMetrics`); absent in storage-version
+    /// entries, and in every entry an earlier version wrote.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<EncryptionRecord>,
+}
+
+impl HistoryEntry {
+    /// Whether a migration belongs to this entry: every storage-version entry, and a
+    /// rotation; not a baseline or an applied rotation, which record without changing what
+    /// is stored.
+    pub fn calls_for_migration(&self) -> bool {
+        self.encryption
+            .as_ref()
+            .is_none_or(|e| e.kind == EncryptionKind::Rotation)
+    }
 }
 
 /// An entry to append (the sequence number and time are assigned when written).
@@ -71,6 +115,8 @@ pub struct NewEntry {
     pub encoding_version: Option<String>,
     /// Why it is recorded, for people.
     pub reason: String,
+    /// An encryption generation, for source `ApiserverMetrics`.
+    pub encryption: Option<EncryptionRecord>,
 }
 
 /// A kube-apiserver instance as the trigger last saw it.
@@ -221,6 +267,7 @@ impl HashHistory {
                 apiserver: entry.apiserver.clone(),
                 encoding_version: entry.encoding_version.clone(),
                 reason: entry.reason.clone(),
+                encryption: entry.encryption.clone(),
             };
             // Serializing plain strings and enums cannot fail; an empty value would only
             // make the entry unreadable, never the write wrong.
@@ -276,6 +323,7 @@ mod tests {
             apiserver: Some("apiserver-a".into()),
             encoding_version: Some("v1".into()),
             reason: "seen".into(),
+            encryption: None,
         }
     }
 

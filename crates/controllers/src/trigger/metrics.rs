@@ -16,7 +16,8 @@ pub struct ResultLabel {
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct SourceLabel {
-    /// `Discovery`, `CustomResourceDefinition`, `StorageVersionApi`, `Unvouched`.
+    /// `Discovery`, `CustomResourceDefinition`, `StorageVersionApi`, `Unvouched`,
+    /// `ApiserverMetrics`.
     pub source: String,
 }
 
@@ -58,6 +59,12 @@ pub struct TriggerMetrics {
     pub oldest_heartbeat: Gauge,
     /// From a storage-version change in the cluster to its history entry, by source.
     pub detection_lag: Family<SourceLabel, Histogram, fn() -> Histogram>,
+    /// `svm_trigger_encryption_scrapes_total{result}`: reads of kube-apiserver's `/metrics`
+    /// for its encryption generation, by result (`read`, `absent`, `forbidden`, `failed`).
+    pub encryption_scrapes: Family<ResultLabel, Counter>,
+    /// `svm_trigger_encryption_observed`: 1 while every live apiserver's encryption generation
+    /// is known and agreed, else 0 (refused, not published, or not agreed yet).
+    pub encryption_observed: Gauge,
 }
 
 impl Default for TriggerMetrics {
@@ -72,6 +79,8 @@ impl Default for TriggerMetrics {
             unsafe_since: Family::default(),
             oldest_heartbeat: Gauge::default(),
             detection_lag: Family::new_with_constructor(detection_lag_histogram),
+            encryption_scrapes: Family::default(),
+            encryption_observed: Gauge::default(),
         }
     }
 }
@@ -123,6 +132,16 @@ impl TriggerMetrics {
             "svm_trigger_detection_lag_seconds",
             "Seconds from a storage-version change in the cluster to its history entry, by source",
             self.detection_lag.clone(),
+        );
+        registry.register(
+            "svm_trigger_encryption_scrapes",
+            "Reads of kube-apiserver's /metrics for its encryption generation, by result",
+            self.encryption_scrapes.clone(),
+        );
+        registry.register(
+            "svm_trigger_encryption_observed",
+            "1 while every live kube-apiserver's encryption generation is read and agreed, else 0",
+            self.encryption_observed.clone(),
         );
     }
 }

@@ -23,6 +23,7 @@
 
 pub(crate) mod apiservers;
 pub(crate) mod discovery;
+pub mod encryption;
 pub mod history;
 pub(crate) mod metrics;
 pub(crate) mod migrations;
@@ -75,6 +76,11 @@ pub struct Settings {
     /// Groups served by this server (its objects are in its own store, not the cluster's):
     /// never tracked. Upstream's group is ours only in owner mode.
     pub own_groups: Vec<String>,
+    /// `(group, resource)` encrypted at rest: a key rotation migrates them. Empty: kube-apiserver's
+    /// `/metrics` is never read.
+    pub encryption_resources: Vec<(String, String)>,
+    /// How often kube-apiserver's `/metrics` is read for its encryption generation.
+    pub encryption_interval: Duration,
 }
 
 impl Default for Settings {
@@ -85,6 +91,8 @@ impl Default for Settings {
             vouch_window: Duration::from_secs(3600),
             ignored: parse_resources("events,events.events.k8s.io"),
             own_groups: vec![svm_api::GROUP.into(), svm_api::PROJECT.name.into()],
+            encryption_resources: parse_resources("secrets"),
+            encryption_interval: Duration::from_secs(10),
         }
     }
 }
@@ -199,6 +207,8 @@ struct ClusterView {
     /// When the earliest change not yet reconciled happened in the cluster, as the cluster
     /// stamped it (for the detection-lag metric).
     changed_at: Option<jiff::Timestamp>,
+    /// The encryption generation every live apiserver applies, once read and agreed.
+    encryption: Option<encryption::Generation>,
 }
 
 /// `<group>.<resource>` (`core.<resource>`) → `(group, resource)`.
@@ -532,6 +542,7 @@ impl Trigger {
             known: ClusterView::default(),
             discovery: Discovery::new(self.cluster.clone()),
             reconciler: reconcile::Reconciler::new(&self),
+            encryption: self.encryption_observer(),
         };
         if self
             .start(&mut inputs, &mut term, &shutdown)
@@ -542,6 +553,37 @@ impl Trigger {
                 .await;
         }
         inputs.stop();
+    }
+
+    /// The reader of kube-apiserver's encryption generation, when resources are encrypted.
+    fn encryption_observer(&self) -> Option<encryption::EncryptionObserver> {
+        let (group, resource) = self.settings.encryption_resources.first()?;
+        Some(encryption::EncryptionObserver::new(
+            self.cluster.clone(),
+            self.metrics.clone(),
+            svm_api::storagestate::StorageState::name_for(group, resource),
+        ))
+    }
+
+    /// One read of the apiservers' encryption generation. Returns whether it changed (a pass
+    /// compares it with each encrypted resource's history).
+    async fn poll_encryption(&self, term: &mut Term) -> bool {
+        let Some(observer) = term.encryption.as_mut() else {
+            return false;
+        };
+        let live = term
+            .known
+            .leases_synced
+            .then(|| term.known.instances.live_names());
+        let Some(generation) = observer.poll(live.as_deref()).await else {
+            return false;
+        };
+        if term.known.encryption.as_ref() == Some(&generation) {
+            return false;
+        }
+        tracing::info!(generation = %generation.describe(), "every kube-apiserver applies this encryption generation");
+        term.known.encryption = Some(generation);
+        true
     }
 
     /// The watches feeding the trigger, and its own objects' changes.
@@ -647,6 +689,9 @@ impl Trigger {
         // Conflicts and unfinished work are retried on this tick.
         let mut retry = tokio::time::interval(Duration::from_secs(1));
         retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        // There is no watch for metrics: kube-apiserver's /metrics is read on its own period.
+        let mut encryption_poll = tokio::time::interval(self.settings.encryption_interval);
+        encryption_poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut dirty = true;
         // The last poll that found discovery unchanged: a change a poll sees happened after it.
         let mut last_poll = jiff::Timestamp::now();
@@ -678,6 +723,9 @@ impl Trigger {
                 _ = poll.tick() => {
                     self.poll_discovery(term, &mut last_poll).await;
                     dirty = true;
+                }
+                _ = encryption_poll.tick(), if term.encryption.is_some() => {
+                    dirty |= self.poll_encryption(term).await;
                 }
                 _ = retry.tick(), if dirty => {}
             }
@@ -729,7 +777,7 @@ impl Trigger {
                 Ok((all, record)) => {
                     let seqs = all
                         .into_iter()
-                        .map(|(key, entries)| (key, reconcile::LastEntry::of(entries.last())))
+                        .map(|(key, entries)| (key, reconcile::LastEntry::of(&entries)))
                         .collect();
                     return Some((seqs, record));
                 }
@@ -795,6 +843,7 @@ struct Term {
     known: ClusterView,
     discovery: Discovery,
     reconciler: reconcile::Reconciler,
+    encryption: Option<encryption::EncryptionObserver>,
 }
 
 /// The channels a term listens on and the tasks feeding them.

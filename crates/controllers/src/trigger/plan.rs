@@ -15,7 +15,8 @@
 use svm_api::migration::{FAILED, SUCCEEDED, StorageVersionMigration};
 use svm_api::storagestate::{StorageState, UNKNOWN_HASH};
 
-use super::history::{NewEntry, Source};
+use super::encryption::Generation;
+use super::history::{EncryptionKind, EncryptionRecord, NewEntry, Source};
 
 /// One apiserver's encoding of a resource.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -162,6 +163,7 @@ impl StatePlan {
             apiserver: encoding.apiserver.clone(),
             encoding_version: version_field(encoding),
             reason,
+            encryption: None,
         });
     }
 
@@ -172,6 +174,7 @@ impl StatePlan {
             apiserver: None,
             encoding_version: None,
             reason: reason.to_string(),
+            encryption: None,
         });
         push_unique(&mut self.persisted, UNKNOWN_HASH);
     }
@@ -226,6 +229,67 @@ impl StatePlan {
     }
 }
 
+/// The encryption entry a resource is owed now that every apiserver applies `now`: a
+/// baseline when the history has none (the first generation seen is where the trigger
+/// starts, not a change), a rotation when it differs from the last recorded (also one that
+/// happened while the trigger was away: the history is what it compares with), else nothing.
+/// `storage_hash` is the resource's current storage-version hash, unchanged by a rotation.
+pub(crate) fn plan_encryption(
+    last: Option<&Generation>,
+    now: &Generation,
+    storage_hash: &str,
+) -> Option<NewEntry> {
+    let (kind, reason) = match last {
+        Some(last) if last == now => return None,
+        Some(last) => (
+            EncryptionKind::Rotation,
+            format!(
+                "encryption key rotation: every kube-apiserver applies {} (was {})",
+                now.describe(),
+                last.describe()
+            ),
+        ),
+        None => (
+            EncryptionKind::Baseline,
+            format!(
+                "encryption generation first recorded: {} (a baseline, not a rotation)",
+                now.describe()
+            ),
+        ),
+    };
+    Some(NewEntry {
+        hash: storage_hash.to_string(),
+        source: Source::ApiserverMetrics,
+        apiserver: None,
+        encoding_version: None,
+        reason,
+        encryption: Some(EncryptionRecord {
+            kind,
+            generation: now.clone(),
+            previous: last.cloned(),
+        }),
+    })
+}
+
+/// The entry saying a rotation's migration re-encrypted every object.
+pub(crate) fn applied_entry(rotation: &EncryptionRecord, migration: &str, hash: &str) -> NewEntry {
+    NewEntry {
+        hash: hash.to_string(),
+        source: Source::ApiserverMetrics,
+        apiserver: None,
+        encoding_version: None,
+        reason: format!(
+            "every object re-encrypted under {} (migration {migration} succeeded)",
+            rotation.generation.describe()
+        ),
+        encryption: Some(EncryptionRecord {
+            kind: EncryptionKind::Applied,
+            generation: rotation.generation.clone(),
+            previous: rotation.previous.clone(),
+        }),
+    }
+}
+
 /// The label on every migration the trigger creates.
 pub(crate) const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
 pub(crate) const MANAGED_BY: &str = "svm-apiserver-trigger";
@@ -233,6 +297,12 @@ pub(crate) const MANAGED_BY: &str = "svm-apiserver-trigger";
 pub(crate) const HISTORY_SEQ_ANNOTATION: &str = "storagemigration.k8s.io/history-seq";
 /// The storage-version hash it migrates to.
 pub(crate) const HASH_ANNOTATION: &str = "storagemigration.k8s.io/storage-version-hash";
+/// Why the trigger created it: its history entry's reason.
+pub(crate) const REASON_ANNOTATION: &str = "storagemigration.k8s.io/trigger-reason";
+/// On a migration started by an encryption key rotation: `true` (select them with `-l`).
+pub(crate) const ROTATION_LABEL: &str = "storagemigration.k8s.io/encryption-rotation";
+/// On such a migration: the generation it re-encrypts under (JSON, as in the history).
+pub(crate) const GENERATION_ANNOTATION: &str = "storagemigration.k8s.io/encryption-generation";
 
 /// The name of the migration for history entry `seq` of a StorageState: deterministic, so two
 /// replicas (or a retried create) can never start two migrations for one change.
@@ -289,17 +359,21 @@ pub(crate) struct MigrationPlan {
     pub delete: Vec<String>,
     /// A migration to create: its name.
     pub create: Option<String>,
-    /// The migration of the last entry succeeded: persisted hashes narrow to the current one.
+    /// The migration of the last entry succeeded: persisted hashes narrow to the current one
+    /// (and an owed rotation is applied).
     pub narrow: bool,
 }
 
 /// Decides the trigger's migrations of one resource, after its status was planned.
+/// `last_seq` is the newest entry that calls for a migration; `rotation_owed`: a key rotation
+/// recorded and not yet applied (the storage versions may be safe, the keys are not).
 pub(crate) fn plan_migrations(
     state_name: &str,
     current: &str,
     persisted: &[String],
     last_seq: u64,
     migrations: &[OwnedMigration],
+    rotation_owed: bool,
 ) -> MigrationPlan {
     let mut plan = MigrationPlan::default();
     for m in migrations {
@@ -308,7 +382,7 @@ pub(crate) fn plan_migrations(
         }
     }
     let safe = persisted.len() == 1 && persisted[0] == current;
-    if current == UNKNOWN_HASH || current.is_empty() || safe {
+    if current == UNKNOWN_HASH || current.is_empty() || (safe && !rotation_owed) {
         return plan;
     }
     match migrations.iter().find(|m| m.seq == Some(last_seq)) {
@@ -487,6 +561,7 @@ mod tests {
             &["A".into(), "B".into()],
             3,
             &[owned("deployments.apps-2", 2, "A", false, false)],
+            false,
         );
         assert_eq!(plan.delete, ["deployments.apps-2"]);
         assert_eq!(plan.create.as_deref(), Some("deployments.apps-3"));
@@ -497,11 +572,11 @@ mod tests {
     fn success_of_the_last_entry_narrows_and_nothing_runs_while_unknown_or_safe() {
         let persisted = ["A".to_string(), "B".to_string()];
         let done = owned("x-3", 3, "B", true, false);
-        let plan = plan_migrations("x", "B", &persisted, 3, std::slice::from_ref(&done));
+        let plan = plan_migrations("x", "B", &persisted, 3, std::slice::from_ref(&done), false);
         assert!(plan.narrow);
         assert!(plan.create.is_none() && plan.delete.is_empty());
         // Recorded since: the success is stale.
-        let plan = plan_migrations("x", "B", &persisted, 4, std::slice::from_ref(&done));
+        let plan = plan_migrations("x", "B", &persisted, 4, std::slice::from_ref(&done), false);
         assert!(!plan.narrow);
         assert_eq!(plan.delete, ["x-3"]);
         assert_eq!(plan.create.as_deref(), Some("x-4"));
@@ -512,12 +587,13 @@ mod tests {
             &persisted,
             5,
             &[owned("x-4", 4, "B", false, false)],
+            false,
         );
         assert_eq!(plan.delete, ["x-4"]);
         assert!(plan.create.is_none());
         // Safe: nothing to do.
         assert_eq!(
-            plan_migrations("x", "B", &["B".into()], 3, &[done]),
+            plan_migrations("x", "B", &["B".into()], 3, &[done], false),
             MigrationPlan::default()
         );
         // Failed: left for the user to see.
@@ -527,8 +603,60 @@ mod tests {
             &persisted,
             3,
             &[owned("x-3", 3, "B", false, true)],
+            false,
         );
         assert_eq!(plan, MigrationPlan::default());
+    }
+
+    fn generation(config: &str) -> Generation {
+        Generation {
+            config_hash: Some(config.into()),
+            write_key_id_hash: None,
+        }
+    }
+
+    #[test]
+    fn the_first_generation_is_a_baseline_and_a_change_a_rotation() {
+        let k1 = generation("sha256:k1");
+        let baseline = plan_encryption(None, &k1, "A").expect("a baseline");
+        let record = baseline.encryption.as_ref().expect("encryption");
+        assert_eq!(record.kind, EncryptionKind::Baseline);
+        assert_eq!(baseline.hash, "A", "the storage version is unchanged");
+        assert!(baseline.reason.contains("baseline"), "{}", baseline.reason);
+        assert_eq!(plan_encryption(Some(&k1), &k1, "A"), None);
+        let k2 = generation("sha256:k2");
+        let rotation = plan_encryption(Some(&k1), &k2, "A").expect("a rotation");
+        let record = rotation.encryption.as_ref().expect("encryption");
+        assert_eq!(record.kind, EncryptionKind::Rotation);
+        assert_eq!(record.previous.as_ref(), Some(&k1));
+        assert!(rotation.reason.contains("rotation"), "{}", rotation.reason);
+        let applied = applied_entry(record, "secrets-3", "A");
+        assert_eq!(
+            applied.encryption.map(|e| e.kind),
+            Some(EncryptionKind::Applied)
+        );
+    }
+
+    #[test]
+    fn a_rotation_migrates_a_safe_resource_once() {
+        let safe = ["B".to_string()];
+        // Owed: created although every object is in the current storage version.
+        let plan = plan_migrations("secrets", "B", &safe, 4, &[], true);
+        assert_eq!(plan.create.as_deref(), Some("secrets-4"));
+        // Running: nothing more; succeeded: applied (narrow), and then no longer owed.
+        let running = owned("secrets-4", 4, "B", false, false);
+        assert_eq!(
+            plan_migrations("secrets", "B", &safe, 4, &[running], true),
+            MigrationPlan::default()
+        );
+        let done = owned("secrets-4", 4, "B", true, false);
+        let plan = plan_migrations("secrets", "B", &safe, 4, std::slice::from_ref(&done), true);
+        assert!(plan.narrow);
+        // Applied, then the succeeded migration deleted by someone: not run again.
+        assert_eq!(
+            plan_migrations("secrets", "B", &safe, 4, &[], false),
+            MigrationPlan::default()
+        );
     }
 
     #[test]

@@ -20,32 +20,64 @@ use svm_cluster::ClusterClient;
 use svm_registry::rest::Preconditions;
 use svm_registry::{ApiError, Guarded};
 
-use super::history::{HashHistory, HistoryEntry, ObserverRecord, Source};
+use super::encryption::Generation;
+use super::history::{
+    EncryptionKind, EncryptionRecord, HashHistory, HistoryEntry, ObserverRecord, Source,
+};
 use super::metrics::{SourceLabel, StorageStateLabel, TriggerMetrics};
 use super::plan::{
-    HASH_ANNOTATION, HISTORY_SEQ_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL, Observed,
-    OwnedMigration, StatePlan, plan_migrations, plan_state,
+    GENERATION_ANNOTATION, HASH_ANNOTATION, HISTORY_SEQ_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL,
+    Observed, OwnedMigration, REASON_ANNOTATION, ROTATION_LABEL, StatePlan, applied_entry,
+    migration_name, plan_encryption, plan_migrations, plan_state,
 };
 use super::{ClusterView, CrdInfo, Migrations, Settings, Trigger};
 
-/// The newest history entry of a resource, as the reconciler needs it.
-#[derive(Clone, Copy, Debug, Default)]
+/// What the reconciler needs of a resource's history.
+#[derive(Clone, Debug, Default)]
 pub(super) struct LastEntry {
+    /// The newest entry's sequence number (the next is appended after it).
     pub seq: u64,
     /// When it was recorded (Unix seconds).
     pub time: Option<i64>,
+    /// The newest entry that calls for a migration (the trigger's migrations are named for it).
+    pub migration_seq: u64,
+    /// That entry: its reason goes on the migration.
+    pub cause: Option<HistoryEntry>,
+    /// The last encryption generation recorded.
+    pub generation: Option<Generation>,
+    /// A key rotation recorded and not yet applied.
+    pub rotation: Option<EncryptionRecord>,
 }
 
 impl LastEntry {
-    pub(super) fn of(entry: Option<&HistoryEntry>) -> Self {
-        entry.map_or_else(Self::default, |e| Self {
-            seq: e.seq,
-            time: e
-                .time
-                .parse::<jiff::Timestamp>()
-                .ok()
-                .map(|t| t.as_second()),
-        })
+    /// From a resource's entries, in append order.
+    pub(super) fn of(entries: &[HistoryEntry]) -> Self {
+        let mut last = Self::default();
+        for entry in entries {
+            last.add(entry);
+        }
+        last
+    }
+
+    fn add(&mut self, entry: &HistoryEntry) {
+        self.seq = entry.seq;
+        self.time = entry
+            .time
+            .parse::<jiff::Timestamp>()
+            .ok()
+            .map(|t| t.as_second());
+        if entry.calls_for_migration() {
+            self.migration_seq = entry.seq;
+            self.cause = Some(entry.clone());
+        }
+        if let Some(record) = &entry.encryption {
+            self.generation = Some(record.generation.clone());
+            match record.kind {
+                EncryptionKind::Rotation => self.rotation = Some(record.clone()),
+                EncryptionKind::Applied => self.rotation = None,
+                EncryptionKind::Baseline => {}
+            }
+        }
     }
 }
 
@@ -56,8 +88,8 @@ pub(super) struct Reconciler {
     history: HashHistory,
     settings: Settings,
     metrics: TriggerMetrics,
-    /// The last history sequence number of each resource.
-    last_seq: BTreeMap<(String, String), u64>,
+    /// What each resource's history says (its last sequence number, encryption generation).
+    last: BTreeMap<(String, String), LastEntry>,
     /// When the last history entry of each resource was recorded (Unix seconds).
     last_change: BTreeMap<(String, String), i64>,
     /// StorageStates not safe, and since when (Unix seconds), as published.
@@ -68,6 +100,36 @@ pub(super) struct Reconciler {
     owed_unknown: BTreeMap<(String, String), Vec<String>>,
     /// When the observer record was last written, and what it said of the instances.
     last_record: Option<(Instant, ObserverRecord)>,
+}
+
+/// A trigger migration's metadata: its label, the history entry it belongs to and why, and for
+/// a key rotation a label and the generation (so `kubectl get svm -l
+/// storagemigration.k8s.io/encryption-rotation` lists them).
+fn migration_meta(name: &str, hash: &str, last: &LastEntry) -> ObjectMeta {
+    let mut labels = BTreeMap::from([(MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string())]);
+    let mut annotations = BTreeMap::from([
+        (
+            HISTORY_SEQ_ANNOTATION.to_string(),
+            last.migration_seq.to_string(),
+        ),
+        (HASH_ANNOTATION.to_string(), hash.to_string()),
+    ]);
+    if let Some(cause) = &last.cause {
+        annotations.insert(REASON_ANNOTATION.to_string(), cause.reason.clone());
+    }
+    if let Some(rotation) = &last.rotation {
+        labels.insert(ROTATION_LABEL.to_string(), "true".to_string());
+        annotations.insert(
+            GENERATION_ANNOTATION.to_string(),
+            serde_json::to_string(&rotation.generation).unwrap_or_default(),
+        );
+    }
+    ObjectMeta {
+        name: Some(name.to_string()),
+        labels: Some(labels),
+        annotations: Some(annotations),
+        ..Default::default()
+    }
 }
 
 fn key_of(observed: &Observed) -> (String, String) {
@@ -99,7 +161,7 @@ impl Reconciler {
             history: trigger.history.clone(),
             settings: trigger.settings.clone(),
             metrics: trigger.metrics.clone(),
-            last_seq: BTreeMap::new(),
+            last: BTreeMap::new(),
             last_change: BTreeMap::new(),
             unsafe_since: BTreeMap::new(),
             pending_change: None,
@@ -113,7 +175,7 @@ impl Reconciler {
             .iter()
             .filter_map(|(key, e)| Some((key.clone(), e.time?)))
             .collect();
-        self.last_seq = last.into_iter().map(|(key, e)| (key, e.seq)).collect();
+        self.last = last;
     }
 
     /// Publishes which StorageStates are unsafe and since when: from the history entry that
@@ -231,8 +293,19 @@ impl Reconciler {
                 .cloned();
             let state = by_name.get(&name).copied();
             let resync = known.resync_crds;
+            let generation = known
+                .encryption
+                .as_ref()
+                .filter(|_| self.settings.encryption_resources.contains(key));
             match self
-                .reconcile_one(observed, state, migrations, crd.as_ref(), resync)
+                .reconcile_one(
+                    observed,
+                    state,
+                    migrations,
+                    crd.as_ref(),
+                    resync,
+                    generation,
+                )
                 .await
             {
                 Ok(status) => {
@@ -301,15 +374,21 @@ impl Reconciler {
         migrations: &[StorageVersionMigration],
         crd: Option<&CrdInfo>,
         resync_crds: bool,
+        generation: Option<&Generation>,
     ) -> Result<StorageStateStatus, ApiError> {
         let key = key_of(observed);
         let owed = self.owed_reasons(&key);
-        let plan = plan_state(
+        let mut plan = plan_state(
             state,
             observed,
             owed.as_deref(),
             resync_crds && crd.is_some(),
         );
+        if let Some(now) = generation {
+            let last = self.last.get(&key).and_then(|l| l.generation.as_ref());
+            plan.entries
+                .extend(plan_encryption(last, now, &plan.current));
+        }
         let stored = self.write_state(observed, state, &plan).await?;
         self.apply_migration_plan(observed, stored, migrations, crd)
             .await
@@ -338,7 +417,7 @@ impl Reconciler {
     ) -> Result<StorageState, ApiError> {
         let key = key_of(observed);
         let name = StorageState::name_for(&observed.group, &observed.resource);
-        let last_seq = self.last_seq.get(&key).copied().unwrap_or(0);
+        let last_seq = self.last.get(&key).map_or(0, |l| l.seq);
         let mut status = StorageStateStatus {
             persisted_storage_version_hashes: plan.persisted.clone(),
             current_storage_version_hash: plan.current.clone(),
@@ -365,8 +444,10 @@ impl Reconciler {
             self.entries_recorded(&name, &entries);
             self.last_change
                 .insert(key.clone(), jiff::Timestamp::now().as_second());
-            self.last_seq
-                .insert(key.clone(), last_seq + entries.len() as u64);
+            let last = self.last.entry(key.clone()).or_default();
+            for entry in &entries {
+                last.add(entry);
+            }
         }
         self.owed_unknown.remove(&key);
         Ok(stored)
@@ -406,7 +487,7 @@ impl Reconciler {
     ) -> Result<StorageStateStatus, ApiError> {
         let key = key_of(observed);
         let name = StorageState::name_for(&observed.group, &observed.resource);
-        let last_seq = self.last_seq.get(&key).copied().unwrap_or(0);
+        let last = self.last.get(&key).cloned().unwrap_or_default();
         let owned: Vec<OwnedMigration> = migrations
             .iter()
             .filter_map(|m| OwnedMigration::of(m, &observed.group, &observed.resource))
@@ -416,14 +497,15 @@ impl Reconciler {
             &name,
             &current,
             &stored.status.persisted_storage_version_hashes,
-            last_seq,
+            last.migration_seq,
             &owned,
+            last.rotation.is_some(),
         );
         for stale in &mplan.delete {
             self.delete_migration(stale).await?;
         }
         if let Some(migration) = &mplan.create {
-            self.create_migration(migration, observed, &current, last_seq)
+            self.create_migration(migration, observed, &current, &last)
                 .await?;
         }
         if mplan.narrow {
@@ -435,10 +517,7 @@ impl Reconciler {
                     crd.object.metadata.name.as_deref().unwrap_or_default()
                 )));
             }
-            let mut next = stored.clone();
-            next.status.persisted_storage_version_hashes = vec![current.clone()];
-            next.status.last_heartbeat_time = Some(svm_registry::now_time());
-            stored = self.states.update_status(next).await?;
+            stored = self.narrow(observed, stored, &current, &last).await?;
             tracing::info!(resource = %name, hash = %current, "every stored object is in the current storage version");
         }
         if let Some(crd) = crd
@@ -449,6 +528,39 @@ impl Reconciler {
             self.narrow_stored_versions(crd, &current).await;
         }
         Ok(stored.status)
+    }
+
+    /// The migration of the newest entry succeeded: persisted narrows to the current hash, and
+    /// an owed rotation is recorded as applied in the same transaction.
+    async fn narrow(
+        &mut self,
+        observed: &Observed,
+        stored: StorageState,
+        current: &str,
+        last: &LastEntry,
+    ) -> Result<StorageState, ApiError> {
+        let key = key_of(observed);
+        let name = StorageState::name_for(&observed.group, &observed.resource);
+        let applied: Vec<_> = last
+            .rotation
+            .iter()
+            .map(|r| applied_entry(r, &migration_name(&name, last.migration_seq), current))
+            .collect();
+        let (records, entries) =
+            self.history
+                .append(&observed.group, &observed.resource, last.seq, &applied);
+        let mut next = stored;
+        next.status.persisted_storage_version_hashes = vec![current.to_string()];
+        next.status.last_heartbeat_time = Some(svm_registry::now_time());
+        let stored = self.states.update_status_with(next, &records).await?;
+        if !entries.is_empty() {
+            self.entries_recorded(&name, &entries);
+            let last = self.last.entry(key).or_default();
+            for entry in &entries {
+                last.add(entry);
+            }
+        }
+        Ok(stored)
     }
 
     /// A new StorageState: created with persisted `["Unknown"]` (the strategy's default);
@@ -487,21 +599,10 @@ impl Reconciler {
         name: &str,
         observed: &Observed,
         hash: &str,
-        seq: u64,
+        last: &LastEntry,
     ) -> Result<(), ApiError> {
         let migration = StorageVersionMigration {
-            metadata: ObjectMeta {
-                name: Some(name.to_string()),
-                labels: Some([(MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string())].into()),
-                annotations: Some(
-                    [
-                        (HISTORY_SEQ_ANNOTATION.to_string(), seq.to_string()),
-                        (HASH_ANNOTATION.to_string(), hash.to_string()),
-                    ]
-                    .into(),
-                ),
-                ..Default::default()
-            },
+            metadata: migration_meta(name, hash, last),
             spec: MigrationSpec {
                 resource: GroupVersionResource {
                     group: observed.group.clone(),
@@ -514,7 +615,8 @@ impl Reconciler {
         };
         match self.migrations.create(migration).await {
             Ok(_) => {
-                tracing::info!(migration = %name, %hash, "migration created");
+                let rotation = last.rotation.is_some();
+                tracing::info!(migration = %name, %hash, rotation, "migration created");
                 self.metrics.migrations_created.inc();
                 Ok(())
             }
