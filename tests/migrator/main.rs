@@ -12,4 +12,5 @@ mod crash;
 mod failover;
 mod faults;
 mod migrate;
+mod named_failures;
 mod refusals;

@@ -15,6 +15,8 @@ pub(crate) enum Reason {
     Failed,
     /// Another migrator writes the migration's status: ours stopped working on it.
     Yielded,
+    /// The migration succeeded with objects the cluster refused, skipped by its policy.
+    ObjectsSkipped,
     /// Companion mode found the cluster's API holding another migration of the same name:
     /// ours was not carried over.
     NotCarriedOver,
@@ -28,12 +30,14 @@ impl Reason {
             Reason::Failed => "MigrationFailed",
             Reason::Yielded => "MigrationYielded",
             Reason::NotCarriedOver => "MigrationNotCarriedOver",
+            Reason::ObjectsSkipped => "ObjectsSkipped",
         }
     }
 
     fn event_type(self) -> EventType {
         match self {
             Reason::Failed | Reason::Yielded | Reason::NotCarriedOver => EventType::Warning,
+            Reason::ObjectsSkipped => EventType::Warning,
             _ => EventType::Normal,
         }
     }

@@ -6,6 +6,7 @@
 
 pub(crate) mod concurrency;
 pub(crate) mod events;
+mod failures;
 pub(crate) mod limiter;
 pub(crate) mod metrics;
 mod pool;

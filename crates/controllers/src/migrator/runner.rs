@@ -4,25 +4,32 @@
 //! the continue token of the last page) — so a restarted server resumes there, not at the
 //! start.
 
+use std::collections::BTreeMap;
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use futures::{StreamExt, TryStreamExt, stream};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::MigratorContext;
 use super::events::Reason;
+use super::failures::{self, FailureLog, failures_text};
 use super::metrics::{MigrationLabels, ResourceLabel, RetryLabels};
 use super::pressure::Slot;
 use super::status::{
-    StatusWriteError, bounded_message, check, set_condition, write_progress, write_status,
+    StatusWriteError, bounded_message, check, progress_message, set_condition, write_progress,
+    write_status,
 };
 use super::window::Window;
 use crate::apimode::guard::{ForeignWrite, StatusGuard};
-use svm_api::migration::{FAILED, MigrationProgress, RUNNING, SUCCEEDED, StorageVersionMigration};
+use svm_api::migration::{
+    FAILED, MAX_NAMED_FAILURES, MigrationProgress, OBJECTS_SKIPPED, ObjectFailure, RUNNING,
+    SUCCEEDED, StorageVersionMigration,
+};
 use svm_cluster::objects::{
     Initial, InitialEvents, StreamUnavailable, list_metadata, open_metadata_stream, touch,
 };
@@ -34,7 +41,7 @@ use svm_cluster::{ClusterError, MetadataPage, ObjectRef, ResolveError, ResolvedR
 /// is done.
 const WATCH_LIST_TIMEOUT: Duration = Duration::from_secs(300);
 
-fn count(n: usize) -> i64 {
+pub(super) fn count(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
 
@@ -127,6 +134,9 @@ pub(crate) async fn run(
         name,
         cancel,
         guard: Mutex::new(StatusGuard::default()),
+        failures: FailureLog::default(),
+        skip: AtomicBool::new(false),
+        last: Mutex::new(MigrationProgress::default()),
     };
     match runner.run().await {
         Ok(()) => Outcome::Finished,
@@ -143,6 +153,12 @@ struct Runner {
     cancel: CancellationToken,
     /// What this run wrote of the status, to notice another migrator's writes.
     guard: Mutex<StatusGuard>,
+    /// The objects the cluster refused (see [`failures`]).
+    failures: FailureLog,
+    /// The migration's policy is `Skip` (refused objects do not fail it).
+    skip: AtomicBool,
+    /// The progress last checkpointed (or read when the run started): what a failure reports.
+    last: Mutex<MigrationProgress>,
 }
 
 impl Runner {
@@ -165,6 +181,7 @@ impl Runner {
         }
         let resource = self.discover(&migration).await?;
         let mut progress = migration.status.progress.clone().unwrap_or_default();
+        self.resume(&migration, &progress);
         self.mark_running(&migration, &resource, &progress).await?;
 
         let resource_label = ResourceLabel {
@@ -178,7 +195,7 @@ impl Runner {
                 .migrate_streamed(&resource, &resource_label, &mut progress)
                 .await?
             {
-                Streamed::Complete => return self.succeed(&resource, &progress).await,
+                Streamed::Complete => return self.finish(&resource, &progress).await,
                 Streamed::Page(why) => {
                     tracing::info!(migration = %self.name, %why, through = %progress.migrated_through, "listing in pages");
                 }
@@ -189,7 +206,44 @@ impl Runner {
             .count_read(&resource_label.resource, "pages");
         self.migrate_paged(&resource, &resource_label, &mut progress, token)
             .await?;
-        self.succeed(&resource, &progress).await
+        self.finish(&resource, &progress).await
+    }
+
+    /// What the run starts from: the policy, the refusals and the progress stored.
+    fn resume(&self, migration: &StorageVersionMigration, progress: &MigrationProgress) {
+        self.skip
+            .store(migration.skips_refused_objects(), Ordering::Relaxed);
+        self.failures.reset(progress);
+        if let Ok(mut last) = self.last.lock() {
+            last.clone_from(progress);
+        }
+    }
+
+    /// Every object was read: Succeeded, unless objects were refused — then the policy
+    /// decides (Failed naming them, or Succeeded with them skipped).
+    async fn finish(
+        &self,
+        resource: &ResolvedResource,
+        progress: &MigrationProgress,
+    ) -> Result<(), RunError> {
+        if self.failures.count() > 0 && !self.skip.load(Ordering::Relaxed) {
+            return Err(self.rejected());
+        }
+        self.succeed(resource, progress).await
+    }
+
+    /// The migration's failure for its refused objects (policy `Fail`), naming them.
+    fn rejected(&self) -> RunError {
+        let mut progress = MigrationProgress::default();
+        self.failures.fill_all(&mut progress);
+        RunError::Fatal {
+            reason: "ObjectsRejected",
+            message: bounded_message(format!(
+                "the cluster refused {} objects: {}",
+                progress.failed_objects,
+                failures_text(&progress)
+            )),
+        }
     }
 
     /// The migration's resource as the cluster serves it (retried like any request); a
@@ -239,6 +293,7 @@ impl Runner {
             resource.group_resource(),
             self.context.settings.chunk_size
         );
+        let counts = progress_message(progress);
         write_status(
             &self.context.migrations,
             &self.name,
@@ -249,7 +304,7 @@ impl Runner {
                     RUNNING,
                     true,
                     "MigrationStarted",
-                    &message,
+                    &counts,
                     generation,
                 );
             },
@@ -359,7 +414,10 @@ impl Runner {
         let skip_through = progress.migrated_through.clone();
         let mut window = Window::new();
         let mut in_flight = FuturesUnordered::new();
-        let mut unsaved = 0;
+        // Refused objects not yet in the done prefix, by sequence number: counted when they
+        // join it, so a checkpoint never names an object a restart would PATCH again.
+        let mut refused = BTreeMap::new();
+        let mut unsaved = Joined::default();
         let mut arrived = 0;
         let mut progressed = false;
         let end = loop {
@@ -370,11 +428,10 @@ impl Runner {
                 biased;
                 () = self.cancel.cancelled() => return Err(RunError::Stopped),
                 Some(finished) = in_flight.next(), if !in_flight.is_empty() => {
-                    let joined = window.done(finished?);
-                    unsaved += joined;
-                    if unsaved >= chunk {
+                    unsaved.add(self.join(&mut window, &mut refused, finished?));
+                    if unsaved.objects >= chunk {
                         self.save_prefix(label, progress, &window, unsaved, None, "").await?;
-                        unsaved = 0;
+                        unsaved = Joined::default();
                     }
                 }
                 step = events.next(), if window.len() < self.window_size() => match step {
@@ -397,7 +454,9 @@ impl Runner {
                         progressed = true;
                         let group_resource = &group_resource;
                         in_flight.push(async move {
-                            self.patch_object(resource, group_resource, &object).await.map(|()| seq)
+                            self.patch_object(resource, group_resource, &object)
+                                .await
+                                .map(|refusal| (seq, refusal))
                         });
                     }
                     Initial::End { resource_version } => {
@@ -408,7 +467,7 @@ impl Runner {
             }
         };
         while let Some(finished) = in_flight.next().await {
-            unsaved += window.done(finished?);
+            unsaved.add(self.join(&mut window, &mut refused, finished?));
         }
         match end {
             StreamEnd::Complete(resource_version) => {
@@ -424,12 +483,34 @@ impl Runner {
                 Ok(StreamEnd::Complete(resource_version))
             }
             other => {
-                if unsaved > 0 || window.through() > progress.migrated_through.as_str() {
+                if unsaved.objects > 0 || window.through() > progress.migrated_through.as_str() {
                     self.save_prefix(label, progress, &window, unsaved, None, "")
                         .await?;
                 }
                 Ok(other)
             }
+        }
+    }
+
+    /// Marks the object `seq` done (`refusal` when the cluster refused it): what joined the
+    /// done prefix, its refusals recorded.
+    fn join(
+        &self,
+        window: &mut Window,
+        refused: &mut BTreeMap<u64, ObjectFailure>,
+        (seq, refusal): (u64, Option<ObjectFailure>),
+    ) -> Joined {
+        if let Some(failure) = refusal {
+            refused.insert(seq, failure);
+        }
+        let objects = window.done(seq);
+        let still_out = refused.split_off(&window.next_seq());
+        let joined = std::mem::replace(refused, still_out);
+        let joined_refused = joined.len();
+        self.failures.record(joined.into_values());
+        Joined {
+            objects,
+            refused: joined_refused,
         }
     }
 
@@ -439,14 +520,14 @@ impl Runner {
         label: &ResourceLabel,
         progress: &mut MigrationProgress,
         window: &Window,
-        joined: usize,
+        joined: Joined,
         remaining: Option<i64>,
         resource_version: &str,
     ) -> Result<(), RunError> {
         if window.through() > progress.migrated_through.as_str() {
             progress.migrated_through = window.through().to_string();
         }
-        self.record_progress(label, progress, joined, remaining);
+        self.record_progress(label, progress, joined.migrated(), remaining);
         self.checkpoint(progress, resource_version).await
     }
 
@@ -496,14 +577,11 @@ impl Runner {
                     .filter(|item| item.key() > done)
                     .collect()
             };
-            self.migrate_page(resource, &todo).await?;
+            let refused = self.migrate_page(resource, &todo).await?;
+            let migrated = todo.len() - refused.len();
+            self.failures.record(refused);
             progress.continue_token = page.continue_token.clone().unwrap_or_default();
-            self.record_progress(
-                label,
-                progress,
-                todo.len(),
-                Some(page.remaining.unwrap_or(0)),
-            );
+            self.record_progress(label, progress, migrated, Some(page.remaining.unwrap_or(0)));
             self.checkpoint(progress, &page.resource_version).await?;
             token = page.continue_token;
             if token.is_none() {
@@ -524,6 +602,7 @@ impl Runner {
         // A stream does not know what is left until it ends.
         progress.remaining_objects = remaining.map(|r| r.max(0));
         progress.last_checkpoint_time = Some(svm_registry::now_time());
+        self.failures.fill(progress);
         let metrics = &self.context.metrics;
         metrics
             .migrated_objects
@@ -543,32 +622,33 @@ impl Runner {
         resource: &ResolvedResource,
         progress: &MigrationProgress,
     ) -> Result<(), RunError> {
-        let message = format!(
-            "migrated {} objects of {}",
-            progress.migrated_objects,
-            resource.group_resource()
-        );
+        let message = progress_message(progress);
+        // Reached with refused objects only under the policy `Skip`: said in a condition of
+        // its own (which keeps the resource unsafe) and a Warning Event, never silently.
+        let skipped = (progress.failed_objects > 0).then(|| {
+            bounded_message(format!(
+                "{} objects of {} were not migrated (storagemigration.k8s.io/on-object-failure: Skip); the resource still holds objects in an old encoding: {}",
+                progress.failed_objects,
+                resource.group_resource(),
+                failures_text(progress)
+            ))
+        });
+        let reason = if skipped.is_some() {
+            "MigrationSucceededWithSkips"
+        } else {
+            "MigrationSucceeded"
+        };
         let stored = write_status(
             &self.context.migrations,
             &self.name,
             &self.guard,
             |status, generation| {
-                set_condition(
-                    status,
-                    RUNNING,
-                    false,
-                    "MigrationSucceeded",
-                    &message,
-                    generation,
-                );
-                set_condition(
-                    status,
-                    SUCCEEDED,
-                    true,
-                    "MigrationSucceeded",
-                    &message,
-                    generation,
-                );
+                set_condition(status, RUNNING, false, reason, &message, generation);
+                set_condition(status, SUCCEEDED, true, reason, &message, generation);
+                if let Some(skipped) = &skipped {
+                    let why = "ObjectsRefused";
+                    set_condition(status, OBJECTS_SKIPPED, true, why, skipped, generation);
+                }
             },
         )
         .await?;
@@ -583,6 +663,12 @@ impl Runner {
         self.context
             .event(&stored, Reason::Succeeded, message)
             .await;
+        if let Some(skipped) = skipped {
+            tracing::warn!(migration = %self.name, %skipped, "objects skipped");
+            self.context
+                .event(&stored, Reason::ObjectsSkipped, skipped)
+                .await;
+        }
         Ok(())
     }
 
@@ -606,47 +692,71 @@ impl Runner {
     }
 
     /// Rewrites a page's objects, as many at a time as the pool's PATCH slots allow (see
-    /// [`Runner::with_retries`]); the first error that cannot be retried ends the page (and
-    /// the migration).
+    /// [`Runner::with_retries`]): the objects the cluster refused; the first other error
+    /// that cannot be retried ends the page (and the migration).
     async fn migrate_page(
         &self,
         resource: &ResolvedResource,
         items: &[ObjectRef],
-    ) -> Result<(), RunError> {
+    ) -> Result<Vec<ObjectFailure>, RunError> {
         let label = resource.group_resource();
-        stream::iter(items.iter().map(Ok))
-            .try_for_each_concurrent(None, |object| self.patch_object(resource, &label, object))
-            .await
+        let mut pending: FuturesUnordered<_> = items
+            .iter()
+            .map(|object| self.patch_object(resource, &label, object))
+            .collect();
+        let mut refused = Vec::new();
+        while let Some(patched) = pending.next().await {
+            refused.extend(patched?);
+        }
+        Ok(refused)
     }
 
-    /// The no-op PATCH of one object, retried; an error that cannot be retried is the
+    /// The no-op PATCH of one object, retried: the cluster's refusal of the object, if it
+    /// refused it (see [`failures`]); any other error that cannot be retried is the
     /// migration's.
     async fn patch_object(
         &self,
         resource: &ResolvedResource,
         label: &str,
         object: &ObjectRef,
-    ) -> Result<(), RunError> {
+    ) -> Result<Option<ObjectFailure>, RunError> {
         // A stopped run (deleted, or its leadership term over) sends no more.
         if self.stopped() {
             return Err(RunError::Stopped);
         }
-        let touched = self
+        let touched = match self
             .with_retries(label, "patch", || {
                 touch(&self.context.cluster, resource, object)
             })
             .await
-            .map_err(|err| {
-                self.classify(
-                    err,
-                    "ObjectRejected",
-                    &format!("patching {label} {}", object.display_name()),
-                )
-            })?;
+        {
+            Ok(touched) => touched,
+            Err(err) => {
+                return match failures::refusal(&err, object) {
+                    Some(failure) => self.refused(failure),
+                    None => Err(self.classify(
+                        err,
+                        "ObjectRejected",
+                        &format!("patching {label} {}", object.display_name()),
+                    )),
+                };
+            }
+        };
         if touched == Touched::Rewritten {
             tracing::trace!(object = %object.display_name(), "rewritten");
         }
-        Ok(())
+        Ok(None)
+    }
+
+    /// One refused object. Under the policy `Fail`, once [`MAX_NAMED_FAILURES`] are refused
+    /// the migration fails at once: a longer list would say no more.
+    fn refused(&self, failure: ObjectFailure) -> Result<Option<ObjectFailure>, RunError> {
+        tracing::info!(migration = %self.name, object = %failure.key(), code = failure.code, message = %failure.message, "the cluster refused the object");
+        let seen = self.failures.saw(&failure);
+        if !self.skip.load(Ordering::Relaxed) && seen >= count(MAX_NAMED_FAILURES) {
+            return Err(self.rejected());
+        }
+        Ok(Some(failure))
     }
 
     async fn checkpoint(
@@ -654,6 +764,9 @@ impl Runner {
         progress: &MigrationProgress,
         resource_version: &str,
     ) -> Result<(), RunError> {
+        if let Ok(mut last) = self.last.lock() {
+            last.clone_from(progress);
+        }
         write_progress(
             &self.context.migrations,
             &self.name,
@@ -758,6 +871,9 @@ impl Runner {
     /// Records the failure (Failed=True, Running=False) and says so in an event.
     async fn fail(&self, reason: &'static str, message: String) -> Outcome {
         tracing::warn!(migration = %self.name, reason, %message, "migration failed");
+        let mut progress = self.last.lock().map(|p| p.clone()).unwrap_or_default();
+        self.failures.fill_all(&mut progress);
+        let message = bounded_message(format!("{}: {message}", progress_message(&progress)));
         let written = write_status(
             &self.context.migrations,
             &self.name,
@@ -765,6 +881,11 @@ impl Runner {
             |status, generation| {
                 set_condition(status, RUNNING, false, reason, &message, generation);
                 set_condition(status, FAILED, true, reason, &message, generation);
+                // The refused objects, named where the checkpoints name them.
+                if let Some(stored) = status.progress.as_mut() {
+                    stored.failed_objects = progress.failed_objects;
+                    stored.failures.clone_from(&progress.failures);
+                }
             },
         )
         .await;
@@ -786,6 +907,25 @@ impl Runner {
             Err(StatusWriteError::Yielded(foreign)) => Outcome::Yielded(foreign),
             Err(err) => Outcome::RetryLater(err.to_string()),
         }
+    }
+}
+
+/// Objects that joined the done prefix, and how many of them the cluster refused.
+#[derive(Clone, Copy, Debug, Default)]
+struct Joined {
+    objects: usize,
+    refused: usize,
+}
+
+impl Joined {
+    fn add(&mut self, other: Joined) {
+        self.objects += other.objects;
+        self.refused += other.refused;
+    }
+
+    /// The objects migrated: joined and not refused.
+    fn migrated(self) -> usize {
+        self.objects.saturating_sub(self.refused)
     }
 }
 

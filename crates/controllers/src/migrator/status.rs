@@ -9,7 +9,7 @@ use std::sync::Mutex;
 use super::source::Source;
 use crate::apimode::guard::{ForeignWrite, StatusGuard};
 use svm_api::migration::{
-    MigrationCondition, MigrationProgress, MigrationStatus, StorageVersionMigration,
+    MigrationCondition, MigrationProgress, MigrationStatus, RUNNING, StorageVersionMigration,
 };
 use svm_registry::ApiError;
 
@@ -75,6 +75,14 @@ pub(crate) async fn write_progress(
             });
         }
         status.progress = Some(progress.clone());
+        // The counts where kubectl looks, from the same progress (one owner per fact).
+        if let Some(running) = status
+            .conditions
+            .iter_mut()
+            .find(|c| c.type_ == RUNNING && c.status == "True")
+        {
+            running.message = progress_message(progress);
+        }
         if status.resource_version.is_empty() && !resource_version.is_empty() {
             status.resource_version = resource_version.to_string();
         }
@@ -160,6 +168,25 @@ pub(crate) fn set_condition(
             message: message.into(),
             observed_generation: generation,
         }),
+    }
+}
+
+/// The counts of `progress` as the Running, Succeeded and Failed messages carry them, as
+/// Kubernetes 1.37's in-tree migrator's conditions do (kubernetes/kubernetes#138875,
+/// `migrationRunningMessage(migrated, total, err)`): `migrated 250 of 1000 objects (750
+/// remaining, 0 failed)`. While a watch-list stream is read, what is left is not known until
+/// it ends: `migrated 250 objects so far (0 failed; remaining not known until the listing
+/// ends)`. Total = migrated + remaining + failed.
+pub(crate) fn progress_message(progress: &MigrationProgress) -> String {
+    let (migrated, failed) = (progress.migrated_objects, progress.failed_objects);
+    match progress.remaining_objects {
+        Some(remaining) => format!(
+            "migrated {migrated} of {} objects ({remaining} remaining, {failed} failed)",
+            migrated + remaining + failed
+        ),
+        None => format!(
+            "migrated {migrated} objects so far ({failed} failed; remaining not known until the listing ends)"
+        ),
     }
 }
 
@@ -266,6 +293,78 @@ mod tests {
         write_progress(&source, "m", &run(), &at(700, "ns/c"), "42")
             .await
             .expect("forward again");
+    }
+
+    #[test]
+    fn the_message_carries_migrated_total_remaining_and_failed() {
+        let mut progress = MigrationProgress {
+            migrated_objects: 250,
+            remaining_objects: Some(750),
+            ..Default::default()
+        };
+        assert_eq!(
+            progress_message(&progress),
+            "migrated 250 of 1000 objects (750 remaining, 0 failed)"
+        );
+        progress.failed_objects = 3;
+        progress.remaining_objects = Some(0);
+        progress.migrated_objects = 997;
+        assert_eq!(
+            progress_message(&progress),
+            "migrated 997 of 1000 objects (0 remaining, 3 failed)"
+        );
+        progress.remaining_objects = None;
+        assert_eq!(
+            progress_message(&progress),
+            "migrated 997 objects so far (3 failed; remaining not known until the listing ends)"
+        );
+        assert_eq!(
+            progress_message(&MigrationProgress::default()),
+            "migrated 0 objects so far (0 failed; remaining not known until the listing ends)"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_checkpoint_updates_the_running_message_from_its_counts() {
+        use std::sync::Arc;
+
+        use svm_api::migration::MigrationStrategy;
+        use svm_registry::{Fence, Guarded, Store};
+        use svm_storage::Storage;
+        use svm_storage::embedded::EmbeddedStorage;
+
+        let storage: Arc<dyn Storage> = Arc::new(EmbeddedStorage::in_memory());
+        let store = Arc::new(Store::new(MigrationStrategy, storage.clone(), "/p"));
+        let source = Source::Ours(Guarded::new(
+            store,
+            Fence::unfenced(storage, tokio_util::sync::CancellationToken::new()),
+        ));
+        let mut migration = StorageVersionMigration::default();
+        migration.metadata.name = Some("m".into());
+        migration.spec.resource.resource = "secrets".into();
+        if let Source::Ours(store) = &source {
+            store.create(migration).await.expect("create");
+        }
+        let guard = Mutex::new(StatusGuard::default());
+        write_status(&source, "m", &guard, |status, generation| {
+            set_condition(status, RUNNING, true, "MigrationStarted", "", generation);
+        })
+        .await
+        .expect("running");
+        let progress = MigrationProgress {
+            migrated_objects: 500,
+            remaining_objects: Some(500),
+            ..Default::default()
+        };
+        let stored = write_progress(&source, "m", &guard, &progress, "42")
+            .await
+            .expect("checkpoint");
+        let running = stored.condition_true(RUNNING).expect("running");
+        assert_eq!(
+            running.message,
+            "migrated 500 of 1000 objects (500 remaining, 0 failed)"
+        );
+        assert_eq!(running.reason, "MigrationStarted");
     }
 
     #[test]

@@ -44,6 +44,12 @@ impl Window {
         &self.through
     }
 
+    /// The sequence number of the first object not in the done prefix: every object admitted
+    /// with a smaller one has joined it.
+    pub(super) fn next_seq(&self) -> u64 {
+        self.first
+    }
+
     /// An object that needs no work (done before a restart) arrived: only its order counts.
     pub(super) fn pass(&mut self, key: String) -> Result<(), OutOfOrder> {
         self.check_order(&key)?;
