@@ -12,7 +12,7 @@
 //!   encoding. So a success narrows the persisted hashes only if nothing was recorded since
 //!   the migration was created.
 
-use svm_api::migration::{FAILED, SUCCEEDED, StorageVersionMigration};
+use svm_api::migration::{FAILED, StorageVersionMigration};
 use svm_api::storagestate::{StorageState, UNKNOWN_HASH};
 
 use super::encryption::Generation;
@@ -347,7 +347,9 @@ impl OwnedMigration {
                 .get(HASH_ANNOTATION)
                 .cloned()
                 .unwrap_or_default(),
-            succeeded: m.condition_true(SUCCEEDED).is_some(),
+            // Succeeded with objects skipped (the policy Skip) did not migrate every object:
+            // the resource stays unsafe, its hashes are not narrowed.
+            succeeded: m.migrated_every_object(),
             failed: m.condition_true(FAILED).is_some(),
         })
     }
@@ -606,6 +608,41 @@ mod tests {
             false,
         );
         assert_eq!(plan, MigrationPlan::default());
+    }
+
+    #[test]
+    fn a_success_with_skipped_objects_neither_narrows_nor_starts_again() {
+        use svm_api::migration::{MigrationCondition, OBJECTS_SKIPPED, SUCCEEDED};
+        let mut m = StorageVersionMigration::default();
+        m.metadata.name = Some("x-3".into());
+        m.metadata.labels = Some([(MANAGED_BY_LABEL.into(), MANAGED_BY.into())].into());
+        m.metadata.annotations = Some(
+            [
+                (HISTORY_SEQ_ANNOTATION.into(), "3".into()),
+                (HASH_ANNOTATION.into(), "B".into()),
+            ]
+            .into(),
+        );
+        m.spec.resource.group = "apps".into();
+        m.spec.resource.resource = "deployments".into();
+        let condition = |type_: &str| MigrationCondition {
+            type_: type_.into(),
+            status: "True".into(),
+            ..Default::default()
+        };
+        m.status.conditions = vec![condition(SUCCEEDED), condition(OBJECTS_SKIPPED)];
+        let seen = OwnedMigration::of(&m, "apps", "deployments").expect("the trigger's");
+        assert!(!seen.succeeded && !seen.failed);
+        let persisted = ["A".to_string(), "B".to_string()];
+        let plan = plan_migrations("x", "B", &persisted, 3, &[seen], false);
+        assert_eq!(
+            plan,
+            MigrationPlan::default(),
+            "unsafe, and left for the user to see"
+        );
+        m.status.conditions.pop();
+        let done = OwnedMigration::of(&m, "apps", "deployments").expect("the trigger's");
+        assert!(plan_migrations("x", "B", &persisted, 3, &[done], false).narrow);
     }
 
     fn generation(config: &str) -> Generation {

@@ -11,7 +11,10 @@ use kube::Api;
 use kube::api::PostParams;
 use tokio::time::Instant;
 
-use svm_api::migration::{GroupVersionResource, MigrationSpec, StorageVersionMigration};
+use svm_api::migration::{
+    GroupVersionResource, MigrationSpec, ON_OBJECT_FAILURE_ANNOTATION, ON_OBJECT_FAILURE_VALUES,
+    StorageVersionMigration,
+};
 use svm_api::storagestate::{
     GroupResource, StorageState, StorageStateSpec, StorageStateStatus, StorageStateStrategy,
     UNKNOWN_HASH,
@@ -129,6 +132,24 @@ fn migration_meta(name: &str, hash: &str, last: &LastEntry) -> ObjectMeta {
         labels: Some(labels),
         annotations: Some(annotations),
         ..Default::default()
+    }
+}
+
+/// The refused-object policy for the trigger's migrations of a resource: the StorageState's
+/// [`ON_OBJECT_FAILURE_ANNOTATION`], copied onto each migration it creates (a user annotates
+/// the StorageState once; the migrations come and go). A value the migration would refuse is
+/// ignored (said in the log): the default, `Fail`, holds.
+fn failure_policy(state: &StorageState) -> Option<&str> {
+    let value = state
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(ON_OBJECT_FAILURE_ANNOTATION)?;
+    if ON_OBJECT_FAILURE_VALUES.contains(&value.as_str()) {
+        Some(value)
+    } else {
+        tracing::warn!(state = ?state.metadata.name, %value, "unknown {ON_OBJECT_FAILURE_ANNOTATION}; the default (Fail) applies");
+        None
     }
 }
 
@@ -505,7 +526,8 @@ impl Reconciler {
             self.delete_migration(stale).await?;
         }
         if let Some(migration) = &mplan.create {
-            self.create_migration(migration, observed, &current, &last)
+            let policy = failure_policy(&stored);
+            self.create_migration(migration, observed, &current, &last, policy)
                 .await?;
         }
         if mplan.narrow {
@@ -600,9 +622,17 @@ impl Reconciler {
         observed: &Observed,
         hash: &str,
         last: &LastEntry,
+        policy: Option<&str>,
     ) -> Result<(), ApiError> {
+        let mut metadata = migration_meta(name, hash, last);
+        if let Some(policy) = policy {
+            metadata
+                .annotations
+                .get_or_insert_default()
+                .insert(ON_OBJECT_FAILURE_ANNOTATION.to_string(), policy.to_string());
+        }
         let migration = StorageVersionMigration {
-            metadata: migration_meta(name, hash, last),
+            metadata,
             spec: MigrationSpec {
                 resource: GroupVersionResource {
                     group: observed.group.clone(),
@@ -729,6 +759,26 @@ impl Reconciler {
         {
             Ok(()) => self.last_record = Some((Instant::now(), record)),
             Err(err) => tracing::warn!(error = %err, "writing the observer record failed"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod policy_tests {
+    use super::*;
+
+    #[test]
+    fn the_storage_states_policy_goes_on_its_migrations_when_it_is_one_the_migrator_knows() {
+        let mut state = StorageState::default();
+        assert_eq!(failure_policy(&state), None);
+        for (value, copied) in [
+            ("Skip", Some("Skip")),
+            ("Fail", Some("Fail")),
+            ("skip", None),
+        ] {
+            state.metadata.annotations =
+                Some([(ON_OBJECT_FAILURE_ANNOTATION.to_string(), value.to_string())].into());
+            assert_eq!(failure_policy(&state), copied, "{value}");
         }
     }
 }
