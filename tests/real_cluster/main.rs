@@ -21,5 +21,6 @@ mod first_start;
 mod flow_control;
 mod in_tree_migrator;
 mod ksvm_import;
+mod named_failures;
 mod volumes;
 mod world;

@@ -130,7 +130,15 @@ pub(super) fn failures_text(progress: &MigrationProgress) -> String {
     let mut text = progress
         .failures
         .iter()
-        .map(|f| format!("{} ({} {}: {})", f.key(), f.code, f.reason, f.message))
+        .map(|f| {
+            // A webhook that sets no reason gets none from kube-apiserver either.
+            let reason = if f.reason.is_empty() {
+                String::new()
+            } else {
+                format!(" {}", f.reason)
+            };
+            format!("{} ({}{reason}: {})", f.key(), f.code, f.message)
+        })
         .collect::<Vec<_>>()
         .join("; ");
     let more = progress.failed_objects - super::runner::count(progress.failures.len());
@@ -237,7 +245,9 @@ mod tests {
         assert_eq!(progress.failures[0].name, "before-a-restart");
         let text = failures_text(&progress);
         assert!(
-            text.starts_with("before-a-restart (0 : ); not-yet-recorded (0 : ); demo/w-0 (403"),
+            text.starts_with(
+                "before-a-restart (0: ); not-yet-recorded (0: ); demo/w-0 (403 Forbidden: no)"
+            ),
             "{text}"
         );
         assert!(text.ends_with("; and 4 more"), "{text}");
