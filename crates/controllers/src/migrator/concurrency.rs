@@ -28,6 +28,15 @@
 //! change (larger objects, a slower etcd) still becomes the new normal once the old baseline
 //! has aged out, and slow start is re-armed to find the capacity again.
 //!
+//! That rule yields to other clients, and so stops early when there are none: the latency
+//! rises from the first PATCH on, ours queueing behind ours. So the adaptive limit also takes
+//! what kube-apiserver says it is doing ([`Neighbours`], from its API Priority and Fairness
+//! gauges: `neighbours.rs`). While nobody else's requests execute or queue there, the limit
+//! grows (slow start) to [`ALONE_CEILING`] whatever the latency, shrinking by a quarter only
+//! when its own priority level queues its requests (the level is full: more would only wait);
+//! the moment others show up it drops to [`INITIAL`] and the latency rule takes over with a
+//! fresh baseline, as when nothing is known (no `/metrics` grant).
+//!
 //! `--object-concurrency N` fixes the limit at N instead: latency moves nothing, but an
 //! overload still halves it, and it grows back to N over the following quiet windows.
 
@@ -46,6 +55,23 @@ pub(crate) const SHRINK_ABOVE: f64 = 1.8;
 pub(crate) const INITIAL: usize = 4;
 /// The adaptive limit's ceiling unless `--object-concurrency` sets one.
 pub(crate) const DEFAULT_CEILING: usize = 256;
+/// Where the adaptive limit goes while the migrator has the apiserver to itself: the best
+/// fixed limit `make bench-real` found (kube-apiserver's rate is flat beyond it — ~800 obj/s
+/// at ~230 against 860–900 at 64 — while every PATCH waits longer and its watch-list watcher
+/// is cut more often).
+pub(crate) const ALONE_CEILING: usize = 64;
+
+/// What kube-apiserver's own counts say about who else is using it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Neighbours {
+    /// Not known (no `/metrics` grant, no sample yet, a failed read): latency decides.
+    Unknown,
+    /// Others' requests execute or queue beside ours: latency decides, yielding to them.
+    Busy,
+    /// Nobody else: the limit may go to its ceiling; `own_queue`: our own priority level
+    /// holds some of our requests in its queue.
+    Quiet { own_queue: bool },
+}
 
 /// Who sets the limit.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,6 +114,10 @@ pub(crate) struct AdaptiveLimit {
     probing: Option<usize>,
     /// Windows closed since the last probe.
     since_probe: usize,
+    /// The apiserver is the migrator's alone (an adaptive limit only).
+    alone: bool,
+    /// A sample saw our own level queue our requests, not yet acted on.
+    own_queue: bool,
 }
 
 impl AdaptiveLimit {
@@ -107,7 +137,51 @@ impl AdaptiveLimit {
             medians: VecDeque::with_capacity(BASELINE_WINDOWS),
             probing: None,
             since_probe: 0,
+            alone: false,
+            own_queue: false,
         }
+    }
+
+    /// What kube-apiserver's counts say now (see [`Neighbours`]).
+    pub(crate) fn on_neighbours(&mut self, seen: Neighbours) {
+        if matches!(self.mode, Mode::Fixed(_)) {
+            return;
+        }
+        match seen {
+            Neighbours::Quiet { own_queue } => {
+                if !self.alone {
+                    self.alone = true;
+                    self.slow_start = true;
+                    self.probing = None;
+                }
+                self.own_queue |= own_queue;
+            }
+            Neighbours::Busy | Neighbours::Unknown if self.alone => self.leave_alone(),
+            Neighbours::Busy | Neighbours::Unknown => {}
+        }
+    }
+
+    /// Others came (or nothing is known any more): start again low, and judge latency against
+    /// a baseline measured from now on — the medians of the alone windows were our own
+    /// queueing.
+    fn leave_alone(&mut self) {
+        self.alone = false;
+        self.own_queue = false;
+        self.slow_start = false;
+        self.medians.clear();
+        self.since_probe = 0;
+        self.probing = None;
+        // A new epoch even when the limit stays: answers to requests sent while alone must
+        // not count in the first window of the latency rule.
+        self.epoch = Epoch(self.epoch.0 + 1);
+        self.window.clear();
+        self.limit = INITIAL.min(self.limit);
+    }
+
+    /// Whether the limit is following the apiserver's counts (nobody else there).
+    #[cfg(test)]
+    pub(crate) fn alone(&self) -> bool {
+        self.alone
     }
 
     /// PATCHes allowed in flight now.
@@ -186,9 +260,17 @@ impl AdaptiveLimit {
         } else {
             match self.mode {
                 Mode::Fixed(n) => self.recover_towards(n),
+                Mode::Adaptive { .. } if self.alone => self.follow_alone(),
                 Mode::Adaptive { .. } => self.follow_latency(median),
             }
         };
+        if self.alone {
+            // Our own queueing is no baseline for when others come.
+            self.window.clear();
+            self.saturated = false;
+            self.backed_off = false;
+            return step;
+        }
         self.record_median(median);
         if let (Some(before), Some(after)) = (before, self.baseline())
             && after.as_secs_f64() > before.as_secs_f64() * SHRINK_ABOVE
@@ -239,6 +321,27 @@ impl AdaptiveLimit {
         }
         self.set_limit((self.limit + (self.limit / 8).max(1)).min(n));
         Step::Grew
+    }
+
+    /// Nobody else is there: grow to the ceiling while the limit is what holds the work back,
+    /// and shrink by a quarter once per sample that saw our own level queue us.
+    fn follow_alone(&mut self) -> Step {
+        let ceiling = self.ceiling().min(ALONE_CEILING);
+        if std::mem::take(&mut self.own_queue) {
+            self.slow_start = false;
+            self.set_limit((self.limit - self.limit / 4).max(1));
+            Step::Shrank
+        } else if self.saturated && self.limit < ceiling {
+            let more = if self.slow_start {
+                self.limit
+            } else {
+                (self.limit / 8).max(1)
+            };
+            self.set_limit((self.limit + more).min(ceiling));
+            Step::Grew
+        } else {
+            Step::Held
+        }
     }
 
     fn follow_latency(&mut self, median: Duration) -> Step {
@@ -549,5 +652,84 @@ mod tests {
             }
         }
         assert_eq!(limit.limit(), 1);
+    }
+
+    #[test]
+    fn alone_it_grows_to_the_alone_ceiling_whatever_its_own_queueing_does_to_latency() {
+        // Capacity 8: past it every PATCH waits behind ours, which alone stops the latency
+        // rule near 8; the apiserver's counts say nobody else is there.
+        let mut server = Apiserver::new(8.0, 21);
+        let mut limit = AdaptiveLimit::new(Mode::Adaptive { ceiling: 256 });
+        let by_latency = settled(&run(&mut limit, &mut server, 150));
+        assert!(by_latency < 24, "latency alone: {by_latency}");
+        limit.on_neighbours(Neighbours::Quiet { own_queue: false });
+        let trace = run(&mut limit, &mut server, 30);
+        assert_eq!(*trace.last().expect("rounds"), ALONE_CEILING, "{trace:?}");
+        assert!(trace.iter().all(|l| *l <= ALONE_CEILING), "{trace:?}");
+        // A smaller --object-concurrency auto ceiling still holds.
+        let mut limit = AdaptiveLimit::new(Mode::Adaptive { ceiling: 16 });
+        limit.on_neighbours(Neighbours::Quiet { own_queue: false });
+        let trace = run(&mut limit, &mut server, 30);
+        assert_eq!(*trace.last().expect("rounds"), 16, "{trace:?}");
+    }
+
+    #[test]
+    fn others_arriving_drop_it_to_the_start_and_the_latency_rule_yields_from_a_fresh_baseline() {
+        let mut server = Apiserver::new(16.0, 23);
+        let mut limit = AdaptiveLimit::new(Mode::Adaptive { ceiling: 256 });
+        limit.on_neighbours(Neighbours::Quiet { own_queue: false });
+        run(&mut limit, &mut server, 30);
+        assert_eq!(limit.limit(), ALONE_CEILING);
+        let before = limit.epoch();
+        limit.on_neighbours(Neighbours::Busy);
+        assert_eq!(limit.limit(), INITIAL);
+        assert!(!limit.alone());
+        assert_ne!(
+            limit.epoch(),
+            before,
+            "answers sent at the ceiling count no more"
+        );
+        assert_eq!(limit.baseline(), None, "the alone windows are no baseline");
+        // Others hold half the apiserver: latency as if at twice our limit. The rule grows
+        // by eighths (no slow start) and stops below where our queueing would show.
+        let mut shared = Apiserver::new(8.0, 29);
+        let trace = run(&mut limit, &mut shared, 100);
+        assert!(settled(&trace) <= 12, "{trace:?}");
+        // Repeated verdicts change nothing; the others leave: back to the ceiling.
+        limit.on_neighbours(Neighbours::Busy);
+        limit.on_neighbours(Neighbours::Quiet { own_queue: false });
+        let trace = run(&mut limit, &mut server, 30);
+        assert_eq!(*trace.last().expect("rounds"), ALONE_CEILING, "{trace:?}");
+        // Knowing nothing any more (the counts could not be read) is treated as shared.
+        limit.on_neighbours(Neighbours::Unknown);
+        assert_eq!(limit.limit(), INITIAL);
+    }
+
+    #[test]
+    fn alone_its_own_level_queueing_shrinks_it_once_per_sample_that_saw_it() {
+        let mut server = Apiserver::new(64.0, 31);
+        let mut limit = AdaptiveLimit::new(Mode::Adaptive { ceiling: 256 });
+        limit.on_neighbours(Neighbours::Quiet { own_queue: false });
+        run(&mut limit, &mut server, 30);
+        assert_eq!(limit.limit(), 64);
+        limit.on_neighbours(Neighbours::Quiet { own_queue: true });
+        let trace = run(&mut limit, &mut server, 3);
+        assert_eq!(trace[0], 48, "a quarter off: {trace:?}");
+        // Then growth by an eighth, not slow start: it stays near where the level filled.
+        assert!(
+            trace[1..].iter().all(|l| (48..=60).contains(l)),
+            "{trace:?}"
+        );
+    }
+
+    #[test]
+    fn a_fixed_limit_ignores_the_apiservers_counts() {
+        let mut limit = AdaptiveLimit::new(Mode::Fixed(8));
+        limit.on_neighbours(Neighbours::Quiet { own_queue: false });
+        let mut server = Apiserver::new(64.0, 37);
+        let trace = run(&mut limit, &mut server, 20);
+        assert!(trace.iter().all(|l| *l == 8), "{trace:?}");
+        limit.on_neighbours(Neighbours::Busy);
+        assert_eq!(limit.limit(), 8);
     }
 }

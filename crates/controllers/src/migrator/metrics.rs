@@ -94,6 +94,8 @@ pub(crate) struct MigratorMetrics {
     pub rate_limit: Gauge<f64, AtomicU64>,
     /// PATCHes the pool allows in flight now (`--object-concurrency`, found or fixed).
     pub patch_concurrency: Gauge,
+    /// 1 while kube-apiserver's own counts say others are using it beside the migrator.
+    pub apiserver_shared: Gauge,
 }
 
 impl Default for MigratorMetrics {
@@ -124,6 +126,7 @@ impl MigratorMetrics {
             apf_rejections: Counter::default(),
             rate_limit: Gauge::default(),
             patch_concurrency: Gauge::default(),
+            apiserver_shared: Gauge::default(),
         }
     }
 
@@ -195,6 +198,11 @@ impl MigratorMetrics {
             "svm_migrator_patch_concurrency",
             "PATCHes the migrator allows in flight now (--object-concurrency: found from latency, or fixed)",
             self.patch_concurrency.clone(),
+        );
+        registry.register(
+            "svm_migrator_apiserver_shared",
+            "1 while kube-apiserver's API Priority and Fairness gauges show other requests executing or queued beside the migrator's (--object-concurrency auto then follows latency; 0: at its ceiling)",
+            self.apiserver_shared.clone(),
         );
     }
 

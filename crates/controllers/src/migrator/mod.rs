@@ -9,6 +9,7 @@ pub(crate) mod events;
 mod failures;
 pub(crate) mod limiter;
 pub(crate) mod metrics;
+pub(crate) mod neighbours;
 mod pool;
 pub(crate) mod pressure;
 mod runner;

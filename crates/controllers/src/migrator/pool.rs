@@ -166,6 +166,7 @@ impl Migrator {
             .migrations
             .feed(tx, self.context.settings.resync);
         let mut tick = tokio::time::interval(std::time::Duration::from_secs(1));
+        let neighbours = self.watch_neighbours();
         loop {
             self.start_next(&mut scheduler, &mut workers);
             self.publish_statuses(&scheduler);
@@ -189,11 +190,30 @@ impl Migrator {
             }
         }
         feed.abort();
+        if let Some(watch) = neighbours {
+            watch.abort();
+        }
         for running in scheduler.running.values() {
             running.cancel.cancel();
         }
         while workers.join_next().await.is_some() {}
         self.context.metrics.running.set(0);
+    }
+
+    /// `--object-concurrency auto` also follows kube-apiserver's own counts of who else is
+    /// using it (`neighbours.rs`); a fixed limit has no use for them.
+    fn watch_neighbours(&self) -> Option<tokio::task::JoinHandle<()>> {
+        if !matches!(
+            self.context.settings.concurrency,
+            super::ConcurrencyMode::Adaptive { .. }
+        ) {
+            return None;
+        }
+        let context = self.context.clone();
+        Some(tokio::spawn(async move {
+            super::neighbours::watch(context.cluster.clone(), &context.pressure, &context.metrics)
+                .await;
+        }))
     }
 
     fn publish_statuses(&self, scheduler: &Scheduler) {

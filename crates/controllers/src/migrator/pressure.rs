@@ -6,8 +6,9 @@
 //! - the **PATCHes in flight** ([`AdaptiveLimit`]): grown while the apiserver's latency stays
 //!   flat, shrunk when it rises, halved by a 429, a 5xx or a timeout.
 //!
-//! Every request reports its answer here ([`Pressure::answered`]); nothing else decides how
-//! fast to go. An APF rejection moves both levers: the concurrency, because the level is
+//! Every request reports its answer here ([`Pressure::answered`]), and what kube-apiserver's
+//! own counts say about its other clients comes here too ([`Pressure::neighbours`], read by
+//! `neighbours.rs`); nothing else decides how fast to go. An APF rejection moves both levers: the concurrency, because the level is
 //! full, and the rate, because a throttled pool may already be below any concurrency limit
 //! (five requests a second rarely have two in flight).
 
@@ -16,7 +17,7 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::concurrency::{AdaptiveLimit, Epoch, Mode, Step};
+use super::concurrency::{AdaptiveLimit, Epoch, Mode, Neighbours, Step};
 use super::limiter::RateLimiter;
 use svm_cluster::ClusterError;
 
@@ -35,6 +36,8 @@ pub(crate) struct Reaction {
 struct Slots {
     limit: AdaptiveLimit,
     in_flight: usize,
+    /// When the last PATCH slot was taken.
+    last_taken: Option<tokio::time::Instant>,
 }
 
 #[derive(Debug)]
@@ -71,6 +74,7 @@ impl Pressure {
             slots: Mutex::new(Slots {
                 limit: AdaptiveLimit::new(concurrency),
                 in_flight: 0,
+                last_taken: None,
             }),
             freed: Notify::new(),
         }
@@ -97,6 +101,7 @@ impl Pressure {
                 let mut slots = self.lock();
                 if slots.in_flight < slots.limit.limit() {
                     slots.in_flight += 1;
+                    slots.last_taken = Some(tokio::time::Instant::now());
                     if waited || slots.in_flight == slots.limit.limit() {
                         slots.limit.note_saturated();
                     }
@@ -155,6 +160,26 @@ impl Pressure {
             self.freed.notify_waiters();
         }
         step
+    }
+
+    /// What kube-apiserver's counts say about its other clients now.
+    pub(crate) fn neighbours(&self, seen: Neighbours) {
+        self.lock().limit.on_neighbours(seen);
+    }
+
+    /// PATCHes in flight now.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.lock().in_flight
+    }
+
+    /// Whether the pool is sending PATCHes (one in flight, or one sent in the last 2 s): only
+    /// then is it worth reading the apiserver's counts.
+    pub(crate) fn patching(&self) -> bool {
+        let slots = self.lock();
+        slots.in_flight > 0
+            || slots
+                .last_taken
+                .is_some_and(|at| at.elapsed() < Duration::from_secs(2))
     }
 
     /// The rate in force (requests per second; 0 when unlimited).
