@@ -100,13 +100,16 @@ async fn a_rotated_encryption_key_is_applied_to_every_secret() {
 /// The label the trigger puts on a migration a key rotation started.
 const ROTATION_LABEL: &str = "storagemigration.k8s.io/encryption-rotation";
 
+/// Key rotation as a trigger, twice: K1 → K2 while svm-apiserver runs, then K2 → K3 while it
+/// is down (the history is what it compares with on its return). kube-apiserver reloads its
+/// configuration each time with no restart; no migration is created by hand.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_key_rotation_reloaded_without_a_restart_migrates_every_secret() {
     let dir = tempfile::tempdir().expect("temp dir");
     let config = dir.path().join("encryption.yaml");
     std::fs::write(&config, encryption_config(&[Key::K1])).expect("encryption config");
     let flag = format!("--encryption-provider-config={}", config.display());
-    let Some(cluster) = RealCluster::start(
+    let Some(mut cluster) = RealCluster::start(
         "a_key_rotation_reloaded_without_a_restart_migrates_every_secret",
         &[&flag, "--encryption-provider-config-automatic-reload=true"],
         // The trigger as shipped (--encryption-resources=secrets), read every 2 s so that the
@@ -115,8 +118,57 @@ async fn a_key_rotation_reloaded_without_a_restart_migrates_every_secret() {
     ) else {
         return;
     };
-    let kubectl = cluster.kubectl();
-    kubectl.ok(&["create", "namespace", "demo"]);
+    create_secrets(&cluster).await;
+    first_start_is_a_baseline(&cluster).await;
+
+    // K2 first: new writes use it; K1 stays to read what is still under it. No restart.
+    let written = Instant::now();
+    std::fs::write(&config, encryption_config(&[Key::K2, Key::K1])).expect("rotate");
+    let first = rotation_migrated(&cluster, Key::K2, written, &[]).await;
+    let history = applied_history(&cluster, 1).await;
+    let rotation = &history[1];
+    assert_eq!(rotation["encryption"]["kind"], "Rotation");
+    assert_ne!(
+        rotation["encryption"]["generation"]["configHash"],
+        rotation["encryption"]["previous"]["configHash"]
+    );
+    assert_eq!(rotation["source"], "ApiserverMetrics");
+    eprintln!(
+        "key rotation reloaded without a restart (aescbc K1 -> secretbox K2, {SECRETS} secrets): \
+         {first}; history entry: {}",
+        serde_json::to_string(rotation).unwrap_or_default()
+    );
+
+    // K3 while svm-apiserver is down: kube-apiserver applies it before svm-apiserver returns.
+    cluster.svm.kill();
+    let written = Instant::now();
+    let k3 = encryption_config(&[Key::K3, Key::K2, Key::K1]);
+    std::fs::write(&config, &k3).expect("rotate while down");
+    wait_for(
+        Duration::from_secs(180),
+        "kube-apiserver applying K3",
+        || {
+            applied_config(&cluster)
+                .contains(&config_hash(&k3))
+                .then_some(())
+        },
+        || applied_config(&cluster),
+    );
+    cluster.restart_svm();
+    let second = rotation_migrated(&cluster, Key::K3, written, &[first.migration.clone()]).await;
+    let history = applied_history(&cluster, 2).await;
+    assert!(
+        history[3]["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("encryption key rotation")),
+        "{history:#?}"
+    );
+    eprintln!("key rotation while svm-apiserver was down (K2 -> aesgcm K3): {second}");
+}
+
+/// 300 Secrets in `demo`, all under K1.
+async fn create_secrets(cluster: &RealCluster) {
+    cluster.kubectl().ok(&["create", "namespace", "demo"]);
     let client = cluster.plane.client().await;
     let api: Api<DynamicObject> = Api::namespaced_with(
         client,
@@ -132,14 +184,17 @@ async fn a_key_rotation_reloaded_without_a_restart_migrates_every_secret() {
         })
     })
     .await;
-    assert_eq!(secrets_under(&cluster, Key::K1).await, SECRETS);
+    assert_eq!(secrets_under(cluster, Key::K1).await, SECRETS);
+}
 
-    // The first start: the generation seen is a baseline, not a rotation.
+/// The first start: the generation seen is a baseline, not a rotation — no migration of its
+/// own, nothing re-encrypted.
+async fn first_start_is_a_baseline(cluster: &RealCluster) {
     wait_for(
         Duration::from_secs(300),
         "secrets safe after the first start, with the encryption baseline recorded",
         || {
-            let safe = storage_state(&cluster, "secrets").is_some_and(|s| is_safe(&s));
+            let safe = storage_state(cluster, "secrets").is_some_and(|s| is_safe(&s));
             (safe
                 && cluster
                     .svm
@@ -147,42 +202,80 @@ async fn a_key_rotation_reloaded_without_a_restart_migrates_every_secret() {
                     .contains("encryption generation first recorded"))
             .then_some(())
         },
-        || describe_rotation(&cluster),
+        || describe_rotation(cluster),
     );
-    let baseline = secrets_history(&cluster).await;
+    let baseline = secrets_history(cluster).await;
+    let kinds: Vec<&str> = baseline
+        .iter()
+        .filter_map(|e| e["encryption"]["kind"].as_str())
+        .collect();
+    assert_eq!(kinds, ["Baseline"], "{baseline:#?}");
     assert!(
-        baseline
-            .iter()
-            .any(|e| e["encryption"]["kind"] == "Baseline"),
-        "{baseline:#?}"
-    );
-    assert!(
-        rotation_migrations(&cluster).is_empty(),
+        rotation_migrations(cluster).is_empty(),
         "the baseline started a migration"
     );
-    assert_eq!(secrets_under(&cluster, Key::K1).await, SECRETS);
+    assert_eq!(secrets_under(cluster, Key::K1).await, SECRETS);
+}
 
-    // K2 first: new writes use it; K1 stays to read what is still under it. No restart.
-    let written = Instant::now();
-    std::fs::write(&config, encryption_config(&[Key::K2, Key::K1])).expect("rotate");
+/// What one rotation took, from the write of the file.
+struct Rotated {
+    migration: String,
+    /// kube-apiserver's own reload time.
+    reloaded: Option<Duration>,
+    /// The rotation's migration seen created.
+    noticed: Duration,
+    /// Every secret under the new key.
+    migrated: Duration,
+}
+
+impl std::fmt::Display for Rotated {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let reloaded = self.reloaded.map_or("(unread)".to_string(), |d| {
+            format!("{:.1} s", d.as_secs_f64())
+        });
+        write!(
+            f,
+            "kube-apiserver applied it {reloaded} after the file was written; migration {} \
+             created {:.1} s after the write (rotation noticed); every secret under the new \
+             key {:.1} s after the write ({:.1} s after the migration was created)",
+            self.migration,
+            self.noticed.as_secs_f64(),
+            self.migrated.as_secs_f64(),
+            (self.migrated - self.noticed).as_secs_f64()
+        )
+    }
+}
+
+/// Waits for the trigger's rotation migration (not one of `earlier`) to succeed, then checks
+/// that every stored secret is under `key` and says how long each step took.
+async fn rotation_migrated(
+    cluster: &RealCluster,
+    key: Key,
+    written: Instant,
+    earlier: &[String],
+) -> Rotated {
     let created = wait_for(
         Duration::from_secs(180),
         "a migration of secrets started by the rotation",
-        || rotation_migrations(&cluster).into_iter().next(),
-        || describe_rotation(&cluster),
+        || {
+            rotation_migrations(cluster)
+                .into_iter()
+                .find(|m| !earlier.contains(&name(m)))
+        },
+        || describe_rotation(cluster),
     );
     let noticed = written.elapsed();
     let migration = name(&created);
-    let reloaded = reload_delay(&cluster, written);
+    let reloaded = reload_delay(cluster, written);
     let done = wait_for(
         Duration::from_secs(300),
         "the rotation's migration finished",
         || {
-            items(&cluster, "storageversionmigrations")
+            items(cluster, "storageversionmigrations")
                 .into_iter()
                 .find(|m| name(m) == migration && (succeeded(m) || failed(m)))
         },
-        || describe_rotation(&cluster),
+        || describe_rotation(cluster),
     );
     let migrated = written.elapsed();
     assert!(succeeded(&done) && !failed(&done), "{done}");
@@ -192,61 +285,60 @@ async fn a_key_rotation_reloaded_without_a_restart_migrates_every_secret() {
             .is_some_and(|r| r.contains("encryption key rotation")),
         "{done}"
     );
-
     let all = cluster.plane.etcd_get_prefix("/registry/secrets/").await;
-    let under_k1 = secrets_under(&cluster, Key::K1).await;
-    let under_k2 = secrets_under(&cluster, Key::K2).await;
-    assert_eq!(under_k1, 0, "a secret is still under K1");
-    assert_eq!(under_k2, all.len(), "every stored secret is under K2");
-    assert!(under_k2 >= SECRETS);
-
-    // The history names the rotation, and its application, after the baseline.
-    let history = applied_history(&cluster).await;
-    let rotation = history
-        .iter()
-        .find(|e| e["encryption"]["kind"] == "Rotation")
-        .expect("a rotation entry");
-    assert!(
-        rotation["reason"]
-            .as_str()
-            .is_some_and(|r| r.contains("encryption key rotation")),
-        "{rotation}"
+    let under_new = secrets_under(cluster, key).await;
+    assert_eq!(
+        under_new,
+        all.len(),
+        "every stored secret is under the new key"
     );
-    assert_ne!(
-        rotation["encryption"]["generation"]["configHash"],
-        rotation["encryption"]["previous"]["configHash"]
-    );
-    assert_eq!(rotation["source"], "ApiserverMetrics");
+    assert!(under_new >= SECRETS);
     assert!(is_safe(
-        &storage_state(&cluster, "secrets").expect("the StorageState")
+        &storage_state(cluster, "secrets").expect("the StorageState")
     ));
-    eprintln!(
-        "key rotation reloaded without a restart (aescbc K1 -> secretbox K2, {SECRETS} secrets): \
-         kube-apiserver applied it {} after the file was written; migration {migration} created \
-         {:.1} s after the write (rotation noticed); every secret under K2 {:.1} s after the \
-         write ({:.1} s after the migration was created); history: {}",
-        reloaded.map_or("(its reload time unread)".to_string(), |d| format!(
-            "{:.1} s",
-            d.as_secs_f64()
-        )),
-        noticed.as_secs_f64(),
-        migrated.as_secs_f64(),
-        (migrated - noticed).as_secs_f64(),
-        serde_json::to_string(&rotation).unwrap_or_default()
-    );
+    Rotated {
+        migration,
+        reloaded,
+        noticed,
+        migrated,
+    }
 }
 
-/// The history of `secrets` once it records the rotation as applied (the trigger's next pass
-/// after the migration's success): baseline, rotation, applied.
-async fn applied_history(cluster: &RealCluster) -> Vec<Value> {
+/// kube-apiserver's `apiserver_encryption_config_controller_last_config_info` lines.
+fn applied_config(cluster: &RealCluster) -> String {
+    let metrics = cluster.plane.kubectl().ok(&["get", "--raw", "/metrics"]);
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("apiserver_encryption_config_controller_last_config_info"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// `sha256:<hex>` of a configuration file's bytes, as kube-apiserver labels it.
+fn config_hash(config: &str) -> String {
+    use sha2::Digest as _;
+    format!("sha256:{:x}", sha2::Sha256::digest(config.as_bytes()))
+}
+
+/// The history of `secrets` once it records `rotations` rotations as applied (the trigger's
+/// next pass after each migration's success): a baseline, then rotation and applied each time.
+async fn applied_history(cluster: &RealCluster, rotations: usize) -> Vec<Value> {
+    let mut want = vec!["Baseline"];
+    for _ in 0..rotations {
+        want.extend(["Rotation", "Applied"]);
+    }
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let history = secrets_history(cluster).await;
+        let history: Vec<Value> = secrets_history(cluster)
+            .await
+            .into_iter()
+            .filter(|e| e["encryption"].is_object())
+            .collect();
         let kinds: Vec<&str> = history
             .iter()
             .filter_map(|e| e["encryption"]["kind"].as_str())
             .collect();
-        if kinds == ["Baseline", "Rotation", "Applied"] {
+        if kinds == want {
             return history;
         }
         assert!(
@@ -323,6 +415,7 @@ svm-apiserver log:
 enum Key {
     K1,
     K2,
+    K3,
 }
 
 impl Key {
@@ -331,6 +424,7 @@ impl Key {
         match self {
             Key::K1 => b"k8s:enc:aescbc:v1:key1:",
             Key::K2 => b"k8s:enc:secretbox:v1:key2:",
+            Key::K3 => b"k8s:enc:aesgcm:v1:key3:",
         }
     }
 
@@ -342,6 +436,9 @@ impl Key {
             ]}}),
             Key::K2 => json!({"secretbox": {"keys": [
                 {"name": "key2", "secret": "MjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjIyMjI="}
+            ]}}),
+            Key::K3 => json!({"aesgcm": {"keys": [
+                {"name": "key3", "secret": "MzMzMzMzMzMzMzMzMzMzMzMzMzMzMzMzMzMzMzMzMzM="}
             ]}}),
         }
     }
