@@ -155,7 +155,13 @@ async fn a_key_rotation_reloaded_without_a_restart_migrates_every_secret() {
         || applied_config(&cluster),
     );
     cluster.restart_svm();
-    let second = rotation_migrated(&cluster, Key::K3, written, &[first.migration.clone()]).await;
+    let second = rotation_migrated(
+        &cluster,
+        Key::K3,
+        written,
+        std::slice::from_ref(&first.migration),
+    )
+    .await;
     let history = applied_history(&cluster, 2).await;
     assert!(
         history[3]["reason"]
