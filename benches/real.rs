@@ -32,6 +32,11 @@
 use support::stats::percentile;
 use svm_test_support as support;
 
+#[path = "real/delay.rs"]
+mod delay;
+#[path = "real/writes.rs"]
+mod writes;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -407,7 +412,11 @@ impl Bench {
         loader: Option<Api<DynamicObject>>,
     ) -> (Row, Vec<(f64, f64, bool)>) {
         let kubeconfig = format!("--kubeconfig={}", self.plane.kubeconfig.display());
-        let mut all = vec![kubeconfig.as_str(), "--controllers=migrator"];
+        let mut all = vec!["--controllers=migrator"];
+        // A run through the delay proxy names its own kubeconfig.
+        if !flags.iter().any(|f| f.starts_with("--kubeconfig=")) {
+            all.push(kubeconfig.as_str());
+        }
         all.extend_from_slice(flags);
         let server = ServerProcess::start_with(Backend::Embedded, &all);
         let pid = server.pid().expect("pid");
@@ -570,6 +579,8 @@ struct OurRun {
     concurrency: String,
     paged: bool,
     json: bool,
+    /// Through the loopback delay proxy ([`delay`]).
+    delay: bool,
 }
 
 impl OurRun {
@@ -578,10 +589,11 @@ impl OurRun {
         OurRun {
             concurrency: parts
                 .iter()
-                .find(|p| !matches!(**p, "paged" | "json"))
+                .find(|p| !matches!(**p, "paged" | "json" | "delay"))
                 .map_or_else(|| "auto".into(), |c| c.to_string()),
             paged: parts.contains(&"paged"),
             json: parts.contains(&"json"),
+            delay: parts.contains(&"delay"),
         }
     }
 
@@ -601,11 +613,37 @@ impl OurRun {
 
     fn label(&self) -> String {
         let wire = if self.json { "JSON" } else { "protobuf" };
-        format!("ours, {}, {wire} reads", self.concurrency)
+        let delay = if self.delay { ", +2×delay" } else { "" };
+        format!("ours, {}, {wire} reads{delay}", self.concurrency)
     }
 }
 
 impl Bench {
+    /// An admin kubeconfig whose server is a loopback proxy delaying every byte by
+    /// `SVM_BENCH_REAL_DELAY_MS` (2) each way; one proxy per call (a run's process connects
+    /// afresh).
+    async fn delayed_kubeconfig(&self) -> std::path::PathBuf {
+        let ms: u64 = std::env::var("SVM_BENCH_REAL_DELAY_MS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(2);
+        let url = self.plane.url();
+        let upstream: std::net::SocketAddr = url
+            .trim_start_matches("https://")
+            .parse()
+            .expect("kube-apiserver's address");
+        let proxy = delay::start(upstream, Duration::from_millis(ms)).await;
+        let yaml = std::fs::read_to_string(&self.plane.kubeconfig).expect("admin kubeconfig");
+        let path = self
+            .plane
+            .dir()
+            .join(format!("delayed-{}.kubeconfig", proxy.port()));
+        std::fs::write(&path, yaml.replace(&url, &format!("https://{proxy}")))
+            .expect("delayed kubeconfig");
+        eprintln!("delay proxy {proxy} → {upstream}, {ms} ms each way");
+        path
+    }
+
     /// Our reads in protobuf against JSON, alternated twice, streamed and paged: on ConfigMaps
     /// (built-in: kube-apiserver answers protobuf) and on a custom resource (1 KiB each, the
     /// objects already current, so only the reads and the no-op PATCHes' answers differ).
@@ -832,9 +870,19 @@ async fn main() {
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     eprintln!("load average at start: {load}");
 
+    if run("writes") {
+        let n: usize = std::env::var("SVM_BENCH_REAL_WRITE_OBJECTS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(2_000);
+        bench.writes(&sizes, n).await;
+    }
+    let migrations = runs
+        .iter()
+        .any(|r| !matches!(r.as_str(), "writes" | "wire"));
     let mut rows = Vec::new();
     let mut loaded = None;
-    for kib in sizes {
+    for kib in sizes.iter().copied().filter(|_| migrations) {
         let objects = if kib >= 100 { n / 10 } else { n };
         let mut blobs = bench.install("blob", kib, objects).await;
         // In the order given, repeats allowed (to alternate runs against drift): a run named
@@ -848,11 +896,15 @@ async fn main() {
             if name == "qps" || name == "load" {
                 continue;
             }
-            if name == "wire" {
+            if name == "wire" || name == "writes" {
                 continue;
             }
             let run = OurRun::parse(name);
-            let flags = run.flags();
+            let mut flags = run.flags();
+            if run.delay {
+                let path = bench.delayed_kubeconfig().await;
+                flags.push(format!("--kubeconfig={}", path.display()));
+            }
             let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
             let (row, _) = bench.ours(&mut blobs, &run.label(), &flags, false).await;
             rows.push(row);

@@ -454,26 +454,51 @@ impl ControlPlane {
         path
     }
 
-    /// Every key under `prefix` in the control plane's etcd with its value.
+    /// Every key under `prefix` in the control plane's etcd with its value, read in pages of
+    /// 16 keys (one answer of them all would pass the client's 4 MiB message limit at 10 KiB
+    /// objects; 16 of 100 KiB stay under it).
     pub async fn etcd_get_prefix(&self, prefix: &str) -> Vec<(String, Vec<u8>)> {
         let mut client = etcd_client::Client::connect([self.etcd.endpoint()], None)
             .await
             .expect("connect to etcd");
-        let answer = client
-            .get(prefix, Some(etcd_client::GetOptions::new().with_prefix()))
-            .await
-            .expect("etcd range read");
-        answer
-            .kvs()
-            .iter()
-            .map(|kv| {
-                (
+        let end = prefix_end(prefix.as_bytes());
+        let mut from = prefix.as_bytes().to_vec();
+        let mut all = Vec::new();
+        loop {
+            let options = etcd_client::GetOptions::new()
+                .with_range(end.clone())
+                .with_limit(16);
+            let answer = client
+                .get(from.clone(), Some(options))
+                .await
+                .expect("etcd range read");
+            for kv in answer.kvs() {
+                all.push((
                     String::from_utf8_lossy(kv.key()).into_owned(),
                     kv.value().to_vec(),
-                )
-            })
-            .collect()
+                ));
+            }
+            match answer.kvs().last() {
+                Some(last) if answer.more() => {
+                    from = last.key().to_vec();
+                    from.push(0);
+                }
+                _ => return all,
+            }
+        }
     }
+}
+
+/// The first key after every key starting with `prefix` (etcd's range end of a prefix).
+fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
 }
 
 impl Drop for ControlPlane {
