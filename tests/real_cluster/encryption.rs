@@ -405,14 +405,23 @@ fn reload_delay(cluster: &RealCluster, written: Instant) -> Option<Duration> {
 fn describe_rotation(cluster: &RealCluster) -> String {
     let kubectl = cluster.kubectl();
     format!(
-        "{}
-{}
-svm-apiserver log:
-{}",
+        "{}\n{}\nkube-apiserver applies: {}\nmay svm-apiserver get /metrics: {}\nsvm-apiserver log:\n{}",
         kubectl
             .run(&["get", "storagestate", "secrets", "-o", "yaml"])
             .stdout,
         kubectl.run(&["get", "svm", "-o", "yaml"]).stdout,
+        applied_config(cluster),
+        cluster
+            .plane
+            .kubectl()
+            .run(&[
+                "auth",
+                "can-i",
+                "get",
+                "/metrics",
+                "--as=system:serviceaccount:svm-system:svm-apiserver",
+            ])
+            .stdout,
         cluster.svm.log()
     )
 }

@@ -154,10 +154,14 @@ impl Instances {
         }
     }
 
-    /// Every live instance's name (its identity lease's name), which is what kube-apiserver
-    /// hashes into the `apiserver_id_hash` label of its metrics.
-    pub(crate) fn live_names(&self) -> Vec<String> {
-        self.live.keys().cloned().collect()
+    /// Every live instance: its name (its identity lease's name, which kube-apiserver hashes
+    /// into the `apiserver_id_hash` label of its metrics) and its holder identity (new for
+    /// every process).
+    pub(crate) fn live_instances(&self) -> Vec<(String, String)> {
+        self.live
+            .iter()
+            .map(|(name, i)| (name.clone(), i.holder.clone()))
+            .collect()
     }
 
     /// The only live instance's name, if there is exactly one (the apiserver a discovery answer

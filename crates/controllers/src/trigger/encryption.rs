@@ -36,6 +36,9 @@ pub(crate) const CONFIG_METRIC: &str = "apiserver_encryption_config_controller_l
 pub(crate) const KEY_METRIC: &str =
     "apiserver_envelope_encryption_key_id_hash_last_timestamp_seconds";
 
+/// How long recording the Warning Event may take.
+const EVENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// What one apiserver encrypts new writes with, as its metrics say.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -250,6 +253,12 @@ pub(crate) struct EncryptionObserver {
     /// Where the Warning Event goes: the StorageState of the first encrypted resource.
     event_object: String,
     reports: BTreeMap<String, Generation>,
+    /// For each report, the identity lease's holder (the apiserver process) when it was read:
+    /// a restarted apiserver keeps its lease name, and its report from before says nothing
+    /// of what the new process applies.
+    holders: BTreeMap<String, String>,
+    /// Apiservers that answered the last scrape.
+    answered: Vec<String>,
     /// The last scrape's outcome that was told (logged, and for a refusal an Event): each
     /// outage is told once, not once per poll.
     told: Option<Scrape>,
@@ -281,13 +290,16 @@ impl EncryptionObserver {
             metrics,
             event_object,
             reports: BTreeMap::new(),
+            holders: BTreeMap::new(),
+            answered: Vec::new(),
             told: None,
             waiting_told: None,
         }
     }
 
-    /// One poll: scrape, then the generation every live apiserver agrees on, if any.
-    pub(crate) async fn poll(&mut self, live: Option<&[String]>) -> Option<Generation> {
+    /// One poll: scrape, then the generation every live apiserver agrees on, if any. `live`:
+    /// each live identity lease's name and holder, `None` while the lease watch has not listed.
+    pub(crate) async fn poll(&mut self, live: Option<&[(String, String)]>) -> Option<Generation> {
         let scrape = self.scrape().await;
         self.metrics
             .encryption_scrapes
@@ -296,12 +308,12 @@ impl EncryptionObserver {
             })
             .inc();
         self.tell(scrape).await;
-        if let Some(names) = live.filter(|n| !n.is_empty()) {
-            // Apiservers that are gone say nothing about what is written now.
-            let current: BTreeSet<String> = names.iter().map(|n| apiserver_id_hash(n)).collect();
-            self.reports.retain(|id, _| current.contains(id));
+        let live = live.filter(|l| !l.is_empty());
+        if let Some(leases) = live {
+            self.keep_current(leases);
         }
-        match agreed(&self.reports, live) {
+        let names: Option<Vec<String>> = live.map(|l| l.iter().map(|(n, _)| n.clone()).collect());
+        match agreed(&self.reports, names.as_deref()) {
             Ok(generation) => {
                 self.metrics.encryption_observed.set(1);
                 self.waiting_told = None;
@@ -321,6 +333,28 @@ impl EncryptionObserver {
         }
     }
 
+    /// Drops the reports of apiservers that are gone, or restarted since they answered:
+    /// neither says anything about what is written now.
+    fn keep_current(&mut self, leases: &[(String, String)]) {
+        let current: BTreeMap<String, &str> = leases
+            .iter()
+            .map(|(name, holder)| (apiserver_id_hash(name), holder.as_str()))
+            .collect();
+        for id in std::mem::take(&mut self.answered) {
+            if let Some(holder) = current.get(&id) {
+                self.holders.insert(id, holder.to_string());
+            }
+        }
+        self.reports.retain(|id, _| {
+            current.get(id).is_some_and(|holder| {
+                self.holders
+                    .get(id)
+                    .is_none_or(|answered| answered == holder)
+            })
+        });
+        self.holders.retain(|id, _| self.reports.contains_key(id));
+    }
+
     async fn scrape(&mut self) -> Scrape {
         let answer = match self.cluster.on_new_connection() {
             Ok(client) => {
@@ -336,6 +370,7 @@ impl EncryptionObserver {
                 if found.is_empty() {
                     return Scrape::Absent;
                 }
+                self.answered = found.keys().cloned().collect();
                 self.reports.extend(found);
                 Scrape::Read
             }
@@ -396,8 +431,14 @@ impl EncryptionObserver {
             action: "ObserveEncryption".into(),
             secondary: None,
         };
-        if let Err(err) = self.recorder.publish(&event, &reference).await {
-            tracing::warn!(error = %err, "could not record the EncryptionNotObserved event");
+        // The cluster client has no read timeout (its watches stay open): a hung answer must
+        // not stop the trigger's loop.
+        match tokio::time::timeout(EVENT_TIMEOUT, self.recorder.publish(&event, &reference)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(err)) => {
+                tracing::warn!(error = %err, "could not record the EncryptionNotObserved event")
+            }
+            Err(_) => tracing::warn!("recording the EncryptionNotObserved event timed out"),
         }
     }
 }

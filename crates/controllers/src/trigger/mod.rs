@@ -574,7 +574,7 @@ impl Trigger {
         let live = term
             .known
             .leases_synced
-            .then(|| term.known.instances.live_names());
+            .then(|| term.known.instances.live_instances());
         let Some(generation) = observer.poll(live.as_deref()).await else {
             return false;
         };

@@ -79,6 +79,41 @@ fn a_generation_is_agreed_only_when_every_live_apiserver_reports_it() {
     assert_eq!(agreed(&BTreeMap::new(), None), Err(Waiting::Nothing));
 }
 
+#[tokio::test]
+async fn a_restarted_or_gone_apiservers_report_is_dropped() {
+    // Port 9 on loopback: nothing is sent, only the bookkeeping is exercised.
+    let config = kube::Config::new("http://127.0.0.1:9".parse().expect("url"));
+    let cluster = ClusterClient::from_config(config).expect("client");
+    let mut observer =
+        EncryptionObserver::new(cluster, TriggerMetrics::default(), "secrets".into());
+    let (a, b) = ("apiserver-a".to_string(), "apiserver-b".to_string());
+    for name in [&a, &b] {
+        observer
+            .reports
+            .insert(apiserver_id_hash(name), generation("k2"));
+        observer.answered.push(apiserver_id_hash(name));
+    }
+    let both = [
+        (a.clone(), "a_1".to_string()),
+        (b.clone(), "b_1".to_string()),
+    ];
+    observer.keep_current(&both);
+    let names = [a.clone(), b.clone()];
+    assert_eq!(
+        agreed(&observer.reports, Some(&names)),
+        Ok(generation("k2"))
+    );
+    // b restarted (same lease name, a new holder): what it said before is dropped.
+    observer.keep_current(&[(a.clone(), "a_1".into()), (b.clone(), "b_2".into())]);
+    assert_eq!(
+        agreed(&observer.reports, Some(&names)),
+        Err(Waiting::Unreported(vec![b.clone()]))
+    );
+    // a stopped: its report goes too.
+    observer.keep_current(&[(b.clone(), "b_2".into())]);
+    assert!(observer.reports.is_empty());
+}
+
 /// What the fake apiserver below saw.
 #[derive(Default)]
 struct Seen {
@@ -131,7 +166,7 @@ async fn a_forbidden_metrics_endpoint_is_told_once_and_agrees_on_nothing() {
     let cluster = ClusterClient::from_config(config).expect("client");
     let metrics = TriggerMetrics::default();
     let mut observer = EncryptionObserver::new(cluster, metrics.clone(), "secrets".into());
-    let live = vec![LEASE.to_string()];
+    let live = vec![(LEASE.to_string(), format!("{LEASE}_1"))];
     for _ in 0..3 {
         assert_eq!(observer.poll(Some(&live)).await, None, "nothing is agreed");
     }
