@@ -22,5 +22,6 @@ mod flow_control;
 mod in_tree_migrator;
 mod ksvm_import;
 mod named_failures;
+mod preflight;
 mod volumes;
 mod world;

@@ -13,6 +13,8 @@ pub(crate) enum Reason {
     Started,
     Succeeded,
     Failed,
+    /// Preflight found a refusal every write would meet (the migration then fails).
+    PreflightFailed,
     /// Another migrator writes the migration's status: ours stopped working on it.
     Yielded,
     /// The migration succeeded with objects the cluster refused, skipped by its policy.
@@ -28,6 +30,7 @@ impl Reason {
             Reason::Started => "MigrationStarted",
             Reason::Succeeded => "MigrationSucceeded",
             Reason::Failed => "MigrationFailed",
+            Reason::PreflightFailed => "PreflightFailed",
             Reason::Yielded => "MigrationYielded",
             Reason::NotCarriedOver => "MigrationNotCarriedOver",
             Reason::ObjectsSkipped => "ObjectsSkipped",
@@ -36,7 +39,9 @@ impl Reason {
 
     fn event_type(self) -> EventType {
         match self {
-            Reason::Failed | Reason::Yielded | Reason::NotCarriedOver => EventType::Warning,
+            Reason::Failed | Reason::PreflightFailed | Reason::Yielded | Reason::NotCarriedOver => {
+                EventType::Warning
+            }
             Reason::ObjectsSkipped => EventType::Warning,
             _ => EventType::Normal,
         }

@@ -11,6 +11,7 @@ pub(crate) mod limiter;
 pub(crate) mod metrics;
 pub(crate) mod neighbours;
 mod pool;
+mod preflight;
 pub(crate) mod pressure;
 mod runner;
 pub(crate) mod source;

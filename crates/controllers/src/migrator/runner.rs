@@ -19,6 +19,7 @@ use super::MigratorContext;
 use super::events::Reason;
 use super::failures::{self, FailureLog, failures_text};
 use super::metrics::{MigrationLabels, ResourceLabel, RetryLabels};
+use super::preflight;
 use super::pressure::Slot;
 use super::status::{
     StatusWriteError, bounded_message, check, progress_message, set_condition, write_progress,
@@ -32,6 +33,7 @@ use svm_api::migration::{
 };
 use svm_cluster::objects::{
     Initial, InitialEvents, StreamUnavailable, list_metadata, open_metadata_stream, touch,
+    touch_dry_run,
 };
 use svm_cluster::resources::{group_resource, resolve};
 use svm_cluster::{ClusterError, MetadataPage, ObjectRef, ResolveError, ResolvedResource, Touched};
@@ -182,6 +184,9 @@ impl Runner {
         let resource = self.discover(&migration).await?;
         let mut progress = migration.status.progress.clone().unwrap_or_default();
         self.resume(&migration, &progress);
+        if preflight::needed(&progress) {
+            self.preflight(&migration, &resource).await?;
+        }
         self.mark_running(&migration, &resource, &progress).await?;
 
         let resource_label = ResourceLabel {
@@ -270,6 +275,62 @@ impl Runner {
             reason: "ResourceNotMigratable",
             message,
         })
+    }
+
+    /// [`preflight`]: dry runs of the no-op PATCH for a sample of the first objects; a
+    /// refusal every write would meet fails the migration before any write (a Warning Event
+    /// with the object, the answer and what to fix, then the Failed condition).
+    async fn preflight(
+        &self,
+        migration: &StorageVersionMigration,
+        resource: &ResolvedResource,
+    ) -> Result<(), RunError> {
+        let label = resource.group_resource();
+        let cluster = &self.context.cluster;
+        let verdict = match self
+            .with_retries(&label, "list", || {
+                list_metadata(cluster, resource, preflight::LIST_LIMIT, None)
+            })
+            .await
+        {
+            Err(err) => preflight::list_failed(err, &label),
+            Ok(page) => {
+                let dry_runs = preflight::sample(&page.items)
+                    .into_iter()
+                    .map(|object| async {
+                        let answer = self
+                            .with_retries(&label, "dry-run", || {
+                                touch_dry_run(cluster, resource, &object)
+                            })
+                            .await;
+                        (object, answer)
+                    });
+                preflight::verdict(futures::future::join_all(dry_runs).await, &label)
+            }
+        };
+        match verdict {
+            preflight::Verdict::Pass { sampled, admitted } => {
+                tracing::info!(migration = %self.name, sampled, admitted, "preflight passed");
+                Ok(())
+            }
+            preflight::Verdict::Error { err, doing } => {
+                Err(self.classify(err, preflight::REASON, &doing))
+            }
+            preflight::Verdict::Stop {
+                first,
+                refused,
+                sampled,
+            } => {
+                let message = bounded_message(preflight::message(&first, refused, sampled, &label));
+                self.context
+                    .event(migration, Reason::PreflightFailed, message.clone())
+                    .await;
+                Err(RunError::Fatal {
+                    reason: preflight::REASON,
+                    message,
+                })
+            }
+        }
     }
 
     /// A migration starting says so (condition Running, an Event); one resuming from its

@@ -118,8 +118,16 @@ async fn handle(
     };
     // A response body to cut short after this many frames (`Fault::CutStream`).
     let mut cut = None;
+    // A dry run is counted apart (`patch-dry-run`), as kube-apiserver's
+    // apiserver_request_total labels it: the counters of a verb are the requests that can
+    // write. Fault rules still see the verb (a webhook judges dry runs too).
+    let counted_verb = if query.get("dryRun").is_some() {
+        format!("{verb}-dry-run")
+    } else {
+        verb.clone()
+    };
     if !matches!(route, Route::Admin(_)) {
-        engine.metrics.request(&verb, &counted);
+        engine.metrics.request(&counted_verb, &counted);
         let (namespace, name) = match &route {
             Route::Resource(r) => (r.namespace.clone(), r.name.clone()),
             _ => (None, None),
@@ -231,7 +239,7 @@ async fn handle(
     if counts_response {
         engine
             .metrics
-            .response(&verb, &counted, response.status().as_u16());
+            .response(&counted_verb, &counted, response.status().as_u16());
     }
     Ok(match cut {
         Some(frames) => response.map(|body| cut_after(body, frames)),

@@ -97,7 +97,10 @@ impl Engine {
                     if let Some(cur) = &current
                         && cur.entry.value.bytes == stored.bytes
                     {
-                        self.metrics.write_skipped(&counter);
+                        // A dry run counts neither way: it could not have written.
+                        if !dry_run {
+                            self.metrics.write_skipped(&counter);
+                        }
                         return Ok(Written {
                             obj: cur.obj.clone(),
                             created: false,
