@@ -13,4 +13,5 @@ mod failover;
 mod faults;
 mod migrate;
 mod named_failures;
+mod preflight;
 mod refusals;

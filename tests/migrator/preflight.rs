@@ -1,0 +1,106 @@
+//! Preflight on the kube-apiserver double (it plays RBAC's 403 and a webhook's denial as
+//! kube-apiserver relays them, dry runs included): a refusal every sampled dry run meets stops
+//! the migration before any write; a refusal of one sampled object does not. The real-cluster
+//! suite shows a real webhook and an unreachable conversion webhook
+//! (`tests/real_cluster/preflight.rs`).
+
+use std::time::Duration;
+
+use kube_double::{Fault, FaultRule};
+
+use crate::harness::{Harness, condition, condition_field, double_with_widgets};
+
+const OBJECTS: usize = 300;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rbac_refusing_patch_stops_the_migration_at_preflight_with_nothing_written() {
+    let double = double_with_widgets().await;
+    double
+        .preload("configmaps", Some("demo"), "cm", OBJECTS, 64)
+        .unwrap();
+    double.set_storage_version("configmaps", "v2").unwrap();
+    double.reset_counters();
+    let forbidden = double.add_fault(
+        FaultRule::new(Fault::Forbidden)
+            .verb("patch")
+            .resource("configmaps"),
+    );
+    let h = Harness::start(double, &["--qps=0"]);
+    h.create_migration("no-patch", "", "configmaps").await;
+    let m = h
+        .wait_for("no-patch", Duration::from_secs(60), |m| {
+            condition(m, "Failed") == Some("True")
+        })
+        .await;
+    assert_eq!(condition_field(&m, "Failed", "reason"), "PreflightFailed");
+    let message = condition_field(&m, "Failed", "message");
+    for part in [
+        "cannot patch resource",
+        "grant the migrator's identity patch on configmaps",
+        "Nothing was written",
+    ] {
+        assert!(message.contains(part), "{part:?} not in {message:?}");
+    }
+    let counters = h.double.counters();
+    let dry_runs = counters.requests_for("patch-dry-run", "configmaps");
+    assert_eq!(counters.requests_for("patch", "configmaps"), 0);
+    assert_eq!(counters.requests_for("watch", "configmaps"), 0);
+    assert_eq!(counters.writes_performed_for("configmaps"), 0);
+    assert_eq!(
+        dry_runs, 5,
+        "5 sampled, each refused once (a 403 is not retried)"
+    );
+    assert_eq!(h.double.fault_injections(forbidden), dry_runs);
+    eprintln!(
+        "preflight, RBAC without patch: Failed (PreflightFailed) after {dry_runs} dry runs, 0 \
+         PATCHes, 0 writes of {OBJECTS} configmaps\n  {message}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_sampled_object_refused_is_not_taken_for_every_write() {
+    let double = double_with_widgets().await;
+    double
+        .preload("configmaps", Some("demo"), "cm", OBJECTS, 64)
+        .unwrap();
+    double.set_storage_version("configmaps", "v2").unwrap();
+    let total: usize = double.stored_summary("configmaps").values().sum();
+    double.reset_counters();
+    // The first object in key order (demo/cm-00000) is always in the sample.
+    let deny = double.add_fault(
+        FaultRule::new(Fault::deny("policy.example.test", "this one is frozen"))
+            .verb("patch")
+            .namespace("demo")
+            .name("cm-00000"),
+    );
+    let h = Harness::start(double, &["--qps=0"]);
+    h.create_migration("one-refused", "", "configmaps").await;
+    let m = h
+        .wait_for("one-refused", Duration::from_secs(60), |m| {
+            condition(m, "Failed") == Some("True") || condition(m, "Succeeded") == Some("True")
+        })
+        .await;
+    // The run went on past preflight: every object was PATCHed, and the one refused is named
+    // under the default policy (Fail), not taken for a preflight failure.
+    assert_eq!(
+        condition_field(&m, "Failed", "reason"),
+        "ObjectsRejected",
+        "{m:#}"
+    );
+    let message = condition_field(&m, "Failed", "message");
+    assert!(message.contains("demo/cm-00000"), "{message}");
+    let counters = h.double.counters();
+    assert_eq!(counters.requests_for("patch", "configmaps"), total as u64);
+    assert_eq!(
+        counters.writes_performed_for("configmaps"),
+        total as u64 - 1
+    );
+    // Refused once in the sample (dry run) and once for real.
+    assert_eq!(h.double.fault_injections(deny), 2);
+    eprintln!(
+        "preflight, one sampled object refused: {} dry runs, then {} PATCHes of {total} \
+         configmaps; Failed (ObjectsRejected) naming demo/cm-00000",
+        counters.requests_for("patch-dry-run", "configmaps"),
+        counters.requests_for("patch", "configmaps")
+    );
+}
