@@ -52,8 +52,10 @@ async fn three_widgets_a_webhook_refuses_are_named_and_the_policy_holds() {
 
     // The default policy, Fail.
     let started = Instant::now();
+    // The migration of the first start (safe on v1) is not the one to watch.
+    let before = uids(&cluster);
     move_storage_to(&cluster, 1);
-    let first = watch_to_the_end(&cluster, None).await;
+    let first = watch_to_the_end(&cluster, &before).await;
     let took_fail = started.elapsed();
     assert!(failed(&first), "{first:#}");
     assert_eq!(condition(&first, "Failed")["reason"], "ObjectsRejected");
@@ -65,6 +67,12 @@ async fn three_widgets_a_webhook_refuses_are_named_and_the_policy_holds() {
         "{message}"
     );
     assert_named(&first);
+    let first_name = first["metadata"]["name"].as_str().unwrap_or_default();
+    for version in ["v1alpha1", "v1beta1", "v1"] {
+        let seen = read_at(&cluster, version, first_name);
+        assert_eq!(condition(&seen, "Failed")["message"], message, "{version}");
+        assert_named(&seen);
+    }
     assert!(!is_safe(&storage_state(&cluster, STATE).unwrap()));
 
     // Skip, set once on the StorageState: the trigger's next migration carries it.
@@ -75,10 +83,11 @@ async fn three_widgets_a_webhook_refuses_are_named_and_the_policy_holds() {
         "storagemigration.k8s.io/on-object-failure=Skip",
     ]);
     let name = first["metadata"]["name"].as_str().unwrap().to_string();
+    // Taken before the delete: the trigger creates the next one at once.
+    let before = uids(&cluster);
     kubectl.ok(&["delete", "svm", &name]);
     let restarted = Instant::now();
-    let uid = first["metadata"]["uid"].clone();
-    let second = watch_to_the_end(&cluster, Some(&uid)).await;
+    let second = watch_to_the_end(&cluster, &before).await;
     let took_skip = restarted.elapsed();
     assert!(succeeded(&second), "{second:#}");
     assert_eq!(
@@ -105,6 +114,21 @@ async fn three_widgets_a_webhook_refuses_are_named_and_the_policy_holds() {
         assert!(skipped.contains(part), "{part:?} not in {skipped:?}");
     }
     assert_named(&second);
+    // At the end, every served version says the same.
+    for version in ["v1alpha1", "v1beta1", "v1"] {
+        let seen = read_at(&cluster, version, &name);
+        assert_eq!(
+            condition(&seen, "Succeeded")["message"],
+            "migrated 997 of 1000 objects (0 remaining, 3 failed)",
+            "{version}"
+        );
+        assert_eq!(
+            condition(&seen, "ObjectsSkipped")["message"].as_str(),
+            Some(skipped.as_str()),
+            "{version}"
+        );
+        assert_named(&seen);
+    }
     // kubectl wait, get -o wide and describe show it.
     kubectl.ok(&[
         "wait",
@@ -201,15 +225,23 @@ async fn refuse_three(cluster: &RealCluster) -> AdmissionWebhook {
     webhook
 }
 
-/// Waits for the trigger's migration of the widgets (a new one when `replaced` is the uid of
-/// the one before) to end, checking on the way — as kubectl reads it at v1beta1 and v1 — that
+/// The uids of the widgets' migrations now.
+fn uids(cluster: &RealCluster) -> Vec<Value> {
+    migrations_of(cluster, STATE)
+        .iter()
+        .map(|m| m["metadata"]["uid"].clone())
+        .collect()
+}
+
+/// Waits for the trigger's next migration of the widgets (one whose uid is not in `before`)
+/// to end, checking on the way — as kubectl reads it at v1beta1 and v1 — that
 /// its Running message is the counts of its progress, at least once mid-run.
-async fn watch_to_the_end(cluster: &RealCluster, replaced: Option<&Value>) -> Value {
+async fn watch_to_the_end(cluster: &RealCluster, before: &[Value]) -> Value {
     let kubectl = cluster.kubectl();
     let current = || {
-        migrations_of(cluster, STATE).into_iter().find(|m| {
-            Some(&m["metadata"]["uid"]) != replaced && m["metadata"]["uid"] != Value::Null
-        })
+        migrations_of(cluster, STATE)
+            .into_iter()
+            .find(|m| !before.contains(&m["metadata"]["uid"]))
     };
     let mut mid_run = Vec::new();
     let finished = wait_for(
@@ -254,7 +286,7 @@ async fn watch_to_the_end(cluster: &RealCluster, replaced: Option<&Value>) -> Va
     for version in ["v1beta1", "v1"] {
         assert!(
             mid_run.iter().any(|(v, _)| *v == version),
-            "never read mid-run at {version}: {mid_run:?}"
+            "never read mid-run at {version}: {mid_run:?}\n{finished:#}"
         );
     }
     eprintln!(
@@ -264,6 +296,23 @@ async fn watch_to_the_end(cluster: &RealCluster, replaced: Option<&Value>) -> Va
         mid_run.last().map(|(_, m)| m)
     );
     finished
+}
+
+/// The migration `name` as kubectl reads it at `version`.
+fn read_at(cluster: &RealCluster, version: &str, name: &str) -> Value {
+    let out = cluster.kubectl().ok(&[
+        "get",
+        &format!("storageversionmigrations.{version}.storagemigration.k8s.io"),
+        name,
+        "-o",
+        "json",
+    ]);
+    let seen: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        seen["apiVersion"],
+        format!("storagemigration.k8s.io/{version}")
+    );
+    seen
 }
 
 /// The Running message `status.progress` makes (the migrator's `progress_message`).
