@@ -26,7 +26,11 @@
 //! `--object-concurrency`, `paged` / `paged-<c>` the same read in pages, `json-…` the same with
 //! JSON reads (`--kube-api-content-type=application/json`; ours read protobuf by default).
 //! `wire` adds a table of kube-apiserver's CPU with our reads in protobuf against JSON, on N
-//! ConfigMaps (built-in) and N custom resources of 1 KiB. Creating objects is the slow part
+//! ConfigMaps (built-in) and N custom resources of 1 KiB. `delay-…` runs ours through a
+//! loopback TCP proxy that delays every byte `SVM_BENCH_REAL_DELAY_MS` (2) each way (a real
+//! cluster's network; `real/delay.rs`). `writes` adds the table of what each way of writing an
+//! object back unchanged costs kube-apiserver (`real/writes.rs`;
+//! `SVM_BENCH_REAL_WRITE_OBJECTS`, 2000, per size). Creating objects is the slow part
 //! (~a few thousand a second).
 
 use support::stats::percentile;
@@ -869,6 +873,11 @@ async fn main() {
     };
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     eprintln!("load average at start: {load}");
+    // What the neighbour's GET costs when nothing else runs: the yardstick of its column.
+    let idle = Neighbour::start(&bench.client);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let (p50, p99) = idle.finish().await;
+    println!("\nNeighbour GET, idle apiserver (5 s): p50 {p50:.1} ms, p99 {p99:.1} ms");
 
     if run("writes") {
         let n: usize = std::env::var("SVM_BENCH_REAL_WRITE_OBJECTS")

@@ -22,6 +22,7 @@ mod flow_control;
 mod in_tree_migrator;
 mod ksvm_import;
 mod named_failures;
+mod no_op_write;
 mod preflight;
 mod volumes;
 mod world;

@@ -1,8 +1,11 @@
 //! The two calls a migration makes per page and per object: a metadata-only LIST page
 //! (recording 06: `as=PartialObjectMetadataList`, so 10 KiB objects cost a few hundred bytes
-//! each) and the no-op merge PATCH that carries only `metadata.resourceVersion` (recording 08:
+//! each) and the no-op write that carries only `metadata.resourceVersion` (recording 08:
 //! the apiserver re-encodes the object in its current storage version and writes only when
-//! the stored bytes change; a stale resourceVersion is a 409, recording 09a).
+//! the stored bytes change; a stale resourceVersion is a 409, recording 09a). The write is a
+//! server-side apply of nothing but the object's identity and resourceVersion ([`NoOpWrite`]):
+//! of the one-request no-op writes it costs kube-apiserver the least at every object size
+//! (`make bench-real`'s write table, docs/performance.md).
 //!
 //! The reads (LIST pages, the watch-list stream) ask for protobuf first, as client-go's
 //! metadata client does (recordings 20*): kube-apiserver encodes metadata in protobuf for
@@ -232,22 +235,134 @@ pub enum Touched {
 #[derive(Deserialize)]
 struct PatchedBody {
     #[serde(default)]
-    metadata: ItemMeta,
+    metadata: PatchedMeta,
 }
 
-/// The no-op merge PATCH of one object (`dry_run`: with `?dryRun=All`).
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct PatchedMeta {
+    #[serde(default)]
+    resource_version: String,
+    #[serde(default, deserialize_with = "crate::wire::null_as_empty")]
+    managed_fields: Vec<ManagedFieldsEntry>,
+}
+
+#[derive(Deserialize)]
+struct ManagedFieldsEntry {
+    #[serde(default)]
+    manager: String,
+}
+
+/// The manager kube-apiserver names as the owner of every field of an object that had no
+/// managedFields when it was first applied to.
+const BEFORE_FIRST_APPLY: &str = "before-first-apply";
+
+/// What a no-op write's answer says.
+struct Patched {
+    resource_version: String,
+    /// The object had no managedFields, and the apply gave it kube-apiserver's
+    /// `before-first-apply` entry (its only one).
+    first_apply_entry: bool,
+}
+
+/// How the no-op write is sent. Both carry the listed resourceVersion as the precondition (a
+/// stale one is a 409), both are the RBAC verb `patch` (and the FlowSchema's), and both leave
+/// the object as it was but for its resourceVersion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NoOpWrite {
+    /// A server-side apply (`application/apply-patch+yaml`, field manager [`FIELD_MANAGER`]) of
+    /// `apiVersion`, `kind` and `metadata.{name, namespace, resourceVersion}`. It owns no field,
+    /// so no managedFields entry is added, and kube-apiserver merges it into the object it
+    /// holds decoded — where a merge patch makes it encode the whole object to JSON, patch it
+    /// and decode it again: at 100 KiB half the CPU of the merge patch for a custom resource,
+    /// a third for a ConfigMap; at 1 KiB the same within noise.
+    Apply,
+    /// `{"metadata":{"resourceVersion":…}}` as a JSON merge patch: for an apiserver that does not
+    /// take apply patches (415 Unsupported Media Type; an aggregated API of its own making).
+    MergePatch,
+}
+
+/// The field manager of the no-op apply (it owns no field, so it is never listed in the
+/// object's managedFields).
+pub const FIELD_MANAGER: &str = "svm-apiserver-migrator";
+
+impl NoOpWrite {
+    /// The content type and body of the write of `object`.
+    fn body(
+        self,
+        resource: &ResolvedResource,
+        object: &ObjectRef,
+    ) -> Result<(&'static str, Vec<u8>), ClusterError> {
+        let (content_type, patch) = match self {
+            NoOpWrite::Apply => {
+                let mut metadata = serde_json::json!({
+                    "name": object.name,
+                    "resourceVersion": object.resource_version,
+                });
+                if let Some(namespace) = &object.namespace {
+                    metadata["namespace"] = namespace.as_str().into();
+                }
+                let api_version = if resource.group.is_empty() {
+                    resource.version.clone()
+                } else {
+                    format!("{}/{}", resource.group, resource.version)
+                };
+                (
+                    "application/apply-patch+yaml",
+                    serde_json::json!({
+                        "apiVersion": api_version,
+                        "kind": resource.kind,
+                        "metadata": metadata,
+                    }),
+                )
+            }
+            NoOpWrite::MergePatch => (
+                "application/merge-patch+json",
+                serde_json::json!({"metadata": {"resourceVersion": object.resource_version}}),
+            ),
+        };
+        let body = serde_json::to_vec(&patch).map_err(ClusterError::encode("a patch"))?;
+        Ok((content_type, body))
+    }
+}
+
+/// The no-op write of one object (`dry_run`: with `?dryRun=All`): an apply, or a merge patch
+/// where the apiserver does not take apply patches.
 async fn no_op_patch(
     client: &ClusterClient,
     resource: &ResolvedResource,
     object: &ObjectRef,
     dry_run: bool,
 ) -> Result<super::client::Answer, ClusterError> {
-    let mut path = resource.object_path(object.namespace.as_deref(), &object.name);
-    if dry_run {
-        path.push_str("?dryRun=All");
+    match no_op_write(client, resource, object, dry_run, NoOpWrite::Apply).await {
+        Err(err) if err.code() == Some(415) => {
+            no_op_write(client, resource, object, dry_run, NoOpWrite::MergePatch).await
+        }
+        other => other,
     }
-    let patch = serde_json::json!({"metadata": {"resourceVersion": object.resource_version}});
-    let body = serde_json::to_vec(&patch).map_err(ClusterError::encode("a patch"))?;
+}
+
+async fn no_op_write(
+    client: &ClusterClient,
+    resource: &ResolvedResource,
+    object: &ObjectRef,
+    dry_run: bool,
+    write: NoOpWrite,
+) -> Result<super::client::Answer, ClusterError> {
+    let query = {
+        let mut query = form_urlencoded::Serializer::new(String::new());
+        if write == NoOpWrite::Apply {
+            query.append_pair("fieldManager", FIELD_MANAGER);
+        }
+        if dry_run {
+            query.append_pair("dryRun", "All");
+        }
+        query.finish()
+    };
+    let mut path = resource.object_path(object.namespace.as_deref(), &object.name);
+    if !query.is_empty() {
+        path = format!("{path}?{query}");
+    }
     // The answer is one object's metadata: in JSON it costs kube-apiserver next to nothing
     // more, and the protobuf-first Accept is ~100 bytes longer on every request (measured in
     // `make bench-real`'s wire table); the answer is still read by its Content-Type.
@@ -256,12 +371,12 @@ async fn no_op_patch(
             Method::PATCH,
             &path,
             METADATA,
-            Some(("application/merge-patch+json", body)),
+            Some(write.body(resource, object)?),
         )
         .await
 }
 
-/// The no-op merge PATCH of one object as a server-side dry run (`dryRun=All`): the same
+/// The no-op write of one object as a server-side dry run (`dryRun=All`): the same
 /// request, authorized, converted, admitted (webhooks see `dryRun: true`) and validated as the
 /// real one, never persisted. `Ok` is an answer the real write would get past; the answer's
 /// body is not read (a dry run's resourceVersion says nothing).
@@ -273,7 +388,7 @@ pub async fn touch_dry_run(
     no_op_patch(client, resource, object, true).await.map(drop)
 }
 
-/// The no-op merge PATCH of one object.
+/// The no-op write of one object ([`NoOpWrite`]).
 pub async fn touch(
     client: &ClusterClient,
     resource: &ResolvedResource,
@@ -281,8 +396,11 @@ pub async fn touch(
 ) -> Result<Touched, ClusterError> {
     match no_op_patch(client, resource, object, false).await {
         Ok(answer) => {
-            let resource_version = patched_resource_version(&answer, object)?;
-            Ok(if resource_version == object.resource_version {
+            let patched = read_patched(&answer, object)?;
+            if patched.first_apply_entry {
+                clear_first_apply_entry(client, resource, object, &patched.resource_version).await;
+            }
+            Ok(if patched.resource_version == object.resource_version {
                 Touched::AlreadyCurrent
             } else {
                 Touched::Rewritten
@@ -294,11 +412,42 @@ pub async fn touch(
     }
 }
 
-/// The resourceVersion a PATCH answered with, in protobuf or JSON.
-fn patched_resource_version(
+/// An apply to an object without managedFields gives it one entry, `before-first-apply`
+/// owning every field (seen on kube-apiserver v1.36: objects created before 1.18, or whose
+/// managedFields were cleared). The migration must leave objects as it found them, so the
+/// entry is cleared again (`managedFields: [{}]` clears them), under the resourceVersion the
+/// apply answered: a user's write in between is a 409 and keeps the entry (harmless: it is
+/// what the user's own first apply would have made). Such objects cost two writes.
+async fn clear_first_apply_entry(
+    client: &ClusterClient,
+    resource: &ResolvedResource,
+    object: &ObjectRef,
+    resource_version: &str,
+) {
+    let path = resource.object_path(object.namespace.as_deref(), &object.name);
+    let patch = serde_json::json!({
+        "metadata": {"managedFields": [{}], "resourceVersion": resource_version}
+    });
+    let Ok(body) = serde_json::to_vec(&patch) else {
+        return;
+    };
+    // Best effort: whatever the answer, the object is re-encoded already.
+    let _ = client
+        .request(
+            Method::PATCH,
+            &path,
+            METADATA,
+            Some(("application/merge-patch+json", body)),
+        )
+        .await;
+}
+
+/// The resourceVersion a no-op write answered with (in protobuf or JSON), and whether it gave
+/// the object its first managedFields entry (JSON answers only: the write asks for JSON).
+fn read_patched(
     answer: &super::client::Answer,
     object: &ObjectRef,
-) -> Result<String, ClusterError> {
+) -> Result<Patched, ClusterError> {
     let what = || format!("PATCH {}", object.display_name());
     if is_protobuf(&answer.headers) {
         let raw = protobuf_message(&answer.body, "PartialObjectMetadata", &what())?;
@@ -308,11 +457,18 @@ fn patched_resource_version(
                 source,
             }
         })?;
-        return Ok(key.resource_version);
+        return Ok(Patched {
+            resource_version: key.resource_version,
+            first_apply_entry: false,
+        });
     }
     let patched: PatchedBody =
         serde_json::from_slice(&answer.body).map_err(ClusterError::decode(what()))?;
-    Ok(patched.metadata.resource_version)
+    let entries = &patched.metadata.managed_fields;
+    Ok(Patched {
+        first_apply_entry: entries.len() == 1 && entries[0].manager == BEFORE_FIRST_APPLY,
+        resource_version: patched.metadata.resource_version,
+    })
 }
 
 /// The annotation on the BOOKMARK that ends a watch-list's initial events (recording 10b).
@@ -622,6 +778,73 @@ mod tests {
             name: name.into(),
             resource_version: rv.into(),
         }
+    }
+
+    fn resource(group: &str, version: &str, kind: &str, namespaced: bool) -> ResolvedResource {
+        ResolvedResource {
+            group: group.into(),
+            version: version.into(),
+            resource: "things".into(),
+            kind: kind.into(),
+            namespaced,
+        }
+    }
+
+    #[test]
+    fn the_no_op_apply_names_only_the_object_and_its_listed_resource_version() {
+        let widgets = resource("example.test", "v2", "Widget", true);
+        let (content_type, body) = NoOpWrite::Apply
+            .body(&widgets, &object("w", "42"))
+            .expect("body");
+        assert_eq!(content_type, "application/apply-patch+yaml");
+        let body: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+        assert_eq!(
+            body,
+            serde_json::json!({"apiVersion": "example.test/v2", "kind": "Widget",
+                "metadata": {"name": "w", "namespace": "demo", "resourceVersion": "42"}})
+        );
+        // The core group's apiVersion is the version alone; a cluster-scoped object has no
+        // namespace.
+        let nodes = resource("", "v1", "Node", false);
+        let node = ObjectRef {
+            namespace: None,
+            name: "n".into(),
+            resource_version: "7".into(),
+        };
+        let (_, body) = NoOpWrite::Apply.body(&nodes, &node).expect("body");
+        let body: serde_json::Value = serde_json::from_slice(&body).expect("JSON");
+        assert_eq!(body["apiVersion"], "v1");
+        assert_eq!(
+            body["metadata"],
+            serde_json::json!({"name": "n", "resourceVersion": "7"})
+        );
+        let (content_type, body) = NoOpWrite::MergePatch.body(&nodes, &node).expect("body");
+        assert_eq!(content_type, "application/merge-patch+json");
+        assert_eq!(body, br#"{"metadata":{"resourceVersion":"7"}}"#);
+    }
+
+    #[test]
+    fn an_answer_with_only_the_before_first_apply_entry_is_an_object_that_had_none() {
+        let answer = |managed: &str| {
+            super::super::client::Answer {
+            status: http::StatusCode::OK,
+            headers: HeaderMap::new(),
+            body: format!(
+                r#"{{"kind":"PartialObjectMetadata","metadata":{{"name":"w","resourceVersion":"9","managedFields":{managed}}}}}"#
+            )
+            .into(),
+        }
+        };
+        let read = |managed: &str| read_patched(&answer(managed), &object("w", "8")).expect("read");
+        let first = read(r#"[{"manager":"before-first-apply","operation":"Update"}]"#);
+        assert!(first.first_apply_entry);
+        assert_eq!(first.resource_version, "9");
+        assert!(!read(r#"[{"manager":"kubectl","operation":"Update"}]"#).first_apply_entry);
+        assert!(!read("null").first_apply_entry);
+        assert!(
+            !read(r#"[{"manager":"before-first-apply"},{"manager":"kubectl"}]"#).first_apply_entry,
+            "an object that had managedFields keeps its own"
+        );
     }
 
     /// Every step of `lines` read as [`InitialEvents`], up to and with the first end.
