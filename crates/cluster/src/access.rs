@@ -153,7 +153,7 @@ pub const CLUSTER_ACCESS: &[Access] = &[
     path(
         Component::Trigger,
         "/metrics",
-        "each kube-apiserver's encryption configuration hash and KMS v2 write key (a key rotation starts migrations of the encrypted resources)",
+        "each kube-apiserver's encryption configuration hash and KMS v2 write key (a key rotation starts migrations of the encrypted resources); and, read by the migrator at --object-concurrency auto, the requests executing and queued per API Priority and Fairness priority level (whether others are using the apiserver)",
     ),
     resource(
         Component::Trigger,
