@@ -104,3 +104,39 @@ async fn one_sampled_object_refused_is_not_taken_for_every_write() {
         counters.requests_for("patch", "configmaps")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_transient_answer_to_a_dry_run_is_retried_not_taken_for_a_refusal() {
+    let double = double_with_widgets().await;
+    double
+        .preload("configmaps", Some("demo"), "cm", OBJECTS, 64)
+        .unwrap();
+    double.set_storage_version("configmaps", "v2").unwrap();
+    let total: usize = double.stored_summary("configmaps").values().sum();
+    double.reset_counters();
+    // The first three PATCHes the double sees are preflight's dry runs (it runs before any
+    // write): each gets a 503.
+    let unavailable = double.add_fault(
+        FaultRule::new(Fault::ServerError { code: 503 })
+            .verb("patch")
+            .resource("configmaps")
+            .times(3),
+    );
+    let h = Harness::start(double, &["--qps=0"]);
+    h.create_migration("flaky-preflight", "", "configmaps")
+        .await;
+    let m = h
+        .wait_succeeded("flaky-preflight", Duration::from_secs(60))
+        .await;
+    assert_eq!(condition(&m, "Failed"), None, "{m:#}");
+    let counters = h.double.counters();
+    let dry_runs = counters.requests_for("patch-dry-run", "configmaps");
+    assert_eq!(h.double.fault_injections(unavailable), 3);
+    assert_eq!(dry_runs, 5 + 3, "5 sampled, 3 of them sent again");
+    assert_eq!(counters.requests_for("patch", "configmaps"), total as u64);
+    eprintln!(
+        "preflight, three 503s to dry runs: retried ({dry_runs} dry runs), then {} PATCHes of \
+         {total} configmaps, Succeeded",
+        counters.requests_for("patch", "configmaps")
+    );
+}

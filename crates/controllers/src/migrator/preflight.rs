@@ -264,6 +264,14 @@ mod tests {
         ));
         let answers = vec![(object(0), denied()), (object(1), Err(api(503, "busy")))];
         assert!(matches!(verdict(answers, "w"), Verdict::Error { .. }));
+        // An empty resource has nothing to check.
+        assert!(matches!(
+            verdict(Vec::new(), "w"),
+            Verdict::Pass {
+                sampled: 0,
+                admitted: 0
+            }
+        ));
     }
 
     #[test]
