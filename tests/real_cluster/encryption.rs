@@ -2,7 +2,8 @@
 //! (secretbox) with a restart; a migration of `secrets` leaves every Secret under K2 in etcd.
 //! And key rotation as a trigger: the same rotation reloaded by kube-apiserver without a
 //! restart (`--encryption-provider-config-automatic-reload`) is seen on its `/metrics` by the
-//! trigger, which migrates `secrets` with no migration created by hand.
+//! trigger, which migrates `secrets` with no migration created by hand; without the grant to
+//! read `/metrics`, it says so and starts nothing.
 
 use std::time::{Duration, Instant};
 
@@ -11,6 +12,7 @@ use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::{Value, json};
 
 use crate::support::real_cluster::RealCluster;
+use crate::support::server::metric_sum;
 use crate::world::{create_many, failed, is_safe, items, name, storage_state, succeeded, wait_for};
 
 const SECRETS: usize = 300;
@@ -170,6 +172,136 @@ async fn a_key_rotation_reloaded_without_a_restart_migrates_every_secret() {
         "{history:#?}"
     );
     eprintln!("key rotation while svm-apiserver was down (K2 -> aesgcm K3): {second}");
+}
+
+/// Where `get /metrics` is not granted — the rule taken out of deploy/base's ClusterRole, on
+/// the real RBAC authorizer — the trigger says so once (a Warning Event, a log line,
+/// `svm_trigger_encryption_observed 0`) and a rotation kube-apiserver applies starts nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_the_metrics_grant_a_rotation_is_told_once_and_starts_nothing() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let config = dir.path().join("encryption.yaml");
+    std::fs::write(&config, encryption_config(&[Key::K1])).expect("encryption config");
+    let flag = format!("--encryption-provider-config={}", config.display());
+    let Some(cluster) = RealCluster::start(
+        "without_the_metrics_grant_a_rotation_is_told_once_and_starts_nothing",
+        &[&flag, "--encryption-provider-config-automatic-reload=true"],
+        &["--qps=0", "--encryption-poll-interval=1s"],
+    ) else {
+        return;
+    };
+    let kubectl = cluster.plane.kubectl();
+    let role: Value = serde_json::from_str(&kubectl.ok(&[
+        "get",
+        "clusterrole",
+        "svm-apiserver:trigger",
+        "-o",
+        "json",
+    ]))
+    .expect("JSON");
+    let rules: Vec<Value> = role["rules"]
+        .as_array()
+        .expect("rules")
+        .iter()
+        .filter(|r| r["nonResourceURLs"].is_null())
+        .cloned()
+        .collect();
+    kubectl.ok(&[
+        "patch",
+        "clusterrole",
+        "svm-apiserver:trigger",
+        "--type=merge",
+        "-p",
+        &json!({"rules": rules}).to_string(),
+    ]);
+
+    let forbidden = wait_metric(&cluster, "result=\"forbidden\"", 1.0).await;
+    let events = wait_for(
+        Duration::from_secs(60),
+        "the EncryptionNotObserved event",
+        || Some(not_observed_events(&cluster)).filter(|e| !e.is_empty()),
+        || describe_rotation(&cluster),
+    );
+    let observed = metric_sum(
+        &cluster.metrics().await,
+        "svm_trigger_encryption_observed",
+        &[],
+    );
+    assert_eq!(observed, 0.0);
+
+    // A rotation kube-apiserver applies, then three more refused reads: nothing starts.
+    let k2 = encryption_config(&[Key::K2, Key::K1]);
+    std::fs::write(&config, &k2).expect("rotate");
+    wait_for(
+        Duration::from_secs(180),
+        "kube-apiserver applying K2",
+        || {
+            applied_config(&cluster)
+                .contains(&config_hash(&k2))
+                .then_some(())
+        },
+        || applied_config(&cluster),
+    );
+    let after = wait_metric(&cluster, "result=\"forbidden\"", forbidden + 3.0).await;
+    assert!(
+        rotation_migrations(&cluster).is_empty(),
+        "{}",
+        describe_rotation(&cluster)
+    );
+    assert_eq!(
+        not_observed_events(&cluster).len(),
+        events.len(),
+        "one Event per outage"
+    );
+    let told = cluster
+        .svm
+        .log()
+        .matches("reading kube-apiserver's /metrics is forbidden")
+        .count();
+    assert_eq!(told, 1, "one log line, not one per poll");
+    let note = events[0]["note"].as_str().unwrap_or_default().to_string();
+    assert!(note.contains("/metrics"), "{note}");
+    eprintln!(
+        "without get /metrics: {after} refused reads, 1 log line, {} Event ({:?}), \
+         svm_trigger_encryption_observed {observed}, no migration after kube-apiserver applied K2",
+        events.len(),
+        note
+    );
+}
+
+/// The EncryptionNotObserved Events (events.k8s.io, where kube's recorder writes them).
+fn not_observed_events(cluster: &RealCluster) -> Vec<Value> {
+    let out =
+        cluster
+            .plane
+            .kubectl()
+            .ok(&["get", "events.events.k8s.io", "-n", "default", "-o", "json"]);
+    let list: Value = serde_json::from_str(&out).expect("JSON");
+    list["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["reason"] == "EncryptionNotObserved")
+        .cloned()
+        .collect()
+}
+
+/// Waits until svm-apiserver's `svm_trigger_encryption_scrapes_total{<label>}` reaches `at_least`.
+async fn wait_metric(cluster: &RealCluster, label: &str, at_least: f64) -> f64 {
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let metrics = cluster.metrics().await;
+        let value = metric_sum(&metrics, "svm_trigger_encryption_scrapes_total", &[label]);
+        if value >= at_least {
+            return value;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "svm_trigger_encryption_scrapes_total{{{label}}} stayed at {value} (< {at_least})\n{}",
+            cluster.svm.log()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// 300 Secrets in `demo`, all under K1.
