@@ -135,9 +135,17 @@ async fn a_key_rotation_reloaded_without_a_restart_migrates_every_secret() {
         rotation["encryption"]["previous"]["configHash"]
     );
     assert_eq!(rotation["source"], "ApiserverMetrics");
+    // svm_trigger_detection_lag_seconds: from kube-apiserver's own reload time to the entry.
+    let metrics = cluster.metrics().await;
+    let source = ["source=\"ApiserverMetrics\""];
+    let lags = metric_sum(&metrics, "svm_trigger_detection_lag_seconds_count", &source);
+    let lag = metric_sum(&metrics, "svm_trigger_detection_lag_seconds_sum", &source);
+    assert!(lags >= 1.0, "no detection lag observed for the rotation");
     eprintln!(
         "key rotation reloaded without a restart (aescbc K1 -> secretbox K2, {SECRETS} secrets): \
-         {first}; history entry: {}",
+         {first}; detection lag (kube-apiserver's reload -> history entry) {:.1} s; history \
+         entry: {}",
+        lag / lags,
         serde_json::to_string(rotation).unwrap_or_default()
     );
 

@@ -36,6 +36,10 @@ pub(crate) const CONFIG_METRIC: &str = "apiserver_encryption_config_controller_l
 pub(crate) const KEY_METRIC: &str =
     "apiserver_envelope_encryption_key_id_hash_last_timestamp_seconds";
 
+/// When each apiserver last reloaded its encryption configuration (`status="success"`).
+pub(crate) const RELOAD_METRIC: &str =
+    "apiserver_encryption_config_controller_automatic_reload_last_timestamp_seconds";
+
 /// How long recording the Warning Event may take.
 const EVENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
@@ -173,6 +177,27 @@ pub(crate) fn parse(text: &str) -> BTreeMap<String, Generation> {
     out
 }
 
+/// When each apiserver last reloaded its encryption configuration successfully (Unix seconds),
+/// by `apiserver_id_hash`.
+pub(crate) fn parse_reloads(text: &str) -> BTreeMap<String, f64> {
+    text.lines()
+        .filter(|l| l.starts_with(RELOAD_METRIC))
+        .filter_map(sample)
+        .filter(|(name, labels, _)| {
+            *name == RELOAD_METRIC && labels.get("status").map(String::as_str) == Some("success")
+        })
+        .filter_map(|(_, labels, value)| Some((labels.get("apiserver_id_hash")?.clone(), value)))
+        .collect()
+}
+
+/// A generation every live apiserver applies.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Agreed {
+    pub generation: Generation,
+    /// When the cluster changed to it, when this term saw another one agreed before.
+    pub changed_at: Option<jiff::Timestamp>,
+}
+
 /// Why no generation is agreed yet.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Waiting {
@@ -259,6 +284,10 @@ pub(crate) struct EncryptionObserver {
     holders: BTreeMap<String, String>,
     /// Apiservers that answered the last scrape.
     answered: Vec<String>,
+    /// When each apiserver last reloaded its configuration, as it says.
+    reloads: BTreeMap<String, f64>,
+    /// The last poll that found a generation agreed, and which.
+    last_agreed: Option<(jiff::Timestamp, Generation)>,
     /// The last scrape's outcome that was told (logged, and for a refusal an Event): each
     /// outage is told once, not once per poll.
     told: Option<Scrape>,
@@ -292,6 +321,8 @@ impl EncryptionObserver {
             reports: BTreeMap::new(),
             holders: BTreeMap::new(),
             answered: Vec::new(),
+            reloads: BTreeMap::new(),
+            last_agreed: None,
             told: None,
             waiting_told: None,
         }
@@ -299,7 +330,7 @@ impl EncryptionObserver {
 
     /// One poll: scrape, then the generation every live apiserver agrees on, if any. `live`:
     /// each live identity lease's name and holder, `None` while the lease watch has not listed.
-    pub(crate) async fn poll(&mut self, live: Option<&[(String, String)]>) -> Option<Generation> {
+    pub(crate) async fn poll(&mut self, live: Option<&[(String, String)]>) -> Option<Agreed> {
         let scrape = self.scrape().await;
         self.metrics
             .encryption_scrapes
@@ -317,7 +348,12 @@ impl EncryptionObserver {
             Ok(generation) => {
                 self.metrics.encryption_observed.set(1);
                 self.waiting_told = None;
-                Some(generation)
+                let changed_at = self.changed_at(&generation);
+                self.last_agreed = Some((jiff::Timestamp::now(), generation.clone()));
+                Some(Agreed {
+                    generation,
+                    changed_at,
+                })
             }
             Err(waiting) => {
                 self.metrics.encryption_observed.set(0);
@@ -331,6 +367,20 @@ impl EncryptionObserver {
                 None
             }
         }
+    }
+
+    /// When the cluster changed to `generation`, for the detection-lag metric: the latest
+    /// reload kube-apiserver reports (a KMS v2 key change has none), else the last poll that
+    /// found another generation agreed (the change came after it). `None`: this term never
+    /// agreed on another one (a first sight is no change).
+    fn changed_at(&self, generation: &Generation) -> Option<jiff::Timestamp> {
+        let (polled, before) = self.last_agreed.as_ref()?;
+        if before == generation {
+            return None;
+        }
+        let reloaded = self.reloads.values().copied().fold(f64::MIN, f64::max);
+        let reloaded = jiff::Timestamp::from_microsecond((reloaded * 1e6) as i64).ok();
+        Some(reloaded.filter(|r| r > polled).unwrap_or(*polled))
     }
 
     /// Drops the reports of apiservers that are gone, or restarted since they answered:
@@ -353,6 +403,7 @@ impl EncryptionObserver {
             })
         });
         self.holders.retain(|id, _| self.reports.contains_key(id));
+        self.reloads.retain(|id, _| self.reports.contains_key(id));
     }
 
     async fn scrape(&mut self) -> Scrape {
@@ -372,6 +423,8 @@ impl EncryptionObserver {
                 }
                 self.answered = found.keys().cloned().collect();
                 self.reports.extend(found);
+                self.reloads
+                    .extend(parse_reloads(&String::from_utf8_lossy(&answer.body)));
                 Scrape::Read
             }
             Err(err) if refused(&err) => Scrape::Forbidden,

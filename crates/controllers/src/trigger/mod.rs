@@ -575,14 +575,15 @@ impl Trigger {
             .known
             .leases_synced
             .then(|| term.known.instances.live_instances());
-        let Some(generation) = observer.poll(live.as_deref()).await else {
+        let Some(agreed) = observer.poll(live.as_deref()).await else {
             return false;
         };
-        if term.known.encryption.as_ref() == Some(&generation) {
+        if term.known.encryption.as_ref() == Some(&agreed.generation) {
             return false;
         }
-        tracing::info!(generation = %generation.describe(), "every kube-apiserver applies this encryption generation");
-        term.known.encryption = Some(generation);
+        tracing::info!(generation = %agreed.generation.describe(), "every kube-apiserver applies this encryption generation");
+        term.known.changed(agreed.changed_at);
+        term.known.encryption = Some(agreed.generation);
         true
     }
 

@@ -62,6 +62,15 @@ fn generation(config: &str) -> Generation {
 }
 
 #[test]
+fn reload_times_are_read_per_apiserver() {
+    let text = "apiserver_encryption_config_controller_automatic_reload_last_timestamp_seconds{apiserver_id_hash=\"sha256:a\",status=\"success\"} 1.7956903005312033e+09\n\
+                apiserver_encryption_config_controller_automatic_reload_last_timestamp_seconds{apiserver_id_hash=\"sha256:a\",status=\"failure\"} 1.8e+09\n";
+    let reloads = parse_reloads(text);
+    assert_eq!(reloads.len(), 1);
+    assert!((reloads["sha256:a"] - 1_795_690_300.531).abs() < 0.01);
+}
+
+#[test]
 fn a_generation_is_agreed_only_when_every_live_apiserver_reports_it() {
     let (a, b) = ("apiserver-a".to_string(), "apiserver-b".to_string());
     let live = [a.clone(), b.clone()];
