@@ -140,10 +140,20 @@ async fn skipped_objects_are_named_counted_and_said_whether_streamed_or_paged() 
         }
         // Never silent: a third Event (Warning ObjectsSkipped) beside Started and Succeeded;
         // the real-cluster test reads its text.
-        let events = h
-            .double
-            .counters()
-            .requests_for("create", "events.events.k8s.io");
+        // Events are published after the status write that ends the migration: wait for them.
+        let events = crate::support::wait::eventually_async(
+            Duration::from_secs(30),
+            "the Started, Succeeded and ObjectsSkipped Events",
+            async || match h
+                .double
+                .counters()
+                .requests_for("create", "events.events.k8s.io")
+            {
+                created if created >= 3 => Ok(created),
+                created => Err(format!("{created} created")),
+            },
+        )
+        .await;
         assert_eq!(events, 3, "{flags:?}");
     }
 }
