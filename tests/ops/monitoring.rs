@@ -46,7 +46,7 @@ fn the_alerts_pass_promtool_check_and_fire_as_their_unit_tests_expect() {
     let checked = run(Command::new(promtool())
         .args(["check", "rules"])
         .arg(&rules));
-    assert!(checked.contains("SUCCESS: 8 rules found"), "{checked}");
+    assert!(checked.contains("SUCCESS: 9 rules found"), "{checked}");
     std::fs::copy(
         repo().join("tests/fixtures/monitoring/alerts_test.yaml"),
         dir.path().join("alerts_test.yaml"),

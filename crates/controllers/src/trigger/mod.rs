@@ -553,6 +553,9 @@ impl Trigger {
                 .await;
         }
         inputs.stop();
+        // A replica that no longer leads vouches for nothing: max() across replicas is the
+        // leader's view.
+        self.metrics.encryption_observed.set(0);
     }
 
     /// The reader of kube-apiserver's encryption generation, when resources are encrypted.
