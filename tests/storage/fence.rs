@@ -371,6 +371,7 @@ fn entry(hash: &str) -> NewEntry {
         apiserver: None,
         encoding_version: None,
         reason: "seen".into(),
+        encryption: None,
     }
 }
 
