@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 
 use crate::support::real_cluster::RealCluster;
 use crate::support::server::metric_sum;
+use crate::support::wait;
 use crate::world::{create_many, failed, is_safe, items, name, storage_state, succeeded, wait_for};
 
 const SECRETS: usize = 300;
@@ -33,23 +34,7 @@ async fn a_rotated_encryption_key_is_applied_to_every_secret() {
         return;
     };
     let kubectl = cluster.kubectl();
-    kubectl.ok(&["create", "namespace", "demo"]);
-    let client = cluster.plane.client().await;
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        client,
-        "demo",
-        &ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "Secret")),
-    );
-    create_many(&api, SECRETS, 16, |i| {
-        json!({
-            "apiVersion": "v1",
-            "kind": "Secret",
-            "metadata": {"name": format!("s-{i:04}")},
-            "stringData": {"password": format!("hunter{i}")},
-        })
-    })
-    .await;
-    assert_eq!(secrets_under(&cluster, Key::K1).await, SECRETS);
+    create_secrets(&cluster).await;
 
     // K2 first: new writes use it; K1 stays to read what is still under it.
     std::fs::write(&config, encryption_config(&[Key::K2, Key::K1])).expect("rotate");
@@ -296,20 +281,22 @@ fn not_observed_events(cluster: &RealCluster) -> Vec<Value> {
 
 /// Waits until svm-apiserver's `svm_trigger_encryption_scrapes_total{<label>}` reaches `at_least`.
 async fn wait_metric(cluster: &RealCluster, label: &str, at_least: f64) -> f64 {
-    let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let metrics = cluster.metrics().await;
-        let value = metric_sum(&metrics, "svm_trigger_encryption_scrapes_total", &[label]);
-        if value >= at_least {
-            return value;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "svm_trigger_encryption_scrapes_total{{{label}}} stayed at {value} (< {at_least})\n{}",
-            cluster.svm.log()
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    let metric = "svm_trigger_encryption_scrapes_total";
+    wait::eventually_async_every(
+        Duration::from_secs(120),
+        wait::POLL,
+        &format!("{metric}{{{label}}} at {at_least} or more"),
+        async || {
+            let value = metric_sum(&cluster.metrics().await, metric, &[label]);
+            if value >= at_least {
+                Ok(value)
+            } else {
+                Err(format!("{value}"))
+            }
+        },
+        async || cluster.svm.log(),
+    )
+    .await
 }
 
 /// 300 Secrets in `demo`, all under K1.
@@ -473,27 +460,29 @@ async fn applied_history(cluster: &RealCluster, rotations: usize) -> Vec<Value> 
     for _ in 0..rotations {
         want.extend(["Rotation", "Applied"]);
     }
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let history: Vec<Value> = secrets_history(cluster)
-            .await
-            .into_iter()
-            .filter(|e| e["encryption"].is_object())
-            .collect();
-        let kinds: Vec<&str> = history
-            .iter()
-            .filter_map(|e| e["encryption"]["kind"].as_str())
-            .collect();
-        if kinds == want {
-            return history;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the rotation recorded as applied: not within 60 s; history {history:#?}\n{}",
-            describe_rotation(cluster)
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait::eventually_async_every(
+        Duration::from_secs(60),
+        wait::POLL,
+        "the rotation recorded as applied",
+        async || {
+            let history: Vec<Value> = secrets_history(cluster)
+                .await
+                .into_iter()
+                .filter(|e| e["encryption"].is_object())
+                .collect();
+            let kinds: Vec<&str> = history
+                .iter()
+                .filter_map(|e| e["encryption"]["kind"].as_str())
+                .collect();
+            if kinds == want {
+                Ok(history)
+            } else {
+                Err(format!("history {history:#?}"))
+            }
+        },
+        async || describe_rotation(cluster),
+    )
+    .await
 }
 
 /// The trigger's migrations started by a key rotation.
