@@ -12,18 +12,14 @@ use std::time::Duration;
 use kube_double::{Fault, FaultRule, KubeDouble};
 use serde_json::{Value, json};
 
-use crate::harness::{Harness, condition, condition_field, double_with_widgets};
+use crate::harness::{Harness, condition, condition_field, double_with_configmaps_to_move};
 
 const OBJECTS: usize = 800;
 const REFUSED: [&str; 3] = ["cm-00250", "cm-00500", "cm-00750"];
 
 /// 800 configmaps to move to v2, three of them refused by a webhook (two 403s, one 422).
 async fn double_refusing_three() -> KubeDouble {
-    let double = double_with_widgets().await;
-    double
-        .preload("configmaps", Some("demo"), "cm", OBJECTS, 64)
-        .unwrap();
-    double.set_storage_version("configmaps", "v2").unwrap();
+    let double = double_with_configmaps_to_move(OBJECTS).await;
     for (i, name) in REFUSED.iter().enumerate() {
         let fault = if i == 1 {
             Fault::deny_invalid("policy.example.test", "data.size: too large")
@@ -160,11 +156,7 @@ async fn skipped_objects_are_named_counted_and_said_whether_streamed_or_paged() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn under_the_default_policy_ten_refusals_fail_the_migration_at_once() {
-    let double = double_with_widgets().await;
-    double
-        .preload("configmaps", Some("demo"), "cm", OBJECTS, 64)
-        .unwrap();
-    double.set_storage_version("configmaps", "v2").unwrap();
+    let double = double_with_configmaps_to_move(OBJECTS).await;
     // Twelve objects from cm-00400 on are refused: the migration stops at the tenth refusal.
     let denials: Vec<u64> = (400..412)
         .map(|i| {

@@ -8,17 +8,13 @@ use std::time::Duration;
 
 use kube_double::{Fault, FaultRule};
 
-use crate::harness::{Harness, condition, condition_field, double_with_widgets};
+use crate::harness::{Harness, condition, condition_field, double_with_configmaps_to_move};
 
 const OBJECTS: usize = 300;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rbac_refusing_patch_stops_the_migration_at_preflight_with_nothing_written() {
-    let double = double_with_widgets().await;
-    double
-        .preload("configmaps", Some("demo"), "cm", OBJECTS, 64)
-        .unwrap();
-    double.set_storage_version("configmaps", "v2").unwrap();
+    let double = double_with_configmaps_to_move(OBJECTS).await;
     double.reset_counters();
     let forbidden = double.add_fault(
         FaultRule::new(Fault::Forbidden)
@@ -59,11 +55,7 @@ async fn rbac_refusing_patch_stops_the_migration_at_preflight_with_nothing_writt
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_sampled_object_refused_is_not_taken_for_every_write() {
-    let double = double_with_widgets().await;
-    double
-        .preload("configmaps", Some("demo"), "cm", OBJECTS, 64)
-        .unwrap();
-    double.set_storage_version("configmaps", "v2").unwrap();
+    let double = double_with_configmaps_to_move(OBJECTS).await;
     let total: usize = double.stored_summary("configmaps").values().sum();
     double.reset_counters();
     // The first object in key order (demo/cm-00000) is always in the sample.
@@ -107,11 +99,7 @@ async fn one_sampled_object_refused_is_not_taken_for_every_write() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transient_answer_to_a_dry_run_is_retried_not_taken_for_a_refusal() {
-    let double = double_with_widgets().await;
-    double
-        .preload("configmaps", Some("demo"), "cm", OBJECTS, 64)
-        .unwrap();
-    double.set_storage_version("configmaps", "v2").unwrap();
+    let double = double_with_configmaps_to_move(OBJECTS).await;
     let total: usize = double.stored_summary("configmaps").values().sum();
     double.reset_counters();
     // The first three PATCHes the double sees are preflight's dry runs (it runs before any

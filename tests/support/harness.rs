@@ -23,6 +23,19 @@ pub async fn double_with_widgets() -> KubeDouble {
     double_with_widgets_from(KubeDouble::builder()).await
 }
 
+/// [`double_with_widgets`] with `count` ConfigMaps of 64 bytes in `demo` (`cm-00000`, …)
+/// whose storage version has moved to v2: every one of them is the migration's to rewrite.
+pub async fn double_with_configmaps_to_move(count: usize) -> KubeDouble {
+    let double = double_with_widgets().await;
+    double
+        .preload("configmaps", Some("demo"), "cm", count, 64)
+        .expect("preload configmaps");
+    double
+        .set_storage_version("configmaps", "v2")
+        .expect("move configmaps' storage version");
+    double
+}
+
 /// As [`double_with_widgets`], from a configured builder.
 pub async fn double_with_widgets_from(builder: kube_double::Builder) -> KubeDouble {
     crate::doubles::with_widgets(builder, "demo").await
