@@ -339,6 +339,12 @@ impl EncryptionObserver {
             })
             .inc();
         self.tell(scrape).await;
+        // What earlier reads reported is no sight of now: a refused or failed read agrees on
+        // nothing (and the gauge the alert reads says so).
+        if scrape != Scrape::Read {
+            self.metrics.encryption_observed.set(0);
+            return None;
+        }
         let live = live.filter(|l| !l.is_empty());
         if let Some(leases) = live {
             self.keep_current(leases);
