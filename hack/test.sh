@@ -21,7 +21,7 @@ for file in tests/*.rs tests/support/kube-double/tests/*.rs; do
 done
 
 log=target/real-cluster-test.log
-$cargo test --test real_cluster --no-fail-fast >"$log" 2>&1 &
+$cargo test --workspace --test real_cluster --no-fail-fast >"$log" 2>&1 &
 real=$!
 $cargo test --workspace --no-fail-fast --lib --bins "${others[@]}"
 status=$?
