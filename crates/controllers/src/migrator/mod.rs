@@ -59,6 +59,8 @@ pub(crate) struct MigratorContext {
     pub migrations: Source,
     /// How hard the pool pushes the apiserver: rate and PATCHes in flight.
     pub pressure: Pressure,
+    /// The resources being migrated now (`neighbours.rs`: our requests are not others').
+    pub migrating: neighbours::Migrating,
     pub metrics: MigratorMetrics,
     pub events: Option<Events>,
     pub settings: Settings,

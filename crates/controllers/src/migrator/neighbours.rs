@@ -1,48 +1,79 @@
-//! Who else is using the apiserver, from what kube-apiserver says it is doing: its `/metrics`
-//! (`apiserver_flowcontrol_current_executing_requests` and `…_current_inqueue_requests`, per
-//! API Priority and Fairness priority level). `--object-concurrency auto` runs at its ceiling
-//! while the migrator is the only one working, and falls back to the latency rule of
-//! [`AdaptiveLimit`](super::concurrency::AdaptiveLimit) — which yields to others — as soon as
-//! other requests execute or queue beside ours.
+//! Who else is using the apiserver, from what kube-apiserver says it is doing: its `/metrics`.
+//! `--object-concurrency auto` runs at its ceiling while the migrator is the only one working,
+//! and falls back to the latency rule of [`AdaptiveLimit`](super::concurrency::AdaptiveLimit)
+//! — which yields to others — as soon as anyone else works beside it.
 //!
 //! Latency alone cannot tell the two apart: our own PATCHes queueing behind each other raise
-//! it exactly as another client's requests do. The apiserver's counts can: with the FlowSchema
-//! of `deploy/base/flowcontrol.yaml` our requests have a priority level of their own
-//! ([`OWN_LEVEL`]), so the others are every other level, and requests waiting in ours are our
-//! own queue (the level is full: more in flight would only wait longer). Without it (a
-//! cluster-admin's credentials are `exempt`), the others are everything counted minus our
-//! PATCHes in flight, which undercounts the others by the requests in transit, never
-//! overcounts them.
+//! it exactly as another client's requests do. The apiserver's counts can, in two ways, and
+//! either one makes the apiserver *shared*:
+//!
+//! - **how many of others' requests execute or wait now** — API Priority and Fairness's
+//!   `apiserver_flowcontrol_current_executing_requests` and `…_current_inqueue_requests`, per
+//!   priority level: the heavy client (eight LISTs of every object) shows at once. With the
+//!   FlowSchema of `deploy/base/flowcontrol.yaml` our requests have a priority level of their
+//!   own ([`OWN_LEVEL`]), so the others are every other level, and requests waiting in ours are
+//!   our own queue (the level is full: more in flight would only wait longer). Without it (a
+//!   cluster-admin's credentials are `exempt`), the others are everything counted minus our
+//!   PATCHes in flight, which undercounts the others by the requests in transit, never
+//!   overcounts them.
+//! - **how many requests others sent since the last reading** — the counter
+//!   `apiserver_request_total`, less the requests on the resources the pool is migrating with
+//!   the verbs it uses on them ([`Migrating`]) and the non-resource requests (our own
+//!   `/metrics` reads, health probes): the light client a gauge read once a second misses (one
+//!   GET every 100 ms executes 3 ms of each 100) but whose every request would wait behind 64
+//!   of ours. A handful a second ([`BUSY_RATE`]) is someone working; kube-apiserver's own
+//!   lease renewals on an idle cluster (~0.3 a second) are not. A counter that went down, or a
+//!   reading from another kube-apiserver process (`process_start_time_seconds`: behind a load
+//!   balancer), gives no rate.
 //!
 //! Where `/metrics` cannot be read (no `get /metrics` grant: a 403), the latency rule decides
 //! alone, as before.
 
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use super::Pressure;
 use super::concurrency::Neighbours;
 use super::metrics::MigratorMetrics;
 use svm_cluster::ClusterClient;
+use svm_cluster::resources::group_resource;
 
 /// The priority level `deploy/base/flowcontrol.yaml` gives the migrator's requests.
 pub(crate) const OWN_LEVEL: &str = "svm-apiserver-migrator";
 /// How often kube-apiserver's counts are read while PATCHes are being sent.
 pub(crate) const PERIOD: Duration = Duration::from_secs(1);
-/// Others' requests (smoothed) at or above which the apiserver is shared.
+/// The first rate of a run is measured over this much: the limit follows latency until then.
+pub(crate) const FIRST_PERIOD: Duration = Duration::from_millis(500);
+/// How often an idle pool looks whether PATCHes started.
+const WAKE: Duration = Duration::from_millis(100);
+/// Others' requests executing or waiting (smoothed) at or above which the apiserver is shared.
 pub(crate) const BUSY_AT: f64 = 1.0;
 /// …and below which it is the migrator's alone again (hysteresis).
 pub(crate) const QUIET_BELOW: f64 = 0.5;
-/// Weight of a new sample in the smoothed count.
+/// Others' requests a second (smoothed) at or above which the apiserver is shared.
+pub(crate) const BUSY_RATE: f64 = 3.0;
+/// …and below which it is the migrator's alone again.
+pub(crate) const QUIET_RATE: f64 = 1.5;
+/// Weight of a new sample in the smoothed counts.
 const SMOOTHING: f64 = 0.5;
 
 const EXECUTING: &str = "apiserver_flowcontrol_current_executing_requests";
 const WAITING: &str = "apiserver_flowcontrol_current_inqueue_requests";
+const ANSWERED: &str = "apiserver_request_total";
+const PROCESS_STARTED: &str = "process_start_time_seconds";
+/// What the migrator sends about a resource it migrates: its reads, the no-op write (a merge
+/// patch, or an apply), a conflict's re-read.
+const OUR_VERBS: [&str; 5] = ["GET", "LIST", "WATCH", "PATCH", "APPLY"];
 
-/// Requests kube-apiserver is executing and holding in queue, per priority level.
+/// What one `/metrics` reading says.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct Sample {
     /// (priority level, executing, waiting).
     levels: Vec<(String, f64, f64)>,
+    /// Resource requests answered so far: (`resource.group`, verb, count).
+    answered: Vec<(String, String, f64)>,
+    /// When the kube-apiserver process that counted them started.
+    process: Option<f64>,
 }
 
 /// What one sample says, against our own requests in flight.
@@ -52,42 +83,75 @@ pub(crate) struct Observation {
     pub others: f64,
     /// Our requests waiting in our own priority level (0 when we have none of our own).
     pub own_waiting: f64,
+    /// Requests others sent per second since the reading before (None: no rate).
+    pub others_rate: Option<f64>,
 }
 
 impl Sample {
-    /// The APF gauges of a `/metrics` text; `None` when it has none (APF off, or not kube).
+    /// The counts of a `/metrics` text; `None` when it has no APF gauges (APF off, or not
+    /// kube-apiserver).
     pub(crate) fn parse(text: &str) -> Option<Sample> {
         let mut sample = Sample::default();
         let mut seen = false;
         for line in text.lines() {
-            let (waiting, rest) = if let Some(rest) = line.strip_prefix(EXECUTING) {
-                (false, rest)
-            } else if let Some(rest) = line.strip_prefix(WAITING) {
-                (true, rest)
-            } else {
+            if let Some(value) = line
+                .strip_prefix(PROCESS_STARTED)
+                .and_then(|v| v.strip_prefix(' '))
+            {
+                sample.process = value.trim().parse().ok();
+                continue;
+            }
+            let Some((name, labels, value)) = series(line) else {
                 continue;
             };
-            let Some((labels, value)) = rest.strip_prefix('{').and_then(|r| r.rsplit_once("} "))
-            else {
-                continue;
-            };
-            let (Some(level), Ok(value)) = (label(labels, "priority_level"), value.trim().parse())
-            else {
-                continue;
-            };
-            seen = true;
-            sample.add(level, if waiting { (0.0, value) } else { (value, 0.0) });
+            match name {
+                EXECUTING | WAITING => {
+                    let Some(level) = label(labels, "priority_level") else {
+                        continue;
+                    };
+                    seen = true;
+                    let counts = if name == WAITING {
+                        (0.0, value)
+                    } else {
+                        (value, 0.0)
+                    };
+                    sample.add_level(level, counts);
+                }
+                ANSWERED => sample.add_answered(labels, value),
+                _ => {}
+            }
         }
         seen.then_some(sample)
     }
 
-    fn add(&mut self, level: &str, (executing, waiting): (f64, f64)) {
+    fn add_level(&mut self, level: &str, (executing, waiting): (f64, f64)) {
         match self.levels.iter_mut().find(|(l, _, _)| l == level) {
             Some(entry) => {
                 entry.1 += executing;
                 entry.2 += waiting;
             }
             None => self.levels.push((level.to_string(), executing, waiting)),
+        }
+    }
+
+    /// One series of `apiserver_request_total`, summed over what we do not tell apart (code,
+    /// scope, version, …); non-resource requests are left out.
+    fn add_answered(&mut self, labels: &str, value: f64) {
+        let (Some(resource), Some(verb)) = (label(labels, "resource"), label(labels, "verb"))
+        else {
+            return;
+        };
+        if resource.is_empty() {
+            return;
+        }
+        let resource = group_resource(label(labels, "group").unwrap_or_default(), resource);
+        match self
+            .answered
+            .iter_mut()
+            .find(|(r, v, _)| *r == resource && v == verb)
+        {
+            Some(entry) => entry.2 += value,
+            None => self.answered.push((resource, verb.to_string(), value)),
         }
     }
 
@@ -102,31 +166,68 @@ impl Sample {
                 .map(|(_, e, w)| e + w)
                 .sum()
         };
-        match own {
-            Some((_, executing, waiting)) if executing + waiting > 0.0 => Observation {
-                others: (total(Some(OWN_LEVEL)) - 1.0).max(0.0),
-                own_waiting: *waiting,
-            },
-            _ => Observation {
-                others: (total(None) - ours as f64 - 1.0).max(0.0),
-                own_waiting: 0.0,
-            },
+        let (others, own_waiting) = match own {
+            Some((_, executing, waiting)) if executing + waiting > 0.0 => {
+                (total(Some(OWN_LEVEL)) - 1.0, *waiting)
+            }
+            _ => (total(None) - ours as f64 - 1.0, 0.0),
+        };
+        Observation {
+            others: others.max(0.0),
+            own_waiting,
+            others_rate: None,
         }
     }
+
+    /// Requests others sent between `before` and this sample: every resource request
+    /// answered but those on the resources in `migrating` with [`OUR_VERBS`]. `None` when the
+    /// two are not one process's counts (another kube-apiserver, a restart).
+    pub(crate) fn others_since(&self, before: &Sample, migrating: &[String]) -> Option<f64> {
+        if self.process.is_none() || self.process != before.process {
+            return None;
+        }
+        let mut others = 0.0;
+        for (resource, verb, now) in &self.answered {
+            let then = before
+                .answered
+                .iter()
+                .find(|(r, v, _)| r == resource && v == verb)
+                .map_or(0.0, |(_, _, n)| *n);
+            if *now < then {
+                return None;
+            }
+            if !(migrating.contains(resource) && OUR_VERBS.contains(&verb.as_str())) {
+                others += now - then;
+            }
+        }
+        Some(others)
+    }
+}
+
+/// A sample line's metric name, label set and value: `name{labels} value`.
+fn series(line: &str) -> Option<(&str, &str, f64)> {
+    let (name, rest) = line.split_once('{')?;
+    let (labels, value) = rest.rsplit_once("} ")?;
+    Some((name, labels, value.trim().parse().ok()?))
 }
 
 /// The value of label `name` in a Prometheus label set (`a="x",b="y"`).
 fn label<'a>(labels: &'a str, name: &str) -> Option<&'a str> {
-    let start = labels.find(&format!("{name}=\""))? + name.len() + 2;
+    let at = labels
+        .match_indices(&format!("{name}=\""))
+        .find(|(i, _)| *i == 0 || labels.as_bytes()[i - 1] == b',')?
+        .0;
+    let start = at + name.len() + 2;
     let len = labels[start..].find('"')?;
     Some(&labels[start..start + len])
 }
 
-/// The smoothed count of others' requests, with hysteresis: one request of a light client
+/// The smoothed counts of others' requests, with hysteresis: one request of a light client
 /// caught by a sample does not make the apiserver shared, a steady one does.
 #[derive(Debug, Default)]
 pub(crate) struct Judge {
     smoothed: Option<f64>,
+    rate: Option<f64>,
     busy: bool,
 }
 
@@ -134,14 +235,15 @@ impl Judge {
     /// The verdict after `seen`: whether others are using the apiserver, and whether our own
     /// level queues.
     pub(crate) fn judge(&mut self, seen: Observation) -> Neighbours {
-        let smoothed = match self.smoothed {
-            Some(before) => before + SMOOTHING * (seen.others - before),
-            None => seen.others,
-        };
+        let smoothed = smooth(self.smoothed, seen.others);
         self.smoothed = Some(smoothed);
-        if smoothed >= BUSY_AT {
+        if let Some(rate) = seen.others_rate {
+            self.rate = Some(smooth(self.rate, rate));
+        }
+        let rate = self.rate.unwrap_or(0.0);
+        if smoothed >= BUSY_AT || rate >= BUSY_RATE {
             self.busy = true;
-        } else if smoothed < QUIET_BELOW {
+        } else if smoothed < QUIET_BELOW && rate < QUIET_RATE {
             self.busy = false;
         }
         if self.busy {
@@ -154,49 +256,139 @@ impl Judge {
     }
 }
 
-/// Reads kube-apiserver's counts every [`PERIOD`] while the pool sends PATCHes, and tells the
-/// pool's [`Pressure`] what they say; stops at the first answer that says it may not (a 403,
-/// or `/metrics` outside the access catalogue), leaving the latency rule in charge.
-pub(crate) async fn watch(cluster: ClusterClient, pressure: &Pressure, metrics: &MigratorMetrics) {
+fn smooth(before: Option<f64>, seen: f64) -> f64 {
+    match before {
+        Some(before) => before + SMOOTHING * (seen - before),
+        None => seen,
+    }
+}
+
+/// The resources the pool is migrating now: its own requests on them are not others'.
+#[derive(Debug, Default)]
+pub(crate) struct Migrating(Mutex<Vec<String>>);
+
+/// A resource being migrated; it is no longer once dropped.
+#[must_use]
+pub(crate) struct Entered<'a> {
+    migrating: &'a Migrating,
+    resource: String,
+}
+
+impl Migrating {
+    /// `resource` (as `resource.group`) is being migrated until the guard is dropped.
+    pub(crate) fn enter(&self, resource: String) -> Entered<'_> {
+        self.lock().push(resource.clone());
+        Entered {
+            migrating: self,
+            resource,
+        }
+    }
+
+    fn now(&self) -> Vec<String> {
+        self.lock().clone()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl Drop for Entered<'_> {
+    fn drop(&mut self) {
+        let mut migrating = self.migrating.lock();
+        if let Some(at) = migrating.iter().position(|r| *r == self.resource) {
+            migrating.swap_remove(at);
+        }
+    }
+}
+
+/// What the pool needs to judge its neighbours.
+pub(crate) struct Sources<'a> {
+    pub cluster: &'a ClusterClient,
+    pub pressure: &'a Pressure,
+    pub migrating: &'a Migrating,
+    pub metrics: &'a MigratorMetrics,
+}
+
+/// Reads kube-apiserver's counts while the pool sends PATCHes — the first two readings
+/// [`FIRST_PERIOD`] apart, then every [`PERIOD`] — and tells the pool's [`Pressure`] what they
+/// say; stops at the first answer that says it may not (a 403, or `/metrics` outside the
+/// access catalogue), leaving the latency rule in charge.
+pub(crate) async fn watch(sources: Sources<'_>) {
     let mut judge = Judge::default();
-    let mut ticks = tokio::time::interval(PERIOD);
-    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut before: Option<(Sample, Instant)> = None;
     loop {
-        ticks.tick().await;
-        if !pressure.patching() {
+        if !sources.pressure.patching() {
+            // The counts go stale while nothing is sent: the next run starts afresh.
+            before = None;
+            tokio::time::sleep(WAKE).await;
             continue;
         }
-        let text = match cluster
-            .request(http::Method::GET, "/metrics", "text/plain", None)
-            .await
-        {
-            Ok(answer) => String::from_utf8_lossy(&answer.body).into_owned(),
-            Err(err) if !err.is_retriable() => {
-                tracing::info!(error = %err, "kube-apiserver's /metrics cannot be read: --object-concurrency auto follows latency alone");
-                pressure.neighbours(Neighbours::Unknown);
-                return;
-            }
-            Err(err) => {
-                tracing::debug!(error = %err, "reading kube-apiserver's /metrics");
-                pressure.neighbours(Neighbours::Unknown);
+        let sample = match read(sources.cluster).await {
+            Ok(sample) => sample,
+            Err(Unreadable::Transient) => {
+                sources.pressure.neighbours(Neighbours::Unknown);
+                before = None;
+                tokio::time::sleep(PERIOD).await;
                 continue;
             }
-        };
-        let verdict = match Sample::parse(&text) {
-            Some(sample) => judge.judge(sample.observe(pressure.in_flight())),
-            None => {
-                tracing::info!(
-                    "kube-apiserver's /metrics has no API Priority and Fairness gauges: --object-concurrency auto follows latency alone"
-                );
-                pressure.neighbours(Neighbours::Unknown);
+            Err(Unreadable::Never) => {
+                sources.pressure.neighbours(Neighbours::Unknown);
                 return;
             }
         };
-        metrics
+        let now = Instant::now();
+        let mut seen = sample.observe(sources.pressure.in_flight());
+        let Some((earlier, at)) = before.replace((sample, now)) else {
+            // A rate needs two readings: the verdict waits for the second.
+            tokio::time::sleep(FIRST_PERIOD).await;
+            continue;
+        };
+        let elapsed = now.duration_since(at).as_secs_f64().max(0.001);
+        seen.others_rate = before
+            .as_ref()
+            .and_then(|(newer, _)| newer.others_since(&earlier, &sources.migrating.now()))
+            .map(|requests| requests / elapsed);
+        let verdict = judge.judge(seen);
+        sources
+            .metrics
             .apiserver_shared
             .set(i64::from(verdict == Neighbours::Busy));
-        pressure.neighbours(verdict);
+        sources.pressure.neighbours(verdict);
+        tokio::time::sleep(PERIOD).await;
     }
+}
+
+/// Why kube-apiserver's counts could not be had.
+enum Unreadable {
+    /// This time (a timeout, a 5xx): try again.
+    Transient,
+    /// Not now and not later: no grant, not in the access catalogue, no APF gauges.
+    Never,
+}
+
+/// One reading of kube-apiserver's `/metrics`.
+async fn read(cluster: &ClusterClient) -> Result<Sample, Unreadable> {
+    let answer = match cluster
+        .request(http::Method::GET, "/metrics", "text/plain", None)
+        .await
+    {
+        Ok(answer) => answer,
+        Err(err) if err.is_retriable() => {
+            tracing::debug!(error = %err, "reading kube-apiserver's /metrics");
+            return Err(Unreadable::Transient);
+        }
+        Err(err) => {
+            tracing::info!(error = %err, "kube-apiserver's /metrics cannot be read: --object-concurrency auto follows latency alone");
+            return Err(Unreadable::Never);
+        }
+    };
+    Sample::parse(&String::from_utf8_lossy(&answer.body)).ok_or_else(|| {
+        tracing::info!(
+            "kube-apiserver's /metrics has no API Priority and Fairness gauges: --object-concurrency auto follows latency alone"
+        );
+        Unreadable::Never
+    })
 }
 
 #[cfg(test)]
@@ -235,7 +427,8 @@ mod tests {
             sample.observe(39),
             Observation {
                 others: 5.0,
-                own_waiting: 0.0
+                own_waiting: 0.0,
+                others_rate: None,
             }
         );
         // Requests in transit: the apiserver counts fewer of ours than we have in flight.
@@ -256,7 +449,8 @@ mod tests {
             seen,
             Observation {
                 others: 0.0,
-                own_waiting: 30.0
+                own_waiting: 30.0,
+                others_rate: None,
             }
         );
         let text = scrape(&[
@@ -268,7 +462,8 @@ mod tests {
             seen,
             Observation {
                 others: 7.0,
-                own_waiting: 0.0
+                own_waiting: 0.0,
+                others_rate: None,
             }
         );
     }
@@ -287,14 +482,17 @@ mod tests {
         let quiet = Observation {
             others: 0.0,
             own_waiting: 0.0,
+            others_rate: None,
         };
         let one = Observation {
             others: 1.0,
             own_waiting: 0.0,
+            others_rate: None,
         };
         let eight = Observation {
             others: 8.0,
             own_waiting: 0.0,
+            others_rate: None,
         };
         let mut judge = Judge::default();
         // A neighbour's GET caught by one sample in four.
@@ -315,7 +513,124 @@ mod tests {
         let queued = Observation {
             others: 0.0,
             own_waiting: 3.0,
+            others_rate: None,
         };
         assert_eq!(judge.judge(queued), Neighbours::Quiet { own_queue: true });
+    }
+
+    /// `apiserver_request_total` as kube-apiserver v1.36 writes it, one series per
+    /// (resource, verb, count); the group is `blobs.example.com`'s for `blobs`.
+    fn answered(process: f64, series: &[(&str, &str, f64)]) -> String {
+        let mut text = scrape(&[("exempt", "exempt", 1.0, 0.0)]);
+        text.push_str(&format!("process_start_time_seconds {process}\n"));
+        for (resource, verb, n) in series {
+            let group = if *resource == "blobs" {
+                "example.com"
+            } else {
+                ""
+            };
+            let subresource = if resource.is_empty() { "/readyz" } else { "" };
+            text.push_str(&format!(
+                "{ANSWERED}{{code=\"200\",component=\"apiserver\",dry_run=\"\",group=\"{group}\",resource=\"{resource}\",scope=\"resource\",subresource=\"{subresource}\",system_client=\"\",verb=\"{verb}\",version=\"v1\"}} {n}\n"
+            ));
+        }
+        text
+    }
+
+    #[test]
+    fn others_requests_are_every_resource_request_but_ours_on_what_the_pool_migrates() {
+        let before = Sample::parse(&answered(
+            1.7e9,
+            &[
+                ("blobs", "PATCH", 100.0),
+                ("configmaps", "GET", 10.0),
+                ("", "GET", 5.0),
+            ],
+        ))
+        .expect("APF gauges");
+        let after = Sample::parse(&answered(
+            1.7e9,
+            &[
+                // Ours: 800 PATCHes, 3 LISTs, a conflict's GET on the migrated resource.
+                ("blobs", "PATCH", 900.0),
+                ("blobs", "LIST", 3.0),
+                ("blobs", "GET", 1.0),
+                // Another client's: 10 GETs of a ConfigMap, and a write to the migrated
+                // resource (not a verb of ours).
+                ("configmaps", "GET", 20.0),
+                ("blobs", "PUT", 2.0),
+                // Health probes and our /metrics reads: not resource requests.
+                ("", "GET", 50.0),
+            ],
+        ))
+        .expect("APF gauges");
+        let migrating = vec!["blobs.example.com".to_string()];
+        assert_eq!(after.others_since(&before, &migrating), Some(12.0));
+        // Nothing migrated: every resource request is another's.
+        assert_eq!(after.others_since(&before, &[]), Some(816.0));
+    }
+
+    #[test]
+    fn counts_of_another_process_or_that_went_down_give_no_rate() {
+        let before = Sample::parse(&answered(1.7e9, &[("configmaps", "GET", 10.0)])).expect("APF");
+        let restarted =
+            Sample::parse(&answered(1.8e9, &[("configmaps", "GET", 12.0)])).expect("APF");
+        assert_eq!(restarted.others_since(&before, &[]), None);
+        let lower = Sample::parse(&answered(1.7e9, &[("configmaps", "GET", 4.0)])).expect("APF");
+        assert_eq!(lower.others_since(&before, &[]), None);
+        let unknown = Sample::parse(&scrape(&[("exempt", "exempt", 1.0, 0.0)])).expect("APF");
+        assert_eq!(unknown.others_since(&unknown, &[]), None);
+    }
+
+    #[test]
+    fn a_label_is_read_whole_not_as_the_tail_of_another() {
+        let labels = "subresource=\"status\",resource=\"pods\",verb=\"GET\"";
+        assert_eq!(label(labels, "resource"), Some("pods"));
+        assert_eq!(label(labels, "subresource"), Some("status"));
+        assert_eq!(label(labels, "group"), None);
+    }
+
+    #[test]
+    fn a_steady_client_of_a_few_requests_a_second_shares_the_apiserver_background_does_not() {
+        let at = |rate: f64| Observation {
+            others: 0.0,
+            own_waiting: 0.0,
+            others_rate: Some(rate),
+        };
+        // kube-apiserver's own lease renewals on an idle cluster: ~0.3 a second.
+        let mut judge = Judge::default();
+        for rate in [0.0, 1.0, 0.0, 0.0, 2.0, 0.0, 1.0] {
+            assert_eq!(
+                judge.judge(at(rate)),
+                Neighbours::Quiet { own_queue: false }
+            );
+        }
+        // The bench's neighbour: one GET every 100 ms — never executing when a gauge is read.
+        assert_eq!(judge.judge(at(10.0)), Neighbours::Busy);
+        assert_eq!(judge.judge(at(9.0)), Neighbours::Busy);
+        // A reading with no rate (another kube-apiserver answered) changes nothing.
+        let no_rate = Observation {
+            others_rate: None,
+            ..at(0.0)
+        };
+        assert_eq!(judge.judge(no_rate), Neighbours::Busy);
+        // It stops: the apiserver is ours again once the smoothed rate is below QUIET_RATE.
+        let verdicts: Vec<Neighbours> = (0..4).map(|_| judge.judge(at(0.0))).collect();
+        assert_eq!(verdicts[0], Neighbours::Busy);
+        assert_eq!(
+            verdicts.last(),
+            Some(&Neighbours::Quiet { own_queue: false })
+        );
+    }
+
+    #[test]
+    fn a_resource_is_migrating_while_its_guard_lives_and_twice_when_entered_twice() {
+        let migrating = Migrating::default();
+        let first = migrating.enter("blobs.example.com".into());
+        let second = migrating.enter("blobs.example.com".into());
+        drop(first);
+        assert_eq!(migrating.now(), vec!["blobs.example.com".to_string()]);
+        drop(second);
+        assert!(migrating.now().is_empty());
     }
 }

@@ -14,6 +14,7 @@ use tracing::Instrument;
 
 use super::events::Reason;
 use super::metrics::ManagerLabel;
+use super::neighbours::Migrating;
 use super::runner::{self, Outcome, retry_delay};
 use super::source::Source;
 use super::{Events, MigratorContext, MigratorMetrics, Pressure, Settings};
@@ -148,6 +149,7 @@ impl Migrator {
                 // Its status writes are recorded for the migrator in managedFields.
                 migrations: migrations.into().managed_by(super::status::FIELD_MANAGER),
                 pressure,
+                migrating: Migrating::default(),
                 metrics,
                 events,
                 settings,
@@ -211,8 +213,13 @@ impl Migrator {
         }
         let context = self.context.clone();
         Some(tokio::spawn(async move {
-            super::neighbours::watch(context.cluster.clone(), &context.pressure, &context.metrics)
-                .await;
+            super::neighbours::watch(super::neighbours::Sources {
+                cluster: &context.cluster,
+                pressure: &context.pressure,
+                migrating: &context.migrating,
+                metrics: &context.metrics,
+            })
+            .await;
         }))
     }
 
