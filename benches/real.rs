@@ -8,11 +8,14 @@
 //!    objects/s, requests per object (kube-apiserver's `apiserver_request_total`), bytes per
 //!    object (the client process's socket reads and writes, TLS included, from
 //!    `/proc/<pid>/io`), our peak RSS, kube-apiserver's CPU seconds per 1 000 objects
-//!    (`/proc/<pid>/stat`, user + system), and what the run costs others: the p50/p99 latency
-//!    of a neighbour that GETs one ConfigMap every 100 ms meanwhile;
+//!    (`/proc/<pid>/stat`, user + system), and — for runs named `nb-…` — what the run costs
+//!    others: the p50/p99 latency of a neighbour that GETs one ConfigMap every 100 ms
+//!    meanwhile (other runs have the apiserver to themselves);
 //! 2. at a QPS cap: wall time against N/QPS;
-//! 3. a second client loading the apiserver mid-run: the rate and the PATCH limit the
-//!    adaptive migrator found, before and during the load.
+//! 3. a second client loading the apiserver mid-run (`load`: 8 full-object LISTs at a time,
+//!    and the neighbour): the rate and the PATCH limit the adaptive migrator found, before and
+//!    during the load; `lists` measures the neighbour under that second client with no
+//!    migration running, the yardstick of what the migrator adds.
 //!
 //! kube-apiserver runs on the etcd of `KUBEBUILDER_ASSETS` (`make bench-real`: Debian trixie's
 //! 3.5, which lets it serve watch-list), so ours reads each resource as one stream; the `paged`
@@ -21,9 +24,9 @@
 //!
 //! `SVM_BENCH_REAL_OBJECTS` (default 10000) sets N; 100 KiB objects use N/10 (N of them
 //! would pass etcd's 2 GiB quota once rewritten). `SVM_BENCH_REAL_SIZES` (KiB, default
-//! `1,10,100`) picks the sizes, `SVM_BENCH_REAL_RUNS` (default `auto,16,64,getput,qps,load`) the
-//! runs, in that order, repeats allowed: `auto` or a number is ours at that
-//! `--object-concurrency`, `paged` / `paged-<c>` the same read in pages, `json-…` the same with
+//! `1,10,100`) picks the sizes, `SVM_BENCH_REAL_RUNS` (default `auto,16,64,getput,nb-auto,qps,load`)
+//! the runs, in that order, repeats allowed: `auto` or a number is ours at that
+//! `--object-concurrency`, `nb-…` the same with the neighbour, `paged` / `paged-<c>` the same read in pages, `json-…` the same with
 //! JSON reads (`--kube-api-content-type=application/json`; ours read protobuf by default).
 //! `wire` adds a table of kube-apiserver's CPU with our reads in protobuf against JSON, on N
 //! ConfigMaps (built-in) and N custom resources of 1 KiB. `delay-…` runs ours through a
@@ -70,8 +73,9 @@ struct Row {
     limit: Option<f64>,
     /// How the resource was read (see [`read_mode`]).
     read: String,
-    /// A neighbour's GET latency during the run (p50, p99, in ms): what the run costs others.
-    neighbour: (f64, f64),
+    /// A neighbour's GET latency during the run (p50, p99, in ms): what the run costs others
+    /// (runs without the neighbour: none).
+    neighbour: Option<(f64, f64)>,
 }
 
 fn print(title: &str, rows: &[Row]) {
@@ -108,7 +112,10 @@ fn print(title: &str, rows: &[Row]) {
                 .map_or_else(|| "—".into(), |k| format!("{:.0} MiB", k as f64 / 1024.0)),
             r.kas_cpu / n * 1000.0,
             r.limit.map_or_else(|| "—".into(), |l| format!("{l:.0}")),
-            format!("{:.1} / {:.1} ms", r.neighbour.0, r.neighbour.1),
+            r.neighbour.map_or_else(
+                || "— (alone)".into(),
+                |(p50, p99)| format!("{p50:.1} / {p99:.1} ms")
+            ),
         );
     }
 }
@@ -221,6 +228,8 @@ struct Neighbour {
 }
 
 const NEIGHBOUR: &str = "neighbour";
+/// How long the `lists` run loads the apiserver with the second client alone.
+const LISTS_ALONE: Duration = Duration::from_secs(20);
 
 impl Neighbour {
     fn start(client: &kube::Client) -> Neighbour {
@@ -399,20 +408,22 @@ impl Bench {
         blobs: &mut Blobs,
         label: &str,
         flags: &[&str],
-        load: bool,
+        company: Company,
     ) -> (Row, Vec<(f64, f64, bool)>) {
         self.flip(blobs);
-        let loader = load.then(|| self.api(&blobs.plural, &blobs.kind));
-        self.run_ours(&blobs.target(), label, flags, loader).await
+        let loader = company.lists.then(|| self.api(&blobs.plural, &blobs.kind));
+        self.run_ours(&blobs.target(), label, flags, company.neighbour, loader)
+            .await
     }
 
-    /// Ours on `target`, a fresh process with `flags`; with a `loader`, a second client lists
-    /// it in full pages from 8 s on.
+    /// Ours on `target`, a fresh process with `flags`; with `neighbour`, the neighbour GETs
+    /// meanwhile; with a `loader`, a second client lists it in full pages from 8 s on.
     async fn run_ours(
         &self,
         target: &Target,
         label: &str,
         flags: &[&str],
+        neighbour: bool,
         loader: Option<Api<DynamicObject>>,
     ) -> (Row, Vec<(f64, f64, bool)>) {
         let kubeconfig = format!("--kubeconfig={}", self.plane.kubeconfig.display());
@@ -430,7 +441,7 @@ impl Bench {
             cpu_seconds(self.kas_pid),
             io_bytes(pid),
         );
-        let neighbour = Neighbour::start(&self.client);
+        let neighbour = neighbour.then(|| Neighbour::start(&self.client));
         let started = Instant::now();
         let name = format!("m-{}", started.elapsed().as_nanos());
         let resp = http
@@ -492,7 +503,10 @@ impl Bench {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
         let seconds = started.elapsed().as_secs_f64();
-        let neighbour = neighbour.finish().await;
+        let neighbour = match neighbour {
+            Some(n) => Some(n.finish().await),
+            None => None,
+        };
         let read = read_mode(&server.scrape(&http).await);
         stop.store(true, Ordering::Relaxed);
         if let Some(loader) = loader {
@@ -519,6 +533,24 @@ impl Bench {
         (row, samples)
     }
 
+    /// What the second client alone (8 full-object LISTs of `blobs` at a time, no migration)
+    /// costs the neighbour over [`LISTS_ALONE`]: its GET p50 and p99, in ms.
+    async fn lists_alone(&self, blobs: &Blobs) -> (f64, f64) {
+        let api = self.api(&blobs.plural, &blobs.kind);
+        let neighbour = Neighbour::start(&self.client);
+        let deadline = Instant::now() + LISTS_ALONE;
+        futures::stream::iter(0..)
+            .take_while(|_| futures::future::ready(Instant::now() < deadline))
+            .for_each_concurrent(8, |_| {
+                let api = api.clone();
+                async move {
+                    let _ = api.list(&ListParams::default().limit(500)).await;
+                }
+            })
+            .await;
+        neighbour.finish().await
+    }
+
     /// The out-of-tree migrator's way, in this process: full LIST pages of 500, then a GET
     /// and a PUT of each object, 16 at a time.
     async fn get_put(&self, blobs: &mut Blobs) -> Row {
@@ -532,7 +564,6 @@ impl Bench {
             cpu_seconds(self.kas_pid),
             io_bytes(me),
         );
-        let neighbour = Neighbour::start(&self.client);
         let started = Instant::now();
         let mut token: Option<String> = None;
         loop {
@@ -562,7 +593,7 @@ impl Bench {
             kib: blobs.kib,
             objects: blobs.objects,
             seconds,
-            neighbour: neighbour.finish().await,
+            neighbour: None,
             requests: KasCounters::read(&self.client, &blobs.plural)
                 .await
                 .requests
@@ -576,7 +607,17 @@ impl Bench {
     }
 }
 
-/// A run of ours, named `[paged-][json-]<concurrency>` (`auto` when no number is given):
+/// Who else uses the apiserver during one of our runs.
+#[derive(Clone, Copy, Default)]
+struct Company {
+    /// The neighbour GETs a ConfigMap every 100 ms (and its latency is the run's `neighbour`).
+    neighbour: bool,
+    /// A second client lists the migrated resource in full pages, 8 at a time, from 8 s on.
+    lists: bool,
+}
+
+/// A run of ours, named `[nb-][paged-][json-][delay-]<concurrency>` (`auto` when no number is
+/// given): `nb` with the neighbour GETting meanwhile (without it the migrator is alone),
 /// `paged` reads in pages instead of a stream, `json` asks kube-apiserver for JSON instead of
 /// protobuf (`--kube-api-content-type`).
 struct OurRun {
@@ -585,6 +626,7 @@ struct OurRun {
     json: bool,
     /// Through the loopback delay proxy ([`delay`]).
     delay: bool,
+    neighbour: bool,
 }
 
 impl OurRun {
@@ -593,11 +635,12 @@ impl OurRun {
         OurRun {
             concurrency: parts
                 .iter()
-                .find(|p| !matches!(**p, "paged" | "json" | "delay"))
+                .find(|p| !matches!(**p, "paged" | "json" | "delay" | "nb"))
                 .map_or_else(|| "auto".into(), |c| c.to_string()),
             paged: parts.contains(&"paged"),
             json: parts.contains(&"json"),
             delay: parts.contains(&"delay"),
+            neighbour: parts.contains(&"nb"),
         }
     }
 
@@ -618,7 +661,8 @@ impl OurRun {
     fn label(&self) -> String {
         let wire = if self.json { "JSON" } else { "protobuf" };
         let delay = if self.delay { ", +2×delay" } else { "" };
-        format!("ours, {}, {wire} reads{delay}", self.concurrency)
+        let neighbour = if self.neighbour { ", a neighbour" } else { "" };
+        format!("ours, {}, {wire} reads{delay}{neighbour}", self.concurrency)
     }
 }
 
@@ -659,7 +703,11 @@ impl Bench {
             let flags = run.flags();
             let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
             let label = format!("{} (configmaps)", run.label());
-            rows.push(self.run_ours(&configmaps, &label, &flags, None).await.0);
+            rows.push(
+                self.run_ours(&configmaps, &label, &flags, false, None)
+                    .await
+                    .0,
+            );
         }
         let blobs = self.install("wire", 1, n).await;
         for name in ["auto", "json", "auto", "json"] {
@@ -667,7 +715,11 @@ impl Bench {
             let flags = run.flags();
             let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
             let label = format!("{} (custom)", run.label());
-            rows.push(self.run_ours(&blobs.target(), &label, &flags, None).await.0);
+            rows.push(
+                self.run_ours(&blobs.target(), &label, &flags, false, None)
+                    .await
+                    .0,
+            );
         }
         print(
             "Our reads in protobuf and in JSON (objects current: reads and no-op PATCHes only)",
@@ -849,7 +901,7 @@ async fn main() {
         .filter_map(|s| s.trim().parse().ok())
         .collect();
     let runs: Vec<String> = std::env::var("SVM_BENCH_REAL_RUNS")
-        .unwrap_or_else(|_| "auto,16,64,getput,qps,load".into())
+        .unwrap_or_else(|_| "auto,16,64,getput,nb-auto,qps,load".into())
         .split(',')
         .map(|s| s.trim().to_string())
         .collect();
@@ -891,6 +943,7 @@ async fn main() {
         .any(|r| !matches!(r.as_str(), "writes" | "wire"));
     let mut rows = Vec::new();
     let mut loaded = None;
+    let mut lists_alone = None;
     for kib in sizes.iter().copied().filter(|_| migrations) {
         let objects = if kib >= 100 { n / 10 } else { n };
         let mut blobs = bench.install("blob", kib, objects).await;
@@ -902,7 +955,7 @@ async fn main() {
                 rows.push(bench.get_put(&mut blobs).await);
                 continue;
             }
-            if name == "qps" || name == "load" {
+            if name == "qps" || name == "load" || name == "lists" {
                 continue;
             }
             if name == "wire" || name == "writes" {
@@ -915,7 +968,11 @@ async fn main() {
                 flags.push(format!("--kubeconfig={}", path.display()));
             }
             let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
-            let (row, _) = bench.ours(&mut blobs, &run.label(), &flags, false).await;
+            let company = Company {
+                neighbour: run.neighbour,
+                lists: false,
+            };
+            let (row, _) = bench.ours(&mut blobs, &run.label(), &flags, company).await;
             rows.push(row);
         }
         print(
@@ -929,7 +986,7 @@ async fn main() {
                     &mut blobs,
                     "ours, auto, --qps 200 --burst 10",
                     &["--qps=200", "--burst=10"],
-                    false,
+                    Company::default(),
                 )
                 .await;
             println!(
@@ -945,14 +1002,26 @@ async fn main() {
                     &mut blobs,
                     "ours, auto, a second client from 8 s",
                     &["--qps=0"],
-                    true,
+                    Company {
+                        neighbour: true,
+                        lists: true,
+                    },
                 )
                 .await;
             loaded = Some((row, samples));
         }
+        if kib == 1 && run("lists") {
+            lists_alone = Some(bench.lists_alone(&blobs).await);
+        }
     }
     if run("wire") {
         bench.wire_formats(n).await;
+    }
+    if let Some((p50, p99)) = lists_alone {
+        println!(
+            "\nThe second client alone (8 full-object LISTs at a time, no migration, {} s): neighbour GET p50 {p50:.1} ms, p99 {p99:.1} ms",
+            LISTS_ALONE.as_secs()
+        );
     }
     if let Some((row, samples)) = loaded {
         print(
