@@ -633,4 +633,27 @@ mod tests {
         drop(second);
         assert!(migrating.now().is_empty());
     }
+
+    /// Two readings of the real kube-apiserver v1.36.2 with 13 resource requests in between
+    /// (`tests/fixtures/metrics/README.md` says which).
+    #[test]
+    fn the_real_kube_apiservers_counts_read_as_recorded() {
+        let before = Sample::parse(include_str!(
+            "../../../../tests/fixtures/metrics/kube-apiserver-1.36.2-before.txt"
+        ))
+        .expect("APF gauges");
+        let after = Sample::parse(include_str!(
+            "../../../../tests/fixtures/metrics/kube-apiserver-1.36.2-after.txt"
+        ))
+        .expect("APF gauges");
+        // The reading itself executes in workload-low (non-resource, not in our FlowSchema):
+        // nobody else is there.
+        assert_eq!(after.observe(0).others, 0.0);
+        assert_eq!(after.others_since(&before, &[]), Some(13.0));
+        // Migrating ServiceAccounts: its 5 PATCHes are ours, the 8 ConfigMap reads others'.
+        let serviceaccounts = vec!["serviceaccounts".to_string()];
+        assert_eq!(after.others_since(&before, &serviceaccounts), Some(8.0));
+        let configmaps = vec!["configmaps".to_string()];
+        assert_eq!(after.others_since(&before, &configmaps), Some(5.0));
+    }
 }
