@@ -288,6 +288,10 @@ impl Migrating {
         self.lock().clone()
     }
 
+    fn is_empty(&self) -> bool {
+        self.lock().is_empty()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -310,15 +314,17 @@ pub(crate) struct Sources<'a> {
     pub metrics: &'a MigratorMetrics,
 }
 
-/// Reads kube-apiserver's counts while the pool sends PATCHes — the first two readings
-/// [`FIRST_PERIOD`] apart, then every [`PERIOD`] — and tells the pool's [`Pressure`] what they
+/// Reads kube-apiserver's counts while a migration runs or the pool sends PATCHes — the first
+/// two readings [`FIRST_PERIOD`] apart, then every [`PERIOD`] — and tells the pool's [`Pressure`] what they
 /// say; stops at the first answer that says it may not (a 403, or `/metrics` outside the
 /// access catalogue), leaving the latency rule in charge.
 pub(crate) async fn watch(sources: Sources<'_>) {
     let mut judge = Judge::default();
     let mut before: Option<(Sample, Instant)> = None;
     loop {
-        if !sources.pressure.patching() {
+        // From the moment a migration starts (its discovery and preflight come before its
+        // first PATCH), so that the first verdict is there about when the PATCHes start.
+        if !sources.pressure.patching() && sources.migrating.is_empty() {
             // The counts go stale while nothing is sent: the next run starts afresh.
             before = None;
             tokio::time::sleep(WAKE).await;
