@@ -40,8 +40,16 @@ use svm_cluster::resources::group_resource;
 
 /// The priority level `deploy/base/flowcontrol.yaml` gives the migrator's requests.
 pub(crate) const OWN_LEVEL: &str = "svm-apiserver-migrator";
-/// How often kube-apiserver's counts are read while PATCHes are being sent.
+/// How often kube-apiserver's counts are read after a verdict changed (and at first).
 pub(crate) const PERIOD: Duration = Duration::from_secs(1);
+/// The longest wait between readings while the apiserver stays the migrator's alone: how long
+/// a newcomer may wait behind 64 PATCHes before the migrator yields. Each reading costs
+/// kube-apiserver the whole `/metrics` text (~45 ms of CPU for the 1.5 MB of the envtest
+/// kube-apiserver, far more on a large cluster's), so a verdict that holds is read less often.
+pub(crate) const LONGEST_ALONE: Duration = Duration::from_secs(4);
+/// …and while it stays shared: how long the migrator may go on yielding after the others
+/// left (it costs rate, never others' latency).
+pub(crate) const LONGEST_SHARED: Duration = Duration::from_secs(15);
 /// The first rate of a run is measured over this much: the limit follows latency until then.
 pub(crate) const FIRST_PERIOD: Duration = Duration::from_millis(500);
 /// How often an idle pool looks whether PATCHes started.
@@ -315,18 +323,20 @@ pub(crate) struct Sources<'a> {
 }
 
 /// Reads kube-apiserver's counts while a migration runs or the pool sends PATCHes — the first
-/// two readings [`FIRST_PERIOD`] apart, then every [`PERIOD`] — and tells the pool's [`Pressure`] what they
+/// two readings [`FIRST_PERIOD`] apart, then at the [`Pace`] of its verdicts — and tells the pool's [`Pressure`] what they
 /// say; stops at the first answer that says it may not (a 403, or `/metrics` outside the
 /// access catalogue), leaving the latency rule in charge.
 pub(crate) async fn watch(sources: Sources<'_>) {
     let mut judge = Judge::default();
     let mut before: Option<(Sample, Instant)> = None;
+    let mut pace = Pace::default();
     loop {
         // From the moment a migration starts (its discovery and preflight come before its
         // first PATCH), so that the first verdict is there about when the PATCHes start.
         if !sources.pressure.patching() && sources.migrating.is_empty() {
             // The counts go stale while nothing is sent: the next run starts afresh.
             before = None;
+            pace = Pace::default();
             tokio::time::sleep(WAKE).await;
             continue;
         }
@@ -361,7 +371,36 @@ pub(crate) async fn watch(sources: Sources<'_>) {
             .apiserver_shared
             .set(i64::from(verdict == Neighbours::Busy));
         sources.pressure.neighbours(verdict);
-        tokio::time::sleep(PERIOD).await;
+        tokio::time::sleep(pace.after(verdict)).await;
+    }
+}
+
+/// How long until the next reading: [`PERIOD`] after a verdict changed, doubling while it
+/// holds, up to [`LONGEST_ALONE`] or [`LONGEST_SHARED`].
+#[derive(Debug, Default)]
+struct Pace {
+    last: Option<Neighbours>,
+    wait: Option<Duration>,
+}
+
+impl Pace {
+    fn after(&mut self, verdict: Neighbours) -> Duration {
+        let shared = verdict == Neighbours::Busy;
+        let held = self
+            .last
+            .is_some_and(|last| (last == Neighbours::Busy) == shared);
+        let longest = if shared {
+            LONGEST_SHARED
+        } else {
+            LONGEST_ALONE
+        };
+        let wait = match self.wait {
+            Some(wait) if held => (wait * 2).min(longest),
+            _ => PERIOD,
+        };
+        self.last = Some(verdict);
+        self.wait = Some(wait);
+        wait
     }
 }
 
@@ -661,5 +700,27 @@ mod tests {
         assert_eq!(after.others_since(&before, &serviceaccounts), Some(8.0));
         let configmaps = vec!["configmaps".to_string()];
         assert_eq!(after.others_since(&before, &configmaps), Some(5.0));
+    }
+
+    #[test]
+    fn a_verdict_that_holds_is_read_less_often_a_change_at_once_again() {
+        let mut pace = Pace::default();
+        let alone = Neighbours::Quiet { own_queue: false };
+        let waits: Vec<u64> = [alone, alone, alone, alone, alone]
+            .into_iter()
+            .map(|v| pace.after(v).as_secs())
+            .collect();
+        assert_eq!(waits, [1, 2, 4, 4, 4]);
+        // Our own level queueing is still the apiserver being ours.
+        assert_eq!(
+            pace.after(Neighbours::Quiet { own_queue: true }),
+            LONGEST_ALONE
+        );
+        // Someone came: read again in a second, then less and less often while they stay.
+        let waits: Vec<u64> = (0..6)
+            .map(|_| pace.after(Neighbours::Busy).as_secs())
+            .collect();
+        assert_eq!(waits, [1, 2, 4, 8, 15, 15]);
+        assert_eq!(pace.after(alone), PERIOD);
     }
 }
