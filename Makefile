@@ -67,8 +67,9 @@ bench:
 ## bench-real: the migrator on the real kube-apiserver (KUBEBUILDER_ASSETS, on etcd 3.5): N
 ## objects of 1/10/100 KiB, ours (auto, hand-tuned; streamed) vs full GET+PUT, a QPS cap, a
 ## second client. SVM_BENCH_REAL_OBJECTS (10000), SVM_BENCH_REAL_SIZES (1,10,100) and
-## SVM_BENCH_REAL_RUNS (auto,16,64,getput,qps,load; `paged` reads in pages, `delay-<c>` through a
-## 2 ms-each-way loopback delay, `writes` the cost of each no-op write) choose the runs.
+## SVM_BENCH_REAL_RUNS (auto,16,64,getput,nb-auto,qps,load; `nb-<c>` with a neighbour GETting,
+## `paged` reads in pages, `delay-<c>` through a 2 ms-each-way loopback delay, `lists` the second
+## client alone, `writes` the cost of each no-op write) choose the runs.
 bench-real:
 	@hack/ensure-deps.sh build etcd kubectl
 	@assets=$$(hack/envtest.sh); [ -n "$$assets" ] || { echo "no kube-apiserver: the real-apiserver bench is NOT RUN" >&2; exit 1; }; \
