@@ -72,6 +72,10 @@ const PROCESS_STARTED: &str = "process_start_time_seconds";
 /// What the migrator sends about a resource it migrates: its reads, the no-op write (a merge
 /// patch, or an apply), a conflict's re-read.
 const OUR_VERBS: [&str; 5] = ["GET", "LIST", "WATCH", "PATCH", "APPLY"];
+/// Resources whose every request is taken for the migrator's: in companion mode its checkpoints
+/// are status writes to the cluster's own migrations, one every `--chunk-size` objects (more
+/// than one a second at full speed), which must not make the apiserver look shared.
+const OURS_ALWAYS: [&str; 1] = ["storageversionmigrations.storagemigration.k8s.io"];
 
 /// What one `/metrics` reading says.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -188,7 +192,8 @@ impl Sample {
     }
 
     /// Requests others sent between `before` and this sample: every resource request
-    /// answered but those on the resources in `migrating` with [`OUR_VERBS`]. `None` when the
+    /// answered but those on the resources in `migrating` with [`OUR_VERBS`] and those on
+    /// [`OURS_ALWAYS`]. `None` when the
     /// two are not one process's counts (another kube-apiserver, a restart).
     pub(crate) fn others_since(&self, before: &Sample, migrating: &[String]) -> Option<f64> {
         if self.process.is_none() || self.process != before.process {
@@ -204,7 +209,9 @@ impl Sample {
             if *now < then {
                 return None;
             }
-            if !(migrating.contains(resource) && OUR_VERBS.contains(&verb.as_str())) {
+            let ours = OURS_ALWAYS.contains(&resource.as_str())
+                || (migrating.contains(resource) && OUR_VERBS.contains(&verb.as_str()));
+            if !ours {
                 others += now - then;
             }
         }
@@ -569,10 +576,10 @@ mod tests {
         let mut text = scrape(&[("exempt", "exempt", 1.0, 0.0)]);
         text.push_str(&format!("process_start_time_seconds {process}\n"));
         for (resource, verb, n) in series {
-            let group = if *resource == "blobs" {
-                "example.com"
-            } else {
-                ""
+            let group = match *resource {
+                "blobs" => "example.com",
+                "storageversionmigrations" => "storagemigration.k8s.io",
+                _ => "",
             };
             let subresource = if resource.is_empty() { "/readyz" } else { "" };
             text.push_str(&format!(
@@ -613,6 +620,24 @@ mod tests {
         assert_eq!(after.others_since(&before, &migrating), Some(12.0));
         // Nothing migrated: every resource request is another's.
         assert_eq!(after.others_since(&before, &[]), Some(816.0));
+    }
+
+    #[test]
+    fn our_checkpoints_to_the_clusters_own_migrations_are_not_anothers_requests() {
+        let before = Sample::parse(&answered(
+            1.7e9,
+            &[("storageversionmigrations", "PUT", 3.0)],
+        ))
+        .expect("APF gauges");
+        let after = Sample::parse(&answered(
+            1.7e9,
+            &[
+                ("storageversionmigrations", "PUT", 5.0),
+                ("pods", "LIST", 1.0),
+            ],
+        ))
+        .expect("APF gauges");
+        assert_eq!(after.others_since(&before, &[]), Some(1.0));
     }
 
     #[test]
