@@ -96,9 +96,6 @@ pub(crate) struct MigratorMetrics {
     pub patch_concurrency: Gauge,
     /// 1 while kube-apiserver's own counts say others are using it beside the migrator.
     pub apiserver_shared: Gauge,
-    /// While shared: others' mean request latency over what it was while the migrator held
-    /// its PATCHes (0 when not known).
-    pub others_slowdown: Gauge<f64, AtomicU64>,
 }
 
 impl Default for MigratorMetrics {
@@ -130,7 +127,6 @@ impl MigratorMetrics {
             rate_limit: Gauge::default(),
             patch_concurrency: Gauge::default(),
             apiserver_shared: Gauge::default(),
-            others_slowdown: Gauge::default(),
         }
     }
 
@@ -205,13 +201,8 @@ impl MigratorMetrics {
         );
         registry.register(
             "svm_migrator_apiserver_shared",
-            "1 while kube-apiserver's counts show others' requests beside the migrator's (executing or queued, or a few a second; --object-concurrency auto then follows latency; 0: at its ceiling)",
+            "1 while kube-apiserver's API Priority and Fairness gauges show other requests executing or queued beside the migrator's (--object-concurrency auto then follows latency; 0: at its ceiling)",
             self.apiserver_shared.clone(),
-        );
-        registry.register(
-            "svm_migrator_others_slowdown_ratio",
-            "While the apiserver is shared: others' mean request latency (smoothed) over what it was while the migrator held its PATCHes; from 1.5 the PATCH limit stops growing, from 2 it shrinks (0: not known)",
-            self.others_slowdown.clone(),
         );
     }
 

@@ -62,27 +62,12 @@ pub(crate) const QUIET_BELOW: f64 = 0.5;
 pub(crate) const BUSY_RATE: f64 = 3.0;
 /// …and below which it is the migrator's alone again.
 pub(crate) const QUIET_RATE: f64 = 1.5;
-/// How often, while shared, others' latency is measured again with the pool's PATCHes held
-/// (each costs ~1.3 s of migration: ~2 %).
-pub(crate) const REBASE: Duration = Duration::from_secs(60);
-/// How long the pool holds its PATCHes to measure others' latency without them…
-const HOLD: Duration = Duration::from_millis(1_400);
-/// …the first reading once those in flight are answered…
-const DRAIN: Duration = Duration::from_millis(300);
-/// …and the second this long after it.
-const HELD_WINDOW: Duration = Duration::from_secs(1);
-/// Others' requests timed between two readings for their mean latency to count.
-const MIN_TIMED: f64 = 5.0;
 /// Weight of a new sample in the smoothed counts.
 const SMOOTHING: f64 = 0.5;
 
 const EXECUTING: &str = "apiserver_flowcontrol_current_executing_requests";
 const WAITING: &str = "apiserver_flowcontrol_current_inqueue_requests";
 const ANSWERED: &str = "apiserver_request_total";
-const SECONDS: &str = "apiserver_request_duration_seconds_sum";
-const TIMED: &str = "apiserver_request_duration_seconds_count";
-/// Requests whose duration is their connection's life, not a latency anyone waits on.
-const LONG_RUNNING: [&str; 3] = ["WATCH", "WATCHLIST", "CONNECT"];
 const PROCESS_STARTED: &str = "process_start_time_seconds";
 /// What the migrator sends about a resource it migrates: its reads, the no-op write (a merge
 /// patch, or an apply), a conflict's re-read.
@@ -97,39 +82,10 @@ const OURS_ALWAYS: [&str; 1] = ["storageversionmigrations.storagemigration.k8s.i
 pub(crate) struct Sample {
     /// (priority level, executing, waiting).
     levels: Vec<(String, f64, f64)>,
-    /// Resource requests answered so far, per `resource.group` and verb.
-    requests: Vec<Requests>,
+    /// Resource requests answered so far: (`resource.group`, verb, count).
+    answered: Vec<(String, String, f64)>,
     /// When the kube-apiserver process that counted them started.
     process: Option<f64>,
-}
-
-/// The counts of one resource and verb.
-#[derive(Clone, Debug, Default, PartialEq)]
-struct Requests {
-    resource: String,
-    verb: String,
-    /// `apiserver_request_total`.
-    answered: f64,
-    /// `apiserver_request_duration_seconds`: the sum of their durations, and how many.
-    seconds: f64,
-    timed: f64,
-}
-
-/// Others' requests between two readings.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub(crate) struct Others {
-    /// Every request answered.
-    pub requests: f64,
-    /// The seconds the requests that are not long-running took, and how many they were.
-    pub seconds: f64,
-    pub timed: f64,
-}
-
-impl Others {
-    /// Their mean latency, from at least `least` requests.
-    pub(crate) fn mean_latency(&self, least: f64) -> Option<f64> {
-        (self.timed >= least).then(|| self.seconds / self.timed)
-    }
 }
 
 /// What one sample says, against our own requests in flight.
@@ -173,7 +129,7 @@ impl Sample {
                     };
                     sample.add_level(level, counts);
                 }
-                ANSWERED | SECONDS | TIMED => sample.add_requests(name, labels, value),
+                ANSWERED => sample.add_answered(labels, value),
                 _ => {}
             }
         }
@@ -190,10 +146,9 @@ impl Sample {
         }
     }
 
-    /// One series of `apiserver_request_total` or of `apiserver_request_duration_seconds`'s
-    /// sum and count, summed over what we do not tell apart (code, scope, version, …);
-    /// non-resource requests are left out.
-    fn add_requests(&mut self, name: &str, labels: &str, value: f64) {
+    /// One series of `apiserver_request_total`, summed over what we do not tell apart (code,
+    /// scope, version, …); non-resource requests are left out.
+    fn add_answered(&mut self, labels: &str, value: f64) {
         let (Some(resource), Some(verb)) = (label(labels, "resource"), label(labels, "verb"))
         else {
             return;
@@ -202,26 +157,13 @@ impl Sample {
             return;
         }
         let resource = group_resource(label(labels, "group").unwrap_or_default(), resource);
-        let at = match self
-            .requests
-            .iter()
-            .position(|r| r.resource == resource && r.verb == verb)
+        match self
+            .answered
+            .iter_mut()
+            .find(|(r, v, _)| *r == resource && v == verb)
         {
-            Some(at) => at,
-            None => {
-                self.requests.push(Requests {
-                    resource,
-                    verb: verb.to_string(),
-                    ..Requests::default()
-                });
-                self.requests.len() - 1
-            }
-        };
-        let entry = &mut self.requests[at];
-        match name {
-            ANSWERED => entry.answered += value,
-            SECONDS => entry.seconds += value,
-            _ => entry.timed += value,
+            Some(entry) => entry.2 += value,
+            None => self.answered.push((resource, verb.to_string(), value)),
         }
     }
 
@@ -249,34 +191,28 @@ impl Sample {
         }
     }
 
-    /// Others' requests between `before` and this sample — every resource request answered
-    /// but those on the resources in `migrating` with [`OUR_VERBS`] and those on
-    /// [`OURS_ALWAYS`] — and how long those that are not long-running took. `None` when the
+    /// Requests others sent between `before` and this sample: every resource request
+    /// answered but those on the resources in `migrating` with [`OUR_VERBS`] and those on
+    /// [`OURS_ALWAYS`]. `None` when the
     /// two are not one process's counts (another kube-apiserver, a restart).
-    pub(crate) fn others_between(&self, before: &Sample, migrating: &[String]) -> Option<Others> {
+    pub(crate) fn others_since(&self, before: &Sample, migrating: &[String]) -> Option<f64> {
         if self.process.is_none() || self.process != before.process {
             return None;
         }
-        let mut others = Others::default();
-        for now in &self.requests {
+        let mut others = 0.0;
+        for (resource, verb, now) in &self.answered {
             let then = before
-                .requests
+                .answered
                 .iter()
-                .find(|r| r.resource == now.resource && r.verb == now.verb)
-                .cloned()
-                .unwrap_or_default();
-            if now.answered < then.answered || now.timed < then.timed {
+                .find(|(r, v, _)| r == resource && v == verb)
+                .map_or(0.0, |(_, _, n)| *n);
+            if *now < then {
                 return None;
             }
-            let ours = OURS_ALWAYS.contains(&now.resource.as_str())
-                || (migrating.contains(&now.resource) && OUR_VERBS.contains(&now.verb.as_str()));
-            if ours {
-                continue;
-            }
-            others.requests += now.answered - then.answered;
-            if !LONG_RUNNING.contains(&now.verb.as_str()) {
-                others.seconds += now.seconds - then.seconds;
-                others.timed += now.timed - then.timed;
+            let ours = OURS_ALWAYS.contains(&resource.as_str())
+                || (migrating.contains(resource) && OUR_VERBS.contains(&verb.as_str()));
+            if !ours {
+                others += now - then;
             }
         }
         Some(others)
@@ -394,216 +330,79 @@ pub(crate) struct Sources<'a> {
 }
 
 /// Reads kube-apiserver's counts while a migration runs or the pool sends PATCHes — the first
-/// two readings [`FIRST_PERIOD`] apart, then at the [`Pace`] of its verdicts — and tells the
-/// pool's [`Pressure`] what they say; stops at the first answer that says it may not (a 403,
-/// or `/metrics` outside the access catalogue), leaving the latency rule in charge.
+/// two readings [`FIRST_PERIOD`] apart, then at the [`Pace`] of its verdicts — and tells the pool's [`Pressure`] what they
+/// say; stops at the first answer that says it may not (a 403, or `/metrics` outside the
+/// access catalogue), leaving the latency rule in charge.
 pub(crate) async fn watch(sources: Sources<'_>) {
-    let mut watcher = Watcher {
-        sources,
-        judge: Judge::default(),
-        before: None,
-        pace: Pace::default(),
-        guard: Guard::default(),
-    };
-    while let Some(wait) = watcher.step().await {
-        tokio::time::sleep(wait).await;
-    }
-}
-
-struct Watcher<'a> {
-    sources: Sources<'a>,
-    judge: Judge,
-    /// The last reading, and when it was taken.
-    before: Option<(Sample, Instant)>,
-    pace: Pace,
-    guard: Guard,
-}
-
-impl Watcher<'_> {
-    /// One reading and what it says; how long until the next (`None`: never again).
-    async fn step(&mut self) -> Option<Duration> {
-        let pressure = self.sources.pressure;
+    let mut judge = Judge::default();
+    let mut before: Option<(Sample, Instant)> = None;
+    let mut pace = Pace::default();
+    loop {
         // From the moment a migration starts (its discovery and preflight come before its
         // first PATCH), so that the first verdict is there about when the PATCHes start.
-        if !pressure.patching() && self.sources.migrating.is_empty() {
+        if !sources.pressure.patching() && sources.migrating.is_empty() {
             // The counts go stale while nothing is sent: the next run starts afresh.
-            self.before = None;
-            self.pace = Pace::default();
-            return Some(WAKE);
+            before = None;
+            pace = Pace::default();
+            tokio::time::sleep(WAKE).await;
+            continue;
         }
-        let sample = match read(self.sources.cluster).await {
+        let sample = match read(sources.cluster).await {
             Ok(sample) => sample,
             Err(Unreadable::Transient) => {
-                pressure.neighbours(Neighbours::Unknown);
-                self.before = None;
-                return Some(PERIOD);
+                sources.pressure.neighbours(Neighbours::Unknown);
+                before = None;
+                tokio::time::sleep(PERIOD).await;
+                continue;
             }
             Err(Unreadable::Never) => {
-                pressure.neighbours(Neighbours::Unknown);
-                return None;
+                sources.pressure.neighbours(Neighbours::Unknown);
+                return;
             }
         };
         let now = Instant::now();
-        let mut seen = sample.observe(pressure.in_flight());
-        let others = self.before.as_ref().map(|(earlier, at)| {
-            (
-                sample.others_between(earlier, &self.sources.migrating.now()),
-                *at,
-            )
-        });
-        self.before = Some((sample, now));
-        let Some((others, at)) = others else {
+        let mut seen = sample.observe(sources.pressure.in_flight());
+        let Some((earlier, at)) = before.replace((sample, now)) else {
             // A rate needs two readings: the verdict waits for the second.
-            return Some(FIRST_PERIOD);
+            tokio::time::sleep(FIRST_PERIOD).await;
+            continue;
         };
         let elapsed = now.duration_since(at).as_secs_f64().max(0.001);
-        seen.others_rate = others.map(|o| o.requests / elapsed);
-        let verdict = self.judge.judge(seen);
-        self.sources
+        seen.others_rate = before
+            .as_ref()
+            .and_then(|(newer, _)| newer.others_since(&earlier, &sources.migrating.now()))
+            .map(|requests| requests / elapsed);
+        let verdict = judge.judge(seen);
+        sources
             .metrics
             .apiserver_shared
             .set(i64::from(verdict == Neighbours::Busy));
-        pressure.neighbours(verdict);
-        let guarding = self.guard_others(verdict, others).await?;
-        Some(self.pace.after(verdict, guarding))
-    }
-
-    /// While the apiserver is shared: how much slower others' requests are than while the
-    /// pool held its PATCHes (measured again every [`REBASE`]), told to the pool; what that
-    /// needs of the readings. `None`: `/metrics` may not be read.
-    async fn guard_others(
-        &mut self,
-        verdict: Neighbours,
-        others: Option<Others>,
-    ) -> Option<Guarding> {
-        let pressure = self.sources.pressure;
-        if verdict != Neighbours::Busy {
-            self.guard = Guard::default();
-            self.publish(None);
-            return Some(Guarding::Off);
-        }
-        if self.guard.due(Instant::now()) {
-            let baseline = match self.measure_held().await {
-                Ok(baseline) => baseline,
-                Err(Unreadable::Never) => return None,
-                Err(Unreadable::Transient) => {
-                    self.before = None;
-                    None
-                }
-            };
-            self.guard.rebased(baseline, Instant::now());
-            return Some(if baseline.is_some() {
-                Guarding::On
-            } else {
-                Guarding::Off
-            });
-        }
-        let ratio = self
-            .guard
-            .ratio(others.and_then(|o| o.mean_latency(MIN_TIMED)));
-        self.publish(ratio);
-        if pressure.others_slowdown(ratio) == Some(super::concurrency::Step::Shrank) {
-            tracing::debug!(
-                ?ratio,
-                limit = pressure.concurrency(),
-                "others' requests are slowed: fewer PATCHes in flight"
-            );
-        }
-        Some(match ratio {
-            Some(r) if r >= super::concurrency::OTHERS_HOLD_AT => Guarding::Slowed,
-            _ if self.guard.baseline.is_some() => Guarding::On,
-            _ => Guarding::Off,
-        })
-    }
-
-    fn publish(&self, ratio: Option<f64>) {
-        self.sources
-            .metrics
-            .others_slowdown
-            .set(ratio.unwrap_or(0.0));
-    }
-
-    /// Others' mean latency with none of our PATCHes in flight: the pool holds them for
-    /// [`HOLD`], and the two readings [`HELD_WINDOW`] apart start once those in flight are
-    /// answered ([`DRAIN`]). `None` when too few of others' requests were timed meanwhile.
-    async fn measure_held(&mut self) -> Result<Option<f64>, Unreadable> {
-        self.sources.pressure.hold(HOLD);
-        tokio::time::sleep(DRAIN).await;
-        let first = read(self.sources.cluster).await?;
-        tokio::time::sleep(HELD_WINDOW).await;
-        let second = read(self.sources.cluster).await?;
-        let baseline = second
-            .others_between(&first, &self.sources.migrating.now())
-            .and_then(|o| o.mean_latency(MIN_TIMED));
-        self.before = Some((second, Instant::now()));
-        Ok(baseline)
+        sources.pressure.neighbours(verdict);
+        tokio::time::sleep(pace.after(verdict)).await;
     }
 }
 
-/// Others' latency against what it is while the pool holds its PATCHes.
-#[derive(Debug, Default)]
-struct Guard {
-    /// Others' mean latency while held (seconds), when enough were timed.
-    baseline: Option<f64>,
-    /// When it was last measured (or tried).
-    measured: Option<Instant>,
-    smoothed: Option<f64>,
-}
-
-impl Guard {
-    fn due(&self, now: Instant) -> bool {
-        self.measured
-            .is_none_or(|at| now.duration_since(at) >= REBASE)
-    }
-
-    fn rebased(&mut self, baseline: Option<f64>, now: Instant) {
-        self.baseline = baseline.filter(|b| *b > 0.0);
-        self.measured = Some(now);
-        self.smoothed = None;
-    }
-
-    /// Others' latency now over the baseline, smoothed; `None` when either is not known.
-    fn ratio(&mut self, latency: Option<f64>) -> Option<f64> {
-        let ratio = latency? / self.baseline?;
-        let smoothed = smooth(self.smoothed, ratio);
-        self.smoothed = Some(smoothed);
-        Some(smoothed)
-    }
-}
-
-/// How long until the next reading: [`PERIOD`] after a verdict changed or while others'
-/// requests are slowed, doubling while the verdict holds, up to [`LONGEST_ALONE`] — or, while
-/// shared with no baseline of others' latency to guard, [`LONGEST_SHARED`].
+/// How long until the next reading: [`PERIOD`] after a verdict changed, doubling while it
+/// holds, up to [`LONGEST_ALONE`] or [`LONGEST_SHARED`].
 #[derive(Debug, Default)]
 struct Pace {
     last: Option<Neighbours>,
     wait: Option<Duration>,
 }
 
-/// What the guard of others' latency needs of the readings.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum Guarding {
-    /// Nothing (alone, or no baseline).
-    Off,
-    /// A baseline to hold others' latency to: readings no further apart than alone.
-    On,
-    /// Others' requests are slowed: a reading every [`PERIOD`].
-    Slowed,
-}
-
 impl Pace {
-    fn after(&mut self, verdict: Neighbours, guarding: Guarding) -> Duration {
+    fn after(&mut self, verdict: Neighbours) -> Duration {
         let shared = verdict == Neighbours::Busy;
         let held = self
             .last
             .is_some_and(|last| (last == Neighbours::Busy) == shared);
-        let longest = if shared && guarding == Guarding::Off {
+        let longest = if shared {
             LONGEST_SHARED
         } else {
             LONGEST_ALONE
         };
         let wait = match self.wait {
-            Some(wait) if held && guarding != Guarding::Slowed => (wait * 2).min(longest),
+            Some(wait) if held => (wait * 2).min(longest),
             _ => PERIOD,
         };
         self.last = Some(verdict);
@@ -818,17 +617,9 @@ mod tests {
         ))
         .expect("APF gauges");
         let migrating = vec!["blobs.example.com".to_string()];
-        assert_eq!(
-            after
-                .others_between(&before, &migrating)
-                .map(|o| o.requests),
-            Some(12.0)
-        );
+        assert_eq!(after.others_since(&before, &migrating), Some(12.0));
         // Nothing migrated: every resource request is another's.
-        assert_eq!(
-            after.others_between(&before, &[]).map(|o| o.requests),
-            Some(816.0)
-        );
+        assert_eq!(after.others_since(&before, &[]), Some(816.0));
     }
 
     #[test]
@@ -846,10 +637,7 @@ mod tests {
             ],
         ))
         .expect("APF gauges");
-        assert_eq!(
-            after.others_between(&before, &[]).map(|o| o.requests),
-            Some(1.0)
-        );
+        assert_eq!(after.others_since(&before, &[]), Some(1.0));
     }
 
     #[test]
@@ -857,17 +645,11 @@ mod tests {
         let before = Sample::parse(&answered(1.7e9, &[("configmaps", "GET", 10.0)])).expect("APF");
         let restarted =
             Sample::parse(&answered(1.8e9, &[("configmaps", "GET", 12.0)])).expect("APF");
-        assert_eq!(
-            restarted.others_between(&before, &[]).map(|o| o.requests),
-            None
-        );
+        assert_eq!(restarted.others_since(&before, &[]), None);
         let lower = Sample::parse(&answered(1.7e9, &[("configmaps", "GET", 4.0)])).expect("APF");
-        assert_eq!(lower.others_between(&before, &[]).map(|o| o.requests), None);
+        assert_eq!(lower.others_since(&before, &[]), None);
         let unknown = Sample::parse(&scrape(&[("exempt", "exempt", 1.0, 0.0)])).expect("APF");
-        assert_eq!(
-            unknown.others_between(&unknown, &[]).map(|o| o.requests),
-            None
-        );
+        assert_eq!(unknown.others_since(&unknown, &[]), None);
     }
 
     #[test]
@@ -937,25 +719,12 @@ mod tests {
         // The reading itself executes in workload-low (non-resource, not in our FlowSchema):
         // nobody else is there.
         assert_eq!(after.observe(0).others, 0.0);
-        assert_eq!(
-            after.others_between(&before, &[]).map(|o| o.requests),
-            Some(13.0)
-        );
+        assert_eq!(after.others_since(&before, &[]), Some(13.0));
         // Migrating ServiceAccounts: its 5 PATCHes are ours, the 8 ConfigMap reads others'.
         let serviceaccounts = vec!["serviceaccounts".to_string()];
-        assert_eq!(
-            after
-                .others_between(&before, &serviceaccounts)
-                .map(|o| o.requests),
-            Some(8.0)
-        );
+        assert_eq!(after.others_since(&before, &serviceaccounts), Some(8.0));
         let configmaps = vec!["configmaps".to_string()];
-        assert_eq!(
-            after
-                .others_between(&before, &configmaps)
-                .map(|o| o.requests),
-            Some(5.0)
-        );
+        assert_eq!(after.others_since(&before, &configmaps), Some(5.0));
     }
 
     #[test]
@@ -964,88 +733,19 @@ mod tests {
         let alone = Neighbours::Quiet { own_queue: false };
         let waits: Vec<u64> = [alone, alone, alone, alone, alone]
             .into_iter()
-            .map(|v| pace.after(v, Guarding::Off).as_secs())
+            .map(|v| pace.after(v).as_secs())
             .collect();
         assert_eq!(waits, [1, 2, 4, 4, 4]);
         // Our own level queueing is still the apiserver being ours.
         assert_eq!(
-            pace.after(Neighbours::Quiet { own_queue: true }, Guarding::Off),
+            pace.after(Neighbours::Quiet { own_queue: true }),
             LONGEST_ALONE
         );
         // Someone came: read again in a second, then less and less often while they stay.
         let waits: Vec<u64> = (0..6)
-            .map(|_| pace.after(Neighbours::Busy, Guarding::Off).as_secs())
+            .map(|_| pace.after(Neighbours::Busy).as_secs())
             .collect();
         assert_eq!(waits, [1, 2, 4, 8, 15, 15]);
-        assert_eq!(pace.after(alone, Guarding::Off), PERIOD);
-        // Shared with others' requests slowed: read every second; once they are not, the
-        // waits grow again, to LONGEST_ALONE at most while a baseline guards them.
-        pace.after(Neighbours::Busy, Guarding::On);
-        assert_eq!(pace.after(Neighbours::Busy, Guarding::Slowed), PERIOD);
-        assert_eq!(pace.after(Neighbours::Busy, Guarding::Slowed), PERIOD);
-        let waits: Vec<u64> = (0..4)
-            .map(|_| pace.after(Neighbours::Busy, Guarding::On).as_secs())
-            .collect();
-        assert_eq!(waits, [2, 4, 4, 4]);
-    }
-
-    /// `apiserver_request_total` and `apiserver_request_duration_seconds`' sum and count
-    /// for (resource, verb, answered, seconds).
-    fn timed(series: &[(&str, &str, f64, f64)]) -> String {
-        let mut text = scrape(&[("exempt", "exempt", 1.0, 0.0)]);
-        text.push_str("process_start_time_seconds 1.7e9\n");
-        for (resource, verb, n, seconds) in series {
-            let labels = format!(
-                "component=\"apiserver\",dry_run=\"\",group=\"\",resource=\"{resource}\",scope=\"resource\",subresource=\"\",verb=\"{verb}\",version=\"v1\""
-            );
-            text.push_str(&format!("{ANSWERED}{{code=\"200\",{labels}}} {n}\n"));
-            text.push_str(&format!("{SECONDS}{{{labels}}} {seconds}\n"));
-            text.push_str(&format!("{TIMED}{{{labels}}} {n}\n"));
-        }
-        text
-    }
-
-    #[test]
-    fn others_latency_is_that_of_their_short_requests_from_a_few_of_them() {
-        let before = Sample::parse(&timed(&[
-            ("configmaps", "GET", 100.0, 0.2),
-            ("pods", "WATCH", 3.0, 900.0),
-            ("blobs", "PATCH", 1_000.0, 50.0),
-        ]))
-        .expect("APF gauges");
-        let after = Sample::parse(&timed(&[
-            // 10 GETs in 0.05 s: 5 ms each.
-            ("configmaps", "GET", 110.0, 0.25),
-            // A watch ended after 10 minutes: not a latency anyone waited on.
-            ("pods", "WATCH", 4.0, 1_500.0),
-            // Ours.
-            ("blobs", "PATCH", 2_000.0, 150.0),
-        ]))
-        .expect("APF gauges");
-        let others = after
-            .others_between(&before, &["blobs".to_string()])
-            .expect("one process");
-        assert_eq!(others.requests, 11.0);
-        let mean = others.mean_latency(5.0).expect("10 timed");
-        assert!((mean - 0.005).abs() < 1e-9, "{mean}");
-        assert_eq!(others.mean_latency(11.0), None, "too few to judge");
-    }
-
-    #[test]
-    fn others_latency_is_judged_against_what_it_was_while_ours_were_held() {
-        let mut guard = Guard::default();
-        let start = Instant::now();
-        assert!(guard.due(start), "measured first");
-        guard.rebased(Some(0.002), start);
-        assert!(!guard.due(start + Duration::from_secs(59)));
-        assert!(guard.due(start + REBASE));
-        assert_eq!(guard.ratio(Some(0.002)), Some(1.0));
-        // 5× for one reading: smoothed to 3×.
-        let ratio = guard.ratio(Some(0.010)).expect("both known");
-        assert!((ratio - 3.0).abs() < 1e-9, "{ratio}");
-        assert_eq!(guard.ratio(None), None, "too few of others' requests");
-        // Others were too few while held: nothing to judge against.
-        guard.rebased(None, start);
-        assert_eq!(guard.ratio(Some(0.010)), None);
+        assert_eq!(pace.after(alone), PERIOD);
     }
 }

@@ -167,17 +167,6 @@ impl Pressure {
         self.lock().limit.on_neighbours(seen);
     }
 
-    /// How much slower others' requests are than while the pool held its PATCHes.
-    pub(crate) fn others_slowdown(&self, ratio: Option<f64>) -> Option<Step> {
-        self.lock().limit.on_others_slowdown(ratio)
-    }
-
-    /// Sends nothing new for `how_long` (requests in flight finish): to measure what others'
-    /// requests cost without ours.
-    pub(crate) fn hold(&self, how_long: Duration) {
-        self.rate.pause(how_long);
-    }
-
     /// PATCHes in flight now.
     pub(crate) fn in_flight(&self) -> usize {
         self.lock().in_flight
