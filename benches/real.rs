@@ -33,7 +33,8 @@
 //! loopback TCP proxy that delays every byte `SVM_BENCH_REAL_DELAY_MS` (2) each way (a real
 //! cluster's network; `real/delay.rs`). `writes` adds the table of what each way of writing an
 //! object back unchanged costs kube-apiserver (`real/writes.rs`;
-//! `SVM_BENCH_REAL_WRITE_OBJECTS`, 2000, per size). Creating objects is the slow part
+//! `SVM_BENCH_REAL_WRITE_OBJECTS`, 2000, per size). `SVM_BENCH_REAL_TRACE=1` prints our PATCH
+//! limit and the shared verdict every 0.5 s of every run. Creating objects is the slow part
 //! (~a few thousand a second).
 
 use support::stats::percentile;
@@ -496,6 +497,14 @@ impl Bench {
             }
             let metrics = server.scrape(&http).await;
             let limit = sample(&metrics, "svm_migrator_patch_concurrency ");
+            if std::env::var_os("SVM_BENCH_REAL_TRACE").is_some() {
+                eprintln!(
+                    "{label} t={:.1}s migrated={} limit={limit} shared={}",
+                    started.elapsed().as_secs_f64(),
+                    m["status"]["progress"]["migratedObjects"],
+                    sample(&metrics, "svm_migrator_apiserver_shared "),
+                );
+            }
             let migrated = m["status"]["progress"]["migratedObjects"]
                 .as_f64()
                 .unwrap_or(0.0);
