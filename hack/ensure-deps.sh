@@ -67,7 +67,9 @@ fi
 CARGO_DENY_VERSION=0.20.2
 if wanted deny && ! .dev/tools/bin/cargo-deny --version 2>/dev/null | grep -q "$CARGO_DENY_VERSION"; then
   echo "ensure-deps: building cargo-deny ${CARGO_DENY_VERSION} (crates.io) into .dev/tools"
-  cargo install --quiet --locked --root .dev/tools "cargo-deny@${CARGO_DENY_VERSION}"
+  # A debug build: 54 s instead of 2 min 16 s on two cores, on every clean clone (CI), and its
+  # check of this workspace takes 2.3 s instead of 0.9.
+  cargo install --quiet --locked --debug --root .dev/tools "cargo-deny@${CARGO_DENY_VERSION}"
 fi
 
 if named image; then
