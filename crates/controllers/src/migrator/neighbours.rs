@@ -29,12 +29,14 @@
 //! Where `/metrics` cannot be read (no `get /metrics` grant: a 403), the latency rule decides
 //! alone, as before.
 
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::Pressure;
 use super::concurrency::Neighbours;
 use super::metrics::MigratorMetrics;
+use crate::prometheus_text;
 use svm_cluster::ClusterClient;
 use svm_cluster::resources::group_resource;
 
@@ -105,20 +107,16 @@ impl Sample {
     pub(crate) fn parse(text: &str) -> Option<Sample> {
         let mut sample = Sample::default();
         let mut seen = false;
-        for line in text.lines() {
-            if let Some(value) = line
-                .strip_prefix(PROCESS_STARTED)
-                .and_then(|v| v.strip_prefix(' '))
-            {
-                sample.process = value.trim().parse().ok();
-                continue;
-            }
-            let Some((name, labels, value)) = series(line) else {
-                continue;
-            };
+        // Only the few families read here are parsed: the text has thousands of lines.
+        let ours = text.lines().filter(|line| {
+            [EXECUTING, WAITING, ANSWERED, PROCESS_STARTED]
+                .iter()
+                .any(|family| line.starts_with(family))
+        });
+        for (name, labels, value) in ours.filter_map(prometheus_text::sample) {
             match name {
                 EXECUTING | WAITING => {
-                    let Some(level) = label(labels, "priority_level") else {
+                    let Some(level) = labels.get("priority_level") else {
                         continue;
                     };
                     seen = true;
@@ -129,7 +127,8 @@ impl Sample {
                     };
                     sample.add_level(level, counts);
                 }
-                ANSWERED => sample.add_answered(labels, value),
+                ANSWERED => sample.add_answered(&labels, value),
+                PROCESS_STARTED => sample.process = Some(value),
                 _ => {}
             }
         }
@@ -148,15 +147,15 @@ impl Sample {
 
     /// One series of `apiserver_request_total`, summed over what we do not tell apart (code,
     /// scope, version, …); non-resource requests are left out.
-    fn add_answered(&mut self, labels: &str, value: f64) {
-        let (Some(resource), Some(verb)) = (label(labels, "resource"), label(labels, "verb"))
-        else {
+    fn add_answered(&mut self, labels: &BTreeMap<String, String>, value: f64) {
+        let (Some(resource), Some(verb)) = (labels.get("resource"), labels.get("verb")) else {
             return;
         };
         if resource.is_empty() {
             return;
         }
-        let resource = group_resource(label(labels, "group").unwrap_or_default(), resource);
+        let group = labels.get("group").map_or("", String::as_str);
+        let resource = group_resource(group, resource);
         match self
             .answered
             .iter_mut()
@@ -193,8 +192,8 @@ impl Sample {
 
     /// Requests others sent between `before` and this sample: every resource request
     /// answered but those on the resources in `migrating` with [`OUR_VERBS`] and those on
-    /// [`OURS_ALWAYS`]. `None` when the
-    /// two are not one process's counts (another kube-apiserver, a restart).
+    /// [`OURS_ALWAYS`]. `None` when the two are not one process's counts (another
+    /// kube-apiserver, a restart).
     pub(crate) fn others_since(&self, before: &Sample, migrating: &[String]) -> Option<f64> {
         if self.process.is_none() || self.process != before.process {
             return None;
@@ -217,24 +216,6 @@ impl Sample {
         }
         Some(others)
     }
-}
-
-/// A sample line's metric name, label set and value: `name{labels} value`.
-fn series(line: &str) -> Option<(&str, &str, f64)> {
-    let (name, rest) = line.split_once('{')?;
-    let (labels, value) = rest.rsplit_once("} ")?;
-    Some((name, labels, value.trim().parse().ok()?))
-}
-
-/// The value of label `name` in a Prometheus label set (`a="x",b="y"`).
-fn label<'a>(labels: &'a str, name: &str) -> Option<&'a str> {
-    let at = labels
-        .match_indices(&format!("{name}=\""))
-        .find(|(i, _)| *i == 0 || labels.as_bytes()[i - 1] == b',')?
-        .0;
-    let start = at + name.len() + 2;
-    let len = labels[start..].find('"')?;
-    Some(&labels[start..start + len])
 }
 
 /// The smoothed counts of others' requests, with hysteresis: one request of a light client
@@ -362,16 +343,17 @@ pub(crate) async fn watch(sources: Sources<'_>) {
         };
         let now = Instant::now();
         let mut seen = sample.observe(sources.pressure.in_flight());
-        let Some((earlier, at)) = before.replace((sample, now)) else {
+        let Some((earlier, at)) = before.take() else {
             // A rate needs two readings: the verdict waits for the second.
+            before = Some((sample, now));
             tokio::time::sleep(FIRST_PERIOD).await;
             continue;
         };
         let elapsed = now.duration_since(at).as_secs_f64().max(0.001);
-        seen.others_rate = before
-            .as_ref()
-            .and_then(|(newer, _)| newer.others_since(&earlier, &sources.migrating.now()))
+        seen.others_rate = sample
+            .others_since(&earlier, &sources.migrating.now())
             .map(|requests| requests / elapsed);
+        before = Some((sample, now));
         let verdict = judge.judge(seen);
         sources
             .metrics
@@ -650,14 +632,6 @@ mod tests {
         assert_eq!(lower.others_since(&before, &[]), None);
         let unknown = Sample::parse(&scrape(&[("exempt", "exempt", 1.0, 0.0)])).expect("APF");
         assert_eq!(unknown.others_since(&unknown, &[]), None);
-    }
-
-    #[test]
-    fn a_label_is_read_whole_not_as_the_tail_of_another() {
-        let labels = "subresource=\"status\",resource=\"pods\",verb=\"GET\"";
-        assert_eq!(label(labels, "resource"), Some("pods"));
-        assert_eq!(label(labels, "subresource"), Some("status"));
-        assert_eq!(label(labels, "group"), None);
     }
 
     #[test]

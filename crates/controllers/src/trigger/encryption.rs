@@ -26,6 +26,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::prometheus_text;
 use svm_cluster::{ClusterClient, ClusterError};
 
 use super::metrics::{ResultLabel, TriggerMetrics};
@@ -85,67 +86,12 @@ pub(crate) fn apiserver_id_hash(lease_name: &str) -> String {
     format!("sha256:{hex}")
 }
 
-/// One sample line of the Prometheus text format: its name, labels and value. `None` for
-/// comments and lines that do not parse (the scrape is read leniently: a line we cannot read
-/// is not one of ours).
-fn sample(line: &str) -> Option<(&str, BTreeMap<String, String>, f64)> {
-    let line = line.trim();
-    if line.starts_with('#') || line.is_empty() {
-        return None;
-    }
-    let name_end = line.find(['{', ' '])?;
-    let name = &line[..name_end];
-    let (labels, rest) = if line[name_end..].starts_with('{') {
-        let (labels, used) = parse_labels(&line[name_end + 1..])?;
-        (labels, &line[name_end + 1 + used..])
-    } else {
-        (BTreeMap::new(), &line[name_end..])
-    };
-    let value = rest.split_whitespace().next()?.parse().ok()?;
-    Some((name, labels, value))
-}
-
-/// `k="v",k2="v2"}` → the labels and how many bytes were read (through the `}`).
-fn parse_labels(text: &str) -> Option<(BTreeMap<String, String>, usize)> {
-    let mut labels = BTreeMap::new();
-    let mut chars = text.char_indices().peekable();
-    loop {
-        while chars.next_if(|(_, c)| *c == ',' || *c == ' ').is_some() {}
-        let (start, c) = chars.next()?;
-        if c == '}' {
-            return Some((labels, start + 1));
-        }
-        let mut key = String::from(c);
-        for (_, c) in chars.by_ref() {
-            if c == '=' {
-                break;
-            }
-            key.push(c);
-        }
-        if chars.next()?.1 != '"' {
-            return None;
-        }
-        let mut value = String::new();
-        loop {
-            match chars.next()?.1 {
-                '"' => break,
-                '\\' => match chars.next()?.1 {
-                    'n' => value.push('\n'),
-                    other => value.push(other),
-                },
-                c => value.push(c),
-            }
-        }
-        labels.insert(key.trim().to_string(), value);
-    }
-}
-
 /// Each apiserver's generation in one scrape (one apiserver, normally), by `apiserver_id_hash`.
 pub(crate) fn parse(text: &str) -> BTreeMap<String, Generation> {
     let mut out: BTreeMap<String, Generation> = BTreeMap::new();
     // (apiserver, provider) → (newest to_storage use, key id hash).
     let mut writes: BTreeMap<(String, String), (f64, String)> = BTreeMap::new();
-    for (name, labels, value) in text.lines().filter_map(sample) {
+    for (name, labels, value) in text.lines().filter_map(prometheus_text::sample) {
         let Some(apiserver) = labels.get("apiserver_id_hash").filter(|a| !a.is_empty()) else {
             continue;
         };
@@ -182,7 +128,7 @@ pub(crate) fn parse(text: &str) -> BTreeMap<String, Generation> {
 pub(crate) fn parse_reloads(text: &str) -> BTreeMap<String, f64> {
     text.lines()
         .filter(|l| l.starts_with(RELOAD_METRIC))
-        .filter_map(sample)
+        .filter_map(prometheus_text::sample)
         .filter(|(name, labels, _)| {
             *name == RELOAD_METRIC && labels.get("status").map(String::as_str) == Some("success")
         })
