@@ -229,6 +229,16 @@ struct Neighbour {
 }
 
 const NEIGHBOUR: &str = "neighbour";
+/// The second client: full LISTs of `api` in pages of 500, 8 at a time, while `go_on` says so.
+async fn second_client(api: &Api<DynamicObject>, go_on: impl Fn() -> bool) {
+    futures::stream::iter(0..)
+        .take_while(|_| futures::future::ready(go_on()))
+        .for_each_concurrent(8, |_| async {
+            let _ = api.list(&ListParams::default().limit(500)).await;
+        })
+        .await;
+}
+
 /// How long the `lists` run loads the apiserver with the second client alone.
 const LISTS_ALONE: Duration = Duration::from_secs(20);
 
@@ -465,15 +475,7 @@ impl Bench {
                 // in full pages, 8 at a time, until the migration ends.
                 tokio::time::sleep(Duration::from_secs(8)).await;
                 loading.store(true, Ordering::Relaxed);
-                futures::stream::iter(0..)
-                    .take_while(|_| futures::future::ready(!stop.load(Ordering::Relaxed)))
-                    .for_each_concurrent(8, |_| {
-                        let api = api.clone();
-                        async move {
-                            let _ = api.list(&ListParams::default().limit(500)).await;
-                        }
-                    })
-                    .await;
+                second_client(&api, || !stop.load(Ordering::Relaxed)).await;
             })
         });
         let mut samples = Vec::new();
@@ -548,15 +550,7 @@ impl Bench {
         let api = self.api(&blobs.plural, &blobs.kind);
         let neighbour = Neighbour::start(&self.client);
         let deadline = Instant::now() + LISTS_ALONE;
-        futures::stream::iter(0..)
-            .take_while(|_| futures::future::ready(Instant::now() < deadline))
-            .for_each_concurrent(8, |_| {
-                let api = api.clone();
-                async move {
-                    let _ = api.list(&ListParams::default().limit(500)).await;
-                }
-            })
-            .await;
+        second_client(&api, || Instant::now() < deadline).await;
         neighbour.finish().await
     }
 
