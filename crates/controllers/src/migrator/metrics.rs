@@ -201,7 +201,7 @@ impl MigratorMetrics {
         );
         registry.register(
             "svm_migrator_apiserver_shared",
-            "1 while kube-apiserver's API Priority and Fairness gauges show other requests executing or queued beside the migrator's (--object-concurrency auto then follows latency; 0: at its ceiling)",
+            "1 while kube-apiserver's counts show others working beside the migrator: their requests executing or queued (API Priority and Fairness gauges), or a few a second (apiserver_request_total); --object-concurrency auto then follows latency (0: at its ceiling)",
             self.apiserver_shared.clone(),
         );
     }
