@@ -34,7 +34,7 @@
 //! cluster's network; `real/delay.rs`). `writes` adds the table of what each way of writing an
 //! object back unchanged costs kube-apiserver (`real/writes.rs`;
 //! `SVM_BENCH_REAL_WRITE_OBJECTS`, 2000, per size). `SVM_BENCH_REAL_TRACE=1` prints our PATCH
-//! limit and the shared verdict every 0.5 s of every run. Creating objects is the slow part
+//! limit, the shared verdict and the others-slowdown ratio every 0.5 s of every run. Creating objects is the slow part
 //! (~a few thousand a second).
 
 use support::stats::percentile;
@@ -501,10 +501,11 @@ impl Bench {
             let limit = sample(&metrics, "svm_migrator_patch_concurrency ");
             if std::env::var_os("SVM_BENCH_REAL_TRACE").is_some() {
                 eprintln!(
-                    "{label} t={:.1}s migrated={} limit={limit} shared={}",
+                    "{label} t={:.1}s migrated={} limit={limit} shared={} others_slowdown={}",
                     started.elapsed().as_secs_f64(),
                     m["status"]["progress"]["migratedObjects"],
                     sample(&metrics, "svm_migrator_apiserver_shared "),
+                    sample(&metrics, "svm_migrator_others_slowdown_ratio "),
                 );
             }
             let migrated = m["status"]["progress"]["migratedObjects"]

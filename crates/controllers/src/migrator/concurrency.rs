@@ -60,6 +60,12 @@ pub(crate) const DEFAULT_CEILING: usize = 256;
 /// at ~230 against 860–900 at 64 — while every PATCH waits longer and its watch-list watcher
 /// is cut more often).
 pub(crate) const ALONE_CEILING: usize = 64;
+/// Others' requests this many times slower than while the migrator held its PATCHes: the
+/// limit stops growing…
+pub(crate) const OTHERS_HOLD_AT: f64 = 1.4;
+/// …and from this many times, shrinks by a quarter at every measurement that says so (below
+/// the 2× of idle a neighbour may see, as the smoothed ratio lags).
+pub(crate) const OTHERS_SHRINK_AT: f64 = 1.8;
 
 /// What kube-apiserver's own counts say about who else is using it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -118,6 +124,8 @@ pub(crate) struct AdaptiveLimit {
     alone: bool,
     /// A sample saw our own level queue our requests, not yet acted on.
     own_queue: bool,
+    /// Others' requests are [`OTHERS_HOLD_AT`] times slower than without ours: no growth.
+    others_slowed: bool,
 }
 
 impl AdaptiveLimit {
@@ -139,7 +147,35 @@ impl AdaptiveLimit {
             since_probe: 0,
             alone: false,
             own_queue: false,
+            others_slowed: false,
         }
+    }
+
+    /// How much slower others' requests are than while the migrator held its PATCHes
+    /// (`None`: not known; `probe.rs` measures it). Shared, that is what must stay bounded, not
+    /// only our own latency: on a saturated apiserver (large objects, few cores) a few PATCHes
+    /// in flight keep ours flat while every other request waits for a core.
+    pub(crate) fn on_others_slowdown(&mut self, ratio: Option<f64>) -> Option<Step> {
+        if self.alone || matches!(self.mode, Mode::Fixed(_)) {
+            self.others_slowed = false;
+            return None;
+        }
+        let ratio = ratio.unwrap_or(0.0);
+        self.others_slowed = ratio >= OTHERS_HOLD_AT;
+        let quarter_off = |n: usize| n - (n / 4).max(1);
+        // During a probe window (at half the limit) the limit it would go back to is what
+        // the others' wait was measured at: that is the one to lower.
+        match self.probing.as_mut() {
+            Some(back_to) if ratio >= OTHERS_SHRINK_AT && *back_to > 1 => {
+                *back_to = quarter_off(*back_to);
+            }
+            _ if ratio >= OTHERS_SHRINK_AT && self.limit > 1 => {
+                self.set_limit(quarter_off(self.limit));
+            }
+            _ => return None,
+        }
+        self.slow_start = false;
+        Some(Step::Shrank)
     }
 
     /// What kube-apiserver's counts say now (see [`Neighbours`]).
@@ -149,6 +185,7 @@ impl AdaptiveLimit {
         }
         match seen {
             Neighbours::Quiet { own_queue } => {
+                self.others_slowed = false;
                 if !self.alone {
                     self.alone = true;
                     self.slow_start = true;
@@ -182,6 +219,12 @@ impl AdaptiveLimit {
     #[cfg(test)]
     pub(crate) fn alone(&self) -> bool {
         self.alone
+    }
+
+    /// Whether the limit follows latency (adaptive, and others are there or nothing is known):
+    /// then what others wait is worth measuring.
+    pub(crate) fn follows_latency(&self) -> bool {
+        matches!(self.mode, Mode::Adaptive { .. }) && !self.alone
     }
 
     /// PATCHes allowed in flight now.
@@ -354,7 +397,11 @@ impl AdaptiveLimit {
             self.slow_start = false;
             self.set_limit((self.limit - self.limit / 4).max(1));
             Step::Shrank
-        } else if ratio <= GROW_BELOW && self.saturated && self.limit < self.ceiling() {
+        } else if ratio <= GROW_BELOW
+            && self.saturated
+            && !self.others_slowed
+            && self.limit < self.ceiling()
+        {
             let more = if self.slow_start {
                 self.limit
             } else {
@@ -720,6 +767,46 @@ mod tests {
             trace[1..].iter().all(|l| (48..=60).contains(l)),
             "{trace:?}"
         );
+    }
+
+    #[test]
+    fn others_slowed_past_the_shrink_point_shrink_it_and_past_the_hold_point_stop_its_growth() {
+        // An apiserver where our own latency stays flat however many we send (the 100 KiB
+        // case: the cores are what others wait for).
+        let mut server = Apiserver::new(1_000.0, 37);
+        let mut limit = AdaptiveLimit::new(Mode::Adaptive { ceiling: 256 });
+        assert!(limit.follows_latency(), "nothing known yet");
+        limit.on_neighbours(Neighbours::Busy);
+        assert!(limit.follows_latency());
+        run(&mut limit, &mut server, 20);
+        let grown = limit.limit();
+        assert!(
+            grown > INITIAL,
+            "the latency rule grows on flat latency: {grown}"
+        );
+        // Others' requests twice as slow as while we held ours: a quarter off per reading.
+        assert_eq!(limit.on_others_slowdown(Some(2.4)), Some(Step::Shrank));
+        assert_eq!(limit.limit(), grown - (grown / 4).max(1));
+        while limit.limit() > 1 {
+            assert_eq!(limit.on_others_slowdown(Some(2.4)), Some(Step::Shrank));
+        }
+        assert_eq!(limit.on_others_slowdown(Some(2.4)), None, "never below 1");
+        // Half as slow again: no growth however flat our latency.
+        assert_eq!(limit.on_others_slowdown(Some(1.6)), None);
+        let trace = run(&mut limit, &mut server, 10);
+        assert!(trace.iter().all(|l| *l == 1), "{trace:?}");
+        // Back within 1.5×: the latency rule grows again.
+        limit.on_others_slowdown(Some(1.1));
+        let trace = run(&mut limit, &mut server, 10);
+        assert!(trace.last().is_some_and(|l| *l > 1), "{trace:?}");
+        // Alone, or fixed, others' latency moves nothing.
+        limit.on_neighbours(Neighbours::Quiet { own_queue: false });
+        assert!(!limit.follows_latency());
+        assert_eq!(limit.on_others_slowdown(Some(5.0)), None);
+        let mut fixed = AdaptiveLimit::new(Mode::Fixed(8));
+        assert!(!fixed.follows_latency());
+        assert_eq!(fixed.on_others_slowdown(Some(5.0)), None);
+        assert_eq!(fixed.limit(), 8);
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub(crate) mod neighbours;
 mod pool;
 mod preflight;
 pub(crate) mod pressure;
+pub(crate) mod probe;
 mod runner;
 pub(crate) mod source;
 pub(crate) mod status;

@@ -38,7 +38,7 @@ use super::concurrency::Neighbours;
 use super::metrics::MigratorMetrics;
 use crate::prometheus_text;
 use svm_cluster::ClusterClient;
-use svm_cluster::resources::group_resource;
+use svm_cluster::resources::{ResolvedResource, group_resource};
 
 /// The priority level `deploy/base/flowcontrol.yaml` gives the migrator's requests.
 pub(crate) const OWN_LEVEL: &str = "svm-apiserver-migrator";
@@ -261,34 +261,43 @@ fn smooth(before: Option<f64>, seen: f64) -> f64 {
 
 /// The resources the pool is migrating now: its own requests on them are not others'.
 #[derive(Debug, Default)]
-pub(crate) struct Migrating(Mutex<Vec<String>>);
+pub(crate) struct Migrating(Mutex<Vec<ResolvedResource>>);
 
 /// A resource being migrated; it is no longer once dropped.
 #[must_use]
 pub(crate) struct Entered<'a> {
     migrating: &'a Migrating,
-    resource: String,
+    resource: ResolvedResource,
 }
 
 impl Migrating {
-    /// `resource` (as `resource.group`) is being migrated until the guard is dropped.
-    pub(crate) fn enter(&self, resource: String) -> Entered<'_> {
+    /// `resource` is being migrated until the guard is dropped.
+    pub(crate) fn enter(&self, resource: &ResolvedResource) -> Entered<'_> {
         self.lock().push(resource.clone());
         Entered {
             migrating: self,
-            resource,
+            resource: resource.clone(),
         }
     }
 
+    /// The resources, as `resource.group`.
     fn now(&self) -> Vec<String> {
-        self.lock().clone()
+        self.lock()
+            .iter()
+            .map(ResolvedResource::group_resource)
+            .collect()
+    }
+
+    /// One of them (the first entered of those still being migrated).
+    pub(crate) fn any(&self) -> Option<ResolvedResource> {
+        self.lock().first().cloned()
     }
 
     fn is_empty(&self) -> bool {
         self.lock().is_empty()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<String>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<ResolvedResource>> {
         self.0.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -297,7 +306,7 @@ impl Drop for Entered<'_> {
     fn drop(&mut self) {
         let mut migrating = self.migrating.lock();
         if let Some(at) = migrating.iter().position(|r| *r == self.resource) {
-            migrating.swap_remove(at);
+            migrating.remove(at);
         }
     }
 }
@@ -670,12 +679,21 @@ mod tests {
     #[test]
     fn a_resource_is_migrating_while_its_guard_lives_and_twice_when_entered_twice() {
         let migrating = Migrating::default();
-        let first = migrating.enter("blobs.example.com".into());
-        let second = migrating.enter("blobs.example.com".into());
+        let blobs = ResolvedResource {
+            group: "example.com".into(),
+            version: "v1".into(),
+            resource: "blobs".into(),
+            kind: "Blob".into(),
+            namespaced: true,
+        };
+        let first = migrating.enter(&blobs);
+        let second = migrating.enter(&blobs);
         drop(first);
         assert_eq!(migrating.now(), vec!["blobs.example.com".to_string()]);
+        assert_eq!(migrating.any(), Some(blobs));
         drop(second);
         assert!(migrating.now().is_empty());
+        assert_eq!(migrating.any(), None);
     }
 
     /// Two readings of the real kube-apiserver v1.36.2 with 13 resource requests in between

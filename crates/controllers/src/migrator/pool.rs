@@ -203,7 +203,8 @@ impl Migrator {
     }
 
     /// `--object-concurrency auto` also follows kube-apiserver's own counts of who else is
-    /// using it (`neighbours.rs`); a fixed limit has no use for them.
+    /// using it (`neighbours.rs`) and, while others are there, how long they wait
+    /// (`probe.rs`); a fixed limit has no use for either.
     fn watch_neighbours(&self) -> Option<tokio::task::JoinHandle<()>> {
         if !matches!(
             self.context.settings.concurrency,
@@ -213,13 +214,19 @@ impl Migrator {
         }
         let context = self.context.clone();
         Some(tokio::spawn(async move {
-            super::neighbours::watch(super::neighbours::Sources {
+            let counts = super::neighbours::watch(super::neighbours::Sources {
                 cluster: &context.cluster,
                 pressure: &context.pressure,
                 migrating: &context.migrating,
                 metrics: &context.metrics,
-            })
-            .await;
+            });
+            let others_wait = super::probe::watch(
+                &context.cluster,
+                &context.pressure,
+                &context.migrating,
+                &context.metrics,
+            );
+            tokio::join!(counts, others_wait);
         }))
     }
 

@@ -38,6 +38,8 @@ struct Slots {
     in_flight: usize,
     /// When the last PATCH slot was taken.
     last_taken: Option<tokio::time::Instant>,
+    /// No slot is given until then ([`Pressure::hold`]).
+    held_until: Option<tokio::time::Instant>,
 }
 
 #[derive(Debug)]
@@ -75,6 +77,7 @@ impl Pressure {
                 limit: AdaptiveLimit::new(concurrency),
                 in_flight: 0,
                 last_taken: None,
+                held_until: None,
             }),
             freed: Notify::new(),
         }
@@ -89,7 +92,7 @@ impl Pressure {
         self.rate.acquire().await;
     }
 
-    /// Wait for a PATCH slot under the current limit.
+    /// Wait for a PATCH slot under the current limit (and for a hold to end).
     pub(crate) async fn slot(&self) -> Slot<'_> {
         let mut waited = false;
         loop {
@@ -97,23 +100,51 @@ impl Pressure {
             tokio::pin!(freed);
             // Registered before looking, so a slot freed in between still wakes us.
             freed.as_mut().enable();
-            {
+            let held_until = {
                 let mut slots = self.lock();
-                if slots.in_flight < slots.limit.limit() {
-                    slots.in_flight += 1;
-                    slots.last_taken = Some(tokio::time::Instant::now());
-                    if waited || slots.in_flight == slots.limit.limit() {
-                        slots.limit.note_saturated();
+                let now = tokio::time::Instant::now();
+                match slots.held_until {
+                    Some(until) if now < until => Some(until),
+                    _ if slots.in_flight < slots.limit.limit() => {
+                        slots.in_flight += 1;
+                        slots.last_taken = Some(now);
+                        if waited || slots.in_flight == slots.limit.limit() {
+                            slots.limit.note_saturated();
+                        }
+                        return Slot {
+                            pressure: self,
+                            sent_in: slots.limit.epoch(),
+                        };
                     }
-                    return Slot {
-                        pressure: self,
-                        sent_in: slots.limit.epoch(),
-                    };
+                    _ => None,
+                }
+            };
+            match held_until {
+                // A hold is not the limit holding the work back: no `waited`.
+                Some(until) => {
+                    tokio::select! {
+                        () = &mut freed => {}
+                        () = tokio::time::sleep_until(until) => {}
+                    }
+                }
+                None => {
+                    waited = true;
+                    freed.await;
                 }
             }
-            waited = true;
-            freed.await;
         }
+    }
+
+    /// Gives no PATCH slot for `at_most` (those in flight finish), or until
+    /// [`Pressure::release_hold`]: to time others' requests without ours (`probe.rs`).
+    pub(crate) fn hold(&self, at_most: Duration) {
+        self.lock().held_until = Some(tokio::time::Instant::now() + at_most);
+    }
+
+    /// Ends a hold early.
+    pub(crate) fn release_hold(&self) {
+        self.lock().held_until = None;
+        self.freed.notify_waiters();
     }
 
     fn release(&self) {
@@ -165,6 +196,17 @@ impl Pressure {
     /// What kube-apiserver's counts say about its other clients now.
     pub(crate) fn neighbours(&self, seen: Neighbours) {
         self.lock().limit.on_neighbours(seen);
+    }
+
+    /// How much slower others' requests are than while the pool held its PATCHes (`None`:
+    /// not known).
+    pub(crate) fn others_slowdown(&self, ratio: Option<f64>) -> Option<Step> {
+        self.lock().limit.on_others_slowdown(ratio)
+    }
+
+    /// Whether the PATCH limit follows latency now (see [`AdaptiveLimit::follows_latency`]).
+    pub(crate) fn follows_latency(&self) -> bool {
+        self.lock().limit.follows_latency()
     }
 
     /// PATCHes in flight now.
@@ -234,6 +276,34 @@ mod tests {
         tokio::time::timeout(Duration::from_secs(1), waiting)
             .await
             .expect("woken when a slot is freed")
+            .expect("task");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hold_gives_no_slot_until_it_ends_or_is_released() {
+        let pressure = Arc::new(Pressure::new(0.0, 1, Mode::Fixed(4)));
+        let waiter = |pressure: &Arc<Pressure>| {
+            let pressure = pressure.clone();
+            tokio::spawn(async move {
+                let _slot = pressure.slot().await;
+            })
+        };
+        pressure.hold(Duration::from_secs(3));
+        let waiting = waiter(&pressure);
+        tokio::time::sleep(Duration::from_millis(2_900)).await;
+        assert!(!waiting.is_finished(), "a slot during a hold");
+        tokio::time::timeout(Duration::from_millis(200), waiting)
+            .await
+            .expect("given when the hold ends")
+            .expect("task");
+        pressure.hold(Duration::from_secs(60));
+        let waiting = waiter(&pressure);
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert!(!waiting.is_finished(), "a slot during a hold");
+        pressure.release_hold();
+        tokio::time::timeout(Duration::from_millis(10), waiting)
+            .await
+            .expect("given when the hold is released")
             .expect("task");
     }
 

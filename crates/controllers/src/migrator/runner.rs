@@ -182,7 +182,7 @@ impl Runner {
             return Err(RunError::Yielded(foreign));
         }
         let resource = self.discover(&migration).await?;
-        let _ours = self.context.migrating.enter(resource.group_resource());
+        let _ours = self.context.migrating.enter(&resource);
         let mut progress = migration.status.progress.clone().unwrap_or_default();
         self.resume(&migration, &progress);
         if preflight::needed(&progress) {
