@@ -124,6 +124,8 @@ pub(crate) struct AdaptiveLimit {
     alone: bool,
     /// A sample saw our own level queue our requests, not yet acted on.
     own_queue: bool,
+    /// The apiserver's counts said something (even that they cannot be read).
+    heard: bool,
     /// Others' requests are [`OTHERS_HOLD_AT`] times slower than without ours: no growth.
     others_slowed: bool,
 }
@@ -147,6 +149,7 @@ impl AdaptiveLimit {
             since_probe: 0,
             alone: false,
             own_queue: false,
+            heard: false,
             others_slowed: false,
         }
     }
@@ -183,6 +186,7 @@ impl AdaptiveLimit {
         if matches!(self.mode, Mode::Fixed(_)) {
             return;
         }
+        self.heard = true;
         match seen {
             Neighbours::Quiet { own_queue } => {
                 self.others_slowed = false;
@@ -221,10 +225,12 @@ impl AdaptiveLimit {
         self.alone
     }
 
-    /// Whether the limit follows latency (adaptive, and others are there or nothing is known):
-    /// then what others wait is worth measuring.
+    /// Whether the limit follows latency because others are there or their counts cannot be
+    /// read: then what others wait is worth measuring. Not before the counts first said
+    /// something — at a migration's start they usually say "alone" within a second, and
+    /// measuring meanwhile would hold the first PATCHes for nothing.
     pub(crate) fn follows_latency(&self) -> bool {
-        matches!(self.mode, Mode::Adaptive { .. }) && !self.alone
+        matches!(self.mode, Mode::Adaptive { .. }) && self.heard && !self.alone
     }
 
     /// PATCHes allowed in flight now.
@@ -775,7 +781,7 @@ mod tests {
         // case: the cores are what others wait for).
         let mut server = Apiserver::new(1_000.0, 37);
         let mut limit = AdaptiveLimit::new(Mode::Adaptive { ceiling: 256 });
-        assert!(limit.follows_latency(), "nothing known yet");
+        assert!(!limit.follows_latency(), "the counts have said nothing yet");
         limit.on_neighbours(Neighbours::Busy);
         assert!(limit.follows_latency());
         run(&mut limit, &mut server, 20);
@@ -804,7 +810,12 @@ mod tests {
         assert!(!limit.follows_latency());
         assert_eq!(limit.on_others_slowdown(Some(5.0)), None);
         let mut fixed = AdaptiveLimit::new(Mode::Fixed(8));
+        fixed.on_neighbours(Neighbours::Busy);
         assert!(!fixed.follows_latency());
+        // Counts that cannot be read: the latency rule, and what others wait, decide.
+        let mut unread = AdaptiveLimit::new(Mode::Adaptive { ceiling: 256 });
+        unread.on_neighbours(Neighbours::Unknown);
+        assert!(unread.follows_latency());
         assert_eq!(fixed.on_others_slowdown(Some(5.0)), None);
         assert_eq!(fixed.limit(), 8);
     }
