@@ -29,7 +29,7 @@ async fn killed_three_times_a_paged_migration_resumes_from_the_checkpoint_and_co
     // Pages: 51, plus at most one re-done page per crash, plus preflight's LIST (once: a
     // restart after a checkpoint does not repeat it).
     let pages = total.div_ceil(CHUNK) as u64 + 1;
-    let lists = counters.requests_for("list", "configmaps");
+    let lists = h.double.pages_of("configmaps").len() as u64;
     assert!(
         (pages..=pages + 3).contains(&lists),
         "{lists} LIST requests for {pages} pages"
@@ -44,7 +44,7 @@ async fn killed_three_times_a_streamed_migration_resumes_after_the_last_key_done
     // One watch-list stream per start, never a page: the one LIST is preflight's, before the
     // first start's first write (a restart after a checkpoint does not repeat it).
     assert_eq!(counters.requests_for("watch", "configmaps"), 4);
-    assert_eq!(counters.requests_for("list", "configmaps"), 1);
+    assert_eq!(h.double.pages_of("configmaps").len(), 1);
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -90,7 +90,7 @@ async fn killed_three_times(mode: Mode) -> (Harness, usize) {
             })
             .await;
         h.server.kill();
-        let before = h.double.list_log_of("configmaps");
+        let before = h.double.pages_of("configmaps");
         h.server.restart();
         // What the crash left: the restarted server writes nothing before its next checkpoint,
         // so this is the last checkpoint of the killed one — at least what was seen before.
@@ -183,7 +183,7 @@ async fn a_stream_cut_mid_list_is_opened_again_and_goes_on_after_the_last_key_do
     // before the second opened, so no object was PATCHed twice.
     // (The one LIST is preflight's.)
     assert_eq!(counters.requests_for("watch", "configmaps"), 2);
-    assert_eq!(counters.requests_for("list", "configmaps"), 1);
+    assert_eq!(h.double.pages_of("configmaps").len(), 1);
     assert_eq!(counters.requests_for("patch", "configmaps"), total as u64);
     assert_eq!(counters.writes_performed_for("configmaps"), total as u64);
     assert_eq!(
@@ -240,7 +240,7 @@ async fn wait_for_list_after(h: &Harness, seen: usize) -> kube_double::ListRecor
         Duration::from_millis(50),
         "a LIST after the restart",
         async || {
-            let lists = h.double.list_log_of("configmaps");
+            let lists = h.double.pages_of("configmaps");
             lists
                 .get(seen)
                 .cloned()

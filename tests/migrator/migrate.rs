@@ -108,7 +108,7 @@ async fn three_resources_with_mixed_encodings_end_in_the_new_storage_version() {
         // does), one PATCH per object; before them, preflight's LIST of the sample and its
         // dry runs (counted apart, at most 5).
         assert_eq!(counters.requests_for("watch", resource), 1, "{resource}");
-        assert_eq!(counters.requests_for("list", resource), 1, "{resource}");
+        assert_eq!(h.double.pages_of(resource).len(), 1, "{resource}");
         assert_eq!(counters.requests_for("patch", resource), (old + new) as u64);
         let dry_runs = counters.requests_for("patch-dry-run", resource);
         assert!((1..=5).contains(&dry_runs), "{dry_runs} dry runs");
@@ -198,7 +198,7 @@ async fn a_key_rotation_leaves_every_secret_under_the_new_key() {
     assert_eq!(h.double.counters().writes_performed_for("secrets"), 1_200);
     assert_eq!(h.double.counters().requests_for("watch", "secrets"), 1);
     // Six pages, and preflight's LIST of the sample.
-    assert_eq!(h.double.counters().requests_for("list", "secrets"), 7);
+    assert_eq!(h.double.pages_of("secrets").len(), 7);
     assert!(
         h.double
             .list_log_of("secrets")
@@ -291,7 +291,7 @@ async fn a_resource_is_streamed_as_metadata_unless_larger_than_the_stream_limit(
     let counters = h.double.counters();
     assert_eq!(counters.requests_for("watch", "configmaps"), 1);
     // Only preflight's LIST of the sample.
-    assert_eq!(counters.requests_for("list", "configmaps"), 1);
+    assert_eq!(h.double.pages_of("configmaps").len(), 1);
     let per_object = counters.bytes_out / configmaps as u64;
     assert!(per_object < 2_048, "{per_object} bytes out per object");
 
@@ -307,8 +307,8 @@ async fn a_resource_is_streamed_as_metadata_unless_larger_than_the_stream_limit(
     let counters = h.double.counters();
     assert_eq!(counters.requests_for("watch", "secrets"), 1);
     assert_eq!(
-        counters.requests_for("list", "secrets"),
-        secrets.div_ceil(250) as u64 + 1,
+        h.double.pages_of("secrets").len(),
+        secrets.div_ceil(250) + 1,
         "the pages and preflight's LIST"
     );
     assert_eq!(
