@@ -35,7 +35,11 @@
 //! grows (slow start) to [`ALONE_CEILING`] whatever the latency, shrinking by a quarter only
 //! when its own priority level queues its requests (the level is full: more would only wait);
 //! the moment others show up it drops to [`INITIAL`] and the latency rule takes over with a
-//! fresh baseline, as when nothing is known (no `/metrics` grant).
+//! fresh baseline, as when nothing is known (no `/metrics` grant). While it does, what others
+//! wait beside the migration (`probe.rs`: a read of the migrator's own, timed against the same
+//! with its PATCHes held) bounds it too: from [`OTHERS_HOLD_AT`] times the idle figure it does
+//! not grow, from [`OTHERS_SHRINK_AT`] it shrinks — the PATCHes' own latency can stay flat
+//! while every other request waits for a core.
 //!
 //! `--object-concurrency N` fixes the limit at N instead: latency moves nothing, but an
 //! overload still halves it, and it grows back to N over the following quiet windows.
