@@ -30,8 +30,11 @@
 //! alone, as before.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::time::Instant;
 
 use super::Pressure;
 use super::concurrency::Neighbours;
@@ -311,19 +314,27 @@ impl Drop for Entered<'_> {
     }
 }
 
-/// What the pool needs to judge its neighbours.
+/// What the pool gives the judging of its neighbours, and is told by it.
 pub(crate) struct Sources<'a> {
-    pub cluster: &'a ClusterClient,
     pub pressure: &'a Pressure,
     pub migrating: &'a Migrating,
     pub metrics: &'a MigratorMetrics,
 }
 
 /// Reads kube-apiserver's counts while a migration runs or the pool sends PATCHes — the first
-/// two readings [`FIRST_PERIOD`] apart, then at the [`Pace`] of its verdicts — and tells the pool's [`Pressure`] what they
-/// say; stops at the first answer that says it may not (a 403, or `/metrics` outside the
-/// access catalogue), leaving the latency rule in charge.
-pub(crate) async fn watch(sources: Sources<'_>) {
+/// two readings [`FIRST_PERIOD`] apart, then at the [`Pace`] of its verdicts — and tells the
+/// pool's [`Pressure`] what they say; stops at the first answer that says it may not (a 403,
+/// or `/metrics` outside the access catalogue), leaving the latency rule in charge.
+pub(crate) async fn watch(cluster: &ClusterClient, sources: Sources<'_>) {
+    watch_with(sources, || read(cluster)).await;
+}
+
+/// The loop of [`watch`], with any reader of the counts (tests play kube-apiserver's).
+async fn watch_with<R, F>(sources: Sources<'_>, mut read: R)
+where
+    R: FnMut() -> F,
+    F: Future<Output = Result<Sample, Unreadable>>,
+{
     let mut judge = Judge::default();
     let mut before: Option<(Sample, Instant)> = None;
     let mut pace = Pace::default();
@@ -337,7 +348,7 @@ pub(crate) async fn watch(sources: Sources<'_>) {
             tokio::time::sleep(WAKE).await;
             continue;
         }
-        let sample = match read(sources.cluster).await {
+        let sample = match read().await {
             Ok(sample) => sample,
             Err(Unreadable::Transient) => {
                 sources.pressure.neighbours(Neighbours::Unknown);
@@ -456,6 +467,108 @@ mod tests {
         }
         text.push_str("apiserver_flowcontrol_current_executing_seats{flow_schema=\"exempt\",priority_level=\"exempt\"} 99\n");
         text
+    }
+
+    /// Plays kube-apiserver's `/metrics` for [`watch_with`]: every reading's time is kept, and
+    /// each says `text` — or that it may not be read, once `refuse` is set.
+    fn played_reader(
+        text: String,
+        readings: std::sync::Arc<Mutex<Vec<Instant>>>,
+        refuse: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    ) -> impl FnMut() -> std::future::Ready<Result<Sample, Unreadable>> {
+        move || {
+            readings
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(Instant::now());
+            std::future::ready(if refuse.load(std::sync::atomic::Ordering::SeqCst) {
+                Err(Unreadable::Never)
+            } else {
+                Sample::parse(&text).ok_or(Unreadable::Never)
+            })
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn readings_start_with_a_migration_before_its_first_patch_and_stop_with_it() {
+        use crate::migrator::concurrency::Mode;
+        use std::sync::Arc;
+        use std::sync::atomic::{AtomicBool, Ordering};
+
+        let pressure = Arc::new(Pressure::new(0.0, 1, Mode::Adaptive { ceiling: 256 }));
+        let migrating = Arc::new(Migrating::default());
+        let metrics = MigratorMetrics::new();
+        let readings = Arc::new(Mutex::new(Vec::new()));
+        let refuse = Arc::new(AtomicBool::new(false));
+        // Someone else's requests executing: shared, from the verdict on.
+        let busy = scrape(&[("workload-low", "service-accounts", 3.0, 0.0)]);
+        let watching = {
+            let (pressure, migrating, metrics) =
+                (pressure.clone(), migrating.clone(), metrics.clone());
+            let reader = played_reader(busy, readings.clone(), refuse.clone());
+            tokio::spawn(async move {
+                let sources = Sources {
+                    pressure: &pressure,
+                    migrating: &migrating,
+                    metrics: &metrics,
+                };
+                watch_with(sources, reader).await;
+            })
+        };
+        let count = || readings.lock().unwrap_or_else(|e| e.into_inner()).len();
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        assert_eq!(count(), 0, "nothing migrating, nothing sent: no reading");
+
+        // A migration enters its resource (after discovery, before preflight and any PATCH).
+        let entered_at = Instant::now();
+        let entered = migrating.enter(&ResolvedResource {
+            group: String::new(),
+            version: "v1".into(),
+            resource: "configmaps".into(),
+            kind: "ConfigMap".into(),
+            namespaced: true,
+        });
+        tokio::time::sleep(FIRST_PERIOD / 2).await;
+        assert_eq!(count(), 1, "the first reading comes with the migration");
+        assert!(!pressure.follows_latency(), "no verdict from one reading");
+        tokio::time::sleep(FIRST_PERIOD).await;
+        let times = readings.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        assert_eq!(times.len(), 2);
+        assert!(times[0] - entered_at <= WAKE, "{:?}", times[0] - entered_at);
+        assert_eq!(times[1] - times[0], FIRST_PERIOD);
+        assert!(
+            pressure.follows_latency(),
+            "the second reading's verdict: shared"
+        );
+        assert_eq!(metrics.apiserver_shared.get(), 1);
+
+        // The verdict holds: the readings back off (1 s, 2 s, 4 s, …).
+        tokio::time::sleep(Duration::from_secs(7)).await;
+        let backing_off = count();
+        assert_eq!(backing_off, 5, "readings at 0, 0.5, 1.5, 3.5, 7.5 s");
+
+        // The migration ends (no PATCH in the last 2 s): the readings stop.
+        drop(entered);
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert!(count() <= backing_off + 1, "{} readings", count());
+        let stopped = count();
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        assert_eq!(count(), stopped);
+
+        // A refusal (a 403): the latency rule alone from then on, and no more readings.
+        refuse.store(true, Ordering::SeqCst);
+        let _again = migrating.enter(&ResolvedResource {
+            group: String::new(),
+            version: "v1".into(),
+            resource: "secrets".into(),
+            kind: "Secret".into(),
+            namespaced: true,
+        });
+        tokio::time::timeout(Duration::from_secs(1), watching)
+            .await
+            .expect("the watch ends at a refusal")
+            .expect("task");
+        assert_eq!(count(), stopped + 1);
     }
 
     #[test]

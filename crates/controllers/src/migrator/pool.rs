@@ -214,12 +214,14 @@ impl Migrator {
         }
         let context = self.context.clone();
         Some(tokio::spawn(async move {
-            let counts = super::neighbours::watch(super::neighbours::Sources {
-                cluster: &context.cluster,
-                pressure: &context.pressure,
-                migrating: &context.migrating,
-                metrics: &context.metrics,
-            });
+            let counts = super::neighbours::watch(
+                &context.cluster,
+                super::neighbours::Sources {
+                    pressure: &context.pressure,
+                    migrating: &context.migrating,
+                    metrics: &context.metrics,
+                },
+            );
             let others_wait = super::probe::watch(
                 &context.cluster,
                 &context.pressure,
