@@ -54,6 +54,8 @@ const HOLD_AT_MOST: Duration = Duration::from_secs(2);
 pub(crate) const LEAST_IDLE: Duration = Duration::from_micros(500);
 /// How often an idle pool looks whether the limit follows latency and PATCHes go out.
 const WAKE: Duration = Duration::from_millis(100);
+/// A read not answered by then is timed at this: others wait at least as long.
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What the probes say against the idle figure.
 #[derive(Debug, Default)]
@@ -124,15 +126,16 @@ pub(crate) async fn watch(
     watch_with(pressure, metrics, || time_one_read(&client, migrating)).await;
 }
 
-/// One metadata-only LIST of one object of a resource being migrated, timed; `None` when
-/// there is none or it failed (a failed read says nothing of the wait, and the migration's own
-/// requests meet the same error and deal with it).
+/// One metadata-only LIST of one object of a resource being migrated, timed (at most
+/// [`PROBE_TIMEOUT`]); `None` when there is none or it failed (a failed read says nothing of
+/// the wait, and the migration's own requests meet the same error and deal with it).
 async fn time_one_read(client: &ClusterClient, migrating: &Migrating) -> Option<Duration> {
     let resource = migrating.any()?;
     let started = Instant::now();
-    match list_metadata(client, &resource, 1, None).await {
-        Ok(_) => Some(started.elapsed()),
-        Err(err) => {
+    match tokio::time::timeout(PROBE_TIMEOUT, list_metadata(client, &resource, 1, None)).await {
+        Err(_) => Some(PROBE_TIMEOUT),
+        Ok(Ok(_)) => Some(started.elapsed()),
+        Ok(Err(err)) => {
             tracing::debug!(error = %err, resource = %resource.group_resource(), "timing a read of one object");
             None
         }
@@ -302,6 +305,33 @@ mod tests {
         assert!(pressure.concurrency() > 3, "{}", pressure.concurrency());
         drop(pool);
         probing.abort();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_read_not_answered_in_time_is_timed_at_the_timeout() {
+        // A loopback port that accepts connections (the kernel's backlog) and never answers.
+        let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("a loopback port");
+        let url = format!("http://{}", silent.local_addr().expect("its address"));
+        let config = kube::Config::new(url.parse().expect("a URL"));
+        let client = ClusterClient::from_config(config).expect("a client");
+        let migrating = Migrating::default();
+        let entered = migrating.enter(&svm_cluster::resources::ResolvedResource {
+            group: String::new(),
+            version: "v1".into(),
+            resource: "configmaps".into(),
+            kind: "ConfigMap".into(),
+            namespaced: true,
+        });
+        assert_eq!(
+            time_one_read(&client, &migrating).await,
+            Some(PROBE_TIMEOUT)
+        );
+        drop(entered);
+        assert_eq!(
+            time_one_read(&client, &migrating).await,
+            None,
+            "nothing being migrated: nothing to read"
+        );
     }
 
     #[tokio::test(start_paused = true)]
