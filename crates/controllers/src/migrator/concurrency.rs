@@ -67,8 +67,8 @@ pub(crate) const ALONE_CEILING: usize = 64;
 /// Others' requests this many times slower than while the migrator held its PATCHes: the
 /// limit stops growing…
 pub(crate) const OTHERS_HOLD_AT: f64 = 1.4;
-/// …and from this many times, shrinks by a quarter at every measurement that says so (below
-/// the 2× of idle a neighbour may see, as the smoothed ratio lags).
+/// …and from this many times, shrinks by a quarter at every measurement that says so (a
+/// margin below the 2× of idle a neighbour may see: a median of ten reads still varies).
 pub(crate) const OTHERS_SHRINK_AT: f64 = 1.8;
 
 /// What kube-apiserver's own counts say about who else is using it.

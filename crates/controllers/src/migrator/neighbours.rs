@@ -305,6 +305,18 @@ impl Migrating {
     }
 }
 
+/// A namespaced resource of `group` (empty: the core group) at v1, for tests.
+#[cfg(test)]
+pub(crate) fn test_resource(group: &str, resource: &str, kind: &str) -> ResolvedResource {
+    ResolvedResource {
+        group: group.into(),
+        version: "v1".into(),
+        resource: resource.into(),
+        kind: kind.into(),
+        namespaced: true,
+    }
+}
+
 impl Drop for Entered<'_> {
     fn drop(&mut self) {
         let mut migrating = self.migrating.lock();
@@ -521,13 +533,7 @@ mod tests {
 
         // A migration enters its resource (after discovery, before preflight and any PATCH).
         let entered_at = Instant::now();
-        let entered = migrating.enter(&ResolvedResource {
-            group: String::new(),
-            version: "v1".into(),
-            resource: "configmaps".into(),
-            kind: "ConfigMap".into(),
-            namespaced: true,
-        });
+        let entered = migrating.enter(&test_resource("", "configmaps", "ConfigMap"));
         tokio::time::sleep(FIRST_PERIOD / 2).await;
         assert_eq!(count(), 1, "the first reading comes with the migration");
         assert!(!pressure.follows_latency(), "no verdict from one reading");
@@ -557,13 +563,7 @@ mod tests {
 
         // A refusal (a 403): the latency rule alone from then on, and no more readings.
         refuse.store(true, Ordering::SeqCst);
-        let _again = migrating.enter(&ResolvedResource {
-            group: String::new(),
-            version: "v1".into(),
-            resource: "secrets".into(),
-            kind: "Secret".into(),
-            namespaced: true,
-        });
+        let _again = migrating.enter(&test_resource("", "secrets", "Secret"));
         tokio::time::timeout(Duration::from_secs(1), watching)
             .await
             .expect("the watch ends at a refusal")
@@ -792,13 +792,7 @@ mod tests {
     #[test]
     fn a_resource_is_migrating_while_its_guard_lives_and_twice_when_entered_twice() {
         let migrating = Migrating::default();
-        let blobs = ResolvedResource {
-            group: "example.com".into(),
-            version: "v1".into(),
-            resource: "blobs".into(),
-            kind: "Blob".into(),
-            namespaced: true,
-        };
+        let blobs = test_resource("example.com", "blobs", "Blob");
         let first = migrating.enter(&blobs);
         let second = migrating.enter(&blobs);
         drop(first);

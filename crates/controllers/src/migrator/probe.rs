@@ -205,6 +205,7 @@ mod tests {
 
     use super::*;
     use crate::migrator::concurrency::{Mode, Neighbours};
+    use crate::migrator::neighbours::test_resource;
 
     fn ms(n: u64) -> Duration {
         Duration::from_millis(n)
@@ -271,12 +272,17 @@ mod tests {
         workers
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn the_limit_settles_where_others_wait_less_than_the_shrink_point() {
+    /// An adaptive pool on an apiserver its counts say is shared, its slots kept full.
+    fn shared_busy_pool() -> (Arc<Pressure>, MigratorMetrics, tokio::task::JoinSet<()>) {
         let pressure = Arc::new(Pressure::new(0.0, 1, Mode::Adaptive { ceiling: 256 }));
         pressure.neighbours(Neighbours::Busy);
-        let metrics = MigratorMetrics::new();
         let pool = busy_pool(&pressure);
+        (pressure, MigratorMetrics::new(), pool)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_limit_settles_where_others_wait_less_than_the_shrink_point() {
+        let (pressure, metrics, pool) = shared_busy_pool();
         let probing = {
             let pressure = pressure.clone();
             let metrics = metrics.clone();
@@ -315,13 +321,7 @@ mod tests {
         let config = kube::Config::new(url.parse().expect("a URL"));
         let client = ClusterClient::from_config(config).expect("a client");
         let migrating = Migrating::default();
-        let entered = migrating.enter(&svm_cluster::resources::ResolvedResource {
-            group: String::new(),
-            version: "v1".into(),
-            resource: "configmaps".into(),
-            kind: "ConfigMap".into(),
-            namespaced: true,
-        });
+        let entered = migrating.enter(&test_resource("", "configmaps", "ConfigMap"));
         assert_eq!(
             time_one_read(&client, &migrating).await,
             Some(PROBE_TIMEOUT)
@@ -336,10 +336,7 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn failing_probes_move_nothing_and_leave_no_hold_behind() {
-        let pressure = Arc::new(Pressure::new(0.0, 1, Mode::Adaptive { ceiling: 256 }));
-        pressure.neighbours(Neighbours::Busy);
-        let metrics = MigratorMetrics::new();
-        let pool = busy_pool(&pressure);
+        let (pressure, metrics, pool) = shared_busy_pool();
         let probes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let probing = {
             let (pressure, metrics, probes) = (pressure.clone(), metrics.clone(), probes.clone());
