@@ -5,7 +5,7 @@
 #     plus storagemigration.k8s.io/v1beta1 and the StorageVersionMigrator gate;
 #   - first kube-apiserver is started with storagemigration.k8s.io/v1alpha1 in --runtime-config
 #     too, to see whether it serves that version (v1.36.2 refuses to start: 20f quotes why);
-#   - then with v1beta1 only, and the recorder writes 20a..20h against it;
+#   - then with v1beta1 only, and the recorder writes 20a..20h and 21 (the two 429s) against it;
 #   - everything it started is stopped, the temporary directory removed.
 # Nothing listens beyond loopback; nothing is sent beyond it.
 #

@@ -34,6 +34,8 @@ pub(crate) struct Request {
     pub accept: String,
     pub content_type: Option<String>,
     pub body: Option<Vec<u8>>,
+    /// Headers after Accept (Impersonate-User, ...), in order.
+    pub headers: Vec<(String, String)>,
 }
 
 impl Request {
@@ -44,7 +46,13 @@ impl Request {
             accept: "*/*".into(),
             content_type: None,
             body: None,
+            headers: Vec::new(),
         }
+    }
+
+    pub(crate) fn header(mut self, name: &str, value: &str) -> Request {
+        self.headers.push((name.into(), value.into()));
+        self
     }
 
     pub(crate) fn get(path: &str) -> Request {
@@ -127,6 +135,7 @@ impl Client {
             format!("User-Agent: {USER_AGENT}"),
             format!("Accept: {}", request.accept),
         ];
+        head.extend(request.headers.iter().map(|(k, v)| format!("{k}: {v}")));
         if let Some(content_type) = &request.content_type {
             head.push(format!("Content-Type: {content_type}"));
         }

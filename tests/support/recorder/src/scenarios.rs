@@ -248,6 +248,7 @@ pub(crate) fn record_all(
     storage_version_migration_v1alpha1(&ctx, v1alpha1_start)?;
     negotiation(&ctx)?;
     bad_bodies(&ctx)?;
+    too_many_requests(&ctx)?;
     Ok(())
 }
 
@@ -1005,4 +1006,208 @@ fn cut_klog_prefix(line: &str) -> String {
         }
         _ => trimmed.to_string(),
     }
+}
+
+const GADGETS: &str = "/apis/example.test/v1/namespaces/demo/gadgets";
+const GADGETS_CRD: &str =
+    "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/gadgets.example.test";
+/// Enough gadgets (of 4 KiB) that a watch cache takes a moment to fill and a full LIST keeps
+/// a seat of the small priority level busy.
+const GADGET_COUNT: usize = 1500;
+/// The user the APF step impersonates: matched by a FlowSchema of its own.
+const LIMITED_USER: &str = "recorder-limited";
+/// Concurrent LISTs sent as that user in one round.
+const APF_ROUND: usize = 48;
+
+/// 21: the two 429s kube-apiserver gives: its watch cache for a resource still filling (a
+/// Status from the resource's handler) and API Priority and Fairness rejecting (plain text
+/// from its filter, before any handler).
+fn too_many_requests(ctx: &Ctx) -> Result<()> {
+    eprintln!("recorder: 21");
+    gadgets(ctx)?;
+    let mut file = Recording::new(
+        "21-too-many-requests-cache-and-apf.txt",
+        &format!(
+            "The two 429s of kube-apiserver v1.36.2 (etcd 3.5.16). Step 1: a watch-list of a custom resource sent right after its CRD's storage version moved (the CRD gadgets.example.test, {GADGET_COUNT} objects of 4 KiB; kube-apiserver builds the resource's storage anew on the first request after the change, and its watch cache fills in the background): the handler answers a metav1.Status, reason TooManyRequests, \"storage is (re)initializing\", Retry-After 1. Step 2: API Priority and Fairness rejecting a request: a PriorityLevelConfiguration recorder-reject (Limited, nominalConcurrencyShares 1, lendablePercent 0, limitResponse Reject) and a FlowSchema recorder-reject (precedence 100) for the user {LIMITED_USER}, whom the admin impersonates (APF classifies after impersonation, before authorization; the user is bound to cluster-admin); {APF_ROUND} full LISTs of the gadgets at once: the filter answers in plain text, not a Status."
+        ),
+    );
+    let (initializing, tries) = cache_initializing(ctx)?;
+    file.step(
+        "a watch-list (JSON) right after the storage version moved: 429, a Status",
+        &initializing,
+    );
+    file.note(&format!(
+        "storage switches until a watch-list met the filling cache: {tries}"
+    ));
+    let (rejected, rounds, rejections) = apf_rejection(ctx)?;
+    file.step(
+        &format!("one of {APF_ROUND} concurrent LISTs as {LIMITED_USER}: API Priority and Fairness rejects it"),
+        &rejected,
+    );
+    file.note(&format!(
+        "{rejections} of the {APF_ROUND} LISTs of round {rounds} were rejected; the others were answered 200 (not shown: 6 MB each)"
+    ));
+    file.write(ctx.out)
+}
+
+/// The gadgets CRD (v1 storage, v2 served, the same schema) and its objects (not recorded).
+fn gadgets(ctx: &Ctx) -> Result<()> {
+    let schema = json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+        "data": {"type": "string"}}}}});
+    let version = |name: &str, storage: bool| {
+        json!({"name": name, "served": true, "storage": storage,
+            "schema": {"openAPIV3Schema": schema}})
+    };
+    ctx.setup(json_request(
+        "POST",
+        "/apis/apiextensions.k8s.io/v1/customresourcedefinitions",
+        "application/json",
+        json!({"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "gadgets.example.test"},
+            "spec": {"group": "example.test", "scope": "Namespaced",
+                "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget",
+                    "listKind": "GadgetList"},
+                "versions": [version("v1", true), version("v2", false)]}}),
+    ))?;
+    for attempt in 0.. {
+        if ctx
+            .send(Request::get(GADGETS).accept("application/json"))?
+            .status
+            == 200
+        {
+            break;
+        }
+        if attempt > 60 {
+            bail!("the gadgets CRD was not served within 30 s");
+        }
+        sleep_ms(500);
+    }
+    let data = "x".repeat(4096);
+    let threads = 4;
+    std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads)
+            .map(|t| {
+                let data = &data;
+                scope.spawn(move || -> Result<()> {
+                    for i in (t..GADGET_COUNT).step_by(threads) {
+                        ctx.client.send(json_request(
+                            "POST",
+                            GADGETS,
+                            "application/json",
+                            json!({"apiVersion": "example.test/v1", "kind": "Gadget",
+                                "metadata": {"name": format!("g-{i:05}"), "namespace": "demo"},
+                                "spec": {"data": data}}),
+                        ))?;
+                    }
+                    Ok(())
+                })
+            })
+            .collect();
+        for worker in workers {
+            worker
+                .join()
+                .map_err(|_| anyhow::anyhow!("a creating thread panicked"))??;
+        }
+        Ok::<(), anyhow::Error>(())
+    })?;
+    eprintln!("recorder:   {GADGET_COUNT} gadgets created");
+    Ok(())
+}
+
+/// Moves the gadgets' storage version, then sends a watch-list as the first request to the
+/// new storage; again until one meets the cache filling. The answer and the switches it took.
+fn cache_initializing(ctx: &Ctx) -> Result<(Exchange, usize)> {
+    for tries in 1..=8 {
+        let v2 = tries % 2 == 1;
+        let patch = json!([
+            {"op": "replace", "path": "/spec/versions/0/storage", "value": !v2},
+            {"op": "replace", "path": "/spec/versions/1/storage", "value": v2}]);
+        ctx.setup(
+            Request::new("PATCH", GADGETS_CRD)
+                .accept("application/json")
+                .body(
+                    "application/json-patch+json",
+                    patch.to_string().into_bytes(),
+                ),
+        )?;
+        // The handler drops the old storage when its informer sees the change.
+        sleep_ms(500);
+        let answer = ctx.send(Request::get(&format!(
+            "{GADGETS}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=1&labelSelector=recorder%3Dnone"
+        )).accept("application/json"))?;
+        if answer.status == 429 {
+            return Ok((answer, tries));
+        }
+    }
+    bail!("no watch-list met a filling watch cache in 8 storage switches")
+}
+
+/// The priority level that rejects, its FlowSchema and the user's grant; then rounds of
+/// concurrent LISTs until one is rejected. The rejection, the round and its rejections.
+fn apf_rejection(ctx: &Ctx) -> Result<(Exchange, usize, usize)> {
+    let flowcontrol = "/apis/flowcontrol.apiserver.k8s.io/v1";
+    ctx.setup(json_request(
+        "POST",
+        &format!("{flowcontrol}/prioritylevelconfigurations"),
+        "application/json",
+        json!({"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "PriorityLevelConfiguration",
+            "metadata": {"name": "recorder-reject"},
+            "spec": {"type": "Limited", "limited": {"nominalConcurrencyShares": 1,
+                "lendablePercent": 0, "limitResponse": {"type": "Reject"}}}}),
+    ))?;
+    ctx.setup(json_request(
+        "POST",
+        &format!("{flowcontrol}/flowschemas"),
+        "application/json",
+        json!({"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema",
+            "metadata": {"name": "recorder-reject"},
+            "spec": {"priorityLevelConfiguration": {"name": "recorder-reject"},
+                "matchingPrecedence": 100, "distinguisherMethod": {"type": "ByUser"},
+                "rules": [{"subjects": [{"kind": "User", "user": {"name": LIMITED_USER}}],
+                    "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"],
+                        "namespaces": ["*"], "clusterScope": true}]}]}}),
+    ))?;
+    ctx.setup(json_request(
+        "POST",
+        "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+        "application/json",
+        json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+            "metadata": {"name": LIMITED_USER},
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-admin"},
+            "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": LIMITED_USER}]}),
+    ))?;
+    // APF's configuration controller takes the new objects up asynchronously.
+    sleep_ms(2000);
+    for round in 1..=5 {
+        let answers: Vec<Result<Exchange>> = std::thread::scope(|scope| {
+            let senders: Vec<_> = (0..APF_ROUND)
+                .map(|_| {
+                    scope.spawn(|| {
+                        ctx.client.send(
+                            Request::get(GADGETS)
+                                .accept("application/json")
+                                .header("Impersonate-User", LIMITED_USER),
+                        )
+                    })
+                })
+                .collect();
+            senders
+                .into_iter()
+                .map(|s| {
+                    s.join()
+                        .map_err(|_| anyhow::anyhow!("a LIST thread panicked"))?
+                })
+                .collect()
+        });
+        let answers = answers.into_iter().collect::<Result<Vec<_>>>()?;
+        let rejected: Vec<Exchange> = answers.into_iter().filter(|a| a.status == 429).collect();
+        eprintln!(
+            "recorder:   round {round}: {} of {APF_ROUND} rejected",
+            rejected.len()
+        );
+        if let Some(first) = rejected.first() {
+            return Ok((first.clone(), round, rejected.len()));
+        }
+    }
+    bail!("API Priority and Fairness rejected none of 5 rounds of {APF_ROUND} LISTs")
 }
