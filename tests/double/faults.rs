@@ -50,12 +50,7 @@ async fn faults_are_injected_per_route() {
         .verb("list")
         .times(1),
     );
-    let throttled = http.get(base).await;
-    assert_eq!(throttled.status, 429);
-    assert_eq!(throttled.header("retry-after"), Some("2"));
-    let body = throttled.json();
-    assert_eq!(body["reason"], "TooManyRequests");
-    assert_eq!(body["details"]["retryAfterSeconds"], 2);
+    assert_answers_as_recorded(&http.get(base).await, &recorded_429(2));
     assert_eq!(http.get(base).await.status, 200);
 
     // Latency delays but does not fail.
@@ -225,4 +220,63 @@ async fn a_cut_stream_ends_a_watch_list_before_its_bookmark() {
     let resp = watch_request(&double, &format!("{base}?{query}")).await;
     let events = read_events(resp, |e| e.len() == 11).await;
     assert_eq!(types(&events).last().map(String::as_str), Some("BOOKMARK"));
+}
+
+/// Recording 21: step 1, the watch cache still filling; step 2, API Priority and Fairness.
+fn recorded_429(step: usize) -> recordings::Exchange {
+    recordings::all()
+        .into_iter()
+        .find(|e| e.file.starts_with("21-") && e.step == step)
+        .expect("recording 21")
+}
+
+/// The double's 429 answers as kube-apiserver's: code, media type, Retry-After, APF's
+/// headers, and the body — the Status, or the filter's plain text.
+fn assert_answers_as_recorded(reply: &Reply, recorded: &recordings::Exchange) {
+    let id = recorded.id();
+    assert_eq!(reply.status, recorded.code, "{id}");
+    for header in [
+        "Content-Type",
+        "Retry-After",
+        "X-Content-Type-Options",
+        "Cache-Control",
+    ] {
+        assert_eq!(
+            reply.header(header),
+            recorded.response_header(header),
+            "{id}: {header}"
+        );
+    }
+    for header in [
+        "X-Kubernetes-Pf-Flowschema-Uid",
+        "X-Kubernetes-Pf-Prioritylevel-Uid",
+    ] {
+        assert!(recorded.response_header(header).is_some(), "{id}: {header}");
+        assert!(reply.header(header).is_some(), "{id}: {header}");
+    }
+    match &recorded.response {
+        Some(status) => assert_eq!(&reply.json(), status, "{id}"),
+        None => assert_eq!(
+            String::from_utf8_lossy(&reply.body),
+            "Too many requests, please try again later.\n",
+            "{id}"
+        ),
+    }
+}
+
+#[tokio::test]
+async fn a_filling_watch_cache_answers_as_recorded() {
+    let double = start_with_widgets().await;
+    let http = Http::new(&double);
+    double.add_fault(
+        FaultRule::new(Fault::StorageInitializing)
+            .verb("watch")
+            .resource("widgets.example.test")
+            .times(1),
+    );
+    let watch_list = format!(
+        "{WIDGETS}?watch=1&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true&timeoutSeconds=1"
+    );
+    assert_answers_as_recorded(&http.get(&watch_list).await, &recorded_429(1));
+    assert_eq!(http.get(&watch_list).await.status, 200, "once");
 }

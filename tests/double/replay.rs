@@ -47,6 +47,11 @@ const NOT_REPLAYED: &[(&str, &str)] = &[
          against svm-apiserver: tests/api_server/protobuf_recordings.rs)",
     ),
     (
+        "21-",
+        "a watch cache filling and a saturated priority level, timing of the real server \
+         (tests/double/faults.rs: the double's two 429s against these)",
+    ),
+    (
         "18-",
         "server-side apply of our own kind, replayed against svm-apiserver \
          (tests/api_server/server_side_apply.rs)",

@@ -225,3 +225,57 @@ async fn deleting_a_running_migration_stops_its_work_within_a_page() {
     assert!(later.requests_for("patch", "configmaps") < 2_000);
     assert!(h.get_migration("doomed").await.is_none());
 }
+
+/// After a CRD's storage version moves, kube-apiserver rebuilds the resource's storage and its
+/// watch cache fills in the background: a watch-list sent meanwhile is answered 429 "storage is
+/// (re)initializing", a Status with Retry-After 1 and APF's headers (recording 21, step 1). The
+/// migrator waits for that request only: no APF rejection counted, no fallback to pages.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_filling_watch_cache_delays_the_stream_and_counts_as_no_apf_rejection() {
+    const OBJECTS: usize = 600;
+    let double = double_with_widgets().await;
+    double
+        .preload("widgets.example.test", Some("demo"), "w", OBJECTS, 64)
+        .unwrap();
+    double
+        .set_storage_version("widgets.example.test", "v2")
+        .unwrap();
+    let filling = double.add_fault(
+        FaultRule::new(Fault::StorageInitializing)
+            .verb("watch")
+            .resource("widgets.example.test")
+            .times(2),
+    );
+    let h = Harness::start(
+        double,
+        &["--qps=300", "--burst=30", "--object-concurrency=8"],
+    );
+    h.create_migration("filling", "example.test", "widgets")
+        .await;
+    let m = h.wait_succeeded("filling", Duration::from_secs(120)).await;
+    assert_eq!(migrated(&m), OBJECTS as i64);
+    assert_eq!(h.double.fault_injections(filling), 2);
+    let metrics = h.metrics().await;
+    let widgets = "resource=\"widgets.example.test\"";
+    assert_eq!(
+        sample(
+            &metrics,
+            &format!("storage_migrator_core_migrator_retries_total{{{widgets},reason=\"429\"}}")
+        ),
+        2.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        sample(&metrics, "svm_migrator_apf_rejections_total"),
+        0.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        sample(
+            &metrics,
+            &format!("storage_migrator_core_migrator_reads_total{{{widgets},mode=\"stream\"}}")
+        ),
+        1.0,
+        "{metrics}"
+    );
+}

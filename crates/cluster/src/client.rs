@@ -6,12 +6,12 @@ use std::path::Path;
 use std::time::Duration;
 
 use bytes::Bytes;
-use http::header::{ACCEPT, CONTENT_TYPE, RETRY_AFTER};
+use http::header::{ACCEPT, CONTENT_TYPE};
 use http::{HeaderMap, Method, Request, StatusCode};
 use http_body_util::BodyExt;
 
 use super::access;
-use super::error::{ClusterError, parse_retry_after};
+use super::error::ClusterError;
 
 /// One request may take this long (a page of 500 metadata items takes well under a second on
 /// a healthy apiserver; the slowest legitimate answer is a large page under load).
@@ -244,14 +244,11 @@ impl ClusterClient {
                 body,
             });
         }
-        let retry_after = parse_retry_after(parts.headers.get(RETRY_AFTER));
-        Err(ClusterError::from_status(
-            parts.status.as_u16(),
+        Err(ClusterError::from_answer(
+            parts.status,
+            &parts.headers,
             &body,
-            retry_after,
-            parts.status.canonical_reason().unwrap_or("error"),
-        )
-        .with_flow_control(&parts.headers))
+        ))
     }
 
     /// GET a JSON document and decode it.

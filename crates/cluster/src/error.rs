@@ -228,15 +228,28 @@ impl ClusterError {
         }
     }
 
-    /// Marks a 429 as API Priority and Fairness's when its answer carries APF's headers
-    /// (kube-apiserver sets `X-Kubernetes-PF-FlowSchema-UID` and
-    /// `X-Kubernetes-PF-PriorityLevel-UID` on every response it classified).
+    /// The error an answer that is not a success says: its Status (or its text), its
+    /// `Retry-After`, and whether API Priority and Fairness rejected it.
+    pub fn from_answer(status: http::StatusCode, headers: &http::HeaderMap, body: &[u8]) -> Self {
+        let retry_after = parse_retry_after(headers.get(http::header::RETRY_AFTER));
+        let fallback = status.canonical_reason().unwrap_or("error");
+        ClusterError::from_status(status.as_u16(), body, retry_after, fallback)
+            .with_flow_control(headers)
+    }
+
+    /// Marks a 429 as API Priority and Fairness's: one its filter wrote (plain text, no Status
+    /// — recording 21, step 2) on an answer that carries APF's headers. kube-apiserver sets
+    /// `X-Kubernetes-PF-FlowSchema-UID` and `X-Kubernetes-PF-PriorityLevel-UID` on every
+    /// response it classified, so the headers alone do not tell: the watch cache's "storage
+    /// is (re)initializing" carries them too (step 1), as a Status.
     pub fn with_flow_control(mut self, headers: &http::HeaderMap) -> Self {
         if let ClusterError::Api {
             code: 429,
+            reason,
             flow_control,
             ..
         } = &mut self
+            && reason.is_empty()
         {
             *flow_control = headers
                 .get(PRIORITY_LEVEL_UID_HEADER)
@@ -244,6 +257,16 @@ impl ClusterError {
                 .map(str::to_string);
         }
         self
+    }
+
+    /// A 429 a resource's handler answered with a metav1.Status: this request, not the
+    /// apiserver, is refused for now — kube-apiserver's watch cache for the resource still
+    /// filling after its storage was rebuilt ("storage is (re)initializing", recording 21
+    /// step 1), an eviction a disruption budget holds back. The apiserver's own 429s —
+    /// API Priority and Fairness, max-in-flight — come from its filters, before any
+    /// handler, in plain text (step 2).
+    pub fn is_refused_for_now(&self) -> bool {
+        matches!(self, ClusterError::Api { code: 429, reason, .. } if !reason.is_empty())
     }
 
     /// The priority level of an APF rejection (see [`ClusterError::with_flow_control`]).
@@ -352,27 +375,67 @@ mod tests {
         assert!(timed_out.is_retriable());
     }
 
-    #[test]
-    fn a_429_with_apf_headers_is_flow_control() {
+    /// The headers both 429s of recording 21 carry (kube-apiserver classified both).
+    fn recorded_429_headers(content_type: &str, retry_after: &str) -> http::HeaderMap {
         let mut headers = http::HeaderMap::new();
-        headers.insert(
-            "X-Kubernetes-PF-PriorityLevel-UID",
-            "uid-1".parse().expect("value"),
+        for (name, value) in [
+            ("Content-Type", content_type),
+            ("Retry-After", retry_after),
+            (
+                "X-Kubernetes-Pf-Flowschema-Uid",
+                "cd5d7118-ef29-4485-a918-f158ab8491f2",
+            ),
+            (
+                "X-Kubernetes-Pf-Prioritylevel-Uid",
+                "68dcab8e-e2b2-4935-b560-16a161cf0ff2",
+            ),
+        ] {
+            headers.insert(name, value.parse().expect("a header value"));
+        }
+        headers
+    }
+
+    #[test]
+    fn apfs_429_is_flow_control_and_a_filling_caches_is_not() {
+        // Recording 21, step 2: the filter's rejection, plain text.
+        let rejected = ClusterError::from_answer(
+            http::StatusCode::TOO_MANY_REQUESTS,
+            &recorded_429_headers("text/plain; charset=utf-8", "2"),
+            b"Too many requests, please try again later.\n",
         );
-        headers.insert(
-            "X-Kubernetes-PF-FlowSchema-UID",
-            "uid-2".parse().expect("value"),
+        assert_eq!(
+            rejected.flow_control(),
+            Some("68dcab8e-e2b2-4935-b560-16a161cf0ff2")
         );
-        let apf = ClusterError::from_status(429, b"", Some(Duration::from_secs(1)), "x")
-            .with_flow_control(&headers);
-        assert_eq!(apf.flow_control(), Some("uid-1"));
-        // Another 429 (max-inflight, a proxy) and another code are not APF's.
-        let plain = ClusterError::from_status(429, b"", None, "x")
-            .with_flow_control(&http::HeaderMap::new());
+        assert_eq!(rejected.retry_after(), Some(Duration::from_secs(2)));
+        assert!(!rejected.is_refused_for_now());
+        assert!(rejected.is_retriable());
+        // Step 1: the watch cache still filling, a Status with the same headers.
+        let filling = ClusterError::from_answer(
+            http::StatusCode::TOO_MANY_REQUESTS,
+            &recorded_429_headers("application/json", "1"),
+            br#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"storage is (re)initializing","reason":"TooManyRequests","details":{"retryAfterSeconds":1},"code":429}"#,
+        );
+        assert_eq!(filling.flow_control(), None);
+        assert_eq!(filling.retry_after(), Some(Duration::from_secs(1)));
+        assert!(filling.is_refused_for_now());
+        assert!(filling.is_retriable());
+        // Without APF's headers (max-in-flight, a proxy) a 429 is nobody's level; another
+        // code never is.
+        let plain = ClusterError::from_answer(
+            http::StatusCode::TOO_MANY_REQUESTS,
+            &http::HeaderMap::new(),
+            b"Too many requests, please try again later.\n",
+        );
         assert_eq!(plain.flow_control(), None);
-        let unavailable =
-            ClusterError::from_status(503, b"", None, "x").with_flow_control(&headers);
+        assert!(!plain.is_refused_for_now());
+        let unavailable = ClusterError::from_answer(
+            http::StatusCode::SERVICE_UNAVAILABLE,
+            &recorded_429_headers("text/plain; charset=utf-8", "1"),
+            b"",
+        );
         assert_eq!(unavailable.flow_control(), None);
+        assert!(!unavailable.is_refused_for_now());
     }
 
     #[test]

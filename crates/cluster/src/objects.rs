@@ -729,11 +729,12 @@ async fn open_events(
             .await
             .map(|b| b.to_bytes())
             .unwrap_or_default();
-        let reason = parts.status.canonical_reason().unwrap_or("error");
-        return Err(
-            ClusterError::from_status(parts.status.as_u16(), &body, None, reason)
-                .with_flow_control(&parts.headers),
-        );
+        // Its Retry-After too: the watch cache still filling says when to come back.
+        return Err(ClusterError::from_answer(
+            parts.status,
+            &parts.headers,
+            &body,
+        ));
     }
     if is_protobuf(&parts.headers) {
         return Ok(protobuf_events(body.into_data_stream()));

@@ -235,11 +235,14 @@ impl Pressure {
     }
 }
 
-/// Answers that mean the apiserver has more than it can take: a 429 (max-inflight or a full
-/// APF level), a 5xx, a timeout, or no answer at all — what is worth retrying
-/// ([`ClusterError::is_retriable`], the one place that classifies an answer).
+/// Answers that mean the apiserver has more than it can take: a 429 of its filters
+/// (max-inflight or a full APF level), a 5xx, a timeout, or no answer at all — what is worth
+/// retrying ([`ClusterError::is_retriable`], the one place that classifies an answer) less a
+/// 429 a handler gave one request ([`ClusterError::is_refused_for_now`]: the watch cache of a
+/// resource whose storage was just rebuilt, as at the start of a migration after a CRD's
+/// storage version moved). That request is retried after its Retry-After; the pool goes on.
 fn overloaded(err: &ClusterError) -> bool {
-    err.is_retriable()
+    err.is_retriable() && !err.is_refused_for_now()
 }
 
 #[cfg(test)]
@@ -320,6 +323,32 @@ mod tests {
         let start = tokio::time::Instant::now();
         pressure.token().await;
         assert!(start.elapsed() >= Duration::from_secs(2), "the pause holds");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_filling_watch_cache_neither_pauses_nor_lowers_anything() {
+        let pressure = Pressure::new(100.0, 10, Mode::Fixed(16));
+        // Recording 21, step 1 (APF's headers are on it too; it is no APF rejection).
+        let mut headers = http::HeaderMap::new();
+        headers.insert("Retry-After", http::HeaderValue::from_static("1"));
+        headers.insert(
+            "X-Kubernetes-Pf-Prioritylevel-Uid",
+            http::HeaderValue::from_static("57e292c5-a8ec-4359-954c-2adffc364808"),
+        );
+        let filling: Result<(), _> = Err(ClusterError::from_answer(
+            http::StatusCode::TOO_MANY_REQUESTS,
+            &headers,
+            br#"{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"storage is (re)initializing","reason":"TooManyRequests","details":{"retryAfterSeconds":1},"code":429}"#,
+        ));
+        let reaction = pressure.answered(&filling, Duration::from_millis(5), None);
+        assert_eq!(
+            (reaction.paused, reaction.apf, reaction.step),
+            (None, None, None)
+        );
+        assert_eq!((pressure.concurrency(), pressure.rate()), (16, 100.0));
+        let start = tokio::time::Instant::now();
+        pressure.token().await;
+        assert_eq!(start.elapsed(), Duration::ZERO, "no pause");
     }
 
     #[tokio::test(start_paused = true)]

@@ -14,8 +14,11 @@ use crate::resources::GroupResource;
 pub enum Fault {
     /// A Status with this 5xx code (500 InternalError, 503 ServiceUnavailable, 504 Timeout...).
     ServerError { code: u16 },
-    /// 429 TooManyRequests with `Retry-After`, as priority-and-fairness rejects.
+    /// 429 with `Retry-After`, as API Priority and Fairness rejects (plain text, no Status).
     TooManyRequests { retry_after_seconds: u64 },
+    /// 429 `storage is (re)initializing`, a Status with Retry-After 1: the resource's watch
+    /// cache still filling after its storage was rebuilt.
+    StorageInitializing,
     /// Extra latency before the request is handled (combines with any other fault).
     Latency(Duration),
     /// The connection is closed without an answer.
@@ -140,7 +143,8 @@ impl FaultRule {
 /// Parses the binary's `--fault` flag:
 /// `verb=patch,resource=configmaps,name=x,path=/apis,fraction=0.1,times=5,fault=<kind>`
 /// where kind is
-/// `500`/`503`/any 5xx, `429:<retry-after s>`, `latency:<ms>`, `drop`, `cut:<frames>`,
+/// `500`/`503`/any 5xx, `429:<retry-after s>` (API Priority and Fairness), `initializing`
+/// (a filling watch cache's 429), `latency:<ms>`, `drop`, `cut:<frames>`,
 /// `deny:<webhook>:<message>` or `deny422:<webhook>:<message>`.
 impl FromStr for FaultRule {
     type Err = String;
@@ -200,6 +204,7 @@ fn parse_fault(v: &str) -> Result<Fault, String> {
                 .map_err(|e| format!("latency: {e}"))?;
             Ok(Fault::Latency(Duration::from_millis(ms)))
         }
+        "initializing" => Ok(Fault::StorageInitializing),
         "429" => {
             let secs = arg
                 .map(str::parse)

@@ -136,18 +136,36 @@ pub fn status_response(err: &StatusError, pretty: bool) -> Response<Body> {
         response.headers_mut().insert(header::RETRY_AFTER, v);
     }
     if err.code == 429 {
-        // kube-apiserver's priority-and-fairness filter names the flow schema and priority
-        // level it classified the request into on every answer, its 429s included.
-        let headers = response.headers_mut();
-        headers.insert(
-            "X-Kubernetes-PF-FlowSchema-UID",
-            HeaderValue::from_static(FLOW_SCHEMA_UID),
-        );
-        headers.insert(
-            "X-Kubernetes-PF-PriorityLevel-UID",
-            HeaderValue::from_static(PRIORITY_LEVEL_UID),
-        );
+        classified(&mut response);
     }
+    response
+}
+
+/// kube-apiserver's priority-and-fairness filter names the flow schema and priority level it
+/// classified the request into on every answer, its 429s included (recording 21).
+fn classified(response: &mut Response<Body>) {
+    let headers = response.headers_mut();
+    headers.insert(
+        "X-Kubernetes-PF-FlowSchema-UID",
+        HeaderValue::from_static(FLOW_SCHEMA_UID),
+    );
+    headers.insert(
+        "X-Kubernetes-PF-PriorityLevel-UID",
+        HeaderValue::from_static(PRIORITY_LEVEL_UID),
+    );
+}
+
+/// API Priority and Fairness rejecting a request (recording 21, step 2): its filter answers
+/// before any handler, in plain text — no Status — with `Retry-After`.
+pub fn apf_rejection(retry_after_seconds: u64) -> Response<Body> {
+    let mut response = base_headers(Response::builder())
+        .status(StatusCode::TOO_MANY_REQUESTS)
+        .header(header::CONTENT_TYPE, "text/plain; charset=utf-8")
+        .header(header::RETRY_AFTER, retry_after_seconds)
+        .header("X-Content-Type-Options", "nosniff")
+        .body(full("Too many requests, please try again later.\n"))
+        .unwrap_or_else(|_| Response::new(empty()));
+    classified(&mut response);
     response
 }
 

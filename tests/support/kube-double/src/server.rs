@@ -19,7 +19,8 @@ use crate::discovery;
 use crate::engine::Engine;
 use crate::faults::{Fault, RequestFacts};
 use crate::http::{
-    Body, CountingBody, Query, plain_not_found, plain_text, status_response, wants_pretty,
+    Body, CountingBody, Query, apf_rejection, plain_not_found, plain_text, status_response,
+    wants_pretty,
 };
 use crate::negotiate::{Encoding, Output, error_encoding, negotiate};
 use crate::objects::{self, Call};
@@ -153,6 +154,9 @@ async fn handle(
                     &rbac_forbidden(&verb, facts_resource.as_ref(), namespace.as_deref(), &path),
                     pretty,
                 )),
+                Fault::TooManyRequests {
+                    retry_after_seconds,
+                } => Ok(apf_rejection(retry_after_seconds)),
                 other => Ok(status_response(&fault_status(&other), pretty)),
             };
         }
@@ -359,9 +363,7 @@ fn fault_status(fault: &Fault) -> StatusError {
             500 => StatusError::internal("injected fault"),
             other => StatusError::new(*other, "InternalError", format!("injected {other} fault")),
         },
-        Fault::TooManyRequests {
-            retry_after_seconds,
-        } => StatusError::too_many_requests(*retry_after_seconds),
+        Fault::StorageInitializing => StatusError::storage_initializing(),
         // `webhookerrors.ToStatusErr`: the webhook's code and reason, the message prefixed.
         Fault::Deny {
             webhook,
@@ -373,8 +375,10 @@ fn fault_status(fault: &Fault) -> StatusError {
             reason,
             format!("admission webhook \"{webhook}\" denied the request: {message}"),
         ),
-        Fault::Latency(_) | Fault::DropConnection | Fault::Forbidden | Fault::CutStream { .. } => {
-            StatusError::internal("unexpected fault")
-        }
+        Fault::TooManyRequests { .. }
+        | Fault::Latency(_)
+        | Fault::DropConnection
+        | Fault::Forbidden
+        | Fault::CutStream { .. } => StatusError::internal("unexpected fault"),
     }
 }

@@ -226,17 +226,15 @@ impl StatusError {
         .with_details(Map::new())
     }
 
-    /// 429 as the priority-and-fairness filter sends it.
-    pub fn too_many_requests(retry_after_seconds: u64) -> Self {
+    /// 429 from a resource's watch cache while it fills, its storage just rebuilt (a CRD's
+    /// storage version moved): `storage is (re)initializing`, Retry-After 1 (recording 21,
+    /// step 1). API Priority and Fairness's 429 is no Status: [`crate::http::apf_rejection`].
+    pub fn storage_initializing() -> Self {
         let mut details = Map::new();
-        details.insert("retryAfterSeconds".into(), json!(retry_after_seconds));
-        let mut err = Self::new(
-            429,
-            "TooManyRequests",
-            "Too many requests, please try again later.",
-        )
-        .with_details(details);
-        err.retry_after_seconds = Some(retry_after_seconds);
+        details.insert("retryAfterSeconds".into(), json!(1));
+        let mut err =
+            Self::new(429, "TooManyRequests", "storage is (re)initializing").with_details(details);
+        err.retry_after_seconds = Some(1);
         err
     }
 
