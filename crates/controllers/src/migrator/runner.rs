@@ -68,6 +68,15 @@ enum Streamed {
     Page(String),
 }
 
+/// What asking for a watch-list stream gave.
+enum Opened {
+    Events(InitialEvents),
+    /// Refused for good: page instead.
+    Unavailable(StreamUnavailable),
+    /// The resource's watch cache is still filling: ask again after this long.
+    NotYet(Duration),
+}
+
 /// How one stream of a streamed read ended (everything admitted is done and checkpointed).
 enum StreamEnd {
     /// Its initial-events-end bookmark came (with the list revision, checkpointed).
@@ -379,22 +388,89 @@ impl Runner {
     }
 
     /// Opens the watch-list stream, through the pool's pressure and the retry loop like any
-    /// request.
-    async fn open_stream(
+    /// request — except the answer that the resource's watch cache is still filling, which
+    /// comes back as [`Opened::NotYet`]: there is work to do meanwhile.
+    async fn open_stream(&self, resource: &ResolvedResource) -> Result<Opened, RunError> {
+        let label = resource.group_resource();
+        let opened = self
+            .with_retries_while(
+                &label,
+                "watch",
+                |err| !err.is_refused_for_now(),
+                || open_metadata_stream(&self.context.cluster, resource, WATCH_LIST_TIMEOUT),
+            )
+            .await;
+        match opened {
+            Ok(Ok(events)) => Ok(Opened::Events(events)),
+            Ok(Err(unavailable)) => Ok(Opened::Unavailable(unavailable)),
+            Err(err) if err.is_refused_for_now() => Ok(Opened::NotYet(
+                err.retry_after().unwrap_or(Duration::from_secs(1)),
+            )),
+            Err(err) => Err(self.classify(err, "ListFailed", &format!("listing {label}"))),
+        }
+    }
+
+    /// While the resource's watch cache fills (its storage was rebuilt: a CRD's storage
+    /// version just moved, as before most migrations), pages from etcd for at least `wait`,
+    /// each checkpointed as the stream's done prefix (`migrated_through`), so the stream
+    /// opened after it skips them. Whether those pages were the whole resource.
+    async fn page_while_filling(
         &self,
         resource: &ResolvedResource,
-    ) -> Result<Result<InitialEvents, StreamUnavailable>, RunError> {
-        self.with_retries(&resource.group_resource(), "watch", || {
-            open_metadata_stream(&self.context.cluster, resource, WATCH_LIST_TIMEOUT)
-        })
-        .await
-        .map_err(|err| {
-            self.classify(
-                err,
-                "ListFailed",
-                &format!("listing {}", resource.group_resource()),
-            )
-        })
+        label: &ResourceLabel,
+        progress: &mut MigrationProgress,
+        token: &mut Option<String>,
+        wait: Duration,
+    ) -> Result<bool, RunError> {
+        let until = Instant::now() + wait;
+        loop {
+            let page = match self.list_page(resource, token.as_deref()).await {
+                Ok(page) => page,
+                // An expired token: from the start again, skipping what is done.
+                Err(ClusterError::Api { code: 410, .. }) => {
+                    *token = None;
+                    continue;
+                }
+                Err(err) => {
+                    let doing = format!("listing {}", resource.group_resource());
+                    return Err(self.classify(err, "ListFailed", &doing));
+                }
+            };
+            let done = progress.migrated_through.clone();
+            if let Some(last) = page.items.last() {
+                progress.migrated_through = last.key().max(done.clone());
+            }
+            *token = page.continue_token.clone();
+            self.rewrite(resource, label, progress, page, &done).await?;
+            if token.is_none() {
+                return Ok(true);
+            }
+            if Instant::now() >= until {
+                return Ok(false);
+            }
+        }
+    }
+
+    /// Rewrites the objects of `page` after `done` (a key; empty: all), records the ones
+    /// refused, counts the rest into `progress` and checkpoints it.
+    async fn rewrite(
+        &self,
+        resource: &ResolvedResource,
+        label: &ResourceLabel,
+        progress: &mut MigrationProgress,
+        page: MetadataPage,
+        done: &str,
+    ) -> Result<(), RunError> {
+        let todo: Vec<ObjectRef> = page
+            .items
+            .into_iter()
+            .filter(|item| done.is_empty() || item.key().as_str() > done)
+            .collect();
+        let refused = self.migrate_page(resource, &todo).await?;
+        let migrated = todo.len() - refused.len();
+        self.failures.record(refused);
+        self.record_progress(label, progress, migrated, Some(page.remaining.unwrap_or(0)));
+        self.checkpoint(progress, &page.resource_version).await
     }
 
     /// Reads the resource as watch-list streams, PATCHing while they arrive. A stream cut
@@ -409,10 +485,26 @@ impl Runner {
         progress: &mut MigrationProgress,
     ) -> Result<Streamed, RunError> {
         let mut counted = false;
+        // The pages read while the watch cache fills, continued between its refusals.
+        let mut filling = None;
         loop {
             let events = match self.open_stream(resource).await? {
-                Ok(events) => events,
-                Err(StreamUnavailable(why)) => return Ok(Streamed::Page(why)),
+                Opened::Events(events) => events,
+                Opened::Unavailable(StreamUnavailable(why)) => return Ok(Streamed::Page(why)),
+                Opened::NotYet(wait) => {
+                    if filling.is_none() {
+                        tracing::info!(migration = %self.name, "the watch cache is still filling; paging meanwhile");
+                    }
+                    let token = filling.get_or_insert(None);
+                    if self
+                        .page_while_filling(resource, label, progress, token, wait)
+                        .await?
+                    {
+                        self.context.metrics.count_read(&label.resource, "pages");
+                        return Ok(Streamed::Complete);
+                    }
+                    continue;
+                }
             };
             let end = self.pipeline(resource, label, progress, events).await?;
             // A read by stream is one that served: an apiserver that cannot stream (etcd 3.4)
@@ -631,21 +723,9 @@ impl Runner {
                     ));
                 }
             };
-            let todo: Vec<ObjectRef> = if done.is_empty() {
-                page.items
-            } else {
-                page.items
-                    .into_iter()
-                    .filter(|item| item.key() > done)
-                    .collect()
-            };
-            let refused = self.migrate_page(resource, &todo).await?;
-            let migrated = todo.len() - refused.len();
-            self.failures.record(refused);
             progress.continue_token = page.continue_token.clone().unwrap_or_default();
-            self.record_progress(label, progress, migrated, Some(page.remaining.unwrap_or(0)));
-            self.checkpoint(progress, &page.resource_version).await?;
-            token = page.continue_token;
+            token = page.continue_token.clone();
+            self.rewrite(resource, label, progress, page, &done).await?;
             if token.is_none() {
                 return Ok(());
             }
@@ -867,6 +947,23 @@ impl Runner {
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, ClusterError>>,
     {
+        self.with_retries_while(resource, verb, |_| true, call)
+            .await
+    }
+
+    /// [`Runner::with_retries`], retrying only the retriable errors `retry` accepts (the
+    /// others come back at once).
+    async fn with_retries_while<T, F, Fut>(
+        &self,
+        resource: &str,
+        verb: &str,
+        retry: impl Fn(&ClusterError) -> bool,
+        call: F,
+    ) -> Result<T, ClusterError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, ClusterError>>,
+    {
         let backoff = self.context.settings.backoff;
         let pressure = &self.context.pressure;
         // Only PATCHes take a slot and feed the concurrency limit: their latency is what
@@ -902,7 +999,7 @@ impl Runner {
                 tracing::debug!(%resource, ?step, limit = pressure.concurrency(), "PATCH concurrency");
             }
             match result {
-                Err(err) if err.is_retriable() && !self.stopped() => {
+                Err(err) if err.is_retriable() && retry(&err) && !self.stopped() => {
                     let labels = RetryLabels {
                         resource: resource.to_string(),
                         reason: err
