@@ -374,7 +374,7 @@ where
             }
         };
         let now = Instant::now();
-        let mut seen = sample.observe(sources.pressure.in_flight());
+        let mut seen = sample.observe(sources.pressure.requests_in_flight());
         let Some((earlier, at)) = before.take() else {
             // A rate needs two readings: the verdict waits for the second.
             before = Some((sample, now));

@@ -13,6 +13,7 @@
 //! (five requests a second rarely have two in flight).
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -47,6 +48,19 @@ pub(crate) struct Pressure {
     rate: RateLimiter,
     slots: Mutex<Slots>,
     freed: Notify,
+    /// The migrator's reads in flight (LIST pages, the probe's one-object LIST, discovery):
+    /// kube-apiserver counts them as executing like anyone's requests.
+    reads: AtomicUsize,
+}
+
+/// A read in flight, counted until dropped ([`Pressure::reading`]).
+#[must_use]
+pub(crate) struct Reading<'a>(&'a Pressure);
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        self.0.reads.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// A PATCH in flight; its slot is given back when dropped.
@@ -80,7 +94,21 @@ impl Pressure {
                 held_until: None,
             }),
             freed: Notify::new(),
+            reads: AtomicUsize::new(0),
         }
+    }
+
+    /// Counts a read of the migrator's as in flight while the guard lives.
+    pub(crate) fn reading(&self) -> Reading<'_> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        Reading(self)
+    }
+
+    /// Every request of the migrator's that kube-apiserver counts as executing now: its
+    /// PATCHes and its reads (not its watch-list stream, which holds no seat once open).
+    /// Others are what its counts show beyond these.
+    pub(crate) fn requests_in_flight(&self) -> usize {
+        self.in_flight() + self.reads.load(Ordering::Relaxed)
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Slots> {
@@ -323,6 +351,21 @@ mod tests {
         let start = tokio::time::Instant::now();
         pressure.token().await;
         assert!(start.elapsed() >= Duration::from_secs(2), "the pause holds");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn reads_count_in_flight_with_the_patches_while_they_last() {
+        let pressure = Pressure::new(0.0, 1, Mode::Fixed(4));
+        let _patch = pressure.slot().await;
+        let page = pressure.reading();
+        let probe = pressure.reading();
+        assert_eq!(
+            (pressure.in_flight(), pressure.requests_in_flight()),
+            (1, 3)
+        );
+        drop(page);
+        drop(probe);
+        assert_eq!(pressure.requests_in_flight(), 1);
     }
 
     #[tokio::test(start_paused = true)]

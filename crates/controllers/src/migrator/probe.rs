@@ -123,7 +123,11 @@ pub(crate) async fn watch(
             return;
         }
     };
-    watch_with(pressure, metrics, || time_one_read(&client, migrating)).await;
+    watch_with(pressure, metrics, || async {
+        let _counted = pressure.reading();
+        time_one_read(&client, migrating).await
+    })
+    .await;
 }
 
 /// One metadata-only LIST of one object of a resource being migrated, timed (at most

@@ -977,9 +977,13 @@ impl Runner {
             } else {
                 None
             };
+            // A read is counted while it executes, so that kube-apiserver's counts of others
+            // leave it out; the open stream holds no seat.
+            let reading = (!patch && verb != "watch").then(|| pressure.reading());
             let started = Instant::now();
             let result = call().await;
             let latency = started.elapsed();
+            drop(reading);
             let sent_in = slot.as_ref().map(Slot::epoch);
             drop(slot);
             let metrics = &self.context.metrics;
