@@ -198,10 +198,21 @@ impl Sample {
     /// [`OURS_ALWAYS`]. `None` when the two are not one process's counts (another
     /// kube-apiserver, a restart).
     pub(crate) fn others_since(&self, before: &Sample, migrating: &[String]) -> Option<f64> {
+        let series = self.others_by_series(before, migrating)?;
+        Some(series.iter().map(|(_, _, n)| n).sum())
+    }
+
+    /// [`Sample::others_since`] by (resource, verb), the busiest first: whom a verdict of
+    /// "shared" is about, for the log.
+    pub(crate) fn others_by_series(
+        &self,
+        before: &Sample,
+        migrating: &[String],
+    ) -> Option<Vec<(&str, &str, f64)>> {
         if self.process.is_none() || self.process != before.process {
             return None;
         }
-        let mut others = 0.0;
+        let mut others = Vec::new();
         for (resource, verb, now) in &self.answered {
             let then = before
                 .answered
@@ -213,10 +224,11 @@ impl Sample {
             }
             let ours = OURS_ALWAYS.contains(&resource.as_str())
                 || (migrating.contains(resource) && OUR_VERBS.contains(&verb.as_str()));
-            if !ours {
-                others += now - then;
+            if !ours && *now > then {
+                others.push((resource.as_str(), verb.as_str(), now - then));
             }
         }
+        others.sort_by(|a, b| b.2.total_cmp(&a.2));
         Some(others)
     }
 }
@@ -348,7 +360,8 @@ where
     F: Future<Output = Result<Sample, Unreadable>>,
 {
     let mut judge = Judge::default();
-    let mut before: Option<(Sample, Instant)> = None;
+    let mut before: Option<(Sample, Instant, Vec<String>)> = None;
+    let mut was_busy = false;
     let mut pace = Pace::default();
     loop {
         // From the moment a migration starts (its discovery and preflight come before its
@@ -360,6 +373,10 @@ where
             tokio::time::sleep(WAKE).await;
             continue;
         }
+        // Ours in flight when the reading was asked for and when it came back: those that
+        // ended in between were counted by kube-apiserver as executing (at a page's end all
+        // of its PATCHes end together), those that started may have been.
+        let ours_before = sources.pressure.requests_in_flight();
         let sample = match read().await {
             Ok(sample) => sample,
             Err(Unreadable::Transient) => {
@@ -374,19 +391,32 @@ where
             }
         };
         let now = Instant::now();
-        let mut seen = sample.observe(sources.pressure.requests_in_flight());
-        let Some((earlier, at)) = before.take() else {
+        let ours = ours_before.max(sources.pressure.requests_in_flight());
+        let mut seen = sample.observe(ours);
+        // The resources migrated since the reading before, a migration that ended meanwhile's
+        // too: its last PATCHes are in this reading's counts.
+        let mut migrating = sources.migrating.now();
+        let Some((earlier, at, migrated_then)) = before.take() else {
             // A rate needs two readings: the verdict waits for the second.
-            before = Some((sample, now));
+            before = Some((sample, now, migrating));
             tokio::time::sleep(FIRST_PERIOD).await;
             continue;
         };
         let elapsed = now.duration_since(at).as_secs_f64().max(0.001);
+        let current = migrating.clone();
+        migrating.extend(migrated_then);
         seen.others_rate = sample
-            .others_since(&earlier, &sources.migrating.now())
+            .others_since(&earlier, &migrating)
             .map(|requests| requests / elapsed);
-        before = Some((sample, now));
         let verdict = judge.judge(seen);
+        if verdict == Neighbours::Busy && !was_busy {
+            let busiest = sample
+                .others_by_series(&earlier, &migrating)
+                .and_then(|s| s.first().map(|(r, v, n)| format!("{v} {r}: {n}")));
+            tracing::info!(others_executing = seen.others, others_per_second = ?seen.others_rate, ?busiest, "kube-apiserver is shared: PATCHes follow latency");
+        }
+        was_busy = verdict == Neighbours::Busy;
+        before = Some((sample, now, current));
         sources
             .metrics
             .apiserver_shared
@@ -691,6 +721,84 @@ mod tests {
             ));
         }
         text
+    }
+
+    /// Ours are never another's: PATCHes that end while the counts are read (a page's all
+    /// end together) were counted as executing when the counts were taken, and the last
+    /// PATCHes of a migration that ended since the reading before are in the counter.
+    #[tokio::test(start_paused = true)]
+    async fn patches_that_end_during_a_reading_and_a_finished_migrations_are_ours() {
+        use crate::migrator::concurrency::Mode;
+        use crate::migrator::pressure::Slot;
+        use std::sync::Arc;
+
+        // 'static, so that the played apiserver can hold the test's slots and end them.
+        let pressure: &'static Pressure =
+            Box::leak(Box::new(Pressure::new(0.0, 1, Mode::Fixed(64))));
+        let migrating = Arc::new(Migrating::default());
+        let metrics = MigratorMetrics::new();
+        let ending: Arc<Mutex<Vec<Slot<'static>>>> = Arc::default();
+        let readings = Arc::new(Mutex::new(0.0));
+        let reader = {
+            let (ending, readings) = (ending.clone(), readings.clone());
+            move || {
+                let mut n = readings.lock().unwrap_or_else(|e| e.into_inner());
+                *n += 1.0;
+                // The slots held when the reading was asked for end before it comes back;
+                // kube-apiserver counted them executing, with the /metrics read itself.
+                let mut slots = ending.lock().unwrap_or_else(|e| e.into_inner());
+                let executing = slots.len() as f64 + 1.0;
+                slots.clear();
+                let mut text = scrape(&[("exempt", "exempt", executing, 0.0)]);
+                text.push_str("process_start_time_seconds 1.7e9\n");
+                // Our applies to the configmaps we migrate: 1 000 more each reading.
+                text.push_str(&format!(
+                    "{ANSWERED}{{code=\"200\",component=\"apiserver\",dry_run=\"\",group=\"\",resource=\"configmaps\",scope=\"resource\",subresource=\"\",system_client=\"\",verb=\"APPLY\",version=\"v1\"}} {}\n",
+                    *n * 1000.0
+                ));
+                std::future::ready(Sample::parse(&text).ok_or(Unreadable::Never))
+            }
+        };
+        let watching = {
+            let (migrating, metrics) = (migrating.clone(), metrics.clone());
+            tokio::spawn(async move {
+                let sources = Sources {
+                    pressure,
+                    migrating: &migrating,
+                    metrics: &metrics,
+                };
+                watch_with(sources, reader).await;
+            })
+        };
+        let count = || *readings.lock().unwrap_or_else(|e| e.into_inner());
+        let entered = migrating.enter(&test_resource("", "configmaps", "ConfigMap"));
+        tokio::time::sleep(FIRST_PERIOD / 2).await;
+        assert_eq!(count(), 1.0);
+        // A page's 64 PATCHes in flight, all answered while the second reading is read.
+        for _ in 0..64 {
+            let slot = pressure.slot().await;
+            ending.lock().unwrap_or_else(|e| e.into_inner()).push(slot);
+        }
+        tokio::time::sleep(FIRST_PERIOD).await;
+        assert_eq!(count(), 2.0);
+        assert_eq!(
+            metrics.apiserver_shared.get(),
+            0,
+            "the page's PATCHes are ours"
+        );
+        // The migration ends, its last PATCH in flight: the next reading still counts its
+        // applies as ours.
+        let slot = pressure.slot().await;
+        ending.lock().unwrap_or_else(|e| e.into_inner()).push(slot);
+        drop(entered);
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        assert_eq!(count(), 3.0);
+        assert_eq!(
+            metrics.apiserver_shared.get(),
+            0,
+            "a finished migration's applies are ours"
+        );
+        watching.abort();
     }
 
     #[test]
