@@ -67,6 +67,8 @@ pub(crate) const QUIET_BELOW: f64 = 0.5;
 pub(crate) const BUSY_RATE: f64 = 3.0;
 /// …and below which it is the migrator's alone again.
 pub(crate) const QUIET_RATE: f64 = 1.5;
+/// Fewer of others' requests than this between two readings make no rate.
+const MIN_REQUESTS: f64 = 2.0;
 /// Weight of a new sample in the smoothed counts.
 const SMOOTHING: f64 = 0.5;
 
@@ -230,6 +232,16 @@ impl Sample {
         }
         others.sort_by(|a, b| b.2.total_cmp(&a.2));
         Some(others)
+    }
+}
+
+/// Others' requests a second from `requests` in `seconds`; a single request is no rate (one
+/// lease renewal between two readings 0.3 s apart is not 3 a second of a neighbour).
+fn others_rate(requests: f64, seconds: f64) -> f64 {
+    if requests < MIN_REQUESTS {
+        0.0
+    } else {
+        requests / seconds
     }
 }
 
@@ -407,7 +419,7 @@ where
         migrating.extend(migrated_then);
         seen.others_rate = sample
             .others_since(&earlier, &migrating)
-            .map(|requests| requests / elapsed);
+            .map(|requests| others_rate(requests, elapsed));
         let verdict = judge.judge(seen);
         if verdict == Neighbours::Busy && !was_busy {
             let busiest = sample
@@ -799,6 +811,14 @@ mod tests {
             "a finished migration's applies are ours"
         );
         watching.abort();
+    }
+
+    #[test]
+    fn one_request_between_two_readings_is_no_rate_two_are() {
+        // kube-apiserver's own lease renewal, caught between readings 0.31 s apart.
+        assert_eq!(others_rate(1.0, 0.31), 0.0);
+        assert!(others_rate(2.0, 0.5) >= BUSY_RATE, "a steady neighbour");
+        assert_eq!(others_rate(0.0, 0.5), 0.0);
     }
 
     #[test]
