@@ -28,7 +28,7 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 use super::error::{ApiError, ApiResult};
-use svm_storage::{Compare, Op, Revision, Storage, Txn, TxnOutcome};
+use svm_storage::{Compare, Op, Revision, Storage, StorageError, Txn, TxnOutcome};
 
 /// The key whose mod revision names the current leadership term.
 pub fn term_key(prefix: &str) -> String {
@@ -206,10 +206,40 @@ impl Fence {
         txn.ops
             .extend(records.into_iter().map(|r| Op::Put(r.key, r.value)));
         txn.ops.extend(self.stamp());
-        match self.inner.storage.txn(txn).await {
-            Ok(TxnOutcome::Committed { .. }) => Ok(()),
-            Ok(TxnOutcome::Failed { .. }) => Err(self.refused("writing records")),
+        let storage = self.inner.storage.clone();
+        match self.send(storage, txn, 0, "writing records".into()).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(refused)) => Err(refused),
             Err(err) => Err(ApiError::from_storage(err, "", "records", "")),
+        }
+    }
+
+    /// Sends a fenced transaction (`what` names it; its fence's compares start at
+    /// `fence_from`) and sees it to its answer even when the caller stops waiting — its
+    /// controllers stopped as the lease ran out while it was in flight. Such a write still
+    /// reaches etcd and is refused there; seen to its answer, the replica learns and says so.
+    /// `Ok(Err(refused))` when a compare of the fence failed.
+    pub(crate) async fn send(
+        &self,
+        storage: Arc<dyn Storage>,
+        txn: Txn,
+        fence_from: usize,
+        what: String,
+    ) -> Result<Result<TxnOutcome, ApiError>, StorageError> {
+        let fence = self.clone();
+        let answered = tokio::spawn(async move {
+            match storage.txn(txn).await {
+                Ok(TxnOutcome::Failed { index, .. }) if index >= fence_from => {
+                    Ok(Err(fence.refused(&what)))
+                }
+                other => other.map(Ok),
+            }
+        });
+        match answered.await {
+            Ok(answer) => answer,
+            Err(ended) => Ok(Err(ApiError::Internal(format!(
+                "a fenced write's task ended without an answer: {ended}"
+            )))),
         }
     }
 }

@@ -271,22 +271,28 @@ impl<S: Strategy> Store<S> {
                 .iter()
                 .map(|r| Op::Put(r.key.clone(), r.value.clone())),
         );
-        if let Some(fence) = also.fence {
-            txn.compares.extend(fence.compare());
-            txn.ops.extend(fence.stamp());
-        }
-        match self.storage.txn(txn).await {
+        let answer = match also.fence {
+            Some(fence) => {
+                txn.compares.extend(fence.compare());
+                txn.ops.extend(fence.stamp());
+                let what = format!("writing {} {name}", self.plural());
+                match fence.send(self.storage.clone(), txn, 1, what).await {
+                    Ok(Err(refused)) => return Err(refused),
+                    Ok(Ok(outcome)) => Ok(outcome),
+                    Err(err) => Err(err),
+                }
+            }
+            None => self.storage.txn(txn).await,
+        };
+        match answer {
             Ok(TxnOutcome::Committed { revision }) => Ok(Committed::At(revision)),
             Ok(TxnOutcome::Failed { index: 0, current }) => {
                 Ok(Committed::ObjectChanged { current })
             }
-            Ok(TxnOutcome::Failed { .. }) => Err(match also.fence {
-                Some(fence) => fence.refused(&format!("writing {} {name}", self.plural())),
-                None => ApiError::Internal(format!(
-                    "writing {} {name}: a compare failed",
-                    self.plural()
-                )),
-            }),
+            Ok(TxnOutcome::Failed { .. }) => Err(ApiError::Internal(format!(
+                "writing {} {name}: a compare failed",
+                self.plural()
+            ))),
             Err(err) => Err(self.storage_error(err, name)),
         }
     }
