@@ -373,7 +373,6 @@ where
 {
     let mut judge = Judge::default();
     let mut before: Option<(Sample, Instant, Vec<String>)> = None;
-    let mut was_busy = false;
     let mut pace = Pace::default();
     loop {
         // From the moment a migration starts (its discovery and preflight come before its
@@ -420,6 +419,7 @@ where
         seen.others_rate = sample
             .others_since(&earlier, &migrating)
             .map(|requests| others_rate(requests, elapsed));
+        let was_busy = judge.busy;
         let verdict = judge.judge(seen);
         if verdict == Neighbours::Busy && !was_busy {
             let busiest = sample
@@ -427,7 +427,6 @@ where
                 .and_then(|s| s.first().map(|(r, v, n)| format!("{v} {r}: {n}")));
             tracing::info!(others_executing = seen.others, others_per_second = ?seen.others_rate, ?busiest, "kube-apiserver is shared: PATCHes follow latency");
         }
-        was_busy = verdict == Neighbours::Busy;
         before = Some((sample, now, current));
         sources
             .metrics
