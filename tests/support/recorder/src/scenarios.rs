@@ -77,6 +77,21 @@ impl Ctx<'_> {
         Ok(exchange)
     }
 
+    /// Until a new CRD's `path` is established and served (at most 30 s).
+    fn wait_served(&self, path: &str, crd: &str) -> Result<()> {
+        for _ in 0..=61 {
+            if self
+                .send(Request::get(path).accept("application/json"))?
+                .status
+                == 200
+            {
+                return Ok(());
+            }
+            sleep_ms(500);
+        }
+        bail!("the {crd} CRD was not served within 30 s")
+    }
+
     /// A request the files do not show; it must succeed.
     fn setup(&self, request: Request) -> Result<Exchange> {
         let exchange = self.send(request)?;
@@ -278,17 +293,7 @@ fn setup(ctx: &Ctx) -> Result<()> {
                         {"name": "Size", "type": "integer", "jsonPath": ".spec.size"},
                         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}]}]}}),
     ))?;
-    // Established and served.
-    for attempt in 0.. {
-        let answer = ctx.send(Request::get(WIDGETS).accept("application/json"))?;
-        if answer.status == 200 {
-            break;
-        }
-        if attempt > 60 {
-            bail!("the widgets CRD was not served within 30 s");
-        }
-        sleep_ms(500);
-    }
+    ctx.wait_served(WIDGETS, "widgets")?;
     for (name, size) in [("w1", 1), ("w2", 2)] {
         ctx.setup(json_request(
             "POST",
@@ -1069,19 +1074,7 @@ fn gadgets(ctx: &Ctx) -> Result<()> {
                     "listKind": "GadgetList"},
                 "versions": [version("v1", true), version("v2", false)]}}),
     ))?;
-    for attempt in 0.. {
-        if ctx
-            .send(Request::get(GADGETS).accept("application/json"))?
-            .status
-            == 200
-        {
-            break;
-        }
-        if attempt > 60 {
-            bail!("the gadgets CRD was not served within 30 s");
-        }
-        sleep_ms(500);
-    }
+    ctx.wait_served(GADGETS, "gadgets")?;
     let data = "x".repeat(4096);
     let threads = 4;
     std::thread::scope(|scope| {
