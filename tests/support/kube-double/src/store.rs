@@ -345,9 +345,12 @@ impl Store {
         rev: u64,
         limit: usize,
     ) -> Result<Scan, ReadError> {
-        self.check_readable(rev)?;
         let table = self.table(gr);
         let state = table.read();
+        // Checked under the lock: a compaction bumps the revision before it frees versions
+        // under the write lock, so a read that passes here sees every version at `rev` (as
+        // an etcd range at a revision fails whole or answers whole, never with keys missing).
+        self.check_readable(rev)?;
         let start = match from {
             Some(from) if from > prefix => Bound::Included(from.to_string()),
             _ => Bound::Included(prefix.to_string()),
@@ -379,9 +382,10 @@ impl Store {
         from: Option<&str>,
         rev: u64,
     ) -> Result<usize, ReadError> {
-        self.check_readable(rev)?;
         let table = self.table(gr);
         let state = table.read();
+        // Under the lock, as in `scan`.
+        self.check_readable(rev)?;
         let start = match from {
             Some(from) if from > prefix => from.to_string(),
             _ => prefix.to_string(),
