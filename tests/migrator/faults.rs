@@ -63,7 +63,13 @@ async fn it_completes_through_5xx_429_storms_and_expired_tokens_within_the_rate_
     h.double.compact();
 
     let m = h.wait_succeeded("flaky", Duration::from_secs(300)).await;
+    // Counted once each, across the 410 and the pauses: pages keep the last key done.
     assert_eq!(migrated(&m), OBJECTS as i64);
+    assert_eq!(
+        m["status"]["progress"]["migratedThrough"],
+        format!("demo/w-{:05}", OBJECTS - 1),
+        "{m:#}"
+    );
     assert_eq!(
         h.double
             .stored_summary("widgets.example.test")

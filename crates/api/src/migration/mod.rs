@@ -129,9 +129,9 @@ pub struct MigrationProgress {
     /// The continue token of the next page to migrate: the resume point.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub continue_token: String,
-    /// The resume point of a migration that read the resource as one watch-list stream:
-    /// every object whose key (`namespace/name`, or `name`) sorts at or before this one has
-    /// been migrated.
+    /// The done prefix: every object whose key (`namespace/name`, or `name`) sorts at or
+    /// before this one has been migrated, by a watch-list stream or by pages (both read in
+    /// key order). A restarted stream, or pages started over, skip up to it.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub migrated_through: String,
     /// When this checkpoint was written.

@@ -45,7 +45,7 @@ pub fn progress_definition() -> Value {
             "migratedObjects": {"type": "integer", "format": "int64", "description": "Objects rewritten in the current storage version (or found rewritten or deleted) so far."},
             "remainingObjects": {"type": "integer", "format": "int64", "description": "The target apiserver's estimate of objects not yet listed (its remainingItemCount)."},
             "continueToken": string("The continue token of the next page to migrate: where a restarted migrator resumes."),
-            "migratedThrough": string("When the resource was read as one watch-list stream: every object whose key (namespace/name, or name) sorts at or before this one has been migrated; where a restarted migrator resumes."),
+            "migratedThrough": string("Every object whose key (namespace/name, or name) sorts at or before this one has been migrated (read as a watch-list stream or in pages, both in key order); a restarted stream, or pages started over, skip up to it."),
             "lastCheckpointTime": described_ref(&format!("{META}.Time"), "When the checkpoint was last written."),
             "failedObjects": {"type": "integer", "format": "int64", "description": "Objects the cluster refused for good (a webhook's denial, a 400/403/422); not counted in migratedObjects."},
             "failures": list_type(json!({

@@ -77,6 +77,15 @@ enum Opened {
     NotYet(Duration),
 }
 
+/// How [`Runner::page`] pages.
+struct Pages {
+    /// Stop after the page that ends past this time (else: through the last page).
+    until: Option<Instant>,
+    /// Checkpoint the continue token with each page: a run resumed from the checkpoint pages
+    /// on from it rather than streaming again.
+    checkpoint_token: bool,
+}
+
 /// How one stream of a streamed read ended (everything admitted is done and checkpointed).
 enum StreamEnd {
     /// Its initial-events-end bookmark came (with the list revision, checkpointed).
@@ -422,13 +431,45 @@ impl Runner {
         token: &mut Option<String>,
         wait: Duration,
     ) -> Result<bool, RunError> {
-        let until = Instant::now() + wait;
+        // The continue token is not checkpointed: a run resumed from this checkpoint streams
+        // again rather than paging on.
+        let pages = Pages {
+            until: Some(Instant::now() + wait),
+            checkpoint_token: false,
+        };
+        self.page(resource, label, progress, token, pages).await
+    }
+
+    /// Pages with metadata-only LISTs from `token`, each page rewritten and checkpointed with
+    /// its last key as `migrated_through` (a LIST is in key order), until the last page or
+    /// `pages.until`: whether the last page was read. Objects at or before `migrated_through`
+    /// are skipped — done by a stream, or by these pages before a token expired without the
+    /// inconsistent token to go on from (then the pages start over, and nothing is PATCHed or
+    /// counted twice).
+    async fn page(
+        &self,
+        resource: &ResolvedResource,
+        label: &ResourceLabel,
+        progress: &mut MigrationProgress,
+        token: &mut Option<String>,
+        pages: Pages,
+    ) -> Result<bool, RunError> {
         loop {
+            if self.stopped() {
+                return Err(RunError::Stopped);
+            }
             let page = match self.list_page(resource, token.as_deref()).await {
                 Ok(page) => page,
-                // An expired token: from the start again, skipping what is done.
-                Err(ClusterError::Api { code: 410, .. }) => {
-                    *token = None;
+                Err(ClusterError::Api {
+                    code: 410,
+                    continue_token,
+                    ..
+                }) => {
+                    // The token expired (compaction). kube-apiserver hands back an
+                    // inconsistent token that continues after the same key at the current
+                    // revision (recording 05): objects not yet seen are still all ahead of it.
+                    tracing::info!(migration = %self.name, resumed = continue_token.is_some(), "continue token expired");
+                    *token = continue_token;
                     continue;
                 }
                 Err(err) => {
@@ -441,11 +482,14 @@ impl Runner {
                 progress.migrated_through = last.key().max(done.clone());
             }
             *token = page.continue_token.clone();
+            if pages.checkpoint_token {
+                progress.continue_token = token.clone().unwrap_or_default();
+            }
             self.rewrite(resource, label, progress, page, &done).await?;
             if token.is_none() {
                 return Ok(true);
             }
-            if Instant::now() >= until {
+            if pages.until.is_some_and(|until| Instant::now() >= until) {
                 return Ok(false);
             }
         }
@@ -685,9 +729,8 @@ impl Runner {
         self.checkpoint(progress, resource_version).await
     }
 
-    /// Pages through the resource with metadata-only LISTs from `token`, checkpointing the
-    /// continue token after each page. Objects a streamed run already finished (at or before
-    /// `migrated_through`) are skipped.
+    /// Pages through the rest of the resource from `token`, checkpointing the continue token
+    /// after each page (a run resumed from it pages on).
     async fn migrate_paged(
         &self,
         resource: &ResolvedResource,
@@ -695,41 +738,13 @@ impl Runner {
         progress: &mut MigrationProgress,
         mut token: Option<String>,
     ) -> Result<(), RunError> {
-        let done = progress.migrated_through.clone();
-        loop {
-            if self.stopped() {
-                return Err(RunError::Stopped);
-            }
-            let page = match self.list_page(resource, token.as_deref()).await {
-                Ok(page) => page,
-                Err(ClusterError::Api {
-                    code: 410,
-                    continue_token,
-                    ..
-                }) => {
-                    // The token expired (compaction). kube-apiserver hands back an
-                    // inconsistent token that continues after the same key at the current
-                    // revision (recording 05): objects not yet seen are still all ahead of it.
-                    // Without one, start over: finished objects cost only a no-op PATCH.
-                    tracing::info!(migration = %self.name, resumed = continue_token.is_some(), "continue token expired");
-                    token = continue_token;
-                    continue;
-                }
-                Err(err) => {
-                    return Err(self.classify(
-                        err,
-                        "ListFailed",
-                        &format!("listing {}", resource.group_resource()),
-                    ));
-                }
-            };
-            progress.continue_token = page.continue_token.clone().unwrap_or_default();
-            token = page.continue_token.clone();
-            self.rewrite(resource, label, progress, page, &done).await?;
-            if token.is_none() {
-                return Ok(());
-            }
-        }
+        let pages = Pages {
+            until: None,
+            checkpoint_token: true,
+        };
+        self.page(resource, label, progress, &mut token, pages)
+            .await
+            .map(|_last_page_read| ())
     }
 
     /// Counts `migrated` more objects into `progress` and the metrics.
