@@ -124,6 +124,19 @@ impl Scheduler {
         self.known.insert(name, m);
     }
 
+    /// A run that finished it: the migration as stored then stands for it until the feed
+    /// brings that write (or a later one), so it is not started again meanwhile. One deleted
+    /// while it ran stays forgotten.
+    fn finished(&mut self, stored: StorageVersionMigration) {
+        let name = stored.metadata.name.clone().unwrap_or_default();
+        self.waiting.remove(&name);
+        if let Some(known) = self.known.get_mut(&name)
+            && known.metadata.uid == stored.metadata.uid
+        {
+            *known = stored;
+        }
+    }
+
     fn forget(&mut self, name: &str) {
         self.known.remove(name);
         self.waiting.remove(name);
@@ -311,7 +324,8 @@ impl Migrator {
             .running
             .set(scheduler.running.len() as i64);
         match outcome {
-            Outcome::Finished | Outcome::Stopped => {
+            Outcome::Finished(stored) => scheduler.finished(*stored),
+            Outcome::Stopped => {
                 scheduler.waiting.remove(&name);
             }
             Outcome::Yielded(foreign) => {
@@ -466,5 +480,23 @@ mod tests {
         s.forget("gone");
         assert!(cancel.is_cancelled());
         assert!(s.known.is_empty());
+    }
+
+    #[test]
+    fn a_finished_run_is_not_started_again_before_the_feed_brings_its_write() {
+        let mut running = migration("done-here", 1, "secrets");
+        running.metadata.uid = Some("uid-1".into());
+        let mut s = scheduler(vec![running.clone()]);
+        let mut stored = running.clone();
+        set_condition(&mut stored.status, SUCCEEDED, true, "Done", "", None);
+        s.finished(stored.clone());
+        assert!(s.next(10, Instant::now()).is_empty());
+        // A migration deleted and created again under the name while the run ended is the
+        // new one, and starts.
+        let mut again = migration("done-here", 2, "secrets");
+        again.metadata.uid = Some("uid-2".into());
+        s.applied(again);
+        s.finished(stored);
+        assert_eq!(s.next(10, Instant::now()), ["done-here"]);
     }
 }

@@ -48,10 +48,11 @@ pub(super) fn count(n: usize) -> i64 {
 }
 
 /// How a run ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(super) enum Outcome {
-    /// Succeeded or Failed, and recorded so.
-    Finished,
+    /// Succeeded or Failed, and recorded so: the migration as stored then (the pool knows it
+    /// is finished before its feed says so, and does not start it again meanwhile).
+    Finished(Box<StorageVersionMigration>),
     /// Deleted, or the pool is shutting down: nothing more to do here.
     Stopped,
     /// The apiserver kept failing past the retry cap: try again later, from the checkpoint.
@@ -159,7 +160,7 @@ pub(crate) async fn run(
         last: Mutex::new(MigrationProgress::default()),
     };
     match runner.run().await {
-        Ok(()) => Outcome::Finished,
+        Ok(stored) => Outcome::Finished(Box::new(stored)),
         Err(RunError::Stopped) => Outcome::Stopped,
         Err(RunError::Yielded(foreign)) => Outcome::Yielded(foreign),
         Err(RunError::Retry(message)) => Outcome::RetryLater(message),
@@ -186,14 +187,15 @@ impl Runner {
         self.cancel.is_cancelled()
     }
 
-    async fn run(&self) -> Result<(), RunError> {
+    /// The migration as stored when it finished.
+    async fn run(&self) -> Result<StorageVersionMigration, RunError> {
         let Some(migration) = self.migration().await? else {
             return Err(RunError::Stopped);
         };
         if migration.condition_true(SUCCEEDED).is_some()
             || migration.condition_true(FAILED).is_some()
         {
-            return Ok(());
+            return Ok(migration);
         }
         // Another migrator already wrote its status (managedFields say who): never start.
         if let Some(foreign) = check(&self.guard, &migration) {
@@ -249,7 +251,7 @@ impl Runner {
         &self,
         resource: &ResolvedResource,
         progress: &MigrationProgress,
-    ) -> Result<(), RunError> {
+    ) -> Result<StorageVersionMigration, RunError> {
         if self.failures.count() > 0 && !self.skip.load(Ordering::Relaxed) {
             return Err(self.rejected());
         }
@@ -778,7 +780,7 @@ impl Runner {
         &self,
         resource: &ResolvedResource,
         progress: &MigrationProgress,
-    ) -> Result<(), RunError> {
+    ) -> Result<StorageVersionMigration, RunError> {
         let message = progress_message(progress);
         // Reached with refused objects only under the policy `Skip`: said in a condition of
         // its own (which keeps the resource unsafe) and a Warning Event, never silently.
@@ -826,7 +828,7 @@ impl Runner {
                 .event(&stored, Reason::ObjectsSkipped, skipped)
                 .await;
         }
-        Ok(())
+        Ok(stored)
     }
 
     async fn migration(&self) -> Result<Option<StorageVersionMigration>, RunError> {
@@ -1079,7 +1081,7 @@ impl Runner {
                     })
                     .inc();
                 self.context.event(&stored, Reason::Failed, message).await;
-                Outcome::Finished
+                Outcome::Finished(Box::new(stored))
             }
             Err(StatusWriteError::Gone | StatusWriteError::Deposed(_)) => Outcome::Stopped,
             Err(StatusWriteError::Yielded(foreign)) => Outcome::Yielded(foreign),
