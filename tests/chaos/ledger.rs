@@ -65,6 +65,9 @@ impl Drop for Ledger {
 pub(crate) struct Accounting {
     /// Stamped controller writes per holder identity.
     pub writes_by_holder: BTreeMap<String, u64>,
+    /// Stamped controller writes per term (the revision it began, its holder): a replica
+    /// deposed may lead again later, in a term of its own.
+    pub writes_by_term: BTreeMap<(Revision, String), u64>,
     /// Stamped writes whose term was over when they landed, per holder.
     pub deposed_by_holder: BTreeMap<String, u64>,
     /// Revisions that changed something other than leader election with no stamp.
@@ -191,6 +194,9 @@ impl Ledger {
                     Some(stamp) => {
                         *out.writes_by_holder
                             .entry(stamp.holder.clone())
+                            .or_default() += 1;
+                        *out.writes_by_term
+                            .entry((stamp.term, stamp.holder.clone()))
                             .or_default() += 1;
                         if term.as_ref().map(|t| t.0) != Some(stamp.term) {
                             *out.deposed_by_holder.entry(stamp.holder).or_default() += 1;
