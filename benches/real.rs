@@ -33,7 +33,8 @@
 //! loopback TCP proxy that delays every byte `SVM_BENCH_REAL_DELAY_MS` (2) each way (a real
 //! cluster's network; `real/delay.rs`). `writes` adds the table of what each way of writing an
 //! object back unchanged costs kube-apiserver (`real/writes.rs`;
-//! `SVM_BENCH_REAL_WRITE_OBJECTS`, 2000, per size). `SVM_BENCH_REAL_TRACE=1` prints our PATCH
+//! `SVM_BENCH_REAL_WRITE_OBJECTS`, 2000, per size). `metrics` adds, after the migrations, what
+//! one reading of its `/metrics` costs it, text against protobuf. `SVM_BENCH_REAL_TRACE=1` prints our PATCH
 //! limit, the shared verdict and the others-slowdown ratio every 0.5 s of every run. Creating objects is the slow part
 //! (~a few thousand a second).
 
@@ -748,6 +749,49 @@ impl Bench {
         }
     }
 
+    /// What one reading of kube-apiserver's `/metrics` costs it (what `--object-concurrency
+    /// auto` reads to tell whether anyone else is working): CPU seconds and bytes per reading,
+    /// in the text format the migrator asks for and in Prometheus's protobuf, alternated.
+    async fn metrics_cost(&self) {
+        const READINGS: usize = 10;
+        const TEXT: &str = "text/plain";
+        const PROTOBUF: &str = "application/vnd.google.protobuf;proto=io.prometheus.client.MetricFamily;encoding=delimited";
+        println!("\nOne reading of kube-apiserver's /metrics, {READINGS} each way, alternated\n");
+        println!("| format | kas CPU ms/reading | wall ms/reading | bytes/reading |");
+        println!("|---|---|---|---|");
+        for accept in [TEXT, PROTOBUF, TEXT, PROTOBUF] {
+            let cpu = cpu_seconds(self.kas_pid);
+            let started = Instant::now();
+            let mut bytes = 0;
+            for _ in 0..READINGS {
+                let request = http::Request::get("/metrics")
+                    .header("Accept", accept)
+                    .body(Vec::new())
+                    .expect("request");
+                let response = self
+                    .client
+                    .send(request.map(kube::client::Body::from))
+                    .await
+                    .expect("GET /metrics");
+                bytes += response
+                    .into_body()
+                    .collect()
+                    .await
+                    .expect("body")
+                    .to_bytes()
+                    .len();
+            }
+            let per = |total: f64| total / READINGS as f64 * 1000.0;
+            println!(
+                "| {} | {:.0} | {:.0} | {} |",
+                if accept == TEXT { "text" } else { "protobuf" },
+                per(cpu_seconds(self.kas_pid) - cpu),
+                per(started.elapsed().as_secs_f64()),
+                bytes / READINGS
+            );
+        }
+    }
+
     /// kube-apiserver's CPU seconds per 1 000 objects, and the bytes per object of the answers,
     /// for [`READ_ROUNDS`] metadata-only reads of every object of `target`: LIST pages of 500,
     /// or one watch-list stream up to its initial-events-end bookmark.
@@ -944,7 +988,7 @@ async fn main() {
     }
     let migrations = runs
         .iter()
-        .any(|r| !matches!(r.as_str(), "writes" | "wire"));
+        .any(|r| !matches!(r.as_str(), "writes" | "wire" | "metrics"));
     let mut rows = Vec::new();
     let mut loaded = None;
     let mut lists_alone = None;
@@ -962,7 +1006,7 @@ async fn main() {
             if name == "qps" || name == "load" || name == "lists" {
                 continue;
             }
-            if name == "wire" || name == "writes" {
+            if name == "wire" || name == "writes" || name == "metrics" {
                 continue;
             }
             let run = OurRun::parse(name);
@@ -1020,6 +1064,9 @@ async fn main() {
     }
     if run("wire") {
         bench.wire_formats(n).await;
+    }
+    if run("metrics") {
+        bench.metrics_cost().await;
     }
     if let Some((p50, p99)) = lists_alone {
         println!(
