@@ -8,6 +8,7 @@ mod ksvm;
 pub(crate) mod leader;
 pub(crate) mod metrics;
 pub(crate) mod migrator;
+mod prometheus_proto;
 mod prometheus_text;
 mod term;
 pub mod trigger;

@@ -39,7 +39,7 @@ use tokio::time::Instant;
 use super::Pressure;
 use super::concurrency::Neighbours;
 use super::metrics::MigratorMetrics;
-use crate::prometheus_text;
+use crate::{prometheus_proto, prometheus_text};
 use svm_cluster::ClusterClient;
 use svm_cluster::resources::{ResolvedResource, group_resource};
 
@@ -76,6 +76,8 @@ const EXECUTING: &str = "apiserver_flowcontrol_current_executing_requests";
 const WAITING: &str = "apiserver_flowcontrol_current_inqueue_requests";
 const ANSWERED: &str = "apiserver_request_total";
 const PROCESS_STARTED: &str = "process_start_time_seconds";
+/// The families a reading uses.
+const FAMILIES: [&str; 4] = [EXECUTING, WAITING, ANSWERED, PROCESS_STARTED];
 /// What the migrator sends about a resource it migrates: its reads, the no-op write (a merge
 /// patch, or an apply), a conflict's re-read.
 const OUR_VERBS: [&str; 5] = ["GET", "LIST", "WATCH", "PATCH", "APPLY"];
@@ -110,15 +112,31 @@ impl Sample {
     /// The counts of a `/metrics` text; `None` when it has no APF gauges (APF off, or not
     /// kube-apiserver).
     pub(crate) fn parse(text: &str) -> Option<Sample> {
+        // Only the few families read here are parsed: the text has thousands of lines.
+        let ours = text
+            .lines()
+            .filter(|line| FAMILIES.iter().any(|family| line.starts_with(family)))
+            .filter_map(prometheus_text::sample);
+        Self::from_series(ours)
+    }
+
+    /// The counts of a `/metrics` answer in Prometheus's protobuf format (see
+    /// [`prometheus_proto`]); `None` as for [`Sample::parse`], or when it does not decode.
+    pub(crate) fn decode(body: &[u8]) -> Option<Sample> {
+        let series = prometheus_proto::samples(body, &FAMILIES)?;
+        Self::from_series(
+            series
+                .iter()
+                .map(|(name, labels, value)| (name.as_str(), labels.clone(), *value)),
+        )
+    }
+
+    fn from_series<'a>(
+        series: impl Iterator<Item = (&'a str, BTreeMap<String, String>, f64)>,
+    ) -> Option<Sample> {
         let mut sample = Sample::default();
         let mut seen = false;
-        // Only the few families read here are parsed: the text has thousands of lines.
-        let ours = text.lines().filter(|line| {
-            [EXECUTING, WAITING, ANSWERED, PROCESS_STARTED]
-                .iter()
-                .any(|family| line.starts_with(family))
-        });
-        for (name, labels, value) in ours.filter_map(prometheus_text::sample) {
+        for (name, labels, value) in series {
             match name {
                 EXECUTING | WAITING => {
                     let Some(level) = labels.get("priority_level") else {
@@ -477,7 +495,12 @@ enum Unreadable {
 /// One reading of kube-apiserver's `/metrics`.
 async fn read(cluster: &ClusterClient) -> Result<Sample, Unreadable> {
     let answer = match cluster
-        .request(http::Method::GET, "/metrics", "text/plain", None)
+        .request(
+            http::Method::GET,
+            "/metrics",
+            prometheus_proto::ACCEPT,
+            None,
+        )
         .await
     {
         Ok(answer) => answer,
@@ -490,7 +513,17 @@ async fn read(cluster: &ClusterClient) -> Result<Sample, Unreadable> {
             return Err(Unreadable::Never);
         }
     };
-    Sample::parse(&String::from_utf8_lossy(&answer.body)).ok_or_else(|| {
+    let protobuf = answer
+        .headers
+        .get(http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(prometheus_proto::is_protobuf);
+    let sample = if protobuf {
+        Sample::decode(&answer.body)
+    } else {
+        Sample::parse(&String::from_utf8_lossy(&answer.body))
+    };
+    sample.ok_or_else(|| {
         tracing::info!(
             "kube-apiserver's /metrics has no API Priority and Fairness gauges: --object-concurrency auto follows latency alone"
         );
@@ -610,6 +643,69 @@ mod tests {
             .expect("the watch ends at a refusal")
             .expect("task");
         assert_eq!(count(), stopped + 1);
+    }
+
+    /// The same families as the text of [`scrape`] (and a request count), in Prometheus's
+    /// delimited protobuf, with a histogram family that is not read.
+    fn scrape_protobuf(levels: &[(&str, &str, f64, f64)]) -> Vec<u8> {
+        use crate::prometheus_proto::{LabelPair, Metric, MetricFamily, Value};
+        use prost::Message;
+        let labels = |pairs: &[(&str, &str)]| {
+            pairs
+                .iter()
+                .map(|(n, v)| LabelPair {
+                    name: Some((*n).into()),
+                    value: Some((*v).into()),
+                })
+                .collect()
+        };
+        let gauge = |pairs: &[(&str, &str)], v: f64| Metric {
+            label: labels(pairs),
+            gauge: Some(Value { value: Some(v) }),
+            ..Metric::default()
+        };
+        let family = |name: &str, metric: Vec<Metric>| {
+            MetricFamily {
+                name: Some(name.into()),
+                metric,
+            }
+            .encode_length_delimited_to_vec()
+        };
+        let mut body = family(
+            "apiserver_request_duration_seconds",
+            vec![gauge(&[("verb", "GET")], 0.5)],
+        );
+        for (name, pick) in [(EXECUTING, 0), (WAITING, 1)] {
+            let metrics = levels
+                .iter()
+                .map(|(level, schema, executing, waiting)| {
+                    let value = if pick == 0 { *executing } else { *waiting };
+                    gauge(&[("flow_schema", schema), ("priority_level", level)], value)
+                })
+                .collect();
+            body.extend(family(name, metrics));
+        }
+        let mut answered = gauge(&[("resource", "pods"), ("verb", "LIST")], 0.0);
+        answered.gauge = None;
+        answered.counter = Some(Value { value: Some(12.0) });
+        body.extend(family(ANSWERED, vec![answered]));
+        body
+    }
+
+    #[test]
+    fn a_protobuf_reading_says_what_the_text_says() {
+        let levels = [
+            (OWN_LEVEL, OWN_LEVEL, 10.0, 30.0),
+            ("workload-low", "service-accounts", 1.0, 2.0),
+        ];
+        let text = scrape(&levels)
+            + "apiserver_request_total{code=\"200\",resource=\"pods\",verb=\"LIST\"} 12\n";
+        let from_text = Sample::parse(&text).expect("APF gauges");
+        let from_protobuf = Sample::decode(&scrape_protobuf(&levels)).expect("APF gauges");
+        assert_eq!(from_protobuf, from_text);
+        assert_ne!(from_protobuf, Sample::default());
+        // Without the APF families, as from the text.
+        assert_eq!(Sample::decode(&[]), None);
     }
 
     #[test]
