@@ -106,11 +106,13 @@ pub(crate) struct Value {
     pub value: Option<f64>,
 }
 
+/// Builders of a delimited protobuf `/metrics` body, for the tests that read one.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod build {
+    use super::{LabelPair, Message, Metric, MetricFamily, Value};
 
-    fn family(name: &str, metrics: Vec<Metric>) -> Vec<u8> {
+    /// One family, length-delimited as on the wire.
+    pub(crate) fn family(name: &str, metrics: Vec<Metric>) -> Vec<u8> {
         MetricFamily {
             name: Some(name.into()),
             metric: metrics,
@@ -118,7 +120,7 @@ mod tests {
         .encode_length_delimited_to_vec()
     }
 
-    fn gauge(labels: &[(&str, &str)], value: f64) -> Metric {
+    pub(crate) fn gauge(labels: &[(&str, &str)], value: f64) -> Metric {
         Metric {
             label: labels
                 .iter()
@@ -132,6 +134,20 @@ mod tests {
         }
     }
 
+    pub(crate) fn counter(labels: &[(&str, &str)], value: f64) -> Metric {
+        Metric {
+            gauge: None,
+            counter: Some(Value { value: Some(value) }),
+            ..gauge(labels, 0.0)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::build::{counter, family, gauge};
+    use super::*;
+
     #[test]
     fn the_families_asked_for_are_read_and_the_rest_skipped() {
         let mut body = family("not_ours", vec![gauge(&[("a", "b")], 9.0)]);
@@ -142,10 +158,10 @@ mod tests {
                 gauge(&[("priority_level", "workload-low")], 1.0),
             ],
         ));
-        let mut counter = gauge(&[("verb", "GET")], 0.0);
-        counter.gauge = None;
-        counter.counter = Some(Value { value: Some(7.0) });
-        body.extend(family("apiserver_request_total", vec![counter]));
+        body.extend(family(
+            "apiserver_request_total",
+            vec![counter(&[("verb", "GET")], 7.0)],
+        ));
         let read = samples(
             &body,
             &[

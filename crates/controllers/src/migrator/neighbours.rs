@@ -124,20 +124,17 @@ impl Sample {
     /// The counts of a `/metrics` answer in Prometheus's protobuf format (see
     /// [`prometheus_proto`]); `None` as for [`Sample::parse`], or when it does not decode.
     pub(crate) fn decode(body: &[u8]) -> Option<Sample> {
-        let series = prometheus_proto::samples(body, &FAMILIES)?;
-        Self::from_series(
-            series
-                .iter()
-                .map(|(name, labels, value)| (name.as_str(), labels.clone(), *value)),
-        )
+        Self::from_series(prometheus_proto::samples(body, &FAMILIES)?.into_iter())
     }
 
-    fn from_series<'a>(
-        series: impl Iterator<Item = (&'a str, BTreeMap<String, String>, f64)>,
+    /// The counts of the samples of [`FAMILIES`] (name, labels, value), however read.
+    fn from_series(
+        series: impl Iterator<Item = (impl AsRef<str>, BTreeMap<String, String>, f64)>,
     ) -> Option<Sample> {
         let mut sample = Sample::default();
         let mut seen = false;
         for (name, labels, value) in series {
+            let name = name.as_ref();
             match name {
                 EXECUTING | WAITING => {
                     let Some(level) = labels.get("priority_level") else {
@@ -649,29 +646,7 @@ mod tests {
     /// The same families as the text of [`scrape`] (and a request count), in Prometheus's
     /// delimited protobuf, with a histogram family that is not read.
     fn scrape_protobuf(levels: &[(&str, &str, f64, f64)]) -> Vec<u8> {
-        use crate::prometheus_proto::{LabelPair, Metric, MetricFamily, Value};
-        use prost::Message;
-        let labels = |pairs: &[(&str, &str)]| {
-            pairs
-                .iter()
-                .map(|(n, v)| LabelPair {
-                    name: Some((*n).into()),
-                    value: Some((*v).into()),
-                })
-                .collect()
-        };
-        let gauge = |pairs: &[(&str, &str)], v: f64| Metric {
-            label: labels(pairs),
-            gauge: Some(Value { value: Some(v) }),
-            ..Metric::default()
-        };
-        let family = |name: &str, metric: Vec<Metric>| {
-            MetricFamily {
-                name: Some(name.into()),
-                metric,
-            }
-            .encode_length_delimited_to_vec()
-        };
+        use crate::prometheus_proto::build::{counter, family, gauge};
         let mut body = family(
             "apiserver_request_duration_seconds",
             vec![gauge(&[("verb", "GET")], 0.5)],
@@ -686,9 +661,7 @@ mod tests {
                 .collect();
             body.extend(family(name, metrics));
         }
-        let mut answered = gauge(&[("resource", "pods"), ("verb", "LIST")], 0.0);
-        answered.gauge = None;
-        answered.counter = Some(Value { value: Some(12.0) });
+        let answered = counter(&[("resource", "pods"), ("verb", "LIST")], 12.0);
         body.extend(family(ANSWERED, vec![answered]));
         body
     }
