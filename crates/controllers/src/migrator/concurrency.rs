@@ -33,14 +33,13 @@
 //! what kube-apiserver says it is doing ([`Neighbours`], from its API Priority and Fairness
 //! gauges: `neighbours.rs`). While nobody else's requests execute or queue there, the limit
 //! is [`ALONE_CEILING`] whatever the latency (set at once when the counts say so), shrinking
-//! by a quarter only
-//! when its own priority level queues its requests (the level is full: more would only wait);
-//! the moment others show up it drops to [`INITIAL`] and the latency rule takes over with a
-//! fresh baseline, as when nothing is known (no `/metrics` grant). While it does, what others
-//! wait beside the migration (`probe.rs`: a read of the migrator's own, timed against the same
-//! with its PATCHes held) bounds it too: from [`OTHERS_HOLD_AT`] times the idle figure it does
-//! not grow, from [`OTHERS_SHRINK_AT`] it shrinks — the PATCHes' own latency can stay flat
-//! while every other request waits for a core.
+//! by a quarter only when its own priority level queues its requests (the level is full: more
+//! would only wait); the moment others show up it drops to [`INITIAL`] and the latency rule
+//! takes over with a fresh baseline, as when nothing is known (no `/metrics` grant). While it
+//! does, what others wait beside the migration (`probe.rs`: a read of the migrator's own,
+//! timed against the same with its PATCHes held) bounds it too: from [`OTHERS_HOLD_AT`] times
+//! the idle figure it does not grow, from [`OTHERS_SHRINK_AT`] it shrinks — the PATCHes' own
+//! latency can stay flat while every other request waits for a core.
 //!
 //! `--object-concurrency N` fixes the limit at N instead: latency moves nothing, but an
 //! overload still halves it, and it grows back to N over the following quiet windows.
@@ -200,7 +199,7 @@ impl AdaptiveLimit {
                     self.slow_start = true;
                     self.probing = None;
                     // Nobody to yield to: straight to the ceiling, as a fixed limit starts
-                    // (a slow start from 4 cost the first 1.5 s of each run, ~8 % at 10 KiB).
+                    // (a slow start from 4 reached it a second later: performance.md, Run F).
                     let ceiling = self.ceiling().min(ALONE_CEILING);
                     self.set_limit(self.limit.max(ceiling));
                 }
