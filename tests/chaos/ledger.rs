@@ -63,8 +63,6 @@ impl Drop for Ledger {
 /// What the ledger shows about a run.
 #[derive(Clone, Debug, Default)]
 pub(crate) struct Accounting {
-    /// Stamped controller writes per holder identity.
-    pub writes_by_holder: BTreeMap<String, u64>,
     /// Stamped controller writes per term (the revision it began, its holder): a replica
     /// deposed may lead again later, in a term of its own.
     pub writes_by_term: BTreeMap<(Revision, String), u64>,
@@ -88,6 +86,15 @@ pub(crate) struct Accounting {
 }
 
 impl Accounting {
+    /// Stamped controller writes per holder identity, over all its terms.
+    pub(crate) fn writes_by_holder(&self) -> BTreeMap<String, u64> {
+        let mut by_holder = BTreeMap::new();
+        for ((_, holder), n) in &self.writes_by_term {
+            *by_holder.entry(holder.clone()).or_default() += n;
+        }
+        by_holder
+    }
+
     pub(crate) fn deposed(&self) -> u64 {
         self.deposed_by_holder.values().sum()
     }
@@ -192,9 +199,6 @@ impl Ledger {
                             .join(", ")
                     )),
                     Some(stamp) => {
-                        *out.writes_by_holder
-                            .entry(stamp.holder.clone())
-                            .or_default() += 1;
                         *out.writes_by_term
                             .entry((stamp.term, stamp.holder.clone()))
                             .or_default() += 1;

@@ -113,7 +113,7 @@ fn row(n: u64, r: &trial::Report) -> String {
     let a = &r.accounting;
     let (once, succeeded) = a.succeeded_once();
     let holders: Vec<String> = a
-        .writes_by_holder
+        .writes_by_holder()
         .iter()
         .map(|(holder, n)| format!("{}:{n}", short(holder)))
         .collect();
@@ -310,7 +310,9 @@ async fn a_leader_paused_past_its_lease_writes_nothing_after_it_resumes() {
         "the paused leader had {held} fenced write(s) in flight; etcd refused {refused} of its \
          writes after it woke ({refused_before} before); writes by holder: at the pause {:?}, \
          at the end {:?}; terms {:?}",
-        before.writes_by_holder, after.writes_by_holder, after.terms,
+        before.writes_by_holder(),
+        after.writes_by_holder(),
+        after.terms,
     );
     // Judged by term: the replica woken may lead again later (when its successor's lease
     // lapses in turn, as on a loaded machine), in a term of its own, and write then.
