@@ -34,9 +34,9 @@
 //! cluster's network; `real/delay.rs`). `writes` adds the table of what each way of writing an
 //! object back unchanged costs kube-apiserver (`real/writes.rs`;
 //! `SVM_BENCH_REAL_WRITE_OBJECTS`, 2000, per size). `metrics` adds, after the migrations, what
-//! one reading of its `/metrics` costs it, text against protobuf. `SVM_BENCH_REAL_TRACE=1` prints our PATCH
-//! limit, the shared verdict and the others-slowdown ratio every 0.5 s of every run. Creating objects is the slow part
-//! (~a few thousand a second).
+//! one reading of its `/metrics` costs it, text against protobuf. `SVM_BENCH_REAL_TRACE=1`
+//! prints our PATCH limit, the shared verdict and the others-slowdown ratio every 0.5 s of
+//! every run. Creating objects is the slow part (~a few thousand a second).
 
 use support::stats::percentile;
 use svm_test_support as support;
