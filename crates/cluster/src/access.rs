@@ -151,9 +151,14 @@ pub const CLUSTER_ACCESS: &[Access] = &[
         "the no-op merge patch that rewrites each object",
     ),
     path(
+        Component::Migrator,
+        "/debug/api_priority_and_fairness/dump_priority_levels",
+        "at --object-concurrency auto, per API Priority and Fairness priority level the requests executing, queued and dispatched so far: whether others are using the apiserver, read every second or so at the cost of a few lines (the migrator's requests in a level of their own: deploy/base/flowcontrol.yaml)",
+    ),
+    path(
         Component::Trigger,
         "/metrics",
-        "each kube-apiserver's encryption configuration hash and KMS v2 write key (a key rotation starts migrations of the encrypted resources); and, read by the migrator at --object-concurrency auto, the requests executing and queued per API Priority and Fairness priority level (whether others are using the apiserver)",
+        "each kube-apiserver's encryption configuration hash and KMS v2 write key (a key rotation starts migrations of the encrypted resources); and, read by the migrator at --object-concurrency auto where its requests have no priority level of their own, the requests executing and queued per API Priority and Fairness priority level and the requests answered per resource and verb (whether others are using the apiserver)",
     ),
     resource(
         Component::Trigger,
@@ -419,6 +424,10 @@ mod tests {
         let allowed = [
             (Method::GET, "/apis/example.test"),
             (Method::GET, "/metrics"),
+            (
+                Method::GET,
+                "/debug/api_priority_and_fairness/dump_priority_levels",
+            ),
             (Method::GET, "/api/v1"),
             (Method::GET, "/apis/apps/v1"),
             (Method::GET, "/api/v1/secrets?limit=500&continue=abc"),
@@ -454,6 +463,10 @@ mod tests {
                 "/api/v1/namespaces/kube-system/configmaps/other",
             ),
             (Method::GET, "/metrics/slis"),
+            (
+                Method::GET,
+                "/debug/api_priority_and_fairness/dump_requests",
+            ),
             (Method::POST, "/api/v1/namespaces/default/events"),
         ];
         for (method, target) in refused {

@@ -8,6 +8,7 @@ mod ksvm;
 pub(crate) mod leader;
 pub(crate) mod metrics;
 pub(crate) mod migrator;
+mod priority_levels;
 mod prometheus_proto;
 mod prometheus_text;
 mod term;

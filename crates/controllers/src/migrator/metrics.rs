@@ -53,6 +53,12 @@ pub(crate) struct RetryLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct AccountLabel {
+    /// `priority-levels` (API Priority and Fairness's dump) or `metrics` (`/metrics`).
+    pub account: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub(crate) struct StatusLabel {
     /// `Pending`, `Running`, `Succeeded` or `Failed`.
     pub status: String,
@@ -96,6 +102,8 @@ pub(crate) struct MigratorMetrics {
     pub patch_concurrency: Gauge,
     /// 1 while kube-apiserver's own counts say others are using it beside the migrator.
     pub apiserver_shared: Gauge,
+    /// kube-apiserver's accounts of its requests read, by which account.
+    pub apiserver_readings: Family<AccountLabel, Counter>,
     /// While the limit follows latency: a small request of the migrator's own, timed from
     /// outside, against the same while its PATCHes were held (0 when not known).
     pub others_slowdown: Gauge<f64, AtomicU64>,
@@ -130,6 +138,7 @@ impl MigratorMetrics {
             rate_limit: Gauge::default(),
             patch_concurrency: Gauge::default(),
             apiserver_shared: Gauge::default(),
+            apiserver_readings: Family::default(),
             others_slowdown: Gauge::default(),
         }
     }
@@ -207,6 +216,11 @@ impl MigratorMetrics {
             "svm_migrator_apiserver_shared",
             "1 while kube-apiserver's counts show others working beside the migrator: their requests executing or queued (API Priority and Fairness gauges), or a few a second (apiserver_request_total); --object-concurrency auto then follows latency (0: at its ceiling)",
             self.apiserver_shared.clone(),
+        );
+        registry.register(
+            "svm_migrator_apiserver_readings",
+            "Readings of kube-apiserver's account of its requests at --object-concurrency auto, by account: priority-levels (API Priority and Fairness's dump, a few lines; where the migrator's requests have a priority level of their own) or metrics (the whole /metrics)",
+            self.apiserver_readings.clone(),
         );
         registry.register(
             "svm_migrator_others_slowdown_ratio",

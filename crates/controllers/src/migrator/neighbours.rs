@@ -26,8 +26,17 @@
 //!   reading from another kube-apiserver process (`process_start_time_seconds`: behind a load
 //!   balancer), gives no rate.
 //!
-//! Where `/metrics` cannot be read (no `get /metrics` grant: a 403), the latency rule decides
-//! alone, as before.
+//! Both come from one of two accounts kube-apiserver keeps ([`Account`]). Where the migrator's
+//! requests have a priority level of their own, API Priority and Fairness's dump of its levels
+//! says it all in a few lines: executing and waiting per level, and requests dispatched per
+//! level since it was created — every other level's are others'. Where they share a level
+//! with others' (a cluster-admin's are `exempt`, with everyone else's there), only `/metrics`
+//! tells ours from theirs, by resource and verb — at the price of the whole exposition each
+//! reading. The dump is tried first at every migration's start; `/metrics` is read when the
+//! dump cannot be (no grant, an older apiserver), has no level of ours, or its level does not
+//! count our PATCHes (the FlowSchema matches someone else).
+//!
+//! Where neither can be read (no grant: a 403), the latency rule decides alone, as before.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -38,8 +47,9 @@ use tokio::time::Instant;
 
 use super::Pressure;
 use super::concurrency::Neighbours;
+use super::metrics::AccountLabel;
 use super::metrics::MigratorMetrics;
-use crate::{prometheus_proto, prometheus_text};
+use crate::{priority_levels, prometheus_proto, prometheus_text};
 use svm_cluster::ClusterClient;
 use svm_cluster::resources::{ResolvedResource, group_resource};
 
@@ -87,11 +97,41 @@ const OUR_VERBS: [&str; 5] = ["GET", "LIST", "WATCH", "PATCH", "APPLY"];
 /// than one a second at full speed), which must not make the apiserver look shared.
 const OURS_ALWAYS: [&str; 1] = ["storageversionmigrations.storagemigration.k8s.io"];
 
-/// What one `/metrics` reading says.
+/// PATCHes sent between two readings of the priority levels, none of them counted in our
+/// level, beyond which our requests are taken to be dispatched elsewhere.
+const UNCOUNTED_PATCHES: u64 = 8;
+
+/// Which of kube-apiserver's accounts of its requests a reading takes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Account {
+    /// `/debug/api_priority_and_fairness/dump_priority_levels` ([`priority_levels`]): a few
+    /// lines; tells ours from others' only by priority level.
+    PriorityLevels,
+    /// `/metrics`: hundreds of kilobytes; tells ours from others' by resource and verb.
+    #[default]
+    Metrics,
+}
+
+impl Account {
+    fn label(self) -> AccountLabel {
+        let account = match self {
+            Account::PriorityLevels => "priority-levels",
+            Account::Metrics => "metrics",
+        };
+        AccountLabel {
+            account: account.into(),
+        }
+    }
+}
+
+/// What one reading says.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub(crate) struct Sample {
+    account: Account,
     /// (priority level, executing, waiting).
     levels: Vec<(String, f64, f64)>,
+    /// Requests dispatched so far per priority level (the priority levels' account only).
+    dispatched: Vec<(String, f64)>,
     /// Resource requests answered so far: (`resource.group`, verb, count).
     answered: Vec<(String, String, f64)>,
     /// When the kube-apiserver process that counted them started.
@@ -125,6 +165,46 @@ impl Sample {
     /// [`prometheus_proto`]); `None` as for [`Sample::parse`], or when it does not decode.
     pub(crate) fn decode(body: &[u8]) -> Option<Sample> {
         Self::from_series(prometheus_proto::samples(body, &FAMILIES)?.into_iter())
+    }
+
+    /// The counts of API Priority and Fairness's dump of its priority levels; `None` when the
+    /// body is not one.
+    pub(crate) fn from_priority_levels(text: &str) -> Option<Sample> {
+        let levels = priority_levels::parse(text)?;
+        if levels.is_empty() {
+            return None;
+        }
+        Some(Sample {
+            account: Account::PriorityLevels,
+            levels: levels
+                .iter()
+                .map(|l| (l.name.clone(), l.executing, l.waiting))
+                .collect(),
+            dispatched: levels.into_iter().map(|l| (l.name, l.dispatched)).collect(),
+            ..Sample::default()
+        })
+    }
+
+    /// Whether the priority levels' account has the migrator's own level.
+    fn has_own_level(&self) -> bool {
+        self.dispatched.iter().any(|(level, _)| level == OWN_LEVEL)
+    }
+
+    /// Whether our own level shows any of our requests: executing or waiting now, or
+    /// dispatched since `before`.
+    fn own_level_counts_ours(&self, before: &Sample) -> bool {
+        let dispatched = |sample: &Sample| {
+            sample
+                .dispatched
+                .iter()
+                .find(|(level, _)| level == OWN_LEVEL)
+                .map(|(_, n)| *n)
+        };
+        let now = self
+            .levels
+            .iter()
+            .any(|(level, executing, waiting)| level == OWN_LEVEL && executing + waiting > 0.0);
+        now || dispatched(self) > dispatched(before)
     }
 
     /// The counts of the samples of [`FAMILIES`] (name, labels, value), however read.
@@ -211,22 +291,64 @@ impl Sample {
         }
     }
 
-    /// Requests others sent between `before` and this sample: every resource request
-    /// answered but those on the resources in `migrating` with [`OUR_VERBS`] and those on
-    /// [`OURS_ALWAYS`]. `None` when the two are not one process's counts (another
-    /// kube-apiserver, a restart).
+    /// Requests others sent between `before` and this sample. From `/metrics`: every
+    /// resource request answered but those on the resources in `migrating` with
+    /// [`OUR_VERBS`] and those on [`OURS_ALWAYS`]; from the priority levels: every request
+    /// dispatched in a level not ours, less this reading's own. `None` when the two are not
+    /// one process's counts (another kube-apiserver, a restart) or not of one account.
     pub(crate) fn others_since(&self, before: &Sample, migrating: &[String]) -> Option<f64> {
         let series = self.others_by_series(before, migrating)?;
-        Some(series.iter().map(|(_, _, n)| n).sum())
+        let sum: f64 = series.iter().map(|(_, n)| n).sum();
+        let reading = match self.account {
+            Account::PriorityLevels => 1.0,
+            Account::Metrics => 0.0,
+        };
+        Some((sum - reading).max(0.0))
     }
 
-    /// [`Sample::others_since`] by (resource, verb), the busiest first: whom a verdict of
-    /// "shared" is about, for the log.
+    /// [`Sample::others_since`] by series — (verb, resource) or priority level — the busiest
+    /// first: whom a verdict of "shared" is about, for the log.
     pub(crate) fn others_by_series(
         &self,
         before: &Sample,
         migrating: &[String],
-    ) -> Option<Vec<(&str, &str, f64)>> {
+    ) -> Option<Vec<(String, f64)>> {
+        if self.account != before.account {
+            return None;
+        }
+        match self.account {
+            Account::PriorityLevels => self.others_by_level(before),
+            Account::Metrics => self.others_by_resource(before, migrating),
+        }
+    }
+
+    /// Requests dispatched in levels other than ours since `before`; `None` when a count went
+    /// down (a restarted kube-apiserver, or another one behind a load balancer).
+    fn others_by_level(&self, before: &Sample) -> Option<Vec<(String, f64)>> {
+        let mut others = Vec::new();
+        for (level, now) in self.dispatched.iter().filter(|(l, _)| l != OWN_LEVEL) {
+            let then = before
+                .dispatched
+                .iter()
+                .find(|(l, _)| l == level)
+                .map_or(0.0, |(_, n)| *n);
+            if *now < then {
+                return None;
+            }
+            if *now > then {
+                others.push((format!("priority level {level}"), now - then));
+            }
+        }
+        others.sort_by(|a, b| b.1.total_cmp(&a.1));
+        Some(others)
+    }
+
+    /// Resource requests answered since `before` but ours, by (verb, resource).
+    fn others_by_resource(
+        &self,
+        before: &Sample,
+        migrating: &[String],
+    ) -> Option<Vec<(String, f64)>> {
         if self.process.is_none() || self.process != before.process {
             return None;
         }
@@ -243,10 +365,10 @@ impl Sample {
             let ours = OURS_ALWAYS.contains(&resource.as_str())
                 || (migrating.contains(resource) && OUR_VERBS.contains(&verb.as_str()));
             if !ours && *now > then {
-                others.push((resource.as_str(), verb.as_str(), now - then));
+                others.push((format!("{verb} {resource}"), now - then));
             }
         }
-        others.sort_by(|a, b| b.2.total_cmp(&a.2));
+        others.sort_by(|a, b| b.1.total_cmp(&a.1));
         Some(others)
     }
 }
@@ -375,28 +497,41 @@ pub(crate) struct Sources<'a> {
 
 /// Reads kube-apiserver's counts while a migration runs or the pool sends PATCHes — the first
 /// two readings [`FIRST_PERIOD`] apart, then at the [`Pace`] of its verdicts — and tells the
-/// pool's [`Pressure`] what they say; stops at the first answer that says it may not (a 403,
-/// or `/metrics` outside the access catalogue), leaving the latency rule in charge.
+/// pool's [`Pressure`] what they say; stops at the first answer that says neither account may
+/// be read (a 403, or outside the access catalogue), leaving the latency rule in charge.
 pub(crate) async fn watch(cluster: &ClusterClient, sources: Sources<'_>) {
-    watch_with(sources, || read(cluster)).await;
+    watch_with(sources, |account| read(cluster, account)).await;
+}
+
+/// The previous reading, against which the next one's rate is measured.
+struct Before {
+    sample: Sample,
+    at: Instant,
+    /// The resources being migrated then.
+    migrating: Vec<String>,
+    /// [`Pressure::patches_sent`] then.
+    patches_sent: u64,
 }
 
 /// The loop of [`watch`], with any reader of the counts (tests play kube-apiserver's).
 async fn watch_with<R, F>(sources: Sources<'_>, mut read: R)
 where
-    R: FnMut() -> F,
+    R: FnMut(Account) -> F,
     F: Future<Output = Result<Sample, Unreadable>>,
 {
     let mut judge = Judge::default();
-    let mut before: Option<(Sample, Instant, Vec<String>)> = None;
+    let mut before: Option<Before> = None;
     let mut pace = Pace::default();
+    let mut account = Account::PriorityLevels;
     loop {
         // From the moment a migration starts (its discovery and preflight come before its
         // first PATCH), so that the first verdict is there about when the PATCHes start.
         if !sources.pressure.patching() && sources.migrating.is_empty() {
-            // The counts go stale while nothing is sent: the next run starts afresh.
+            // The counts go stale while nothing is sent: the next run starts afresh, and
+            // tries the cheap account again (a FlowSchema may have been applied since).
             before = None;
             pace = Pace::default();
+            account = Account::PriorityLevels;
             tokio::time::sleep(WAKE).await;
             continue;
         }
@@ -404,46 +539,82 @@ where
         // ended in between were counted by kube-apiserver as executing (at a page's end all
         // of its PATCHes end together), those that started may have been.
         let ours_before = sources.pressure.requests_in_flight();
-        let sample = match read().await {
-            Ok(sample) => sample,
+        let sample = match read(account).await {
+            Ok(sample) if account == Account::Metrics || sample.has_own_level() => sample,
+            Ok(_) | Err(Unreadable::Never) if account == Account::PriorityLevels => {
+                tracing::debug!(
+                    "no priority level of the migrator's own to read: reading kube-apiserver's /metrics"
+                );
+                account = Account::Metrics;
+                before = None;
+                continue;
+            }
             Err(Unreadable::Transient) => {
                 sources.pressure.neighbours(Neighbours::Unknown);
                 before = None;
                 tokio::time::sleep(PERIOD).await;
                 continue;
             }
-            Err(Unreadable::Never) => {
+            // `/metrics` refused too (its `Ok` took the first arm).
+            Err(Unreadable::Never) | Ok(_) => {
                 sources.pressure.neighbours(Neighbours::Unknown);
                 return;
             }
         };
+        sources
+            .metrics
+            .apiserver_readings
+            .get_or_create(&account.label())
+            .inc();
         let now = Instant::now();
         let ours = ours_before.max(sources.pressure.requests_in_flight());
+        let patches_sent = sources.pressure.patches_sent();
         let mut seen = sample.observe(ours);
         // The resources migrated since the reading before, a migration that ended meanwhile's
         // too: its last PATCHes are in this reading's counts.
         let mut migrating = sources.migrating.now();
-        let Some((earlier, at, migrated_then)) = before.take() else {
+        let current = migrating.clone();
+        let Some(earlier) = before.take() else {
             // A rate needs two readings: the verdict waits for the second.
-            before = Some((sample, now, migrating));
+            before = Some(Before {
+                sample,
+                at: now,
+                migrating,
+                patches_sent,
+            });
             tokio::time::sleep(FIRST_PERIOD).await;
             continue;
         };
-        let elapsed = now.duration_since(at).as_secs_f64().max(0.001);
-        let current = migrating.clone();
-        migrating.extend(migrated_then);
+        if account == Account::PriorityLevels
+            && patches_sent - earlier.patches_sent >= UNCOUNTED_PATCHES
+            && !sample.own_level_counts_ours(&earlier.sample)
+        {
+            tracing::info!(
+                level = OWN_LEVEL,
+                "the migrator's requests are not dispatched in its own priority level (no FlowSchema matches them): reading kube-apiserver's /metrics"
+            );
+            account = Account::Metrics;
+            continue;
+        }
+        let elapsed = now.duration_since(earlier.at).as_secs_f64().max(0.001);
+        migrating.extend(earlier.migrating);
         seen.others_rate = sample
-            .others_since(&earlier, &migrating)
+            .others_since(&earlier.sample, &migrating)
             .map(|requests| others_rate(requests, elapsed));
         let was_busy = judge.busy;
         let verdict = judge.judge(seen);
         if verdict == Neighbours::Busy && !was_busy {
             let busiest = sample
-                .others_by_series(&earlier, &migrating)
-                .and_then(|s| s.first().map(|(r, v, n)| format!("{v} {r}: {n}")));
-            tracing::info!(others_executing = seen.others, others_per_second = ?seen.others_rate, ?busiest, "kube-apiserver is shared: PATCHes follow latency");
+                .others_by_series(&earlier.sample, &migrating)
+                .and_then(|s| s.first().map(|(series, n)| format!("{series}: {n}")));
+            tracing::info!(others_executing = seen.others, others_per_second = ?seen.others_rate, ?busiest, ?account, "kube-apiserver is shared: PATCHes follow latency");
         }
-        before = Some((sample, now, current));
+        before = Some(Before {
+            sample,
+            at: now,
+            migrating: current,
+            patches_sent,
+        });
         sources
             .metrics
             .apiserver_shared
@@ -490,41 +661,50 @@ enum Unreadable {
     Never,
 }
 
-/// One reading of kube-apiserver's `/metrics`.
-async fn read(cluster: &ClusterClient) -> Result<Sample, Unreadable> {
-    let answer = match cluster
-        .request(
-            http::Method::GET,
-            "/metrics",
-            prometheus_proto::ACCEPT,
-            None,
-        )
-        .await
-    {
+/// One reading of kube-apiserver's `account`.
+async fn read(cluster: &ClusterClient, account: Account) -> Result<Sample, Unreadable> {
+    let (path, accept) = match account {
+        Account::PriorityLevels => (priority_levels::PATH, "text/plain"),
+        Account::Metrics => ("/metrics", prometheus_proto::ACCEPT),
+    };
+    let answer = match cluster.request(http::Method::GET, path, accept, None).await {
         Ok(answer) => answer,
         Err(err) if err.is_retriable() => {
-            tracing::debug!(error = %err, "reading kube-apiserver's /metrics");
+            tracing::debug!(error = %err, path, "reading kube-apiserver's account of its requests");
             return Err(Unreadable::Transient);
+        }
+        Err(err) if account == Account::PriorityLevels => {
+            tracing::debug!(error = %err, path, "kube-apiserver's priority levels cannot be read");
+            return Err(Unreadable::Never);
         }
         Err(err) => {
             tracing::info!(error = %err, "kube-apiserver's /metrics cannot be read: --object-concurrency auto follows latency alone");
             return Err(Unreadable::Never);
         }
     };
-    let protobuf = answer
-        .headers
-        .get(http::header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(prometheus_proto::is_protobuf);
-    let sample = if protobuf {
-        Sample::decode(&answer.body)
-    } else {
-        Sample::parse(&String::from_utf8_lossy(&answer.body))
+    let sample = match account {
+        Account::PriorityLevels => {
+            Sample::from_priority_levels(&String::from_utf8_lossy(&answer.body))
+        }
+        Account::Metrics => {
+            let protobuf = answer
+                .headers
+                .get(http::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .is_some_and(prometheus_proto::is_protobuf);
+            if protobuf {
+                Sample::decode(&answer.body)
+            } else {
+                Sample::parse(&String::from_utf8_lossy(&answer.body))
+            }
+        }
     };
     sample.ok_or_else(|| {
-        tracing::info!(
-            "kube-apiserver's /metrics has no API Priority and Fairness gauges: --object-concurrency auto follows latency alone"
-        );
+        if account == Account::Metrics {
+            tracing::info!(
+                "kube-apiserver's /metrics has no API Priority and Fairness gauges: --object-concurrency auto follows latency alone"
+            );
+        }
         Unreadable::Never
     })
 }
@@ -532,6 +712,7 @@ async fn read(cluster: &ClusterClient) -> Result<Sample, Unreadable> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
 
     /// What kube-apiserver v1.36's `/metrics` says of APF (trimmed to the two gauges and a
     /// neighbour that shares a prefix).
@@ -554,13 +735,17 @@ mod tests {
     }
 
     /// Plays kube-apiserver's `/metrics` for [`watch_with`]: every reading's time is kept, and
-    /// each says `text` — or that it may not be read, once `refuse` is set.
+    /// each says `text` — or that it may not be read, once `refuse` is set. Its priority
+    /// levels' dump is refused (as without its grant) and not counted as a reading.
     fn played_reader(
         text: String,
         readings: std::sync::Arc<Mutex<Vec<Instant>>>,
         refuse: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    ) -> impl FnMut() -> std::future::Ready<Result<Sample, Unreadable>> {
-        move || {
+    ) -> impl FnMut(Account) -> std::future::Ready<Result<Sample, Unreadable>> {
+        move |account| {
+            if account == Account::PriorityLevels {
+                return std::future::ready(Err(Unreadable::Never));
+            }
             readings
                 .lock()
                 .unwrap_or_else(|e| e.into_inner())
@@ -822,7 +1007,11 @@ mod tests {
         let readings = Arc::new(Mutex::new(0.0));
         let reader = {
             let (ending, readings) = (ending.clone(), readings.clone());
-            move || {
+            move |account| {
+                if account == Account::PriorityLevels {
+                    // No grant for the dump: /metrics is read.
+                    return std::future::ready(Err(Unreadable::Never));
+                }
                 let mut n = readings.lock().unwrap_or_else(|e| e.into_inner());
                 *n += 1.0;
                 // The slots held when the reading was asked for end before it comes back;
@@ -1043,5 +1232,252 @@ mod tests {
             .collect();
         assert_eq!(waits, [1, 2, 4, 8, 15, 15]);
         assert_eq!(pace.after(alone), PERIOD);
+    }
+
+    /// A dump of kube-apiserver's priority levels, as v1.36.2 writes it (the columns of
+    /// `priority_levels`' recorded one): (level, executing, waiting, dispatched).
+    fn levels_dump(levels: &[(&str, f64, f64, f64)]) -> String {
+        let mut text = String::from(
+            "PriorityLevelName, ActiveQueues, IsIdle, IsQuiescing, WaitingRequests, ExecutingRequests, DispatchedRequests, RejectedRequests, TimedoutRequests, CancelledRequests\n",
+        );
+        for (level, executing, waiting, dispatched) in levels {
+            text.push_str(&format!(
+                "{level}, 0, false, false, {waiting}, {executing}, {dispatched}, 0, 0, 0\n"
+            ));
+        }
+        text
+    }
+
+    #[test]
+    fn the_priority_levels_count_others_in_every_level_but_ours_less_the_reading() {
+        let read = |levels: &[(&str, f64, f64, f64)]| {
+            Sample::from_priority_levels(&levels_dump(levels)).expect("a dump")
+        };
+        let before = read(&[
+            ("exempt", 1.0, 0.0, 444.0),
+            (OWN_LEVEL, 64.0, 0.0, 1000.0),
+            ("workload-low", 0.0, 0.0, 50.0),
+        ]);
+        assert!(before.has_own_level());
+        // 2 000 of ours dispatched, 3 queued in our level; one more in exempt: this reading.
+        let ours_only = read(&[
+            ("exempt", 1.0, 0.0, 445.0),
+            (OWN_LEVEL, 60.0, 3.0, 3000.0),
+            ("workload-low", 0.0, 0.0, 50.0),
+        ]);
+        assert_eq!(ours_only.others_since(&before, &[]), Some(0.0));
+        assert!(ours_only.own_level_counts_ours(&before));
+        assert_eq!(
+            ours_only.observe(64),
+            Observation {
+                others: 0.0,
+                own_waiting: 3.0,
+                others_rate: None
+            }
+        );
+        // Ten of a controller's in workload-low, two executing now.
+        let others = read(&[
+            ("exempt", 1.0, 0.0, 445.0),
+            (OWN_LEVEL, 60.0, 0.0, 3000.0),
+            ("workload-low", 2.0, 0.0, 60.0),
+        ]);
+        assert_eq!(others.others_since(&before, &[]), Some(10.0));
+        assert_eq!(others.observe(64).others, 2.0);
+        assert_eq!(
+            others.others_by_series(&before, &[]),
+            Some(vec![
+                ("priority level workload-low".to_string(), 10.0),
+                ("priority level exempt".to_string(), 1.0),
+            ])
+        );
+        // A level created since counts from nothing.
+        let new_level = read(&[
+            ("exempt", 1.0, 0.0, 445.0),
+            (OWN_LEVEL, 60.0, 0.0, 3000.0),
+            ("workload-low", 0.0, 0.0, 50.0),
+            ("batch", 0.0, 0.0, 5.0),
+        ]);
+        assert_eq!(new_level.others_since(&before, &[]), Some(5.0));
+        // A count that went down is another kube-apiserver's (or a restart's): no rate.
+        let restarted = read(&[
+            ("exempt", 1.0, 0.0, 12.0),
+            (OWN_LEVEL, 60.0, 0.0, 3000.0),
+            ("workload-low", 0.0, 0.0, 50.0),
+        ]);
+        assert_eq!(restarted.others_since(&before, &[]), None);
+        // Our level idle and not counting: the FlowSchema does not match our requests.
+        let not_ours = read(&[
+            ("exempt", 65.0, 0.0, 3445.0),
+            (OWN_LEVEL, 0.0, 0.0, 1000.0),
+            ("workload-low", 0.0, 0.0, 50.0),
+        ]);
+        assert!(!not_ours.own_level_counts_ours(&before));
+        // A dump and a /metrics reading make no rate together.
+        let metrics = Sample::parse(&scrape(&[("exempt", "exempt", 1.0, 0.0)])).expect("gauges");
+        assert_eq!(metrics.others_since(&before, &[]), None);
+        assert_eq!(before.others_since(&metrics, &[]), None);
+        // Without our level, a dump is still read, and says so.
+        let without = read(&[("exempt", 1.0, 0.0, 444.0)]);
+        assert!(!without.has_own_level());
+        assert_eq!(Sample::from_priority_levels("404 page not found\n"), None);
+        assert_eq!(Sample::from_priority_levels(&levels_dump(&[])), None);
+    }
+
+    /// What kube-apiserver plays in [`watch_with`] for the accounts' tests.
+    #[derive(Default)]
+    struct Played {
+        /// Whether the dump has the migrator's own level…
+        own_level: bool,
+        /// …and whether our PATCHes are dispatched in it.
+        counts_ours: bool,
+        /// Requests of another client's dispatched in `workload-low` between two readings.
+        others_per_reading: f64,
+        /// Dispatched so far: exempt, workload-low.
+        exempt: f64,
+        others: f64,
+        readings: BTreeMap<&'static str, usize>,
+    }
+
+    impl Played {
+        fn reading(&mut self, account: Account, patches_sent: u64) -> Result<Sample, Unreadable> {
+            let name = match account {
+                Account::PriorityLevels => "priority-levels",
+                Account::Metrics => "metrics",
+            };
+            *self.readings.entry(name).or_default() += 1;
+            if account == Account::Metrics {
+                let mut text = scrape(&[("exempt", "exempt", 1.0, 0.0)]);
+                text.push_str("process_start_time_seconds 1.7e9\n");
+                return Sample::parse(&text).ok_or(Unreadable::Never);
+            }
+            // The reading's own request, in exempt (a cluster-admin's) or wherever it lands.
+            self.exempt += 1.0;
+            self.others += self.others_per_reading;
+            let mut levels = vec![
+                ("exempt", 1.0, 0.0, self.exempt),
+                ("workload-low", 0.0, 0.0, self.others),
+            ];
+            let ours = if self.counts_ours {
+                patches_sent as f64
+            } else {
+                0.0
+            };
+            if self.own_level {
+                levels.push((OWN_LEVEL, 0.0, 0.0, ours));
+            }
+            Sample::from_priority_levels(&levels_dump(&levels)).ok_or(Unreadable::Never)
+        }
+    }
+
+    /// Runs [`watch_with`] against `played` for `seconds` of a migration sending a PATCH every
+    /// 10 ms; the pool's metrics after it.
+    async fn watch_played(played: Arc<Mutex<Played>>, seconds: u64) -> MigratorMetrics {
+        use crate::migrator::concurrency::Mode;
+
+        let pressure: &'static Pressure = Box::leak(Box::new(Pressure::new(
+            0.0,
+            1,
+            Mode::Adaptive { ceiling: 256 },
+        )));
+        let migrating = Arc::new(Migrating::default());
+        let metrics = MigratorMetrics::new();
+        let reader = {
+            let played = played.clone();
+            move |account| {
+                let sent = pressure.patches_sent();
+                let mut played = played.lock().unwrap_or_else(|e| e.into_inner());
+                std::future::ready(played.reading(account, sent))
+            }
+        };
+        let watching = {
+            let (migrating, metrics) = (migrating.clone(), metrics.clone());
+            tokio::spawn(async move {
+                let sources = Sources {
+                    pressure,
+                    migrating: &migrating,
+                    metrics: &metrics,
+                };
+                watch_with(sources, reader).await;
+            })
+        };
+        let _entered = migrating.enter(&test_resource("", "configmaps", "ConfigMap"));
+        for _ in 0..seconds * 100 {
+            drop(pressure.slot().await);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        watching.abort();
+        metrics
+    }
+
+    fn readings_of(played: &Mutex<Played>, account: &str) -> usize {
+        let played = played.lock().unwrap_or_else(|e| e.into_inner());
+        played.readings.get(account).copied().unwrap_or(0)
+    }
+
+    /// With a level of its own that counts its PATCHes (deploy/base/flowcontrol.yaml), the
+    /// migrator reads only the priority levels' dump — never the whole `/metrics` — and a
+    /// client in another level shares the apiserver.
+    #[tokio::test(start_paused = true)]
+    async fn with_a_level_of_its_own_the_migrator_reads_only_the_priority_levels() {
+        let played = Arc::new(Mutex::new(Played {
+            own_level: true,
+            counts_ours: true,
+            ..Played::default()
+        }));
+        let metrics = watch_played(played.clone(), 10).await;
+        assert_eq!(readings_of(&played, "metrics"), 0);
+        let dumps = readings_of(&played, "priority-levels");
+        assert!(dumps >= 5, "{dumps} readings in 10 s");
+        assert_eq!(
+            metrics.apiserver_shared.get(),
+            0,
+            "ours and the readings only"
+        );
+        let counted = metrics
+            .apiserver_readings
+            .get_or_create(&Account::PriorityLevels.label())
+            .get();
+        assert_eq!(counted, dumps as u64);
+
+        // Another client's 20 requests between readings (at most 4 s apart): shared.
+        let played = Arc::new(Mutex::new(Played {
+            own_level: true,
+            counts_ours: true,
+            others_per_reading: 20.0,
+            ..Played::default()
+        }));
+        let metrics = watch_played(played.clone(), 5).await;
+        assert_eq!(metrics.apiserver_shared.get(), 1);
+        assert_eq!(readings_of(&played, "metrics"), 0);
+    }
+
+    /// Where the dump cannot tell ours from others' — no level of ours in it, or one that does
+    /// not count our PATCHes — the migrator reads `/metrics` instead.
+    #[tokio::test(start_paused = true)]
+    async fn without_a_level_that_counts_its_patches_the_migrator_reads_metrics() {
+        for (own_level, counts_ours) in [(false, false), (true, false)] {
+            let played = Arc::new(Mutex::new(Played {
+                own_level,
+                counts_ours,
+                ..Played::default()
+            }));
+            let metrics = watch_played(played.clone(), 10).await;
+            let (dumps, scrapes) = (
+                readings_of(&played, "priority-levels"),
+                readings_of(&played, "metrics"),
+            );
+            assert!(
+                scrapes >= 4,
+                "{own_level} {counts_ours}: {scrapes} of /metrics"
+            );
+            // The dump is read until it shows it cannot serve: once, or twice for the rate.
+            let expected = if own_level { 2 } else { 1 };
+            assert_eq!(dumps, expected, "{own_level} {counts_ours}");
+            assert_eq!(
+                metrics.apiserver_shared.get(),
+                0,
+                "{own_level} {counts_ours}"
+            );
+        }
     }
 }

@@ -37,6 +37,8 @@ pub(crate) struct Reaction {
 struct Slots {
     limit: AdaptiveLimit,
     in_flight: usize,
+    /// PATCH slots taken so far.
+    taken: u64,
     /// When the last PATCH slot was taken.
     last_taken: Option<tokio::time::Instant>,
     /// No slot is given until then ([`Pressure::hold`]).
@@ -90,6 +92,7 @@ impl Pressure {
             slots: Mutex::new(Slots {
                 limit: AdaptiveLimit::new(concurrency),
                 in_flight: 0,
+                taken: 0,
                 last_taken: None,
                 held_until: None,
             }),
@@ -135,6 +138,7 @@ impl Pressure {
                     Some(until) if now < until => Some(until),
                     _ if slots.in_flight < slots.limit.limit() => {
                         slots.in_flight += 1;
+                        slots.taken += 1;
                         slots.last_taken = Some(now);
                         if waited || slots.in_flight == slots.limit.limit() {
                             slots.limit.note_saturated();
@@ -240,6 +244,11 @@ impl Pressure {
     /// PATCHes in flight now.
     pub(crate) fn in_flight(&self) -> usize {
         self.lock().in_flight
+    }
+
+    /// PATCHes sent so far (slots taken): whose dispatch kube-apiserver's counts must show.
+    pub(crate) fn patches_sent(&self) -> u64 {
+        self.lock().taken
     }
 
     /// Whether the pool is sending PATCHes (one in flight, or one sent in the last 2 s): only
