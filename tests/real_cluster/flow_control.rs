@@ -171,3 +171,74 @@ async fn migrations_run_in_their_own_priority_level_and_take_its_429s_as_backpre
         "the migrator did not lower its rate"
     );
 }
+
+/// `--object-concurrency auto` on the real kube-apiserver: with no priority level of its own,
+/// the migrator reads who else is working from `/metrics` (in protobuf); once
+/// deploy/base/flowcontrol.yaml gives it one, from API Priority and Fairness's dump of its
+/// priority levels alone — with the grant deploy/base/rbac-migrator.yaml ships.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn auto_reads_the_priority_levels_in_a_level_of_its_own_and_metrics_without_one() {
+    let Some(cluster) = RealCluster::start(
+        "auto_reads_the_priority_levels_in_a_level_of_its_own_and_metrics_without_one",
+        &[],
+        // Unlimited, so that the migrations take seconds rather than 5 objects a second's.
+        &["--controllers=migrator", "--qps=0"],
+    ) else {
+        return;
+    };
+    let kubectl = cluster.kubectl();
+    kubectl.ok(&["create", "namespace", "demo"]);
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        cluster.plane.client().await,
+        "demo",
+        &ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "ConfigMap")),
+    );
+    create_many(&api, CONFIGMAPS, 8, |i| {
+        json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": format!("cm-{i:04}")},
+            "data": {"i": i.to_string()},
+        })
+    })
+    .await;
+    let readings = |account: &str| {
+        svm_metric(
+            &cluster,
+            &format!("svm_migrator_apiserver_readings_total{{account=\"{account}\"}}"),
+        )
+    };
+
+    let first = migrate_configmaps(&cluster, "configmaps-exempt-level");
+    assert!(succeeded(&first), "{first:#}");
+    let (scrapes, dumps) = (readings("metrics"), readings("priority-levels"));
+    eprintln!(
+        "no level of its own: {scrapes} readings of /metrics, {dumps} of the priority levels"
+    );
+    assert!(
+        scrapes >= 1.0,
+        "kube-apiserver's protobuf /metrics was never read as a sample:\n{}",
+        cluster.svm.log()
+    );
+    assert_eq!(
+        dumps, 0.0,
+        "a dump without our level was taken for a reading"
+    );
+
+    // Applied while the pool may still be busy: the next migration's start looks again.
+    let flowcontrol = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/base/flowcontrol.yaml");
+    kubectl.ok(&["apply", "-f", &flowcontrol.display().to_string()]);
+    let second = migrate_configmaps(&cluster, "configmaps-own-level");
+    assert!(succeeded(&second), "{second:#}");
+    let (scrapes_after, dumps) = (readings("metrics"), readings("priority-levels"));
+    eprintln!("in {LEVEL}: {dumps} readings of the priority levels, /metrics {scrapes_after}");
+    assert!(
+        dumps >= 1.0,
+        "the priority levels were never read:\n{}",
+        cluster.svm.log()
+    );
+    assert_eq!(
+        scrapes_after, scrapes,
+        "/metrics was read while the migrator had a level of its own"
+    );
+}

@@ -135,7 +135,7 @@ impl ServerProcess {
         let log = std::fs::File::create(self.dir.path().join("server.log")).expect("log file");
         let child = Command::new(crate::svm_apiserver_binary())
             .args(&self.args)
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", log_filter())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
@@ -314,6 +314,12 @@ impl Drop for ServerProcess {
 
 fn read_log(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_default()
+}
+
+/// The servers' `RUST_LOG`: `info`, or `SVM_TEST_RUST_LOG` (e.g.
+/// `info,svm_controllers::migrator=debug` to see why the migrator chose what it chose).
+fn log_filter() -> String {
+    std::env::var("SVM_TEST_RUST_LOG").unwrap_or_else(|_| "info".into())
 }
 
 /// With `SVM_TEST_LOG_DIR` set, a stopped process's log is kept there (its temp dir is

@@ -426,7 +426,11 @@ fn smooth(before: Option<f64>, seen: f64) -> f64 {
 
 /// The resources the pool is migrating now: its own requests on them are not others'.
 #[derive(Debug, Default)]
-pub(crate) struct Migrating(Mutex<Vec<ResolvedResource>>);
+pub(crate) struct Migrating {
+    resources: Mutex<Vec<ResolvedResource>>,
+    /// Migrations entered so far.
+    started: std::sync::atomic::AtomicU64,
+}
 
 /// A resource being migrated; it is no longer once dropped.
 #[must_use]
@@ -439,6 +443,8 @@ impl Migrating {
     /// `resource` is being migrated until the guard is dropped.
     pub(crate) fn enter(&self, resource: &ResolvedResource) -> Entered<'_> {
         self.lock().push(resource.clone());
+        self.started
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Entered {
             migrating: self,
             resource: resource.clone(),
@@ -453,6 +459,11 @@ impl Migrating {
             .collect()
     }
 
+    /// How many migrations were entered so far.
+    fn started(&self) -> u64 {
+        self.started.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// One of them (the first entered of those still being migrated).
     pub(crate) fn any(&self) -> Option<ResolvedResource> {
         self.lock().first().cloned()
@@ -463,7 +474,7 @@ impl Migrating {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<ResolvedResource>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.resources.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -522,7 +533,7 @@ where
     let mut judge = Judge::default();
     let mut before: Option<Before> = None;
     let mut pace = Pace::default();
-    let mut account = Account::PriorityLevels;
+    let mut choice = Choice::default();
     loop {
         // From the moment a migration starts (its discovery and preflight come before its
         // first PATCH), so that the first verdict is there about when the PATCHes start.
@@ -531,10 +542,13 @@ where
             // tries the cheap account again (a FlowSchema may have been applied since).
             before = None;
             pace = Pace::default();
-            account = Account::PriorityLevels;
+            choice = Choice::default();
             tokio::time::sleep(WAKE).await;
             continue;
         }
+        // The rate goes on from the reading before if the priority levels do not serve.
+        choice.retry_at_a_new_migration(sources.migrating.started());
+        let account = choice.account();
         // Ours in flight when the reading was asked for and when it came back: those that
         // ended in between were counted by kube-apiserver as executing (at a page's end all
         // of its PATCHes end together), those that started may have been.
@@ -545,8 +559,7 @@ where
                 tracing::debug!(
                     "no priority level of the migrator's own to read: reading kube-apiserver's /metrics"
                 );
-                account = Account::Metrics;
-                before = None;
+                choice.fall_back(sources.migrating.started());
                 continue;
             }
             Err(Unreadable::Transient) => {
@@ -593,7 +606,7 @@ where
                 level = OWN_LEVEL,
                 "the migrator's requests are not dispatched in its own priority level (no FlowSchema matches them): reading kube-apiserver's /metrics"
             );
-            account = Account::Metrics;
+            choice.fall_back(sources.migrating.started());
             continue;
         }
         let elapsed = now.duration_since(earlier.at).as_secs_f64().max(0.001);
@@ -621,6 +634,35 @@ where
             .set(i64::from(verdict == Neighbours::Busy));
         sources.pressure.neighbours(verdict);
         tokio::time::sleep(pace.after(verdict)).await;
+    }
+}
+
+/// Which account the readings take: the priority levels first, `/metrics` once they are seen
+/// not to serve — until a migration starts (a FlowSchema may have been applied meanwhile).
+#[derive(Debug, Default)]
+struct Choice {
+    /// `Some`: `/metrics`, since this many migrations had started ([`Migrating::started`]).
+    metrics_since: Option<u64>,
+}
+
+impl Choice {
+    fn account(&self) -> Account {
+        match self.metrics_since {
+            Some(_) => Account::Metrics,
+            None => Account::PriorityLevels,
+        }
+    }
+
+    /// Reads `/metrics` from now on, until a migration starts after the `started` so far.
+    fn fall_back(&mut self, started: u64) {
+        self.metrics_since = Some(started);
+    }
+
+    /// Tries the priority levels again if a migration started since the fall back.
+    fn retry_at_a_new_migration(&mut self, started: u64) {
+        if self.metrics_since.is_some_and(|then| started > then) {
+            self.metrics_since = None;
+        }
     }
 }
 
@@ -1336,6 +1378,8 @@ mod tests {
         exempt: f64,
         others: f64,
         readings: BTreeMap<&'static str, usize>,
+        /// Every reading's account, in order: `p` the priority levels, `m` /metrics.
+        sequence: String,
     }
 
     impl Played {
@@ -1345,6 +1389,7 @@ mod tests {
                 Account::Metrics => "metrics",
             };
             *self.readings.entry(name).or_default() += 1;
+            self.sequence.push_str(&name[..1]);
             if account == Account::Metrics {
                 let mut text = scrape(&[("exempt", "exempt", 1.0, 0.0)]);
                 text.push_str("process_start_time_seconds 1.7e9\n");
@@ -1372,6 +1417,16 @@ mod tests {
     /// Runs [`watch_with`] against `played` for `seconds` of a migration sending a PATCH every
     /// 10 ms; the pool's metrics after it.
     async fn watch_played(played: Arc<Mutex<Played>>, seconds: u64) -> MigratorMetrics {
+        let own_level = played.lock().unwrap_or_else(|e| e.into_inner()).own_level;
+        watch_migrations(played, &[("configmaps", seconds, own_level)]).await
+    }
+
+    /// As [`watch_played`], for migrations of `(resource, seconds, own level in the dump
+    /// meanwhile)` one after the other, each entered before the one before ends.
+    async fn watch_migrations(
+        played: Arc<Mutex<Played>>,
+        migrations: &[(&str, u64, bool)],
+    ) -> MigratorMetrics {
         use crate::migrator::concurrency::Mode;
 
         let pressure: &'static Pressure = Box::leak(Box::new(Pressure::new(
@@ -1400,11 +1455,17 @@ mod tests {
                 watch_with(sources, reader).await;
             })
         };
-        let _entered = migrating.enter(&test_resource("", "configmaps", "ConfigMap"));
-        for _ in 0..seconds * 100 {
-            drop(pressure.slot().await);
-            tokio::time::sleep(Duration::from_millis(10)).await;
+        let mut entered = None;
+        for (resource, seconds, own_level) in migrations {
+            played.lock().unwrap_or_else(|e| e.into_inner()).own_level = *own_level;
+            let next = migrating.enter(&test_resource("", resource, "Thing"));
+            entered = Some(next);
+            for _ in 0..seconds * 100 {
+                drop(pressure.slot().await);
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
         }
+        drop(entered);
         watching.abort();
         metrics
     }
@@ -1479,5 +1540,36 @@ mod tests {
                 "{own_level} {counts_ours}"
             );
         }
+    }
+
+    /// A FlowSchema applied while the migrator reads `/metrics` is found at the next
+    /// migration's start, without the pool going idle in between.
+    #[tokio::test(start_paused = true)]
+    async fn the_priority_levels_are_tried_again_when_a_migration_starts() {
+        let played = Arc::new(Mutex::new(Played {
+            counts_ours: true,
+            ..Played::default()
+        }));
+        watch_migrations(
+            played.clone(),
+            &[("configmaps", 10, false), ("secrets", 10, true)],
+        )
+        .await;
+        // The first migration: one dump (no level of ours), then /metrics; the second: one
+        // /metrics reading at most (already under way), then the dumps alone.
+        let sequence = played
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .sequence
+            .clone();
+        let switched = sequence.trim_end_matches('p');
+        assert!(
+            sequence.len() - switched.len() >= 3,
+            "{sequence}: the dumps after the FlowSchema"
+        );
+        assert!(
+            switched.starts_with("pmmmm") && switched[1..].chars().all(|c| c == 'm'),
+            "{sequence}"
+        );
     }
 }
