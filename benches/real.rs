@@ -27,8 +27,9 @@
 //! `1,10,100`) picks the sizes, `SVM_BENCH_REAL_RUNS` (default `auto,16,64,getput,nb-auto,qps,load`)
 //! the runs, in that order, repeats allowed: `auto` or a number is ours at that
 //! `--object-concurrency`, `nb-…` the same with the neighbour, `paged` / `paged-<c>` the same read in pages, `json-…` the same with
-//! JSON reads (`--kube-api-content-type=application/json`; ours read protobuf by default).
-//! `wire` adds a table of kube-apiserver's CPU with our reads in protobuf against JSON, on N
+//! JSON reads (`--kube-api-content-type=application/json`; ours read protobuf by default),
+//! `own-…` the same as deploy/ runs it — its ServiceAccount, in the priority level of
+//! deploy/base/flowcontrol.yaml (other runs are the cluster-admin's: `exempt`). `wire` adds a table of kube-apiserver's CPU with our reads in protobuf against JSON, on N
 //! ConfigMaps (built-in) and N custom resources of 1 KiB. `delay-…` runs ours through a
 //! loopback TCP proxy that delays every byte `SVM_BENCH_REAL_DELAY_MS` (2) each way (a real
 //! cluster's network; `real/delay.rs`). `writes` adds the table of what each way of writing an
@@ -275,6 +276,8 @@ struct Bench {
     plane: ControlPlane,
     kas_pid: u32,
     client: kube::Client,
+    /// deploy/'s ServiceAccount's kubeconfig, once its RBAC and FlowSchema are applied.
+    own_level: std::sync::OnceLock<std::path::PathBuf>,
 }
 
 /// One resource of `kib`-KiB objects, stored in `v1` or `v2`.
@@ -520,14 +523,23 @@ impl Bench {
             Some(n) => Some(n.finish().await),
             None => None,
         };
-        let read = read_mode(&server.scrape(&http).await);
+        let scrape = server.scrape(&http).await;
+        let read = read_mode(&scrape);
+        let readings = |account: &str| {
+            let label = format!("account=\"{account}\"");
+            metric_sum(&scrape, "svm_migrator_apiserver_readings_total", &[&label])
+        };
+        let (dumps, scrapes) = (readings("priority-levels"), readings("metrics"));
         stop.store(true, Ordering::Relaxed);
         if let Some(loader) = loader {
             let _ = loader.await;
         }
         let kas_after = KasCounters::read(&self.client, &target.plural).await;
         let terminated = kas_after.terminated_watchers - kas.terminated_watchers;
-        eprintln!("{label}: read {read}; watchers kube-apiserver terminated: {terminated}");
+        eprintln!(
+            "{label}: read {read}; watchers kube-apiserver terminated: {terminated}; \
+             kube-apiserver's counts read: {dumps} priority levels, {scrapes} /metrics"
+        );
         let mut limits: Vec<f64> = samples.iter().map(|(_, limit, _)| *limit).collect();
         limits.sort_by(f64::total_cmp);
         let row = Row {
@@ -632,6 +644,8 @@ struct OurRun {
     /// Through the loopback delay proxy ([`delay`]).
     delay: bool,
     neighbour: bool,
+    /// As deploy/ runs it: its ServiceAccount, in the priority level of its FlowSchema.
+    own_level: bool,
 }
 
 impl OurRun {
@@ -640,12 +654,13 @@ impl OurRun {
         OurRun {
             concurrency: parts
                 .iter()
-                .find(|p| !matches!(**p, "paged" | "json" | "delay" | "nb"))
+                .find(|p| !matches!(**p, "paged" | "json" | "delay" | "nb" | "own"))
                 .map_or_else(|| "auto".into(), |c| c.to_string()),
             paged: parts.contains(&"paged"),
             json: parts.contains(&"json"),
             delay: parts.contains(&"delay"),
             neighbour: parts.contains(&"nb"),
+            own_level: parts.contains(&"own"),
         }
     }
 
@@ -667,15 +682,55 @@ impl OurRun {
         let wire = if self.json { "JSON" } else { "protobuf" };
         let delay = if self.delay { ", +2×delay" } else { "" };
         let neighbour = if self.neighbour { ", a neighbour" } else { "" };
-        format!("ours, {}, {wire} reads{delay}{neighbour}", self.concurrency)
+        let level = if self.own_level {
+            ", deploy's identity and level"
+        } else {
+            ""
+        };
+        format!(
+            "ours, {}, {wire} reads{delay}{neighbour}{level}",
+            self.concurrency
+        )
     }
 }
 
 impl Bench {
-    /// An admin kubeconfig whose server is a loopback proxy delaying every byte by
+    /// The kubeconfig of a run: the admin's (`exempt` from API Priority and Fairness), or
+    /// deploy/'s ServiceAccount's in the priority level of deploy/base/flowcontrol.yaml; through
+    /// the delay proxy for a `delay` run.
+    async fn kubeconfig(&self, run: &OurRun) -> std::path::PathBuf {
+        let identity = if run.own_level {
+            self.own_level_kubeconfig()
+        } else {
+            self.plane.kubeconfig.clone()
+        };
+        if run.delay {
+            self.delayed_kubeconfig(&identity).await
+        } else {
+            identity
+        }
+    }
+
+    /// deploy/base's namespace, ServiceAccount, RBAC and FlowSchema, applied as shipped (on the
+    /// first call), and a kubeconfig with the ServiceAccount's token.
+    fn own_level_kubeconfig(&self) -> std::path::PathBuf {
+        self.own_level
+            .get_or_init(|| {
+                support::real_cluster::install_rbac(&self.plane);
+                let flowcontrol = support::repo_root().join("deploy/base/flowcontrol.yaml");
+                self.plane
+                    .kubectl()
+                    .ok(&["apply", "-f", &flowcontrol.display().to_string()]);
+                self.plane
+                    .service_account_kubeconfig(support::real_cluster::NAMESPACE, "svm-apiserver")
+            })
+            .clone()
+    }
+
+    /// `kubeconfig` with its server a loopback proxy delaying every byte by
     /// `SVM_BENCH_REAL_DELAY_MS` (2) each way; one proxy per call (a run's process connects
     /// afresh).
-    async fn delayed_kubeconfig(&self) -> std::path::PathBuf {
+    async fn delayed_kubeconfig(&self, kubeconfig: &std::path::Path) -> std::path::PathBuf {
         let ms: u64 = std::env::var("SVM_BENCH_REAL_DELAY_MS")
             .ok()
             .and_then(|v| v.parse().ok())
@@ -686,7 +741,7 @@ impl Bench {
             .parse()
             .expect("kube-apiserver's address");
         let proxy = delay::start(upstream, Duration::from_millis(ms)).await;
-        let yaml = std::fs::read_to_string(&self.plane.kubeconfig).expect("admin kubeconfig");
+        let yaml = std::fs::read_to_string(kubeconfig).expect("a kubeconfig");
         let path = self
             .plane
             .dir()
@@ -970,6 +1025,7 @@ async fn main() {
         plane,
         kas_pid,
         client,
+        own_level: std::sync::OnceLock::new(),
     };
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     eprintln!("load average at start: {load}");
@@ -1011,8 +1067,8 @@ async fn main() {
             }
             let run = OurRun::parse(name);
             let mut flags = run.flags();
-            if run.delay {
-                let path = bench.delayed_kubeconfig().await;
+            if run.delay || run.own_level {
+                let path = bench.kubeconfig(&run).await;
                 flags.push(format!("--kubeconfig={}", path.display()));
             }
             let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
