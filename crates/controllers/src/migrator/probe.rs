@@ -91,9 +91,20 @@ impl Slowdown {
         if self.window.len() < WINDOW {
             return None;
         }
-        let ratio = median(&mut self.window).as_secs_f64() / idle.as_secs_f64();
+        let now = median(&mut self.window);
         self.window.clear();
-        Some(ratio)
+        // Faster beside the PATCHes than with them held: the held figure was not idle (taken
+        // in a run's first seconds, while kube-apiserver filled the watch cache of a resource
+        // whose storage had just moved; the bench saw ratios of 0.13–0.4 for 30 s, and the
+        // limit unrestrained meanwhile). The faster figure is the better idle one.
+        let idle = if now < idle {
+            let lower = now.max(LEAST_IDLE);
+            self.idle = Some(lower);
+            lower
+        } else {
+            idle
+        };
+        Some(now.as_secs_f64() / idle.as_secs_f64())
     }
 
     /// Nothing to measure now (alone, or no PATCHes): the next run starts afresh.
@@ -236,6 +247,23 @@ mod tests {
         // Then a window at the idle figure.
         let ratio = (0..WINDOW).filter_map(|_| slowdown.add(ms(2))).last();
         assert_eq!(ratio, Some(1.0));
+    }
+
+    #[test]
+    fn a_window_faster_than_the_held_figure_becomes_the_idle_figure() {
+        let mut slowdown = Slowdown::default();
+        // Held while kube-apiserver was busy with something else than our PATCHes.
+        slowdown.rebased(&[Some(ms(20)); HELD_PROBES], Instant::now());
+        let ratio = (0..WINDOW).filter_map(|_| slowdown.add(ms(4))).last();
+        assert_eq!(ratio, Some(1.0), "not 0.2: the held 20 ms was not idle");
+        // Against the 4 ms now: 12 ms is three times it.
+        let ratio = (0..WINDOW).filter_map(|_| slowdown.add(ms(12))).last();
+        assert_eq!(ratio, Some(3.0));
+        // Never below the floor.
+        let ratio = (0..WINDOW)
+            .filter_map(|_| slowdown.add(Duration::from_micros(100)))
+            .last();
+        assert_eq!(ratio, Some(0.2), "0.1 ms against {LEAST_IDLE:?}");
     }
 
     #[test]
