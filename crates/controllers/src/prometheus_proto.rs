@@ -1,6 +1,7 @@
 //! Reading kube-apiserver's `/metrics` in Prometheus's protobuf exposition format (length-
-//! delimited `io.prometheus.client.MetricFamily` messages). Asked for where `/metrics` is read
-//! often (the migrator's neighbours, every 1–4 s): kube-apiserver answers it for half the CPU
+//! delimited `io.prometheus.client.MetricFamily` messages), by the migrator's neighbours
+//! (every 1–4 s while it has no priority level of its own) and the trigger's encryption
+//! generation (every `--encryption-poll-interval`): kube-apiserver answers it for half the CPU
 //! of the text format and a fifth of the bytes (`make bench-real` with the `metrics` run:
 //! 10–12 ms and 374 KB against 23–24 ms and 1.7 MB per reading on an idle envtest
 //! kube-apiserver), and makes less garbage for its collector while it is busy with the

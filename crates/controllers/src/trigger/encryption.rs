@@ -26,6 +26,7 @@ use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
+use crate::prometheus_proto::{self, Series};
 use crate::prometheus_text;
 use svm_cluster::{ClusterClient, ClusterError};
 
@@ -40,6 +41,9 @@ pub(crate) const KEY_METRIC: &str =
 /// When each apiserver last reloaded its encryption configuration (`status="success"`).
 pub(crate) const RELOAD_METRIC: &str =
     "apiserver_encryption_config_controller_automatic_reload_last_timestamp_seconds";
+
+/// The families the trigger reads.
+const FAMILIES: [&str; 3] = [CONFIG_METRIC, KEY_METRIC, RELOAD_METRIC];
 
 /// How long recording the Warning Event may take.
 const EVENT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -86,12 +90,38 @@ pub(crate) fn apiserver_id_hash(lease_name: &str) -> String {
     format!("sha256:{hex}")
 }
 
-/// Each apiserver's generation in one scrape (one apiserver, normally), by `apiserver_id_hash`.
+/// The samples of [`FAMILIES`] in a `/metrics` answer: Prometheus's protobuf when
+/// kube-apiserver answered it (a fifth of the text's bytes, half its CPU: `prometheus_proto`),
+/// the text otherwise; `None` when a protobuf body does not decode.
+fn samples(content_type: Option<&str>, body: &[u8]) -> Option<Vec<Series>> {
+    if content_type.is_some_and(prometheus_proto::is_protobuf) {
+        return prometheus_proto::samples(body, &FAMILIES);
+    }
+    Some(text_samples(&String::from_utf8_lossy(body)))
+}
+
+/// The samples of [`FAMILIES`] in a `/metrics` text.
+fn text_samples(text: &str) -> Vec<Series> {
+    text.lines()
+        .filter(|line| FAMILIES.iter().any(|family| line.starts_with(family)))
+        .filter_map(prometheus_text::sample)
+        .map(|(name, labels, value)| (name.to_string(), labels, value))
+        .collect()
+}
+
+/// Each apiserver's generation in one `/metrics` text, by `apiserver_id_hash`.
+#[cfg(test)]
 pub(crate) fn parse(text: &str) -> BTreeMap<String, Generation> {
+    generations(&text_samples(text))
+}
+
+/// Each apiserver's generation in one scrape (one apiserver, normally), by `apiserver_id_hash`.
+fn generations(samples: &[Series]) -> BTreeMap<String, Generation> {
     let mut out: BTreeMap<String, Generation> = BTreeMap::new();
     // (apiserver, provider) → (newest to_storage use, key id hash).
     let mut writes: BTreeMap<(String, String), (f64, String)> = BTreeMap::new();
-    for (name, labels, value) in text.lines().filter_map(prometheus_text::sample) {
+    for (name, labels, value) in samples {
+        let value = *value;
         let Some(apiserver) = labels.get("apiserver_id_hash").filter(|a| !a.is_empty()) else {
             continue;
         };
@@ -123,16 +153,22 @@ pub(crate) fn parse(text: &str) -> BTreeMap<String, Generation> {
     out
 }
 
+/// When each apiserver last reloaded its encryption configuration successfully, in one
+/// `/metrics` text.
+#[cfg(test)]
+pub(crate) fn parse_reloads(text: &str) -> BTreeMap<String, f64> {
+    reloads(&text_samples(text))
+}
+
 /// When each apiserver last reloaded its encryption configuration successfully (Unix seconds),
 /// by `apiserver_id_hash`.
-pub(crate) fn parse_reloads(text: &str) -> BTreeMap<String, f64> {
-    text.lines()
-        .filter(|l| l.starts_with(RELOAD_METRIC))
-        .filter_map(prometheus_text::sample)
+fn reloads(samples: &[Series]) -> BTreeMap<String, f64> {
+    samples
+        .iter()
         .filter(|(name, labels, _)| {
-            *name == RELOAD_METRIC && labels.get("status").map(String::as_str) == Some("success")
+            name == RELOAD_METRIC && labels.get("status").map(String::as_str) == Some("success")
         })
-        .filter_map(|(_, labels, value)| Some((labels.get("apiserver_id_hash")?.clone(), value)))
+        .filter_map(|(_, labels, value)| Some((labels.get("apiserver_id_hash")?.clone(), *value)))
         .collect()
 }
 
@@ -362,21 +398,32 @@ impl EncryptionObserver {
         let answer = match self.cluster.on_new_connection() {
             Ok(client) => {
                 client
-                    .request(Method::GET, "/metrics", "text/plain", None)
+                    .request(Method::GET, "/metrics", prometheus_proto::ACCEPT, None)
                     .await
             }
             Err(err) => Err(err),
         };
         match answer {
             Ok(answer) => {
-                let found = parse(&String::from_utf8_lossy(&answer.body));
+                let content_type = answer
+                    .headers
+                    .get(http::header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok());
+                let Some(samples) = samples(content_type, &answer.body) else {
+                    if self.told != Some(Scrape::Failed) {
+                        tracing::warn!(
+                            "kube-apiserver's /metrics in protobuf did not decode; retrying every poll"
+                        );
+                    }
+                    return Scrape::Failed;
+                };
+                let found = generations(&samples);
                 if found.is_empty() {
                     return Scrape::Absent;
                 }
                 self.answered = found.keys().cloned().collect();
                 self.reports.extend(found);
-                self.reloads
-                    .extend(parse_reloads(&String::from_utf8_lossy(&answer.body)));
+                self.reloads.extend(reloads(&samples));
                 Scrape::Read
             }
             Err(err) if refused(&err) => Scrape::Forbidden,

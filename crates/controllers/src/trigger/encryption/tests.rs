@@ -203,3 +203,39 @@ async fn a_forbidden_metrics_endpoint_is_told_once_and_agrees_on_nothing() {
         "{event}"
     );
 }
+
+#[test]
+fn a_protobuf_scrape_says_what_the_text_says() {
+    use crate::prometheus_proto::build::{family, gauge};
+    // The samples of the recorded text, as kube-apiserver sends them when asked for protobuf.
+    let mut body = Vec::new();
+    for name in FAMILIES {
+        let metrics = text_samples(SCRAPE)
+            .into_iter()
+            .filter(|(family, _, _)| family == name)
+            .map(|(_, labels, value)| {
+                let pairs: Vec<(&str, &str)> = labels
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str()))
+                    .collect();
+                gauge(&pairs, value)
+            })
+            .collect();
+        body.extend(family(name, metrics));
+    }
+    let content_type = Some(
+        "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited",
+    );
+    let decoded = samples(content_type, &body).expect("a delimited protobuf body");
+    let from_text = parse(SCRAPE);
+    assert!(!from_text.is_empty());
+    assert_eq!(generations(&decoded), from_text);
+    assert_eq!(reloads(&decoded), parse_reloads(SCRAPE));
+    // A body cut short is no reading (not an apiserver without the metrics).
+    assert_eq!(samples(content_type, &body[..body.len() - 3]), None);
+    // Text is read as text.
+    assert_eq!(
+        generations(&samples(Some("text/plain; version=0.0.4"), SCRAPE.as_bytes()).expect("text")),
+        from_text
+    );
+}
