@@ -546,39 +546,26 @@ where
             tokio::time::sleep(WAKE).await;
             continue;
         }
-        // The rate goes on from the reading before if the priority levels do not serve.
-        choice.retry_at_a_new_migration(sources.migrating.started());
-        let account = choice.account();
         // Ours in flight when the reading was asked for and when it came back: those that
         // ended in between were counted by kube-apiserver as executing (at a page's end all
         // of its PATCHes end together), those that started may have been.
         let ours_before = sources.pressure.requests_in_flight();
-        let sample = match read(account).await {
-            Ok(sample) if account == Account::Metrics || sample.has_own_level() => sample,
-            Ok(_) | Err(Unreadable::Never) if account == Account::PriorityLevels => {
-                tracing::debug!(
-                    "no priority level of the migrator's own to read: reading kube-apiserver's /metrics"
-                );
-                choice.fall_back(sources.migrating.started());
-                continue;
-            }
-            Err(Unreadable::Transient) => {
+        let account = choice.retry_at_a_new_migration(sources.migrating.started());
+        let sample = match take(&mut read, &mut choice, &sources).await {
+            Taken::Sample(sample) => sample,
+            // The reading before (if any) still measures the next rate.
+            Taken::FellBack => continue,
+            Taken::Transient => {
                 sources.pressure.neighbours(Neighbours::Unknown);
                 before = None;
                 tokio::time::sleep(PERIOD).await;
                 continue;
             }
-            // `/metrics` refused too (its `Ok` took the first arm).
-            Err(Unreadable::Never) | Ok(_) => {
+            Taken::Never => {
                 sources.pressure.neighbours(Neighbours::Unknown);
                 return;
             }
         };
-        sources
-            .metrics
-            .apiserver_readings
-            .get_or_create(&account.label())
-            .inc();
         let now = Instant::now();
         let ours = ours_before.max(sources.pressure.requests_in_flight());
         let patches_sent = sources.pressure.patches_sent();
@@ -637,6 +624,46 @@ where
     }
 }
 
+/// What one reading gave.
+enum Taken {
+    Sample(Sample),
+    /// The priority levels do not serve: `/metrics` is read from now on.
+    FellBack,
+    Transient,
+    /// Neither account may be read.
+    Never,
+}
+
+/// One reading of the account `choice` says, counted; falls back from the priority levels when
+/// they cannot be read or have no level of ours.
+async fn take<R, F>(read: &mut R, choice: &mut Choice, sources: &Sources<'_>) -> Taken
+where
+    R: FnMut(Account) -> F,
+    F: Future<Output = Result<Sample, Unreadable>>,
+{
+    let account = choice.account();
+    match read(account).await {
+        Ok(sample) if account == Account::Metrics || sample.has_own_level() => {
+            sources
+                .metrics
+                .apiserver_readings
+                .get_or_create(&account.label())
+                .inc();
+            Taken::Sample(sample)
+        }
+        Ok(_) | Err(Unreadable::Never) if account == Account::PriorityLevels => {
+            tracing::debug!(
+                "no priority level of the migrator's own to read: reading kube-apiserver's /metrics"
+            );
+            choice.fall_back(sources.migrating.started());
+            Taken::FellBack
+        }
+        Err(Unreadable::Transient) => Taken::Transient,
+        // `/metrics` refused too (its `Ok` took the first arm).
+        Err(Unreadable::Never) | Ok(_) => Taken::Never,
+    }
+}
+
 /// Which account the readings take: the priority levels first, `/metrics` once they are seen
 /// not to serve — until a migration starts (a FlowSchema may have been applied meanwhile).
 #[derive(Debug, Default)]
@@ -658,11 +685,13 @@ impl Choice {
         self.metrics_since = Some(started);
     }
 
-    /// Tries the priority levels again if a migration started since the fall back.
-    fn retry_at_a_new_migration(&mut self, started: u64) {
+    /// Tries the priority levels again if a migration started since the fall back; the
+    /// account of the next reading.
+    fn retry_at_a_new_migration(&mut self, started: u64) -> Account {
         if self.metrics_since.is_some_and(|then| started > then) {
             self.metrics_since = None;
         }
+        self.account()
     }
 }
 
