@@ -29,7 +29,7 @@ test:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --all-targets --workspace -- -D warnings
 	.dev/tools/bin/cargo-deny check licenses bans sources
-	@assets=$$(hack/envtest.sh); \
+	@assets=$$(hack/envtest.sh) || { echo "make test: preparing the real-cluster suite failed (above)" >&2; exit 1; }; \
 	if [ -n "$$assets" ]; then export KUBEBUILDER_ASSETS="$$assets"; else export SVM_REAL_CLUSTER=skip; fi; \
 	echo "KUBEBUILDER_ASSETS=$${KUBEBUILDER_ASSETS:-(none: the real-cluster suite is NOT RUN)}"; \
 	SVM_KUBECTL=$(KUBECTL) CARGO=$(CARGO) hack/test.sh; status=$$?; \

@@ -46,5 +46,7 @@ version=$(apt-cache "${opts[@]}" show etcd-server | awk '/^Version: 3\.5\./ { pr
 rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"
 dpkg-deb -x "$apt/cache/etcd-server_${version/:/%3a}_${arch}.deb" "$dir.tmp"
 rm -rf "$dir" && mv "$dir.tmp" "$dir"
-"$binary" --version | head -1 >&2
+# All of --version, not `| head -1`: under pipefail, etcd killed by SIGPIPE after head's one line
+# failed this script at random (a clean clone's `make test` then ran without the suite).
+"$binary" --version >&2
 echo "$PWD/$binary"
