@@ -29,7 +29,8 @@
 //! `--object-concurrency`, `nb-…` the same with the neighbour, `paged` / `paged-<c>` the same read in pages, `json-…` the same with
 //! JSON reads (`--kube-api-content-type=application/json`; ours read protobuf by default),
 //! `own-…` the same as deploy/ runs it — its ServiceAccount, in the priority level of
-//! deploy/base/flowcontrol.yaml (other runs are the cluster-admin's: `exempt`). `wire` adds a table of kube-apiserver's CPU with our reads in protobuf against JSON, on N
+//! deploy/base/flowcontrol.yaml (other runs are the cluster-admin's: `exempt`). `wire` adds a
+//! table of kube-apiserver's CPU with our reads in protobuf against JSON, on N
 //! ConfigMaps (built-in) and N custom resources of 1 KiB. `delay-…` runs ours through a
 //! loopback TCP proxy that delays every byte `SVM_BENCH_REAL_DELAY_MS` (2) each way (a real
 //! cluster's network; `real/delay.rs`). `writes` adds the table of what each way of writing an
@@ -717,10 +718,7 @@ impl Bench {
         self.own_level
             .get_or_init(|| {
                 support::real_cluster::install_rbac(&self.plane);
-                let flowcontrol = support::repo_root().join("deploy/base/flowcontrol.yaml");
-                self.plane
-                    .kubectl()
-                    .ok(&["apply", "-f", &flowcontrol.display().to_string()]);
+                support::real_cluster::install_flowcontrol(&self.plane);
                 self.plane
                     .service_account_kubeconfig(support::real_cluster::NAMESPACE, "svm-apiserver")
             })

@@ -5,14 +5,13 @@
 //! backpressure — it lowers its rate (svm_migrator_apf_rejections_total,
 //! svm_migrator_rate_limit_qps) and the migration still succeeds.
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind};
 use serde_json::{Value, json};
 
 use crate::support::kubectl::Kubectl;
-use crate::support::real_cluster::RealCluster;
+use crate::support::real_cluster::{RealCluster, install_flowcontrol};
 use crate::world::{create_many, failed, items, name, succeeded, wait_for};
 
 const LEVEL: &str = "svm-apiserver-migrator";
@@ -36,6 +35,25 @@ fn svm_metric(cluster: &RealCluster, prefix: &str) -> f64 {
         .filter(|l| l.starts_with(prefix))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
+}
+
+/// [`CONFIGMAPS`] ConfigMaps in the namespace `demo`.
+async fn create_configmaps(cluster: &RealCluster) {
+    cluster.kubectl().ok(&["create", "namespace", "demo"]);
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        cluster.plane.client().await,
+        "demo",
+        &ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "ConfigMap")),
+    );
+    create_many(&api, CONFIGMAPS, 8, |i| {
+        json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": format!("cm-{i:04}")},
+            "data": {"i": i.to_string()},
+        })
+    })
+    .await;
 }
 
 fn migrate_configmaps(cluster: &RealCluster, migration: &str) -> Value {
@@ -96,24 +114,8 @@ async fn migrations_run_in_their_own_priority_level_and_take_its_429s_as_backpre
         return;
     };
     let kubectl = cluster.kubectl();
-    let flowcontrol = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/base/flowcontrol.yaml");
-    kubectl.ok(&["apply", "-f", &flowcontrol.display().to_string()]);
-    kubectl.ok(&["create", "namespace", "demo"]);
-    let client = cluster.plane.client().await;
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        client,
-        "demo",
-        &ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "ConfigMap")),
-    );
-    create_many(&api, CONFIGMAPS, 8, |i| {
-        json!({
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": format!("cm-{i:04}")},
-            "data": {"i": i.to_string()},
-        })
-    })
-    .await;
+    install_flowcontrol(&cluster.plane);
+    create_configmaps(&cluster).await;
 
     // The shipped level (queuing): every PATCH is dispatched there.
     let dispatched_before =
@@ -197,22 +199,7 @@ async fn auto_reads_the_priority_levels_in_a_level_of_its_own_and_metrics_withou
     ) else {
         return;
     };
-    let kubectl = cluster.kubectl();
-    kubectl.ok(&["create", "namespace", "demo"]);
-    let api: Api<DynamicObject> = Api::namespaced_with(
-        cluster.plane.client().await,
-        "demo",
-        &ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "ConfigMap")),
-    );
-    create_many(&api, CONFIGMAPS, 8, |i| {
-        json!({
-            "apiVersion": "v1",
-            "kind": "ConfigMap",
-            "metadata": {"name": format!("cm-{i:04}")},
-            "data": {"i": i.to_string()},
-        })
-    })
-    .await;
+    create_configmaps(&cluster).await;
     let readings = |account: &str| {
         svm_metric(
             &cluster,
@@ -237,8 +224,7 @@ async fn auto_reads_the_priority_levels_in_a_level_of_its_own_and_metrics_withou
     );
 
     // Applied while the pool may still be busy: the next migration's start looks again.
-    let flowcontrol = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/base/flowcontrol.yaml");
-    kubectl.ok(&["apply", "-f", &flowcontrol.display().to_string()]);
+    install_flowcontrol(&cluster.plane);
     create_migration(&cluster, "configmaps-own-level");
     // The first reading of the priority levels; /metrics may have been read until then (the
     // first migration's last seconds).

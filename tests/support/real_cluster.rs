@@ -256,6 +256,13 @@ pub fn install_rbac(plane: &ControlPlane) {
     }
 }
 
+/// `deploy/base/flowcontrol.yaml` as shipped: the migrator's FlowSchema and priority level.
+pub fn install_flowcontrol(plane: &ControlPlane) {
+    plane
+        .kubectl()
+        .ok(&["apply", "-f", &repo_file("deploy/base/flowcontrol.yaml")]);
+}
+
 /// A Service without a selector (no controller runs here to fill endpoints) and its one
 /// EndpointSlice, pointing at svm-apiserver on 127.0.0.1.
 fn service_and_endpoints(port: u16) -> String {

@@ -551,7 +551,7 @@ where
         // of its PATCHes end together), those that started may have been.
         let ours_before = sources.pressure.requests_in_flight();
         let account = choice.retry_at_a_new_migration(sources.migrating.started());
-        let sample = match take(&mut read, &mut choice, &sources).await {
+        let sample = match take(&mut read, account, &mut choice, &sources).await {
             Taken::Sample(sample) => sample,
             // The reading before (if any) still measures the next rate.
             Taken::FellBack => continue,
@@ -634,14 +634,18 @@ enum Taken {
     Never,
 }
 
-/// One reading of the account `choice` says, counted; falls back from the priority levels when
-/// they cannot be read or have no level of ours.
-async fn take<R, F>(read: &mut R, choice: &mut Choice, sources: &Sources<'_>) -> Taken
+/// One reading of `account` (the one `choice` says), counted; falls back from the priority
+/// levels when they cannot be read or have no level of ours.
+async fn take<R, F>(
+    read: &mut R,
+    account: Account,
+    choice: &mut Choice,
+    sources: &Sources<'_>,
+) -> Taken
 where
     R: FnMut(Account) -> F,
     F: Future<Output = Result<Sample, Unreadable>>,
 {
-    let account = choice.account();
     match read(account).await {
         Ok(sample) if account == Account::Metrics || sample.has_own_level() => {
             sources
@@ -829,6 +833,28 @@ mod tests {
         }
     }
 
+    /// [`watch_with`] on a task of its own, with `reader` playing kube-apiserver.
+    fn spawn_watch<R, F>(
+        pressure: impl std::ops::Deref<Target = Pressure> + Send + 'static,
+        migrating: &Arc<Migrating>,
+        metrics: &MigratorMetrics,
+        reader: R,
+    ) -> tokio::task::JoinHandle<()>
+    where
+        R: FnMut(Account) -> F + Send + 'static,
+        F: Future<Output = Result<Sample, Unreadable>> + Send,
+    {
+        let (migrating, metrics) = (migrating.clone(), metrics.clone());
+        tokio::spawn(async move {
+            let sources = Sources {
+                pressure: &pressure,
+                migrating: &migrating,
+                metrics: &metrics,
+            };
+            watch_with(sources, reader).await;
+        })
+    }
+
     #[tokio::test(start_paused = true)]
     async fn readings_start_with_a_migration_before_its_first_patch_and_stop_with_it() {
         use crate::migrator::concurrency::Mode;
@@ -842,19 +868,8 @@ mod tests {
         let refuse = Arc::new(AtomicBool::new(false));
         // Someone else's requests executing: shared, from the verdict on.
         let busy = scrape(&[("workload-low", "service-accounts", 3.0, 0.0)]);
-        let watching = {
-            let (pressure, migrating, metrics) =
-                (pressure.clone(), migrating.clone(), metrics.clone());
-            let reader = played_reader(busy, readings.clone(), refuse.clone());
-            tokio::spawn(async move {
-                let sources = Sources {
-                    pressure: &pressure,
-                    migrating: &migrating,
-                    metrics: &metrics,
-                };
-                watch_with(sources, reader).await;
-            })
-        };
+        let reader = played_reader(busy, readings.clone(), refuse.clone());
+        let watching = spawn_watch(pressure.clone(), &migrating, &metrics, reader);
         let count = || readings.lock().unwrap_or_else(|e| e.into_inner()).len();
         tokio::time::sleep(Duration::from_secs(5)).await;
         assert_eq!(count(), 0, "nothing migrating, nothing sent: no reading");
@@ -1100,17 +1115,7 @@ mod tests {
                 std::future::ready(Sample::parse(&text).ok_or(Unreadable::Never))
             }
         };
-        let watching = {
-            let (migrating, metrics) = (migrating.clone(), metrics.clone());
-            tokio::spawn(async move {
-                let sources = Sources {
-                    pressure,
-                    migrating: &migrating,
-                    metrics: &metrics,
-                };
-                watch_with(sources, reader).await;
-            })
-        };
+        let watching = spawn_watch(pressure, &migrating, &metrics, reader);
         let count = || *readings.lock().unwrap_or_else(|e| e.into_inner());
         let entered = migrating.enter(&test_resource("", "configmaps", "ConfigMap"));
         tokio::time::sleep(FIRST_PERIOD / 2).await;
@@ -1473,17 +1478,7 @@ mod tests {
                 std::future::ready(played.reading(account, sent))
             }
         };
-        let watching = {
-            let (migrating, metrics) = (migrating.clone(), metrics.clone());
-            tokio::spawn(async move {
-                let sources = Sources {
-                    pressure,
-                    migrating: &migrating,
-                    metrics: &metrics,
-                };
-                watch_with(sources, reader).await;
-            })
-        };
+        let watching = spawn_watch(pressure, &migrating, &metrics, reader);
         let mut entered = None;
         for (resource, seconds, own_level) in migrations {
             played.lock().unwrap_or_else(|e| e.into_inner()).own_level = *own_level;
