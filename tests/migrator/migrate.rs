@@ -317,3 +317,52 @@ async fn a_resource_is_streamed_as_metadata_unless_larger_than_the_stream_limit(
     );
     assert!(h.server.log().contains("more than 1250 objects"));
 }
+
+/// A user deletes objects while their migration runs, after the list that named them: they
+/// stay deleted. kube-apiserver (and the double, as it) creates an applied object that does
+/// not exist, its resourceVersion notwithstanding (recording 09e, step B5); the no-op write
+/// carries the listed uid, so each is a 409 "uid mismatch" and the object is passed as gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn objects_deleted_during_their_migration_stay_deleted() {
+    const OBJECTS: usize = 1_000;
+    const DELETED: std::ops::Range<usize> = 900..1_000;
+    let double = double_with_widgets().await;
+    double
+        .preload("configmaps", Some("demo"), "cm", OBJECTS, 64)
+        .unwrap();
+    double.set_storage_version("configmaps", "v2").unwrap();
+    let h = Harness::start(double, &["--qps=200", "--burst=10", "--chunk-size=100"]);
+    h.create_migration("deletes", "", "configmaps").await;
+    h.wait_for("deletes", Duration::from_secs(60), |m| migrated(m) >= 100)
+        .await;
+    let stored = |h: &Harness| -> usize { h.double.stored_summary("configmaps").values().sum() };
+    let stored_before = stored(&h);
+    // The last objects in key order: listed (the stream's or the pages' snapshot), not yet
+    // written at 200 a second.
+    for i in DELETED {
+        h.double
+            .delete("configmaps", Some("demo"), &format!("cm-{i:05}"))
+            .unwrap();
+    }
+    let done = h
+        .wait_for("deletes", Duration::from_secs(60), |m| {
+            condition(m, "Succeeded") == Some("True")
+        })
+        .await;
+    assert_eq!(condition(&done, "Failed"), None, "{:#}", done["status"]);
+    let written = h.double.counters().requests_for("patch", "configmaps");
+    assert!(
+        written >= OBJECTS as u64,
+        "the deleted objects were written to as well ({written} writes): the test raced nothing"
+    );
+    for i in DELETED {
+        let name = format!("cm-{i:05}");
+        let found = h.double.get("configmaps", Some("demo"), &name);
+        assert_eq!(
+            found.as_ref().map_err(|e| e.code),
+            Err(404),
+            "{name} was brought back: {found:?}"
+        );
+    }
+    assert_eq!(stored(&h), stored_before - DELETED.len());
+}

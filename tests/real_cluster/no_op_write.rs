@@ -159,6 +159,69 @@ async fn the_no_op_write_re_encodes_every_object_and_changes_nothing_else() {
     );
     assert_eq!(again[1..], after[1..]);
     built_in_configmaps(&plane, &cluster).await;
+    deleted_after_the_list(&plane, &cluster, &widgets, &resource).await;
+}
+
+/// A user deletes an object after the migration listed it: the write finds it gone and does
+/// not bring it back. (An apply without the listed uid would: kube-apiserver creates an
+/// applied object that does not exist, the resourceVersion notwithstanding — recording 09e,
+/// step B5.)
+async fn deleted_after_the_list(
+    plane: &ControlPlane,
+    cluster: &ClusterClient,
+    widgets: &Api<DynamicObject>,
+    resource: &svm_cluster::ResolvedResource,
+) {
+    let refs = list_metadata(cluster, resource, 500, None)
+        .await
+        .expect("list")
+        .items;
+    let deleted = refs[7].clone();
+    assert!(!deleted.uid.is_empty(), "the list gives each object's uid");
+    widgets
+        .delete(&deleted.name, &Default::default())
+        .await
+        .expect("the user's delete");
+    assert_eq!(
+        touch(cluster, resource, &deleted).await.expect("touch"),
+        Touched::Gone
+    );
+    assert!(
+        widgets.get_opt(&deleted.name).await.expect("get").is_none(),
+        "the deleted widget stays deleted"
+    );
+    assert_eq!(stored_in(plane, "example.test/v2").await, WIDGETS - 1);
+
+    // Deleted and created again under the same name (a new uid): a stale resourceVersion, so
+    // a 409 before the uid is compared (not the 422 of a changed uid), and the new object
+    // is left as its creator wrote it.
+    let replaced = refs[8].clone();
+    widgets
+        .delete(&replaced.name, &Default::default())
+        .await
+        .expect("the user's delete");
+    let created = widgets
+        .create(
+            &Default::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "example.test/v1", "kind": "Widget",
+                "metadata": {"name": replaced.name, "namespace": "demo"},
+                "spec": {"size": 1},
+            }))
+            .expect("a widget"),
+        )
+        .await
+        .expect("the user's create");
+    assert_eq!(
+        touch(cluster, resource, &replaced).await.expect("touch"),
+        Touched::Conflict
+    );
+    let now = widgets.get(&replaced.name).await.expect("get");
+    assert_eq!(now.metadata.uid, created.metadata.uid);
+    assert_eq!(
+        now.metadata.resource_version,
+        created.metadata.resource_version
+    );
 }
 
 /// A ConfigMap (built-in, nothing to re-encode): the write is answered with the same
@@ -185,6 +248,10 @@ async fn built_in_configmaps(plane: &ControlPlane, cluster: &ClusterClient) {
     let object = ObjectRef {
         namespace: Some("demo".into()),
         name: "settings".into(),
+        uid: before["metadata"]["uid"]
+            .as_str()
+            .unwrap_or_default()
+            .into(),
         resource_version: before["metadata"]["resourceVersion"]
             .as_str()
             .unwrap_or_default()

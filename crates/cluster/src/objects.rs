@@ -1,9 +1,10 @@
 //! The two calls a migration makes per page and per object: a metadata-only LIST page
 //! (recording 06: `as=PartialObjectMetadataList`, so 10 KiB objects cost a few hundred bytes
-//! each) and the no-op write that carries only `metadata.resourceVersion` (recording 08:
+//! each) and the no-op write that carries only the object's identity (recording 08:
 //! the apiserver re-encodes the object in its current storage version and writes only when
 //! the stored bytes change; a stale resourceVersion is a 409, recording 09a). The write is a
-//! server-side apply of nothing but the object's identity and resourceVersion ([`NoOpWrite`]):
+//! server-side apply of nothing but the object's name, namespace, uid and resourceVersion
+//! ([`NoOpWrite`]; the uid keeps an object deleted since the list deleted, recording 09e):
 //! of the one-request no-op writes it costs kube-apiserver the least at every object size
 //! (`make bench-real`'s write table, docs/performance.md).
 //!
@@ -88,6 +89,10 @@ pub struct ObjectRef {
     pub namespace: Option<String>,
     /// Its name.
     pub name: String,
+    /// Its uid as listed: the write's other precondition. The apply creates an object that
+    /// does not exist, its resourceVersion notwithstanding (recording 09e, step B5); with the
+    /// uid, an object deleted since it was listed is a 409 and stays deleted.
+    pub uid: String,
     /// Its resourceVersion as listed: the precondition of the no-op PATCH (an object written since
     /// answers 409, and needs no rewrite).
     pub resource_version: String,
@@ -151,6 +156,7 @@ impl ItemBody {
         ObjectRef {
             namespace: self.metadata.namespace.filter(|ns| !ns.is_empty()),
             name: self.metadata.name,
+            uid: self.metadata.uid,
             resource_version: self.metadata.resource_version,
         }
     }
@@ -162,6 +168,8 @@ struct ItemMeta {
     #[serde(default)]
     name: String,
     namespace: Option<String>,
+    #[serde(default)]
+    uid: String,
     #[serde(default)]
     resource_version: String,
 }
@@ -215,6 +223,7 @@ fn object_ref(key: meta::ObjectKey) -> ObjectRef {
     ObjectRef {
         namespace: key.namespace,
         name: key.name,
+        uid: key.uid,
         resource_version: key.resource_version,
     }
 }
@@ -299,6 +308,9 @@ impl NoOpWrite {
                     "name": object.name,
                     "resourceVersion": object.resource_version,
                 });
+                if !object.uid.is_empty() {
+                    metadata["uid"] = object.uid.as_str().into();
+                }
                 if let Some(namespace) = &object.namespace {
                     metadata["namespace"] = namespace.as_str().into();
                 }
@@ -334,6 +346,11 @@ async fn no_op_patch(
     object: &ObjectRef,
     dry_run: bool,
 ) -> Result<super::client::Answer, ClusterError> {
+    // Without a uid (kube-apiserver lists none such) an apply could bring back an object
+    // deleted since the list; a merge patch of a missing object is a 404.
+    if object.uid.is_empty() {
+        return no_op_write(client, resource, object, dry_run, NoOpWrite::MergePatch).await;
+    }
     match no_op_write(client, resource, object, dry_run, NoOpWrite::Apply).await {
         Err(err) if err.code() == Some(415) => {
             no_op_write(client, resource, object, dry_run, NoOpWrite::MergePatch).await
@@ -406,10 +423,19 @@ pub async fn touch(
                 Touched::Rewritten
             })
         }
+        Err(err) if err.is_not_found() || deleted_since_listed(&err) => Ok(Touched::Gone),
         Err(err) if err.is_conflict() => Ok(Touched::Conflict),
-        Err(err) if err.is_not_found() => Ok(Touched::Gone),
         Err(err) => Err(err),
     }
+}
+
+/// The 409 an apply carrying a uid gets when no object of that name exists (recording 09e,
+/// step B5: "uid mismatch: … and no existing object was found"): deleted since it was listed.
+/// kube-apiserver gives it no reason of its own, so its message tells it from a stale
+/// resourceVersion.
+fn deleted_since_listed(err: &ClusterError) -> bool {
+    matches!(err, ClusterError::Api { code: 409, message, .. }
+        if message.contains("no existing object was found"))
 }
 
 /// An apply to an object without managedFields gives it one entry, `before-first-apply`
@@ -767,8 +793,8 @@ mod tests {
         Box::pin(futures::stream::iter(parsed))
     }
 
-    const ADDED_A: &str = r#"{"type":"ADDED","object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"b","namespace":"demo","resourceVersion":"12"}}}"#;
-    const ADDED_B: &str = r#"{"type":"ADDED","object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"a","namespace":"demo","resourceVersion":"11"}}}"#;
+    const ADDED_A: &str = r#"{"type":"ADDED","object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"b","namespace":"demo","uid":"uid-b","resourceVersion":"12"}}}"#;
+    const ADDED_B: &str = r#"{"type":"ADDED","object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"name":"a","namespace":"demo","uid":"uid-a","resourceVersion":"11"}}}"#;
     const PLAIN_BOOKMARK: &str = r#"{"type":"BOOKMARK","object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"13"}}}"#;
     const END_BOOKMARK: &str = r#"{"type":"BOOKMARK","object":{"kind":"PartialObjectMetadata","apiVersion":"meta.k8s.io/v1","metadata":{"resourceVersion":"20","annotations":{"k8s.io/initial-events-end":"true"}}}}"#;
     const ETCD_34_ERROR: &str = r#"{"type":"ERROR","object":{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure","message":"a watch stream was requested by the client but the required storage feature RequestWatchProgress is disabled","reason":"InternalError","code":500}}"#;
@@ -777,6 +803,7 @@ mod tests {
         ObjectRef {
             namespace: Some("demo".into()),
             name: name.into(),
+            uid: format!("uid-{name}"),
             resource_version: rv.into(),
         }
     }
@@ -792,7 +819,7 @@ mod tests {
     }
 
     #[test]
-    fn the_no_op_apply_names_only_the_object_and_its_listed_resource_version() {
+    fn the_no_op_apply_names_only_the_object_and_its_listed_uid_and_resource_version() {
         let widgets = resource("example.test", "v2", "Widget", true);
         let (content_type, body) = NoOpWrite::Apply
             .body(&widgets, &object("w", "42"))
@@ -802,14 +829,16 @@ mod tests {
         assert_eq!(
             body,
             serde_json::json!({"apiVersion": "example.test/v2", "kind": "Widget",
-                "metadata": {"name": "w", "namespace": "demo", "resourceVersion": "42"}})
+                "metadata": {"name": "w", "namespace": "demo", "uid": "uid-w",
+                    "resourceVersion": "42"}})
         );
         // The core group's apiVersion is the version alone; a cluster-scoped object has no
-        // namespace.
+        // namespace; an object listed without a uid, none.
         let nodes = resource("", "v1", "Node", false);
         let node = ObjectRef {
             namespace: None,
             name: "n".into(),
+            uid: String::new(),
             resource_version: "7".into(),
         };
         let (_, body) = NoOpWrite::Apply.body(&nodes, &node).expect("body");
@@ -991,6 +1020,7 @@ mod tests {
             ObjectRef {
                 namespace: Some("dem".into()),
                 name: "z".into(),
+                uid: String::new(),
                 resource_version: "1".into(),
             },
         ];

@@ -167,6 +167,7 @@ mod tests {
         ObjectRef {
             namespace: Some("demo".into()),
             name: name.into(),
+            uid: format!("uid-{name}"),
             resource_version: "7".into(),
         }
     }

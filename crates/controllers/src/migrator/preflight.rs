@@ -186,6 +186,7 @@ mod tests {
         ObjectRef {
             namespace: Some("demo".into()),
             name: format!("w-{i:03}"),
+            uid: format!("uid-{i}"),
             resource_version: i.to_string(),
         }
     }

@@ -401,6 +401,8 @@ pub struct ObjectKey {
     pub namespace: Option<String>,
     /// The object's name.
     pub name: String,
+    /// Its uid.
+    pub uid: String,
     /// Its resourceVersion.
     pub resource_version: String,
     /// Its annotations; empty when it has none.
@@ -412,6 +414,7 @@ fn object_key(metadata: Option<pb::ObjectMeta>) -> ObjectKey {
     ObjectKey {
         namespace: non_empty(metadata.namespace),
         name: metadata.name.unwrap_or_default(),
+        uid: metadata.uid.unwrap_or_default(),
         resource_version: metadata.resource_version.unwrap_or_default(),
         annotations: metadata.annotations,
     }
