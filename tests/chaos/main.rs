@@ -181,8 +181,9 @@ fn short(holder: &str) -> &str {
 /// A leader SIGSTOPped past its lease with a fenced write of its own in flight: the other
 /// replica takes over and finishes; the write reaches etcd only under the new term and is
 /// refused by etcd's transaction, which the old leader — woken in the middle of its work —
-/// reports as a refused write; nothing it sent lands (writes counted by holder from etcd's
-/// history, the held one included).
+/// reports as a refused write (its fence is compared first: when the new leader has rewritten
+/// the same object meanwhile, the term's end is still what it is told); nothing it sent lands
+/// (writes counted by holder from etcd's history, the held one included).
 ///
 /// The write is held by the leader's [`gate::Gate`]: armed with the fence's stamp key, it
 /// holds what the leader sends from its next fenced write on; the leader is paused at once,

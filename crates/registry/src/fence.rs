@@ -152,7 +152,7 @@ impl Fence {
     }
 
     /// The compare a fenced write carries.
-    pub(crate) fn compare(&self) -> Option<Compare> {
+    fn compare(&self) -> Option<Compare> {
         self.inner
             .term
             .as_ref()
@@ -160,7 +160,7 @@ impl Fence {
     }
 
     /// The stamp a fenced write carries.
-    pub(crate) fn stamp(&self) -> Option<Op> {
+    fn stamp(&self) -> Option<Op> {
         self.inner
             .term
             .as_ref()
@@ -201,37 +201,51 @@ impl Fence {
     /// Writes `records` (records that are not objects, such as the trigger's observer record)
     /// under the fence, in one transaction.
     pub async fn put_records(&self, records: Vec<Record>) -> ApiResult<()> {
-        let mut txn = Txn::default();
-        txn.compares.extend(self.compare());
-        txn.ops
-            .extend(records.into_iter().map(|r| Op::Put(r.key, r.value)));
-        txn.ops.extend(self.stamp());
+        let txn = Txn {
+            compares: vec![],
+            ops: records
+                .into_iter()
+                .map(|r| Op::Put(r.key, r.value))
+                .collect(),
+        };
         let storage = self.inner.storage.clone();
-        match self.send(storage, txn, 0, "writing records".into()).await {
+        match self.send(storage, txn, "writing records".into()).await {
             Ok(Ok(_)) => Ok(()),
             Ok(Err(refused)) => Err(refused),
             Err(err) => Err(ApiError::from_storage(err, "", "records", "")),
         }
     }
 
-    /// Sends a fenced transaction (`what` names it; its fence's compares start at
-    /// `fence_from`) and sees it to its answer even when the caller stops waiting — its
-    /// controllers stopped as the lease ran out while it was in flight. Such a write still
-    /// reaches etcd and is refused there; seen to its answer, the replica learns and says so.
-    /// `Ok(Err(refused))` when a compare of the fence failed.
+    /// Sends `txn` fenced (`what` names it) and sees it to its answer even when the caller
+    /// stops waiting — its controllers stopped as the lease ran out while it was in flight.
+    /// Such a write still reaches etcd and is refused there; seen to its answer, the replica
+    /// learns and says so. `Ok(Err(refused))` when the fence failed; a failed compare of the
+    /// caller's is `Failed` with its index in `txn.compares`.
+    ///
+    /// The fence's compare goes first: the store names the first compare that failed, and
+    /// when the next leader has already rewritten the same object both fail — the term being
+    /// over is what the writer must learn (a conflict would only send it round its retry
+    /// loop, or, its caller gone, say nothing).
     pub(crate) async fn send(
         &self,
         storage: Arc<dyn Storage>,
-        txn: Txn,
-        fence_from: usize,
+        mut txn: Txn,
         what: String,
     ) -> Result<Result<TxnOutcome, ApiError>, StorageError> {
+        let fence_compares = self.compare().into_iter().collect::<Vec<_>>();
+        let fenced = fence_compares.len();
+        txn.compares.splice(0..0, fence_compares);
+        txn.ops.extend(self.stamp());
         let fence = self.clone();
         let answered = tokio::spawn(async move {
             match storage.txn(txn).await {
-                Ok(TxnOutcome::Failed { index, .. }) if index >= fence_from => {
+                Ok(TxnOutcome::Failed { index, .. }) if index < fenced => {
                     Ok(Err(fence.refused(&what)))
                 }
+                Ok(TxnOutcome::Failed { index, current }) => Ok(Ok(TxnOutcome::Failed {
+                    index: index - fenced,
+                    current,
+                })),
                 other => other.map(Ok),
             }
         });
@@ -298,6 +312,44 @@ mod tests {
         let kept = storage.get("/p/trigger/observer").await.unwrap().unwrap();
         assert_eq!(kept.value, b"one");
         assert!(matches!(fence.check().await, Err(ApiError::Fenced(_))));
+    }
+
+    /// The paused leader's write of an object the next leader has rewritten since: both its
+    /// compares fail, and it is the term's end that it is told (not a conflict to retry).
+    #[tokio::test]
+    async fn a_write_whose_object_and_term_both_moved_on_is_refused_not_a_conflict() {
+        let storage: Arc<dyn Storage> = Arc::new(EmbeddedStorage::in_memory());
+        let revision = term(&storage, "a").await;
+        let token = CancellationToken::new();
+        let fence = Fence::for_term(storage.clone(), "/p", "a", revision, token.clone());
+        let write = |expected: Revision| Txn {
+            compares: vec![Compare::ModRevision("/p/object".into(), expected)],
+            ops: vec![Op::Put("/p/object".into(), b"mine".to_vec())],
+        };
+        // While the term lasts, the object's own compare is the caller's, at its own index.
+        let answer = fence
+            .send(storage.clone(), write(99), "writing object".into())
+            .await
+            .expect("answered");
+        assert!(
+            matches!(
+                answer,
+                Ok(TxnOutcome::Failed {
+                    index: 0,
+                    current: None
+                })
+            ),
+            "{answer:?}"
+        );
+        assert!(!token.is_cancelled());
+        term(&storage, "b").await;
+        let answer = fence
+            .send(storage.clone(), write(99), "writing object".into())
+            .await
+            .expect("answered");
+        assert!(matches!(answer, Err(ApiError::Fenced(_))), "{answer:?}");
+        assert!(token.is_cancelled(), "the refusal stops the controllers");
+        assert!(storage.get("/p/object").await.unwrap().is_none());
     }
 
     #[tokio::test]

@@ -273,10 +273,8 @@ impl<S: Strategy> Store<S> {
         );
         let answer = match also.fence {
             Some(fence) => {
-                txn.compares.extend(fence.compare());
-                txn.ops.extend(fence.stamp());
                 let what = format!("writing {} {name}", self.plural());
-                match fence.send(self.storage.clone(), txn, 1, what).await {
+                match fence.send(self.storage.clone(), txn, what).await {
                     Ok(Err(refused)) => return Err(refused),
                     Ok(Ok(outcome)) => Ok(outcome),
                     Err(err) => Err(err),
