@@ -144,7 +144,9 @@ pub struct VolumeClaimMigrationStatus {
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
 pub struct RecreateStatus {
-    /// `Deleting` (the old object is being deleted with orphan cascade) or `Recreated`.
+    /// `Deleting` (the manifest is saved; the old object is deleted next, with orphan
+    /// cascade), `Orphaned` (that deletion was accepted: the saved object is created once the
+    /// old one is gone) or `Recreated`.
     #[serde(default)]
     pub phase: String,
     /// The uid of the StatefulSet being replaced: the deletion's precondition.
@@ -160,8 +162,13 @@ pub struct RecreateStatus {
     pub manifest: Option<Value>,
 }
 
-/// [`RecreateStatus::phase`]: the old StatefulSet is being deleted with orphan cascade.
+/// [`RecreateStatus::phase`]: the manifest is saved; the old StatefulSet is deleted next, with
+/// orphan cascade.
 pub const RECREATE_DELETING: &str = "Deleting";
+/// [`RecreateStatus::phase`]: kube-apiserver accepted the migration's deletion of the old
+/// StatefulSet (orphan cascade): what makes it ours to create again. A StatefulSet that goes
+/// any other way (a user's `kubectl delete`, `helm uninstall`) is not brought back.
+pub const RECREATE_ORPHANED: &str = "Orphaned";
 /// The finalizer a migration holds while its status holds a saved StatefulSet manifest
 /// ([`RecreateStatus::manifest`]): deleting the migration then waits until the StatefulSet
 /// exists again (or, if it was not deleted yet, until the re-create is called off).
@@ -745,7 +752,7 @@ fn definitions(version: &str) -> Vec<(String, Value)> {
                 "description": "The replacement of an apps/v1 StatefulSet by one whose volumeClaimTemplates say the new sizes (deleted with orphan cascade, created again from the saved manifest).",
                 "type": "object",
                 "properties": {
-                    "phase": s("Deleting or Recreated."),
+                    "phase": s("Deleting (the manifest saved), Orphaned (our orphan deletion of the old StatefulSet accepted: it is created again) or Recreated."),
                     "statefulSetUID": s("The uid of the StatefulSet being replaced."),
                     "statefulSetResourceVersion": s("The resourceVersion of the StatefulSet the manifest was made from: with the uid, the precondition of its deletion (an edit made since fails the deletion, and the manifest is saved again)."),
                     "manifest": {"type": "object", "x-kubernetes-preserve-unknown-fields": true, "x-kubernetes-embedded-resource": true, "description": "The StatefulSet to create in its place, saved before the old one is deleted."},

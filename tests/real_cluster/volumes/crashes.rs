@@ -19,11 +19,13 @@
 //! One process carries every crash point at once, each in its own namespace, one SIGKILL for
 //! all: after the save, after the deletion, after the creation; after the save with the
 //! StatefulSet then edited by a user (replicas 2 → 3, an annotation); after the save and after
-//! the deletion with the migration then deleted by a user. And one point needs no crash: the
-//! deletion, decided, waits (hook) until the user's edit lands, so it is sent with a stale
+//! the deletion with the migration then deleted by a user; after the save with the StatefulSet
+//! then deleted by its user (`kubectl delete`). And one point needs no crash: the deletion,
+//! decided, waits (hook) until the user's edit lands, so it is sent with a stale
 //! resourceVersion — the real 409 — and the manifest is saved again. Each point prints what it
 //! found at the crash; each must end with the StatefulSet there, with the user's latest spec,
-//! its pods adopted with their uids and its claims kept, the finalizer gone, nothing reverted.
+//! its pods adopted with their uids and its claims kept, the finalizer gone, nothing reverted —
+//! but the one its user deleted, which must stay deleted (the migration failed, saying why).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -68,6 +70,9 @@ enum User {
     EditsTheStatefulSet,
     /// Deletes the migration.
     DeletesTheMigration,
+    /// Deletes the StatefulSet as `kubectl delete` does (background cascade): its owner
+    /// removes the application, which must not come back.
+    DeletesTheStatefulSet,
 }
 
 struct Point {
@@ -76,7 +81,7 @@ struct Point {
     user: User,
 }
 
-const POINTS: [Point; 7] = [
+const POINTS: [Point; 8] = [
     Point {
         ns: "crash-after-save",
         hook: "halt-after-save",
@@ -111,6 +116,11 @@ const POINTS: [Point; 7] = [
         ns: "deleted-after-delete",
         hook: "halt-after-delete",
         user: User::DeletesTheMigration,
+    },
+    Point {
+        ns: "sts-deleted-after-save",
+        hook: "halt-after-save",
+        user: User::DeletesTheStatefulSet,
     },
 ];
 
@@ -204,6 +214,16 @@ async fn volume_claim_migration_recreates_survive_sigkill_at_every_step() {
             User::DeletesTheMigration => {
                 kubectl.ok(&["delete", "vcm", "-n", point.ns, "grow", "--wait=false"]);
             }
+            User::DeletesTheStatefulSet => {
+                kubectl.ok(&[
+                    "delete",
+                    "statefulset",
+                    "-n",
+                    point.ns,
+                    "db",
+                    "--wait=false",
+                ]);
+            }
             _ => {}
         }
     }
@@ -242,6 +262,10 @@ async fn volume_claim_migration_recreates_survive_sigkill_at_every_step() {
 
     for point in &POINTS {
         let was = &before[point.ns];
+        if point.user == User::DeletesTheStatefulSet {
+            stays_deleted(&kubectl, point.ns, &was.node).await;
+            continue;
+        }
         let edited = point.user == User::EditsTheStatefulSet;
         let called_off = point.ns == "deleted-after-save";
         // The migration's end: Succeeded with the manifest dropped and no finalizer, or, deleted
@@ -393,6 +417,38 @@ async fn volume_claim_migration_recreates_survive_sigkill_at_every_step() {
         "every point recovered {:.1} s after the crash; the test took {:.1} s",
         crashed.elapsed().as_secs_f64(),
         started.elapsed().as_secs_f64()
+    );
+}
+
+/// The StatefulSet its user deleted after the save: the migration fails saying so, drops the
+/// manifest and its finalizer — and so can create nothing any more — and the StatefulSet is
+/// not there (its pods went with it, deleted by the garbage collector).
+async fn stays_deleted(kubectl: &Kubectl, ns: &str, node: &Node) {
+    let vcm = eventually_async_every(
+        LIMIT,
+        POLL,
+        &format!("{ns}: the migration failed, its manifest dropped"),
+        async || {
+            let vcm = get_json(kubectl, ns, "vcm", "grow");
+            let failed = condition(&vcm, "Failed")
+                == Some(("True".into(), "StatefulSetDeletedElsewhere".into()));
+            if failed
+                && vcm["status"]["recreate"].is_null()
+                && !finalizers(&vcm).contains(&FINALIZER.to_string())
+            {
+                Ok(vcm)
+            } else {
+                Err(format!("{vcm:#}"))
+            }
+        },
+        async || node.table(),
+    )
+    .await;
+    let sts = get_json(kubectl, ns, "statefulset", "db");
+    assert!(sts.is_null(), "{ns}: the StatefulSet came back: {sts:#}");
+    println!(
+        "after the restart {ns:<22}: migration {}; StatefulSet not re-created",
+        describe_migration(&vcm)
     );
 }
 

@@ -38,10 +38,11 @@ use hooks::{Fired, Hook, Hooks};
 pub(crate) use metrics::VolumeMetrics;
 use plan::{Action, CLAIM_FAILED, Note, Plan};
 use svm_api::volumes::{
-    KIND, RECREATE_FINALIZER, VolumeClaimMigration, VolumeClaimMigrationStrategy,
+    KIND, RECREATE_FINALIZER, RECREATE_ORPHANED, VolumeClaimMigration, VolumeClaimMigrationStrategy,
 };
 use svm_cluster::{ClusterClient, ClusterError};
 use svm_registry::{ApiError, Guarded, Update};
+use target::Deleted;
 
 /// The controller's settings.
 #[derive(Clone, Debug)]
@@ -406,12 +407,31 @@ impl Controller {
         resource_version: &str,
     ) -> bool {
         match target::delete_statefulset(&self.cluster, vcm, uid, resource_version).await {
-            Ok(()) => {
+            Ok(Deleted::AlreadyGone) => {
+                // Someone else's deletion: not ours to undo. The manifest goes to the log, for
+                // whoever wants it back.
+                let manifest = plan
+                    .status
+                    .recreate
+                    .as_ref()
+                    .and_then(|r| r.manifest.clone());
+                tracing::warn!(
+                    uid,
+                    manifest = %manifest.unwrap_or_default(),
+                    "the StatefulSet was gone before our deletion: not created again"
+                );
+                plan.abandon_recreate(vcm.metadata.generation, jiff::Timestamp::now());
+                false
+            }
+            Ok(Deleted::Accepted) => {
                 tracing::info!(
                     uid,
                     resource_version,
                     "StatefulSet deleted with orphan cascade"
                 );
+                if let Some(recreate) = plan.status.recreate.as_mut() {
+                    recreate.phase = RECREATE_ORPHANED.into();
+                }
                 plan.notes.push(Note {
                     warning: false,
                     reason: "RecreatingStatefulSet",

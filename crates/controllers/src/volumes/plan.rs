@@ -77,6 +77,8 @@ pub(crate) struct Observed {
     pub pods: BTreeMap<String, PodView>,
     /// The StatefulSet itself; absent while it is being replaced (`spec.recreateStatefulSet`).
     pub statefulset: Option<super::recreate::Seen>,
+    /// When it is absent: how its pods were left.
+    pub pods_left: super::recreate::PodsLeft,
 }
 
 /// What the controller does, in order.
@@ -120,10 +122,43 @@ pub(crate) struct Plan {
 }
 
 impl Plan {
+    /// Our deletion of the old StatefulSet found it gone (404): someone else deleted it. The
+    /// saved manifest is dropped, and the migration fails saying why (as [`Next::Abandon`]
+    /// does when a pass finds it so).
+    pub(crate) fn abandon_recreate(&mut self, generation: Option<i64>, now: jiff::Timestamp) {
+        self.status.recreate = None;
+        let note = abandoned();
+        let conditions = &mut self.status.conditions;
+        for (type_, on) in [(FAILED, true), (RUNNING, false), (SUCCEEDED, false)] {
+            super::conditions::set(
+                conditions,
+                type_,
+                on,
+                note.reason,
+                &note.message,
+                generation,
+                now,
+            );
+        }
+        self.notes.push(note);
+    }
+
     /// The migration must hold [`svm_api::volumes::RECREATE_FINALIZER`] once this plan's
     /// status is written: it holds a saved manifest.
     pub(crate) fn needs_finalizer(&self) -> bool {
         recreate::holds_manifest(&self.status)
+    }
+}
+
+/// The Event of a re-create given up because someone else deleted the StatefulSet.
+pub(crate) fn abandoned() -> Note {
+    Note {
+        warning: true,
+        reason: "StatefulSetDeletedElsewhere",
+        message: "the StatefulSet was deleted, not by this migration (its pods were deleted \
+                  with it, or were being): it is not created again, and the saved manifest is \
+                  dropped"
+            .into(),
     }
 }
 
@@ -538,6 +573,7 @@ impl<'a> Planner<'a> {
         let next = recreate::next(
             self.recreate.as_ref(),
             self.observed.statefulset.as_ref(),
+            self.observed.pods_left,
             &self.observed.templates,
             mode,
         );
@@ -572,6 +608,16 @@ impl<'a> Planner<'a> {
                         .into(),
                 });
                 return Outcome::Done;
+            }
+            Next::Abandon => {
+                self.recreate = None;
+                let note = abandoned();
+                let refusal = Refusal {
+                    reason: note.reason,
+                    message: note.message.clone(),
+                };
+                self.notes.push(note);
+                return Outcome::Refused(refusal);
             }
             Next::Wait(reason) => return Outcome::Recreating(reason),
             Next::Save(status) => {

@@ -12,6 +12,16 @@
 //! create the saved one. The new StatefulSet adopts the pods (same selector); their claims
 //! are found by name.
 //!
+//! Only a deletion of ours is followed by a create. Once kube-apiserver accepts it, the status
+//! says so (`Orphaned`); a pass that finds the StatefulSet gone with the status still at
+//! `Deleting` (a crash between the two writes, or someone else's deletion) reads the pods:
+//! an orphan deletion lets the object go only after the garbage collector has taken its owner
+//! reference off every pod, so a pod still owned by it — or no pod left of a StatefulSet that
+//! had replicas — is a cascading deletion, someone else's (`kubectl delete`, `helm uninstall`).
+//! So is a deletion under way without the `orphan` finalizer, and a 404 to our own. Then the
+//! manifest is dropped, a Warning Event says so, and nothing is created: an application its
+//! owner removed is not brought back.
+//!
 //! An edit of the StatefulSet after the save (replicas, image) changes its resourceVersion: the
 //! next pass saves the manifest again from the edited object, and a deletion already on its way
 //! fails its precondition (409) and is decided again, so the re-create never reverts an edit.
@@ -24,7 +34,8 @@ use serde_json::{Map, Value};
 
 use super::plan::TemplateTarget;
 use svm_api::volumes::{
-    RECREATE_DELETING, RECREATE_DONE, RecreateStatus, VolumeClaimMigrationStatus, quantity_bytes,
+    RECREATE_DELETING, RECREATE_DONE, RECREATE_ORPHANED, RecreateStatus,
+    VolumeClaimMigrationStatus, quantity_bytes,
 };
 
 /// The StatefulSet as this pass read it.
@@ -34,6 +45,9 @@ pub(crate) struct Seen {
     pub resource_version: String,
     /// A deletion is under way (the garbage collector has yet to orphan its pods).
     pub deleting: bool,
+    /// That deletion orphans the pods (the `orphan` finalizer: ours, or a user's
+    /// `--cascade=orphan`); without it, the pods go with the object.
+    pub orphaning: bool,
     /// The object as served.
     pub object: Value,
 }
@@ -72,21 +86,41 @@ pub(super) enum Next {
     Create { manifest: Value },
     /// The old object was never deleted: drop the saved manifest.
     CallOff,
+    /// Someone else deleted the old object, its pods with it: drop the saved manifest and
+    /// create nothing.
+    Abandon,
+}
+
+/// What the pods say about a StatefulSet found gone while its manifest was saved, read only
+/// then (`target::observe`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum PodsLeft {
+    /// Not read: the StatefulSet is there, or no manifest is saved.
+    #[default]
+    NotRead,
+    /// Every pod there is orphaned, and there is one at least (or the set had no replicas):
+    /// what an orphan deletion leaves.
+    Orphaned,
+    /// A pod still owned by the gone object, or none left of its replicas: a cascading
+    /// deletion.
+    Cascaded,
 }
 
 pub(super) fn next(
     saved: Option<&RecreateStatus>,
     seen: Option<&Seen>,
+    pods: PodsLeft,
     templates: &[TemplateTarget],
     mode: Mode,
 ) -> Next {
-    let Some(saved) = saved.filter(|s| s.phase == RECREATE_DELETING) else {
+    let Some(saved) = saved.filter(|s| in_flight(Some(s))) else {
         if mode != Mode::Go {
             return Next::Done(saved.cloned());
         }
         return first_step(saved, seen, templates);
     };
     match seen {
+        None if saved.phase != RECREATE_ORPHANED && pods == PodsLeft::Cascaded => Next::Abandon,
         None => match &saved.manifest {
             Some(manifest) => Next::Create {
                 manifest: manifest.clone(),
@@ -99,12 +133,13 @@ pub(super) fn next(
             stateful_set_resource_version: String::new(),
             manifest: None,
         })),
+        Some(seen) if seen.deleting && !seen.orphaning => Next::Abandon,
         Some(seen) if seen.deleting => {
-            // Deleted already: whatever the mode, the replacement must come, and with the
-            // object's latest spec.
+            // Deleted already, orphaning its pods (ours, its acceptance perhaps not recorded
+            // yet): whatever the mode, the replacement must come, with the latest spec.
             let latest = manifest(&seen.object, templates);
-            if saved.manifest.as_ref() != Some(&latest) {
-                return Next::Save(saving(seen, latest));
+            if saved.manifest.as_ref() != Some(&latest) || saved.phase != RECREATE_ORPHANED {
+                return Next::Save(saving(seen, latest, RECREATE_ORPHANED));
             }
             Next::Wait("waiting for the garbage collector to orphan the StatefulSet's pods")
         }
@@ -112,9 +147,9 @@ pub(super) fn next(
         Some(_) if mode == Mode::Hold => {
             Next::Wait("the re-create goes on once every claim is resized again")
         }
-        Some(seen) if seen.resource_version != saved.stateful_set_resource_version => {
-            Next::Save(saving(seen, manifest(&seen.object, templates)))
-        }
+        Some(seen) if seen.resource_version != saved.stateful_set_resource_version => Next::Save(
+            saving(seen, manifest(&seen.object, templates), RECREATE_DELETING),
+        ),
         Some(seen) => Next::Delete {
             uid: seen.uid.clone(),
             resource_version: seen.resource_version.clone(),
@@ -136,13 +171,17 @@ fn first_step(
     if seen.deleting {
         return Next::Wait("the StatefulSet is being deleted by someone else");
     }
-    Next::Save(saving(seen, manifest(&seen.object, templates)))
+    Next::Save(saving(
+        seen,
+        manifest(&seen.object, templates),
+        RECREATE_DELETING,
+    ))
 }
 
 /// The status that saves `manifest`, made from `seen`.
-fn saving(seen: &Seen, manifest: Value) -> RecreateStatus {
+fn saving(seen: &Seen, manifest: Value, phase: &str) -> RecreateStatus {
     RecreateStatus {
-        phase: RECREATE_DELETING.into(),
+        phase: phase.into(),
         stateful_set_uid: seen.uid.clone(),
         stateful_set_resource_version: seen.resource_version.clone(),
         manifest: Some(manifest),
@@ -159,7 +198,7 @@ pub(super) fn holds_manifest(status: &VolumeClaimMigrationStatus) -> bool {
 
 /// Whether a re-create has begun (a manifest saved, the replacement not there yet).
 pub(super) fn in_flight(saved: Option<&RecreateStatus>) -> bool {
-    saved.is_some_and(|s| s.phase == RECREATE_DELETING)
+    saved.is_some_and(|s| s.phase == RECREATE_DELETING || s.phase == RECREATE_ORPHANED)
 }
 
 /// Every template the migration names asks for its size already.
@@ -256,6 +295,7 @@ mod tests {
             uid: uid.into(),
             resource_version: "7".into(),
             deleting,
+            orphaning: deleting,
             object: served(uid, size),
         }
     }
@@ -273,7 +313,7 @@ mod tests {
         seen: Option<&Seen>,
         templates: &[TemplateTarget],
     ) -> Next {
-        next(saved, seen, templates, Mode::Go)
+        next(saved, seen, PodsLeft::NotRead, templates, Mode::Go)
     }
 
     #[test]
@@ -329,8 +369,15 @@ mod tests {
                 resource_version: "7".into()
             }
         );
+        // Its deletion accepted (seen under way, orphaning): recorded, then waited for.
+        let Next::Save(orphaned) = go(Some(&saved), Some(&seen("u1", "10Gi", true)), &templates)
+        else {
+            panic!("an accepted deletion is recorded");
+        };
+        assert_eq!(orphaned.phase, RECREATE_ORPHANED);
+        assert!(in_flight(Some(&orphaned)));
         assert!(matches!(
-            go(Some(&saved), Some(&seen("u1", "10Gi", true)), &templates),
+            go(Some(&orphaned), Some(&seen("u1", "10Gi", true)), &templates),
             Next::Wait(_)
         ));
         assert_eq!(
@@ -381,6 +428,7 @@ mod tests {
         // Edited again while the deletion is under way: saved again, still waiting.
         let mut deleting = edited(now, 6, "11");
         deleting.deleting = true;
+        deleting.orphaning = true;
         let Next::Save(latest) = go(Some(&again), Some(&deleting), &templates) else {
             panic!("an edit of a deleting StatefulSet is kept too");
         };
@@ -410,7 +458,7 @@ mod tests {
         for mode in [Mode::Hold, Mode::CallOff] {
             assert!(
                 matches!(
-                    next(Some(&saved), None, &templates, mode),
+                    next(Some(&saved), None, PodsLeft::Orphaned, &templates, mode),
                     Next::Create { .. }
                 ),
                 "{mode:?}"
@@ -420,16 +468,23 @@ mod tests {
                     next(
                         Some(&saved),
                         Some(&seen("u1", "10Gi", true)),
+                        PodsLeft::NotRead,
                         &templates,
                         mode
                     ),
-                    Next::Wait(_)
+                    Next::Save(RecreateStatus { ref phase, .. }) if phase == RECREATE_ORPHANED
                 ),
                 "{mode:?}"
             );
             assert!(
                 matches!(
-                    next(None, Some(&seen("u1", "10Gi", false)), &templates, mode),
+                    next(
+                        None,
+                        Some(&seen("u1", "10Gi", false)),
+                        PodsLeft::NotRead,
+                        &templates,
+                        mode
+                    ),
                     Next::Done(None)
                 ),
                 "nothing starts: {mode:?}"
@@ -437,14 +492,68 @@ mod tests {
         }
         let standing = seen("u1", "10Gi", false);
         assert!(matches!(
-            next(Some(&saved), Some(&standing), &templates, Mode::Hold),
+            next(
+                Some(&saved),
+                Some(&standing),
+                PodsLeft::NotRead,
+                &templates,
+                Mode::Hold
+            ),
             Next::Wait(_)
         ));
         assert_eq!(
-            next(Some(&saved), Some(&standing), &templates, Mode::CallOff),
+            next(
+                Some(&saved),
+                Some(&standing),
+                PodsLeft::NotRead,
+                &templates,
+                Mode::CallOff
+            ),
             Next::CallOff
         );
         assert!(in_flight(Some(&saved)));
+    }
+
+    /// A `kubectl delete` or `helm uninstall` of the StatefulSet between the save and our
+    /// deletion, in every mode: under way without the `orphan` finalizer, or gone with its pods
+    /// owned by it still (or none left), it is not created again. Gone with its pods orphaned,
+    /// or after our deletion was accepted, it is.
+    #[test]
+    fn someone_elses_cascading_deletion_is_not_undone() {
+        let templates = [target("data", "20Gi")];
+        let Next::Save(saved) = go(None, Some(&seen("u1", "10Gi", false)), &templates) else {
+            panic!("expected a save first");
+        };
+        let mut cascading = seen("u1", "10Gi", true);
+        cascading.orphaning = false;
+        let orphaned = RecreateStatus {
+            phase: RECREATE_ORPHANED.into(),
+            ..saved.clone()
+        };
+        for mode in [Mode::Go, Mode::Hold, Mode::CallOff] {
+            let at = |saved: &RecreateStatus, seen: Option<&Seen>, pods| {
+                next(Some(saved), seen, pods, &templates, mode)
+            };
+            assert_eq!(
+                at(&saved, Some(&cascading), PodsLeft::NotRead),
+                Next::Abandon,
+                "{mode:?}"
+            );
+            assert_eq!(
+                at(&saved, None, PodsLeft::Cascaded),
+                Next::Abandon,
+                "{mode:?}"
+            );
+            assert!(
+                matches!(at(&saved, None, PodsLeft::Orphaned), Next::Create { .. }),
+                "{mode:?}"
+            );
+            // Ours was accepted: whatever the pods say now, the replacement comes.
+            assert!(
+                matches!(at(&orphaned, None, PodsLeft::Cascaded), Next::Create { .. }),
+                "{mode:?}"
+            );
+        }
     }
 
     #[test]

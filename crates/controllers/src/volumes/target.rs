@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::ObjectReference;
 use serde_json::{Value, json};
 
 use super::plan::{self, ClaimView, PodView, TemplateTarget};
-use super::recreate;
+use super::recreate::{self, PodsLeft};
 use svm_api::volumes::{VolumeClaimMigration, quantity_bytes};
 use svm_cluster::{ClusterClient, ClusterError};
 
@@ -46,6 +46,10 @@ pub(super) async fn observe(
         uid: text_at(object, "/metadata/uid"),
         resource_version: text_at(object, "/metadata/resourceVersion"),
         deleting: object.pointer("/metadata/deletionTimestamp").is_some(),
+        orphaning: object
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|f| f.iter().any(|f| f == "orphan")),
         object: object.clone(),
     });
     let Some(sts) = served.as_ref().or(saved) else {
@@ -88,6 +92,14 @@ pub(super) async fn observe(
         if let Some(pod) = get_optional(cluster, &path).await? {
             view.pods.insert(name, pod_view(&pod));
         }
+    }
+    if view.statefulset.is_none() {
+        let saved_uid = vcm
+            .status
+            .recreate
+            .as_ref()
+            .map(|r| r.stateful_set_uid.as_str());
+        view.pods_left = pods_left(cluster, vcm, view.replicas, saved_uid.unwrap_or("")).await?;
     }
     let statefulset = ObjectReference {
         api_version: Some(target.api_version.clone()),
@@ -215,6 +227,41 @@ fn pod_view(pod: &Value) -> PodView {
     }
 }
 
+/// The pods of a StatefulSet found gone while its manifest is saved: whether they show an
+/// orphan deletion (every one there without an owner reference to `gone_uid`) or a cascading
+/// one (one still owned by it, or none left of `replicas`).
+async fn pods_left(
+    cluster: &ClusterClient,
+    vcm: &VolumeClaimMigration,
+    replicas: i32,
+    gone_uid: &str,
+) -> Result<PodsLeft, ClusterError> {
+    let namespace = vcm.metadata.namespace.as_deref().unwrap_or_default();
+    let mut found = 0;
+    for ordinal in 0..replicas.max(0) {
+        let name = plan::pod_name(&vcm.spec.target.name, ordinal);
+        let path = format!("/api/v1/namespaces/{namespace}/pods/{name}");
+        let Some(pod) = get_optional(cluster, &path).await? else {
+            continue;
+        };
+        found += 1;
+        let owned_by_gone = pod
+            .pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .any(|owner| owner["uid"] == gone_uid);
+        if owned_by_gone {
+            return Ok(PodsLeft::Cascaded);
+        }
+    }
+    Ok(if replicas > 0 && found == 0 {
+        PodsLeft::Cascaded
+    } else {
+        PodsLeft::Orphaned
+    })
+}
+
 /// Pods are read only where a file-system resize waits for one, or a restart is followed.
 fn ordinals_with_pods_to_watch(vcm: &VolumeClaimMigration, view: &plan::Observed) -> Vec<i32> {
     let statefulset = &vcm.spec.target.name;
@@ -302,7 +349,7 @@ pub(super) async fn delete_statefulset(
     vcm: &VolumeClaimMigration,
     uid: &str,
     resource_version: &str,
-) -> Result<(), ClusterError> {
+) -> Result<Deleted, ClusterError> {
     let namespace = vcm.metadata.namespace.as_deref().unwrap_or_default();
     let options = json!({
         "apiVersion": "v1",
@@ -321,10 +368,19 @@ pub(super) async fn delete_statefulset(
         )
         .await
     {
-        Ok(_) => Ok(()),
-        Err(err) if err.code() == Some(404) => Ok(()),
+        Ok(_) => Ok(Deleted::Accepted),
+        Err(err) if err.code() == Some(404) => Ok(Deleted::AlreadyGone),
         Err(err) => Err(err),
     }
+}
+
+/// What became of the deletion of the old StatefulSet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Deleted {
+    /// kube-apiserver accepted it: the object goes once its pods are orphaned.
+    Accepted,
+    /// 404: it was gone before ours arrived — someone else deleted it.
+    AlreadyGone,
 }
 
 /// Creates the saved StatefulSet.

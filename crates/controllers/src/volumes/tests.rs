@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::*;
-use svm_api::volumes::{RECREATE_DELETING, RECREATE_DONE};
+use svm_api::volumes::{RECREATE_DELETING, RECREATE_DONE, RECREATE_ORPHANED};
 use svm_registry::fence::term_key;
 use svm_registry::rest::Preconditions;
 use svm_registry::{Fence, Store};
@@ -31,6 +31,10 @@ struct Cluster {
     statefulset: Option<Value>,
     /// A user's edit (these replicas) that lands right before the next deletion arrives.
     edit_before_delete: Option<i64>,
+    /// A user's `kubectl delete` that lands right before the next deletion arrives.
+    deleted_before_delete: bool,
+    /// Pods by name (`db-<n>`); none unless a test puts them.
+    pods: std::collections::BTreeMap<String, Value>,
     /// Every write but Events: method, path, body.
     writes: Vec<(Method, String, Value)>,
     revision: u64,
@@ -89,6 +93,13 @@ async fn answer(
                                "resources": {"requests": {"storage": "20Gi"}}},
                       "status": {"capacity": {"storage": "20Gi"}}}))
         }
+        (Method::GET, p) if p.starts_with("/api/v1/namespaces/ns/pods/") => {
+            let name = p.trim_start_matches("/api/v1/namespaces/ns/pods/");
+            match cluster.pods.get(name) {
+                Some(pod) => ok(pod.clone()),
+                None => status(404, "NotFound"),
+            }
+        }
         (Method::GET, "/apis/storage.k8s.io/v1/storageclasses/fast") => {
             ok(json!({"allowVolumeExpansion": true}))
         }
@@ -100,6 +111,9 @@ async fn answer(
                     sts["spec"]["replicas"] = json!(replicas);
                     sts["metadata"]["resourceVersion"] = json!(revision.to_string());
                 }
+            }
+            if std::mem::take(&mut cluster.deleted_before_delete) {
+                cluster.statefulset = None;
             }
             let Some(sts) = cluster.statefulset.clone() else {
                 return status(404, "NotFound");
@@ -260,6 +274,12 @@ async fn a_recreate_holds_the_finalizer_while_a_manifest_is_saved() {
         json!({"uid": "old", "resourceVersion": "5"})
     );
 
+    assert_eq!(
+        saved(&world.stored().await.expect("stored")).0,
+        RECREATE_ORPHANED,
+        "the deletion's acceptance is recorded"
+    );
+
     world.pass().await;
     let writes = world.writes();
     assert_eq!(writes.len(), 1, "{writes:?}");
@@ -404,4 +424,87 @@ fn a_refused_on_delete_claim_stays_eligible() {
         (entry.phase.as_str(), entry.uid.as_str()),
         (CLAIM_FAILED, "before")
     );
+}
+
+/// The migration's failed condition of `reason`, if it is there.
+fn failed_because(vcm: &VolumeClaimMigration) -> Option<String> {
+    vcm.status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == svm_api::volumes::FAILED && c.status == "True")
+        .map(|c| c.reason.clone())
+}
+
+/// A user deletes the StatefulSet (`kubectl delete`, `helm uninstall`) right before our
+/// deletion arrives: ours is a 404, and the StatefulSet is not created again — the manifest and
+/// the finalizer go, the migration fails saying why, and later passes write nothing.
+#[tokio::test]
+async fn a_statefulset_its_user_deletes_before_ours_is_not_created_again() {
+    let world = World::new().await;
+    world.pass().await;
+    world.cluster.lock().unwrap().deleted_before_delete = true;
+    world.pass().await;
+    let writes = world.writes();
+    assert_eq!(writes.len(), 1, "{writes:?}");
+    assert_eq!(writes[0].0, Method::DELETE);
+    let vcm = world.stored().await.expect("stored");
+    assert_eq!(vcm.status.recreate, None, "the manifest dropped");
+    assert!(!has_finalizer(&vcm));
+    assert_eq!(
+        failed_because(&vcm).as_deref(),
+        Some("StatefulSetDeletedElsewhere")
+    );
+    for _ in 0..3 {
+        world.pass().await;
+    }
+    assert!(world.writes().is_empty(), "nothing created");
+    assert!(world.statefulset().is_none());
+}
+
+/// The StatefulSet found gone between the save and our deletion: its pods tell whose deletion
+/// it was. Still owned by it (a cascading deletion under way) or none left: someone else's, not
+/// undone. Orphaned: an orphan deletion, ours (its acceptance not recorded, as after a crash)
+/// or a user's doing the same by hand: the saved one is created.
+#[tokio::test]
+async fn a_statefulset_found_gone_is_created_again_only_if_its_pods_were_orphaned() {
+    let pod = |owner: Option<&str>| {
+        let mut pod = json!({"metadata": {"uid": "p", "labels": {"app": "db"}}});
+        if let Some(uid) = owner {
+            pod["metadata"]["ownerReferences"] = json!([{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db",
+                        "uid": uid, "controller": true}]);
+        }
+        pod
+    };
+    for (pods, created) in [
+        (vec![], false),
+        (vec![pod(Some("old")), pod(Some("old"))], false),
+        (vec![pod(None), pod(Some("old"))], false),
+        (vec![pod(None), pod(None)], true),
+    ] {
+        let world = World::new().await;
+        world.pass().await;
+        {
+            let mut cluster = world.cluster.lock().unwrap();
+            cluster.statefulset = None;
+            for (ordinal, pod) in pods.iter().enumerate() {
+                cluster.pods.insert(format!("db-{ordinal}"), pod.clone());
+            }
+        }
+        world.pass().await;
+        let writes = world.writes();
+        let vcm = world.stored().await.expect("stored");
+        if created {
+            assert_eq!(writes.len(), 1, "{writes:?}");
+            assert_eq!(writes[0].0, Method::POST);
+        } else {
+            assert!(writes.is_empty(), "{pods:?}: {writes:?}");
+            assert_eq!(vcm.status.recreate, None, "{pods:?}");
+            assert!(!has_finalizer(&vcm), "{pods:?}");
+            assert_eq!(
+                failed_because(&vcm).as_deref(),
+                Some("StatefulSetDeletedElsewhere"),
+                "{pods:?}"
+            );
+        }
+    }
 }

@@ -439,6 +439,7 @@ fn recreate_saves_deletes_creates_and_only_then_succeeds() {
         uid: uid.into(),
         resource_version: "5".into(),
         deleting: false,
+        orphaning: false,
         object: serde_json::json!({"metadata": {"name": "db", "uid": uid},
             "spec": {"volumeClaimTemplates": [
                 {"metadata": {"name": "data"}, "spec": {"resources": {"requests": {"storage": size}}}},
@@ -512,6 +513,7 @@ fn mid_recreate(uid: Option<&str>) -> (VolumeClaimMigration, Observed) {
         uid: "old".into(),
         resource_version: "5".into(),
         deleting: false,
+        orphaning: false,
         object,
     });
     let saving = plan(&migration, &observed, now());
