@@ -245,9 +245,14 @@ impl Controller {
         let mut fired = None;
         for action in plan.actions.clone() {
             let go_on = match action {
-                Action::Resize { claim, storage } => {
+                Action::Resize {
+                    claim,
+                    storage,
+                    resource_version,
+                } => {
                     self.leading().await?;
-                    self.resize_claim(vcm, plan, &claim, &storage).await
+                    self.resize_claim(vcm, plan, &claim, &storage, &resource_version)
+                        .await
                 }
                 Action::RestartPod { pod, uid, claim } => {
                     self.leading().await?;
@@ -262,6 +267,9 @@ impl Controller {
                         self.wait_for_edit(vcm, &resource_version).await;
                         fired = Some(Fired::Once);
                     }
+                    if !self.would_be_created(vcm, plan).await {
+                        break;
+                    }
                     self.leading().await?;
                     let deleted = self
                         .delete_statefulset(vcm, plan, &uid, &resource_version)
@@ -275,7 +283,7 @@ impl Controller {
                 Action::CreateStatefulSet { manifest } => {
                     self.leading().await?;
                     // The next pass sees the new uid and says so (StatefulSetRecreated).
-                    match target::create_statefulset(&self.cluster, vcm, &manifest).await {
+                    match target::create_statefulset(&self.cluster, vcm, &manifest, false).await {
                         Ok(()) => {
                             tracing::info!("StatefulSet created from the saved manifest");
                             if hook == Some(Hook::HaltAfterCreate) {
@@ -283,8 +291,12 @@ impl Controller {
                                 return Err(Stop::Halted);
                             }
                         }
-                        Err(err) => {
+                        Err(err) if err.is_retriable() => {
                             tracing::info!(error = %err, "creating the StatefulSet deferred")
+                        }
+                        Err(err) => {
+                            tracing::warn!(error = %err, "creating the StatefulSet was refused");
+                            create_refused(plan, vcm, &err, true);
                         }
                     }
                     true
@@ -347,9 +359,10 @@ impl Controller {
         plan: &mut Plan,
         claim: &str,
         storage: &str,
+        resource_version: &str,
     ) -> bool {
         let namespace = vcm.metadata.namespace.as_deref().unwrap_or_default();
-        match target::resize(&self.cluster, namespace, claim, storage).await {
+        match target::resize(&self.cluster, namespace, claim, storage, resource_version).await {
             Ok(()) => {
                 self.metrics.resizes_started.inc();
                 plan.notes.push(Note {
@@ -358,6 +371,11 @@ impl Controller {
                     message: format!("claim {claim}: requested {storage}"),
                 });
                 true
+            }
+            Err(err) if err.is_conflict() => {
+                tracing::info!(%claim, resource_version, "the claim changed since it was read: decided again on the next pass");
+                as_before(plan, claim, vcm);
+                false
             }
             Err(err) => {
                 self.metrics.resize_failure(&err);
@@ -399,6 +417,35 @@ impl Controller {
     /// decided again on the next pass: a conflict (the StatefulSet was edited since its
     /// manifest was saved, or replaced) makes that pass save the manifest again from the
     /// current object (or see the replacement).
+    /// Before the old StatefulSet is deleted: whether kube-apiserver would take the saved one
+    /// (a dry-run create). A refusal — an admission webhook or policy, validation,
+    /// `OwnerReferencesPermissionEnforcement` — found now leaves the old one standing; found
+    /// after the deletion, it would leave the pods without their StatefulSet.
+    async fn would_be_created(&self, vcm: &VolumeClaimMigration, plan: &mut Plan) -> bool {
+        let Some(manifest) = plan
+            .status
+            .recreate
+            .as_ref()
+            .and_then(|r| r.manifest.clone())
+        else {
+            return false;
+        };
+        match target::create_statefulset(&self.cluster, vcm, &manifest, true).await {
+            // Admitted and valid; the name is taken by the old one, as it must be.
+            Ok(()) => true,
+            Err(err) if err.is_conflict() => true,
+            Err(err) if err.is_retriable() => {
+                tracing::info!(error = %err, "the dry-run create deferred the deletion");
+                false
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "the StatefulSet to create would be refused: the old one is not deleted");
+                create_refused(plan, vcm, &err, false);
+                false
+            }
+        }
+    }
+
     async fn delete_statefulset(
         &self,
         vcm: &VolumeClaimMigration,
@@ -524,6 +571,61 @@ fn apply(known: &mut BTreeMap<Key, VolumeClaimMigration>, update: Update<VolumeC
 /// The server refused a claim's PATCH (a quota, a validation, the StorageClass): the claim
 /// is failed with the server's words and the rollout blocked there until the PATCH succeeds
 /// on a later pass.
+/// kube-apiserver refuses the saved StatefulSet (`deleted`: after the old one was deleted; else
+/// its dry run, before): the Running condition says so, with a Warning Event when that is
+/// new. Tried again on every pass.
+fn create_refused(plan: &mut Plan, vcm: &VolumeClaimMigration, err: &ClusterError, deleted: bool) {
+    const REASON: &str = "StatefulSetCreateRefused";
+    let said = match err {
+        ClusterError::Api { message, .. } => message.clone(),
+        other => other.to_string(),
+    };
+    let message = if deleted {
+        format!(
+            "creating the StatefulSet from the saved manifest was refused: {said}; its pods run \
+             without it until it is created (tried again on every pass)"
+        )
+    } else {
+        format!(
+            "the StatefulSet to create would be refused: {said}; the old one is not deleted \
+             (tried again on every pass)"
+        )
+    };
+    let was = vcm.status.conditions.iter().any(|c| {
+        c.type_ == svm_api::volumes::RUNNING && c.reason == REASON && c.message == message
+    });
+    conditions::set(
+        &mut plan.status.conditions,
+        svm_api::volumes::RUNNING,
+        deleted,
+        REASON,
+        &message,
+        vcm.metadata.generation,
+        jiff::Timestamp::now(),
+    );
+    if !was {
+        plan.notes.push(Note {
+            warning: true,
+            reason: REASON,
+            message,
+        });
+    }
+}
+
+/// The claim's entry as the pass found it (its resize was not sent), and no further action.
+fn as_before(plan: &mut Plan, claim: &str, vcm: &VolumeClaimMigration) {
+    let before = vcm.status.claims.iter().find(|c| c.name == claim).cloned();
+    if let Some(at) = plan.status.claims.iter().position(|c| c.name == claim) {
+        match before {
+            Some(before) => plan.status.claims[at] = before,
+            None => {
+                plan.status.claims.remove(at);
+            }
+        }
+    }
+    plan.actions.clear();
+}
+
 fn refused(plan: &mut Plan, claim: &str, err: &ClusterError, vcm: &VolumeClaimMigration) {
     let message = match err {
         ClusterError::Api { message, .. } => message.clone(),

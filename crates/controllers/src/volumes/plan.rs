@@ -38,6 +38,8 @@ pub(crate) struct TemplateTarget {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub(crate) struct ClaimView {
     pub uid: String,
+    /// As read: the resize's precondition.
+    pub resource_version: String,
     pub storage_class: Option<String>,
     pub requested: String,
     pub capacity: String,
@@ -84,8 +86,13 @@ pub(crate) struct Observed {
 /// What the controller does, in order.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) enum Action {
-    /// Merge-patch the claim's `spec.resources.requests.storage`.
-    Resize { claim: String, storage: String },
+    /// Merge-patch the claim's `spec.resources.requests.storage`, if it is still at this
+    /// resourceVersion (the claim as read: never a replacement, never over a user's edit).
+    Resize {
+        claim: String,
+        storage: String,
+        resource_version: String,
+    },
     /// Delete the pod so that its file system is resized when it starts again, if it still
     /// has this uid (the pod as read: never its replacement).
     RestartPod {
@@ -488,6 +495,7 @@ impl<'a> Planner<'a> {
         self.actions.push(Action::Resize {
             claim: entry.name.clone(),
             storage: template.storage.clone(),
+            resource_version: claim.resource_version.clone(),
         });
         entry.requested = template.storage.clone();
         entry.phase = RESIZING.into();

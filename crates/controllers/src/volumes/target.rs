@@ -202,6 +202,7 @@ fn claim_view(claim: &Value) -> ClaimView {
     });
     ClaimView {
         uid: text("/metadata/uid"),
+        resource_version: text("/metadata/resourceVersion"),
         storage_class: Some(text("/spec/storageClassName")).filter(|c| !c.is_empty()),
         requested: text("/spec/resources/requests/storage"),
         capacity: text("/status/capacity/storage"),
@@ -290,14 +291,20 @@ async fn get_optional(cluster: &ClusterClient, path: &str) -> Result<Option<Valu
     }
 }
 
-/// Asks for `storage` on the claim (a merge patch of its request, nothing else).
+/// Asks for `storage` on the claim (a merge patch of its request, nothing else), if it is
+/// still at `resource_version`: a claim deleted and made again, or edited, since it was read
+/// is a 409 and is decided again from what it is now.
 pub(super) async fn resize(
     cluster: &ClusterClient,
     namespace: &str,
     claim: &str,
     storage: &str,
+    resource_version: &str,
 ) -> Result<(), ClusterError> {
-    let patch = json!({"spec": {"resources": {"requests": {"storage": storage}}}});
+    let patch = json!({
+        "metadata": {"resourceVersion": resource_version},
+        "spec": {"resources": {"requests": {"storage": storage}}},
+    });
     let body = serde_json::to_vec(&patch).map_err(ClusterError::encode("a claim patch"))?;
     cluster
         .request(
@@ -383,19 +390,25 @@ pub(super) enum Deleted {
     AlreadyGone,
 }
 
-/// Creates the saved StatefulSet.
+/// Creates the saved StatefulSet; `dry_run`: only asks kube-apiserver whether it would
+/// (`?dryRun=All`: admitted — webhooks, policies — and validated, never stored; while the old
+/// one stands, a 409 AlreadyExists is the answer of a create that got that far).
 pub(super) async fn create_statefulset(
     cluster: &ClusterClient,
     vcm: &VolumeClaimMigration,
     manifest: &Value,
+    dry_run: bool,
 ) -> Result<(), ClusterError> {
     let namespace = vcm.metadata.namespace.as_deref().unwrap_or_default();
     let body =
         serde_json::to_vec(manifest).map_err(ClusterError::encode("a StatefulSet manifest"))?;
-    let path = format!(
+    let mut path = format!(
         "/apis/{}/namespaces/{namespace}/statefulsets",
         vcm.spec.target.api_version
     );
+    if dry_run {
+        path.push_str("?dryRun=All");
+    }
     cluster
         .request(
             Method::POST,

@@ -35,6 +35,14 @@ struct Cluster {
     deleted_before_delete: bool,
     /// Pods by name (`db-<n>`); none unless a test puts them.
     pods: std::collections::BTreeMap<String, Value>,
+    /// The claims' request and resourceVersion; `None`: every claim at 20Gi already.
+    claims: Option<(String, u64)>,
+    /// A user's edit of every claim (a new resourceVersion) right before the next PATCH.
+    claim_edit_before_patch: bool,
+    /// Creates of the StatefulSet (dry runs too) refused with this code (admission).
+    refuse_create: Option<u16>,
+    /// Dry-run creates received.
+    dry_runs: usize,
     /// Every write but Events: method, path, body.
     writes: Vec<(Method, String, Value)>,
     revision: u64,
@@ -76,6 +84,18 @@ async fn answer(
     if path.contains("/events") {
         return (StatusCode::CREATED, axum::Json(body));
     }
+    if uri.query().is_some_and(|q| q.contains("dryRun=All")) {
+        // The dry-run create before a deletion: admitted unless a test refuses it; the name
+        // taken while the old one stands.
+        cluster.dry_runs += 1;
+        if let Some(code) = cluster.refuse_create {
+            return status(code, "Invalid");
+        }
+        return match cluster.statefulset {
+            Some(_) => status(409, "AlreadyExists"),
+            None => (StatusCode::CREATED, axum::Json(body)),
+        };
+    }
     if method != Method::GET {
         cluster
             .writes
@@ -88,10 +108,30 @@ async fn answer(
             None => status(404, "NotFound"),
         },
         (Method::GET, p) if p.starts_with("/api/v1/namespaces/ns/persistentvolumeclaims/") => {
-            ok(json!({"metadata": {"uid": format!("claim-{}", p.len())},
+            let (requested, revision, capacity) = match cluster.claims.clone() {
+                Some((requested, revision)) => (requested, revision, "10Gi"),
+                None => ("20Gi".into(), 1, "20Gi"),
+            };
+            ok(json!({"metadata": {"uid": format!("claim-{}", p.len()),
+                                   "resourceVersion": revision.to_string()},
                       "spec": {"storageClassName": "fast",
-                               "resources": {"requests": {"storage": "20Gi"}}},
-                      "status": {"capacity": {"storage": "20Gi"}}}))
+                               "resources": {"requests": {"storage": requested}}},
+                      "status": {"capacity": {"storage": capacity}}}))
+        }
+        (Method::PATCH, p) if p.starts_with("/api/v1/namespaces/ns/persistentvolumeclaims/") => {
+            let Some((requested, mut revision)) = cluster.claims.clone() else {
+                return status(404, "NotFound");
+            };
+            if std::mem::take(&mut cluster.claim_edit_before_patch) {
+                revision += 1;
+            }
+            if body["metadata"]["resourceVersion"].as_str() != Some(revision.to_string().as_str()) {
+                cluster.claims = Some((requested, revision));
+                return status(409, "Conflict");
+            }
+            let storage = body["spec"]["resources"]["requests"]["storage"].clone();
+            cluster.claims = Some((storage.as_str().unwrap_or_default().into(), revision + 1));
+            ok(json!({}))
         }
         (Method::GET, p) if p.starts_with("/api/v1/namespaces/ns/pods/") => {
             let name = p.trim_start_matches("/api/v1/namespaces/ns/pods/");
@@ -128,6 +168,9 @@ async fn answer(
             ok(sts)
         }
         (Method::POST, STS) => {
+            if let Some(code) = cluster.refuse_create {
+                return status(code, "Invalid");
+            }
             if cluster.statefulset.is_some() {
                 return status(409, "AlreadyExists");
             }
@@ -507,4 +550,107 @@ async fn a_statefulset_found_gone_is_created_again_only_if_its_pods_were_orphane
             );
         }
     }
+}
+
+/// A claim edited by its user between our read and our resize: the PATCH carries the
+/// resourceVersion read, so it is a 409 — nothing written over the edit, the claim not marked
+/// failed — and the next pass sends it again from the claim as it is now.
+#[tokio::test]
+async fn a_claim_edited_between_the_read_and_the_resize_is_decided_again() {
+    let world = World::new().await;
+    {
+        let mut cluster = world.cluster.lock().unwrap();
+        cluster.claims = Some(("10Gi".into(), 3));
+        cluster.claim_edit_before_patch = true;
+    }
+    world.pass().await;
+    let refused = world.writes();
+    assert_eq!(refused.len(), 1, "{refused:?}");
+    assert_eq!(refused[0].0, Method::PATCH);
+    assert_eq!(refused[0].2["metadata"]["resourceVersion"], "3");
+    assert_eq!(
+        world.cluster.lock().unwrap().claims,
+        Some(("10Gi".into(), 4)),
+        "the edit stands"
+    );
+    let vcm = world.stored().await.expect("stored");
+    assert!(
+        vcm.status
+            .claims
+            .iter()
+            .all(|c| c.phase != plan::CLAIM_FAILED),
+        "{:?}",
+        vcm.status.claims
+    );
+    assert_eq!(failed_because(&vcm), None);
+
+    world.pass().await;
+    let sent = world.writes();
+    assert_eq!(sent[0].0, Method::PATCH);
+    assert_eq!(sent[0].2["metadata"]["resourceVersion"], "4");
+    assert_eq!(
+        world.cluster.lock().unwrap().claims,
+        Some(("20Gi".into(), 5))
+    );
+}
+
+/// An admission policy refuses the StatefulSet to create (a ValidatingAdmissionPolicy's 422). Found by the dry run before the
+/// deletion: the old one is not deleted, the Running condition and a Warning Event (once) say
+/// why. Refused after the deletion (the policy came meanwhile): the same, tried on every pass,
+/// and created once the policy lets it.
+#[tokio::test]
+async fn a_statefulset_that_would_be_refused_is_not_deleted() {
+    let world = World::new().await;
+    world.pass().await;
+    world.cluster.lock().unwrap().refuse_create = Some(422);
+    for _ in 0..3 {
+        world.pass().await;
+    }
+    assert!(world.writes().is_empty(), "nothing deleted");
+    assert!(world.statefulset().is_some());
+    assert_eq!(world.cluster.lock().unwrap().dry_runs, 3);
+    let vcm = world.stored().await.expect("stored");
+    let running = vcm
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == svm_api::volumes::RUNNING)
+        .expect("Running");
+    assert_eq!(
+        (running.status.as_str(), running.reason.as_str()),
+        ("False", "StatefulSetCreateRefused"),
+        "{:#?}",
+        vcm.status
+    );
+    assert!(
+        running.message.contains("not deleted"),
+        "{}",
+        running.message
+    );
+
+    // Let through: deleted; refused again before the create: said, retried, then created.
+    world.cluster.lock().unwrap().refuse_create = None;
+    world.pass().await;
+    assert_eq!(world.writes()[0].0, Method::DELETE);
+    world.cluster.lock().unwrap().refuse_create = Some(422);
+    world.pass().await;
+    let vcm = world.stored().await.expect("stored");
+    let running = vcm
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == svm_api::volumes::RUNNING)
+        .expect("Running");
+    assert_eq!(
+        (running.status.as_str(), running.reason.as_str()),
+        ("True", "StatefulSetCreateRefused")
+    );
+    assert!(
+        running.message.contains("pods run without it"),
+        "{}",
+        running.message
+    );
+    world.cluster.lock().unwrap().refuse_create = None;
+    world.pass().await;
+    assert!(world.statefulset().is_some(), "created once allowed");
 }

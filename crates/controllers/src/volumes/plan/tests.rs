@@ -356,7 +356,8 @@ fn a_size_lowered_after_a_failure_is_honoured() {
         plan_now.actions,
         vec![Action::Resize {
             claim: "data-db-2".into(),
-            storage: "20Gi".into()
+            storage: "20Gi".into(),
+            resource_version: String::new(),
         }]
     );
     let counts = &plan_now.status.templates[0];
