@@ -131,15 +131,29 @@ impl BuiltinMigrations {
         self.decode_answer(&answer.body)
     }
 
-    /// Deletes `name`; `Ok(false)` when it was already gone.
-    pub async fn delete(&self, name: &str) -> Result<bool, ClusterError> {
+    /// Deletes `name` if it still has `uid` (when given: a migration of that name made again
+    /// since is a 409, not deleted); `Ok(false)` when it was already gone.
+    pub async fn delete(&self, name: &str, uid: Option<&str>) -> Result<bool, ClusterError> {
+        let body = match uid {
+            Some(uid) => {
+                let options = serde_json::json!({
+                    "apiVersion": "v1",
+                    "kind": "DeleteOptions",
+                    "preconditions": {"uid": uid},
+                });
+                let bytes =
+                    serde_json::to_vec(&options).map_err(ClusterError::encode("DeleteOptions"))?;
+                Some(("application/json", bytes))
+            }
+            None => None,
+        };
         match self
             .client
             .request(
                 Method::DELETE,
                 &self.object_path(name),
                 "application/json",
-                None,
+                body,
             )
             .await
         {

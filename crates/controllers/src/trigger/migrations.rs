@@ -40,7 +40,8 @@ fn selector() -> String {
 }
 
 /// A cluster error as the registry's: AlreadyExists and NotFound keep their meaning (the
-/// trigger treats both as done), the rest is an error to retry on.
+/// trigger treats both as done), as does a Conflict (a failed precondition); the rest is an
+/// error to retry on.
 fn api_error(err: ClusterError, name: &str) -> ApiError {
     let group = GROUP.to_string();
     let resource = PLURAL.to_string();
@@ -56,6 +57,14 @@ fn api_error(err: ClusterError, name: &str) -> ApiError {
             group,
             resource,
             name: name.to_string(),
+        },
+        ClusterError::Api {
+            code: 409, message, ..
+        } => ApiError::Conflict {
+            group,
+            resource,
+            name: name.to_string(),
+            message: message.clone(),
         },
         _ => ApiError::Internal(format!("the cluster's {GROUP} API: {err}")),
     }
@@ -106,7 +115,7 @@ impl Migrations {
             Migrations::Ours(store) => store.delete(name, preconditions).await.map(|_| ()),
             Migrations::Cluster { builtin, fence } => match fence.check().await {
                 Err(err) => Err(err),
-                Ok(()) => match builtin.delete(name).await {
+                Ok(()) => match builtin.delete(name, preconditions.uid.as_deref()).await {
                     Ok(true) => Ok(()),
                     Ok(false) => Err(api_error(
                         ClusterError::from_status(404, b"", None, "NotFound"),
@@ -153,8 +162,85 @@ mod tests {
             None,
             "Conflict",
         );
-        assert!(matches!(api_error(conflict, "x-1"), ApiError::Internal(_)));
+        assert!(matches!(
+            api_error(conflict, "x-1"),
+            ApiError::Conflict { message, .. } if message == "changed"
+        ));
         let gone = ClusterError::from_status(404, b"", None, "NotFound");
         assert!(matches!(api_error(gone, "x-1"), ApiError::NotFound { .. }));
+    }
+
+    /// A stale migration is deleted with its listed uid as the precondition: the cluster's
+    /// API (played: kube-apiserver's 409 "Precondition failed: UID in precondition") refuses
+    /// it once a migration of that name was made again, and that one stays.
+    #[tokio::test]
+    async fn a_stale_migration_is_deleted_only_while_it_is_the_one_listed() {
+        use std::sync::{Arc, Mutex};
+
+        use axum::Router;
+        use svm_registry::fence::term_key;
+        use svm_storage::embedded::EmbeddedStorage;
+        use svm_storage::{Op, Storage, Txn, TxnOutcome};
+        use tokio_util::sync::CancellationToken;
+
+        let deleted: Arc<Mutex<Vec<String>>> = Arc::default();
+        let seen = deleted.clone();
+        let app = Router::new().route(
+            "/apis/storagemigration.k8s.io/v1beta1/storageversionmigrations/x-1",
+            axum::routing::delete(move |body: axum::body::Bytes| {
+                let seen = seen.clone();
+                async move {
+                    let options: serde_json::Value =
+                        serde_json::from_slice(&body).unwrap_or_default();
+                    let uid = options["preconditions"]["uid"].as_str().unwrap_or("");
+                    if uid != "remade" {
+                        let status = serde_json::json!({"kind": "Status", "apiVersion": "v1",
+                            "status": "Failure", "reason": "Conflict", "code": 409,
+                            "message": format!("Operation cannot be fulfilled on storageversionmigrations.storagemigration.k8s.io \"x-1\": Precondition failed: UID in precondition: {uid}, UID in object meta: remade")});
+                        return (http::StatusCode::CONFLICT, axum::Json(status));
+                    }
+                    seen.lock().unwrap().push(uid.to_string());
+                    (http::StatusCode::OK, axum::Json(serde_json::json!({})))
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        let url: http::Uri = format!("http://127.0.0.1:{port}").parse().expect("url");
+        let client =
+            svm_cluster::ClusterClient::from_config(kube::Config::new(url)).expect("client");
+        let storage: Arc<dyn Storage> = Arc::new(EmbeddedStorage::in_memory());
+        let put = Txn {
+            compares: vec![],
+            ops: vec![Op::Put(term_key("/p"), b"a".to_vec())],
+        };
+        let TxnOutcome::Committed { revision } = storage.txn(put).await.expect("txn") else {
+            panic!("the term");
+        };
+        let fence = Fence::for_term(storage, "/p", "a", revision, CancellationToken::new());
+        let migrations = Migrations::Cluster {
+            builtin: BuiltinMigrations::new(client, "v1beta1"),
+            fence,
+        };
+        let with_uid = |uid: &str| Preconditions {
+            uid: Some(uid.into()),
+            ..Default::default()
+        };
+        let refused = migrations.delete("x-1", &with_uid("listed")).await;
+        assert!(
+            matches!(&refused, Err(ApiError::Conflict { message, .. }) if message.contains("UID in precondition")),
+            "{refused:?}"
+        );
+        assert!(deleted.lock().unwrap().is_empty());
+        migrations
+            .delete("x-1", &with_uid("remade"))
+            .await
+            .expect("deleted while it is the one named");
+        assert_eq!(*deleted.lock().unwrap(), ["remade"]);
     }
 }

@@ -321,6 +321,9 @@ pub(crate) fn migration_name(state_name: &str, seq: u64) -> String {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct OwnedMigration {
     pub name: String,
+    /// The uid listed: a deletion's precondition (a migration of that name made again since
+    /// is not the stale one).
+    pub uid: String,
     pub seq: Option<u64>,
     pub hash: String,
     pub succeeded: bool,
@@ -340,6 +343,7 @@ impl OwnedMigration {
         let annotations = m.metadata.annotations.clone().unwrap_or_default();
         Some(Self {
             name: m.metadata.name.clone().unwrap_or_default(),
+            uid: m.metadata.uid.clone().unwrap_or_default(),
             seq: annotations
                 .get(HISTORY_SEQ_ANNOTATION)
                 .and_then(|s| s.parse().ok()),
@@ -548,6 +552,7 @@ mod tests {
     fn owned(name: &str, seq: u64, hash: &str, succeeded: bool, failed: bool) -> OwnedMigration {
         OwnedMigration {
             name: name.into(),
+            uid: String::new(),
             seq: Some(seq),
             hash: hash.into(),
             succeeded,

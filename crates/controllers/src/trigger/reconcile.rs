@@ -522,7 +522,7 @@ impl Reconciler {
             &owned,
             last.rotation.is_some(),
         );
-        for stale in &mplan.delete {
+        for stale in owned.iter().filter(|m| mplan.delete.contains(&m.name)) {
             self.delete_migration(stale).await?;
         }
         if let Some(migration) = &mplan.create {
@@ -656,14 +656,21 @@ impl Reconciler {
         }
     }
 
-    async fn delete_migration(&self, name: &str) -> Result<(), ApiError> {
-        match self
-            .migrations
-            .delete(name, &Preconditions::default())
-            .await
-        {
+    /// Deletes the stale migration as listed: a migration of the same name made again since
+    /// (another uid) is not it, and is left alone.
+    async fn delete_migration(&self, stale: &OwnedMigration) -> Result<(), ApiError> {
+        let name = &stale.name;
+        let preconditions = Preconditions {
+            uid: Some(stale.uid.clone()).filter(|u| !u.is_empty()),
+            ..Default::default()
+        };
+        match self.migrations.delete(name, &preconditions).await {
             Ok(_) | Err(ApiError::NotFound { .. }) => {
                 tracing::info!(migration = %name, "stale migration deleted");
+                Ok(())
+            }
+            Err(ApiError::Conflict { message, .. }) => {
+                tracing::info!(migration = %name, %message, "not deleted: a migration of that name was made again since it was listed");
                 Ok(())
             }
             Err(err) => Err(err),
@@ -682,7 +689,7 @@ impl Reconciler {
             .iter()
             .filter_map(|m| OwnedMigration::of(m, &resource.group, &resource.resource))
         {
-            self.delete_migration(&m.name).await?;
+            self.delete_migration(&m).await?;
         }
         let name = state.metadata.name.clone().unwrap_or_default();
         match self.states.delete(&name, &Preconditions::default()).await {
