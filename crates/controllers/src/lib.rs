@@ -474,6 +474,21 @@ fn hostname() -> Option<String> {
         .filter(|h| !h.is_empty())
 }
 
+/// Test support: `app` played as the target cluster's kube-apiserver on a free loopback port,
+/// and a client of it.
+#[cfg(test)]
+pub(crate) async fn played_cluster(app: axum::Router) -> svm_cluster::ClusterClient {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let url: http::Uri = format!("http://127.0.0.1:{port}").parse().expect("url");
+    svm_cluster::ClusterClient::from_config(kube::Config::new(url)).expect("client")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

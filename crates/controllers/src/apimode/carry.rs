@@ -358,17 +358,7 @@ mod tests {
                     async move { axum::Json(existing) }
                 }),
             );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let port = listener.local_addr().expect("addr").port();
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        let url: http::Uri = format!("http://127.0.0.1:{port}").parse().expect("url");
-        let client =
-            svm_cluster::ClusterClient::from_config(kube::Config::new(url)).expect("client");
-        BuiltinMigrations::new(client, "v1beta1")
+        BuiltinMigrations::new(crate::played_cluster(app).await, "v1beta1")
     }
 
     /// A 409 is "carried already" only when the cluster's migration of that name is for the

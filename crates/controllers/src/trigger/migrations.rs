@@ -204,16 +204,7 @@ mod tests {
                 }
             }),
         );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let port = listener.local_addr().expect("addr").port();
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        let url: http::Uri = format!("http://127.0.0.1:{port}").parse().expect("url");
-        let client =
-            svm_cluster::ClusterClient::from_config(kube::Config::new(url)).expect("client");
+        let client = crate::played_cluster(app).await;
         let storage: Arc<dyn Storage> = Arc::new(EmbeddedStorage::in_memory());
         let put = Txn {
             compares: vec![],

@@ -413,10 +413,6 @@ impl Controller {
         }
     }
 
-    /// The old StatefulSet goes with orphan cascade; returns whether it did. A failure is
-    /// decided again on the next pass: a conflict (the StatefulSet was edited since its
-    /// manifest was saved, or replaced) makes that pass save the manifest again from the
-    /// current object (or see the replacement).
     /// Before the old StatefulSet is deleted: whether kube-apiserver would take the saved one
     /// (a dry-run create). A refusal — an admission webhook or policy, validation,
     /// `OwnerReferencesPermissionEnforcement` — found now leaves the old one standing; found
@@ -446,6 +442,11 @@ impl Controller {
         }
     }
 
+    /// The old StatefulSet goes with orphan cascade; returns whether it did. Gone before
+    /// ours (404): someone else's deletion, not undone — the re-create is abandoned. A failure is
+    /// decided again on the next pass: a conflict (the StatefulSet was edited since its
+    /// manifest was saved, or replaced) makes that pass save the manifest again from the
+    /// current object (or see the replacement).
     async fn delete_statefulset(
         &self,
         vcm: &VolumeClaimMigration,

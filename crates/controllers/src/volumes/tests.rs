@@ -224,15 +224,7 @@ impl World {
             ..Default::default()
         }));
         let app = Router::new().fallback(answer).with_state(cluster.clone());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind");
-        let port = listener.local_addr().expect("addr").port();
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        let url: http::Uri = format!("http://127.0.0.1:{port}").parse().expect("url");
-        let client = ClusterClient::from_config(kube::Config::new(url)).expect("client");
+        let client = crate::played_cluster(app).await;
         let controller = Controller::new(
             Guarded::new(store.clone(), fence),
             client,
@@ -469,6 +461,16 @@ fn a_refused_on_delete_claim_stays_eligible() {
     );
 }
 
+fn running_condition(
+    vcm: &VolumeClaimMigration,
+) -> &k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+    vcm.status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == svm_api::volumes::RUNNING)
+        .expect("Running")
+}
+
 /// The migration's failed condition of `reason`, if it is there.
 fn failed_because(vcm: &VolumeClaimMigration) -> Option<String> {
     vcm.status
@@ -610,12 +612,7 @@ async fn a_statefulset_that_would_be_refused_is_not_deleted() {
     assert!(world.statefulset().is_some());
     assert_eq!(world.cluster.lock().unwrap().dry_runs, 3);
     let vcm = world.stored().await.expect("stored");
-    let running = vcm
-        .status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == svm_api::volumes::RUNNING)
-        .expect("Running");
+    let running = running_condition(&vcm);
     assert_eq!(
         (running.status.as_str(), running.reason.as_str()),
         ("False", "StatefulSetCreateRefused"),
@@ -635,12 +632,7 @@ async fn a_statefulset_that_would_be_refused_is_not_deleted() {
     world.cluster.lock().unwrap().refuse_create = Some(422);
     world.pass().await;
     let vcm = world.stored().await.expect("stored");
-    let running = vcm
-        .status
-        .conditions
-        .iter()
-        .find(|c| c.type_ == svm_api::volumes::RUNNING)
-        .expect("Running");
+    let running = running_condition(&vcm);
     assert_eq!(
         (running.status.as_str(), running.reason.as_str()),
         ("True", "StatefulSetCreateRefused")
