@@ -264,17 +264,7 @@ mod tests {
     use svm_storage::embedded::EmbeddedStorage;
 
     async fn term(storage: &Arc<dyn Storage>, holder: &str) -> Revision {
-        let outcome = storage
-            .txn(Txn {
-                compares: vec![],
-                ops: vec![Op::Put(term_key("/p"), holder.as_bytes().to_vec())],
-            })
-            .await
-            .unwrap();
-        match outcome {
-            TxnOutcome::Committed { revision } => revision,
-            other => panic!("{other:?}"),
-        }
+        crate::testing::take_term(storage, "/p", holder).await
     }
 
     #[tokio::test]

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use crate::managed_fields::schema::{ListSemantics, list_type};
 use crate::{ApiError, ApiResult, FieldError, ResourceInfo, Store, Strategy, TableColumn};
 use svm_storage::embedded::{EmbeddedOptions, EmbeddedStorage};
+use svm_storage::{Op, Revision, Storage, Txn, TxnOutcome};
 
 /// The test kind's API group.
 pub const GROUP: &str = "test.example.io";
@@ -384,4 +385,21 @@ pub fn names(list: &Value) -> Vec<String> {
                 .to_string()
         })
         .collect()
+}
+
+/// A leadership term taken by `holder` under `prefix`, as leader election records a change of
+/// holder (its `leader-term` record): the revision that names the term, for a
+/// [`Fence`](crate::Fence) of it.
+pub async fn take_term(storage: &Arc<dyn Storage>, prefix: &str, holder: &str) -> Revision {
+    let put = Txn {
+        compares: vec![],
+        ops: vec![Op::Put(
+            crate::fence::term_key(prefix),
+            holder.as_bytes().to_vec(),
+        )],
+    };
+    match storage.txn(put).await {
+        Ok(TxnOutcome::Committed { revision }) => revision,
+        other => panic!("taking the term: {other:?}"),
+    }
 }

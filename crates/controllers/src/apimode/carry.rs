@@ -249,24 +249,12 @@ mod tests {
         use crate::migrator::Source;
         use crate::trigger::Migrations;
         use svm_registry::Store;
-        use svm_registry::fence::term_key;
+        use svm_storage::Storage;
         use svm_storage::embedded::EmbeddedStorage;
-        use svm_storage::{Op, Storage, Txn, TxnOutcome};
 
         let storage: Arc<dyn Storage> = Arc::new(EmbeddedStorage::in_memory());
-        let take_term = |holder: &'static str| {
-            let storage = storage.clone();
-            async move {
-                let put = Txn {
-                    compares: vec![],
-                    ops: vec![Op::Put(term_key("/p"), holder.as_bytes().to_vec())],
-                };
-                match storage.txn(put).await.expect("txn") {
-                    TxnOutcome::Committed { revision } => revision,
-                    other => panic!("{other:?}"),
-                }
-            }
-        };
+        let take_term =
+            |holder: &'static str| svm_registry::testing::take_term(&storage, "/p", holder);
         let (client, seen) = counting_cluster().await;
         let builtin = BuiltinMigrations::new(client, "v1");
         let store = Arc::new(Store::new(MigrationStrategy, storage.clone(), "/p"));
@@ -368,20 +356,13 @@ mod tests {
         use std::sync::Arc;
 
         use svm_registry::Store;
-        use svm_registry::fence::term_key;
+        use svm_storage::Storage;
         use svm_storage::embedded::EmbeddedStorage;
-        use svm_storage::{Op, Storage, Txn, TxnOutcome};
         use tokio_util::sync::CancellationToken;
 
         for (theirs, carried) in [("secrets", true), ("configmaps", false)] {
             let storage: Arc<dyn Storage> = Arc::new(EmbeddedStorage::in_memory());
-            let put = Txn {
-                compares: vec![],
-                ops: vec![Op::Put(term_key("/p"), b"a".to_vec())],
-            };
-            let TxnOutcome::Committed { revision } = storage.txn(put).await.expect("txn") else {
-                panic!("the term was not taken");
-            };
+            let revision = svm_registry::testing::take_term(&storage, "/p", "a").await;
             let fence = Fence::for_term(
                 storage.clone(),
                 "/p",

@@ -178,9 +178,8 @@ mod tests {
         use std::sync::{Arc, Mutex};
 
         use axum::Router;
-        use svm_registry::fence::term_key;
+        use svm_storage::Storage;
         use svm_storage::embedded::EmbeddedStorage;
-        use svm_storage::{Op, Storage, Txn, TxnOutcome};
         use tokio_util::sync::CancellationToken;
 
         let deleted: Arc<Mutex<Vec<String>>> = Arc::default();
@@ -206,13 +205,7 @@ mod tests {
         );
         let client = crate::played_cluster(app).await;
         let storage: Arc<dyn Storage> = Arc::new(EmbeddedStorage::in_memory());
-        let put = Txn {
-            compares: vec![],
-            ops: vec![Op::Put(term_key("/p"), b"a".to_vec())],
-        };
-        let TxnOutcome::Committed { revision } = storage.txn(put).await.expect("txn") else {
-            panic!("the term");
-        };
+        let revision = svm_registry::testing::take_term(&storage, "/p", "a").await;
         let fence = Fence::for_term(storage, "/p", "a", revision, CancellationToken::new());
         let migrations = Migrations::Cluster {
             builtin: BuiltinMigrations::new(client, "v1beta1"),

@@ -16,11 +16,10 @@ use tokio_util::sync::CancellationToken;
 
 use super::*;
 use svm_api::volumes::{RECREATE_DELETING, RECREATE_DONE, RECREATE_ORPHANED};
-use svm_registry::fence::term_key;
 use svm_registry::rest::Preconditions;
 use svm_registry::{Fence, Store};
+use svm_storage::Storage;
 use svm_storage::embedded::EmbeddedStorage;
-use svm_storage::{Op, Storage, Txn, TxnOutcome};
 
 const STS: &str = "/apis/apps/v1/namespaces/ns/statefulsets";
 
@@ -195,14 +194,7 @@ struct World {
 }
 
 async fn take_term(storage: &Arc<dyn Storage>, holder: &str) -> svm_storage::Revision {
-    let put = Txn {
-        compares: vec![],
-        ops: vec![Op::Put(term_key("/p"), holder.as_bytes().to_vec())],
-    };
-    match storage.txn(put).await.expect("txn") {
-        TxnOutcome::Committed { revision } => revision,
-        other => panic!("{other:?}"),
-    }
+    svm_registry::testing::take_term(storage, "/p", holder).await
 }
 
 impl World {

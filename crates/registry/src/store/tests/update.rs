@@ -347,28 +347,12 @@ async fn extra_records_commit_with_the_object_or_not_at_all() {
 
 #[tokio::test]
 async fn fenced_writes_commit_only_while_the_term_lasts_and_a_refusal_stops_the_controllers() {
-    use crate::fence::{Stamp, term_key, writes_key};
+    use crate::fence::{Stamp, writes_key};
     use crate::rest::Preconditions;
     use crate::{Fence, Guarded, Record};
-    use svm_storage::{Op, Txn, TxnOutcome};
     let store = Arc::new(store());
     let storage = store.storage.clone();
-    let take_term = |holder: &'static str| {
-        let storage = storage.clone();
-        async move {
-            match storage
-                .txn(Txn {
-                    compares: vec![],
-                    ops: vec![Op::Put(term_key(ROOT), holder.as_bytes().to_vec())],
-                })
-                .await
-                .expect("txn")
-            {
-                TxnOutcome::Committed { revision } => revision,
-                other => panic!("{other:?}"),
-            }
-        }
-    };
+    let take_term = |holder: &'static str| crate::testing::take_term(&storage, ROOT, holder);
     let term = take_term("a").await;
     let token = tokio_util::sync::CancellationToken::new();
     let guarded = Guarded::new(
