@@ -135,18 +135,11 @@ impl Plan {
     pub(crate) fn abandon_recreate(&mut self, generation: Option<i64>, now: jiff::Timestamp) {
         self.status.recreate = None;
         let note = abandoned();
-        let conditions = &mut self.status.conditions;
-        for (type_, on) in [(FAILED, true), (RUNNING, false), (SUCCEEDED, false)] {
-            super::conditions::set(
-                conditions,
-                type_,
-                on,
-                note.reason,
-                &note.message,
-                generation,
-                now,
-            );
-        }
+        let refused = Outcome::Refused(Refusal {
+            reason: note.reason,
+            message: note.message.clone(),
+        });
+        set_outcome(&mut self.status.conditions, &refused, generation, now);
         self.notes.push(note);
     }
 
@@ -154,6 +147,62 @@ impl Plan {
     /// status is written: it holds a saved manifest.
     pub(crate) fn needs_finalizer(&self) -> bool {
         recreate::holds_manifest(&self.status)
+    }
+}
+
+/// The conditions `outcome` sets (one place: a pass's plan and a re-create abandoned after it).
+fn set_outcome(
+    conditions: &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+    outcome: &Outcome,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) {
+    let mut set = |type_: &str, on: bool, reason: &str, message: &str| {
+        super::conditions::set(conditions, type_, on, reason, message, generation, now)
+    };
+    match outcome {
+        Outcome::Paused => {
+            set(PAUSED, true, "Paused", "spec.paused: nothing is patched");
+            set(RUNNING, false, "Paused", "spec.paused");
+        }
+        Outcome::Refused(refusal) => {
+            set(PAUSED, false, "Resumed", "");
+            set(FAILED, true, refusal.reason, &refusal.message);
+            set(RUNNING, false, refusal.reason, &refusal.message);
+        }
+        Outcome::Blocked(message) => {
+            set(PAUSED, false, "Resumed", "");
+            set(FAILED, false, "Blocked", "retried on every pass");
+            set(RUNNING, false, "Blocked", message);
+        }
+        Outcome::TimedOut(message) => {
+            set(PAUSED, false, "Resumed", "");
+            set(FAILED, true, "ResizeTimedOut", message);
+            set(RUNNING, false, "ResizeTimedOut", message);
+        }
+        Outcome::Done => {
+            set(PAUSED, false, "Resumed", "");
+            set(FAILED, false, "Resized", "");
+            set(RUNNING, false, "Succeeded", "every claim is resized");
+            set(SUCCEEDED, true, "Resized", "every claim is resized");
+        }
+        Outcome::InProgress => {
+            set(PAUSED, false, "Resumed", "");
+            set(FAILED, false, "Resizing", "");
+            set(
+                RUNNING,
+                true,
+                "Resizing",
+                "claims are resized, highest ordinal first",
+            );
+            set(SUCCEEDED, false, "Resizing", "");
+        }
+        Outcome::Recreating(message) => {
+            set(PAUSED, false, "Resumed", "");
+            set(FAILED, false, "Resized", "");
+            set(RUNNING, true, "RecreatingStatefulSet", message);
+            set(SUCCEEDED, false, "RecreatingStatefulSet", "");
+        }
     }
 }
 
@@ -670,55 +719,7 @@ impl<'a> Planner<'a> {
 
     fn set_conditions(&mut self, outcome: Outcome) {
         let generation = self.vcm.metadata.generation;
-        let now = self.now;
-        let conditions = &mut self.conditions;
-        let mut set = |type_: &str, on: bool, reason: &str, message: &str| {
-            super::conditions::set(conditions, type_, on, reason, message, generation, now)
-        };
-        match &outcome {
-            Outcome::Paused => {
-                set(PAUSED, true, "Paused", "spec.paused: nothing is patched");
-                set(RUNNING, false, "Paused", "spec.paused");
-            }
-            Outcome::Refused(refusal) => {
-                set(PAUSED, false, "Resumed", "");
-                set(FAILED, true, refusal.reason, &refusal.message);
-                set(RUNNING, false, refusal.reason, &refusal.message);
-            }
-            Outcome::Blocked(message) => {
-                set(PAUSED, false, "Resumed", "");
-                set(FAILED, false, "Blocked", "retried on every pass");
-                set(RUNNING, false, "Blocked", message);
-            }
-            Outcome::TimedOut(message) => {
-                set(PAUSED, false, "Resumed", "");
-                set(FAILED, true, "ResizeTimedOut", message);
-                set(RUNNING, false, "ResizeTimedOut", message);
-            }
-            Outcome::Done => {
-                set(PAUSED, false, "Resumed", "");
-                set(FAILED, false, "Resized", "");
-                set(RUNNING, false, "Succeeded", "every claim is resized");
-                set(SUCCEEDED, true, "Resized", "every claim is resized");
-            }
-            Outcome::InProgress => {
-                set(PAUSED, false, "Resumed", "");
-                set(FAILED, false, "Resizing", "");
-                set(
-                    RUNNING,
-                    true,
-                    "Resizing",
-                    "claims are resized, highest ordinal first",
-                );
-                set(SUCCEEDED, false, "Resizing", "");
-            }
-            Outcome::Recreating(message) => {
-                set(PAUSED, false, "Resumed", "");
-                set(FAILED, false, "Resized", "");
-                set(RUNNING, true, "RecreatingStatefulSet", message);
-                set(SUCCEEDED, false, "RecreatingStatefulSet", "");
-            }
-        }
+        set_outcome(&mut self.conditions, &outcome, generation, self.now);
     }
 
     /// Events for what changed since the last status: a condition that turned, a claim that
