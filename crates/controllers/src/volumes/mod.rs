@@ -592,25 +592,7 @@ fn create_refused(plan: &mut Plan, vcm: &VolumeClaimMigration, err: &ClusterErro
              (tried again on every pass)"
         )
     };
-    let was = vcm.status.conditions.iter().any(|c| {
-        c.type_ == svm_api::volumes::RUNNING && c.reason == REASON && c.message == message
-    });
-    conditions::set(
-        &mut plan.status.conditions,
-        svm_api::volumes::RUNNING,
-        deleted,
-        REASON,
-        &message,
-        vcm.metadata.generation,
-        jiff::Timestamp::now(),
-    );
-    if !was {
-        plan.notes.push(Note {
-            warning: true,
-            reason: REASON,
-            message,
-        });
-    }
+    running_said_once(plan, vcm, deleted, REASON, message, REASON);
 }
 
 /// The claim's entry as the pass found it (its resize was not sent), and no further action.
@@ -651,25 +633,36 @@ fn refused(plan: &mut Plan, claim: &str, err: &ClusterError, vcm: &VolumeClaimMi
     }
     plan.actions.clear();
     let blocked = format!("claim {claim}: {message}");
-    let generation = vcm.metadata.generation;
-    let now = jiff::Timestamp::now();
-    let was_blocked = vcm.status.conditions.iter().any(|c| {
-        c.type_ == svm_api::volumes::RUNNING && c.reason == "Blocked" && c.message == blocked
+    running_said_once(plan, vcm, false, "Blocked", blocked, "ResizeFailed");
+}
+
+/// The Running condition set to `reason` and `message`, with a Warning Event `event` when it
+/// did not say so already (so not again on every pass).
+fn running_said_once(
+    plan: &mut Plan,
+    vcm: &VolumeClaimMigration,
+    on: bool,
+    reason: &str,
+    message: String,
+    event: &'static str,
+) {
+    let said = vcm.status.conditions.iter().any(|c| {
+        c.type_ == svm_api::volumes::RUNNING && c.reason == reason && c.message == message
     });
     conditions::set(
         &mut plan.status.conditions,
         svm_api::volumes::RUNNING,
-        false,
-        "Blocked",
-        &blocked,
-        generation,
-        now,
+        on,
+        reason,
+        &message,
+        vcm.metadata.generation,
+        jiff::Timestamp::now(),
     );
-    if !was_blocked {
+    if !said {
         plan.notes.push(Note {
             warning: true,
-            reason: "ResizeFailed",
-            message: blocked,
+            reason: event,
+            message,
         });
     }
 }
