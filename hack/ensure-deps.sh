@@ -9,8 +9,9 @@
 #   promtool     (Debian prometheus; `promtool check rules` on deploy/monitoring's alerts)
 #   the Python kubernetes client (PyPI kubernetes, in .venv; its server_side_apply is tested)
 #   cargo-deny  (crates.io, built into .dev/tools; `make deny` checks licenses, bans, sources)
+#   cargo-nextest (the machine's, or crates.io built into .dev/tools; runs the real-cluster suite)
 #   image        (only when named: musl-tools for the static binary, podman to build the image)
-# Usage: hack/ensure-deps.sh [build] [etcd] [kubectl] [xz] [python-client] [promtool] [deny] [image]
+# Usage: hack/ensure-deps.sh [build] [etcd] [kubectl] [xz] [python-client] [promtool] [deny] [nextest] [image]
 #        (no argument = all but image)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -70,6 +71,13 @@ if wanted deny && ! .dev/tools/bin/cargo-deny --version 2>/dev/null | grep -q "$
   # A debug build: 54 s instead of 2 min 16 s on two cores, on every clean clone (CI), and its
   # check of this workspace takes 2.3 s instead of 0.9.
   cargo install --quiet --locked --debug --root .dev/tools "cargo-deny@${CARGO_DENY_VERSION}"
+fi
+
+CARGO_NEXTEST_VERSION=0.9.143
+if wanted nextest && ! cargo nextest --version >/dev/null 2>&1 \
+    && ! .dev/tools/bin/cargo-nextest nextest --version >/dev/null 2>&1; then
+  echo "ensure-deps: building cargo-nextest ${CARGO_NEXTEST_VERSION} (crates.io) into .dev/tools"
+  cargo install --quiet --locked --root .dev/tools "cargo-nextest@${CARGO_NEXTEST_VERSION}"
 fi
 
 if named image; then

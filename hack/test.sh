@@ -7,6 +7,8 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 cargo=${CARGO:-cargo}
+# cargo-nextest, where hack/ensure-deps.sh built it rather than finding it on the machine.
+export PATH="$PWD/.dev/tools/bin:$PATH"
 
 # Build everything first, so the two halves do not race to compile.
 $cargo test --workspace --no-run || exit 1
@@ -20,8 +22,10 @@ for file in tests/*.rs tests/support/kube-double/tests/*.rs; do
     others+=(--test "$(basename "$file" .rs)")
 done
 
+# The real-cluster suite runs under cargo-nextest (.config/nextest.toml): each test's time on
+# its line and the slow ones named again at the end.
 log=target/real-cluster-test.log
-$cargo test --workspace --test real_cluster --no-fail-fast >"$log" 2>&1 &
+$cargo nextest run --workspace --test real_cluster --no-fail-fast >"$log" 2>&1 &
 real=$!
 $cargo test --workspace --no-fail-fast --lib --bins "${others[@]}"
 status=$?

@@ -11,7 +11,8 @@ use serde_json::{Value, json};
 
 use crate::support::real_cluster::RealCluster;
 use crate::world::{
-    create_many, describe_state, failed, is_safe, migrations_of, storage_state, succeeded, wait_for,
+    create_many, describe_state, failed, is_safe, migrations_of, storage_state, succeeded,
+    wait_for_migrations,
 };
 
 const CLASSES: usize = 200;
@@ -53,7 +54,8 @@ async fn an_upgrade_that_moves_a_built_in_storage_version_is_seen_and_migrated()
     })
     .await;
     let kubectl = cluster.kubectl();
-    let before = wait_for(
+    let before = wait_for_migrations(
+        &cluster,
         Duration::from_secs(180),
         "the VolumeAttributesClass StorageState safe as 1.33",
         || storage_state(&cluster, STATE).filter(is_safe),
@@ -73,7 +75,8 @@ async fn an_upgrade_that_moves_a_built_in_storage_version_is_seen_and_migrated()
     let upgraded = Instant::now();
     cluster.plane.restart_apiserver(&[]);
     cluster.wait_available();
-    let after = wait_for(
+    let after = wait_for_migrations(
+        &cluster,
         Duration::from_secs(180),
         "the StorageState safe on the new hash after a migration",
         || {

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 use crate::support::real_cluster::RealCluster;
 use crate::world::{
     failed, install_widgets, is_safe, migrations_of, name, storage_state, stored_json_objects,
-    succeeded, wait_for,
+    succeeded, wait_for_migrations,
 };
 
 const WIDGETS: usize = 2_000;
@@ -36,7 +36,8 @@ async fn migrations_survive_sigkill_of_either_server_and_an_etcd_restart() {
     };
     let kubectl = cluster.kubectl();
     install_widgets(&cluster, &["v1", "v2", "v3"], WIDGETS).await;
-    wait_for(
+    wait_for_migrations(
+        &cluster,
         Duration::from_secs(120),
         "the widgets StorageState safe on v1",
         || storage_state(&cluster, STATE).filter(is_safe),
@@ -55,7 +56,8 @@ async fn migrations_survive_sigkill_of_either_server_and_an_etcd_restart() {
         let new = |m: &Value| !before.contains(&name(m));
         move_storage_to(&cluster, to);
         let version = format!("v{}", to + 1);
-        let migration = wait_for(
+        let migration = wait_for_migrations(
+            &cluster,
             Duration::from_secs(120),
             "a migration of the move with a checkpoint",
             || {
@@ -78,7 +80,8 @@ async fn migrations_survive_sigkill_of_either_server_and_an_etcd_restart() {
                 cluster.wait_available();
             }
         }
-        let state = wait_for(
+        let state = wait_for_migrations(
+            &cluster,
             Duration::from_secs(300),
             "the move migrated after the crash",
             || {

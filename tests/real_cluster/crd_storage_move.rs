@@ -9,7 +9,7 @@ use serde_json::json;
 use crate::support::real_cluster::RealCluster;
 use crate::world::{
     describe_state, failed, install_widgets, is_safe, migrations_of, storage_state,
-    stored_json_objects, succeeded, wait_for,
+    stored_json_objects, succeeded, wait_for_migrations,
 };
 
 const WIDGETS: usize = 5_000;
@@ -32,7 +32,8 @@ async fn a_crd_storage_move_rewrites_every_object_and_narrows_stored_versions() 
         "created {WIDGETS} widgets in {:.1} s",
         created.elapsed().as_secs_f64()
     );
-    let before = wait_for(
+    let before = wait_for_migrations(
+        &cluster,
         Duration::from_secs(120),
         "the widgets StorageState safe on v1",
         || storage_state(&cluster, STATE).filter(is_safe),
@@ -57,7 +58,8 @@ async fn a_crd_storage_move_rewrites_every_object_and_narrows_stored_versions() 
         r#"[{"op":"replace","path":"/spec/versions/0/storage","value":false},
             {"op":"replace","path":"/spec/versions/1/storage","value":true}]"#,
     ]);
-    let after = wait_for(
+    let after = wait_for_migrations(
+        &cluster,
         Duration::from_secs(300),
         "the widgets StorageState safe on v2 after a migration",
         || {

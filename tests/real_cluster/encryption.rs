@@ -14,7 +14,10 @@ use serde_json::{Value, json};
 use crate::support::real_cluster::RealCluster;
 use crate::support::server::metric_sum;
 use crate::support::wait;
-use crate::world::{create_many, failed, is_safe, items, name, storage_state, succeeded, wait_for};
+use crate::world::{
+    create_many, failed, is_safe, items, name, storage_state, succeeded, wait_for,
+    wait_for_migrations,
+};
 
 const SECRETS: usize = 300;
 
@@ -209,7 +212,8 @@ async fn without_the_metrics_grant_a_rotation_is_told_once_and_starts_nothing() 
     ]);
 
     let forbidden = wait_metric(&cluster, "result=\"forbidden\"", 1.0).await;
-    let events = wait_for(
+    let events = wait_for_migrations(
+        &cluster,
         Duration::from_secs(60),
         "the EncryptionNotObserved event",
         || Some(not_observed_events(&cluster)).filter(|e| !e.is_empty()),
@@ -323,7 +327,8 @@ async fn create_secrets(cluster: &RealCluster) {
 /// The first start: the generation seen is a baseline, not a rotation — no migration of its
 /// own, nothing re-encrypted.
 async fn first_start_is_a_baseline(cluster: &RealCluster) {
-    wait_for(
+    wait_for_migrations(
+        cluster,
         Duration::from_secs(300),
         "secrets safe after the first start, with the encryption baseline recorded",
         || {
@@ -387,7 +392,8 @@ async fn rotation_migrated(
     written: Instant,
     earlier: &[String],
 ) -> Rotated {
-    let created = wait_for(
+    let created = wait_for_migrations(
+        cluster,
         Duration::from_secs(180),
         "a migration of secrets started by the rotation",
         || {
@@ -400,7 +406,8 @@ async fn rotation_migrated(
     let noticed = written.elapsed();
     let migration = name(&created);
     let reloaded = reload_delay(cluster, written);
-    let done = wait_for(
+    let done = wait_for_migrations(
+        cluster,
         Duration::from_secs(300),
         "the rotation's migration finished",
         || {

@@ -18,7 +18,7 @@ use crate::support::real_cluster::{
 use crate::support::server::{Backend, ServerProcess, metric_sum};
 use crate::world::{
     describe_state, failed, install_widgets, is_safe, migrations_of, name, storage_state,
-    stored_json_objects, succeeded, wait_for,
+    stored_json_objects, succeeded, wait_for_migrations,
 };
 
 const WIDGETS: usize = 1_000;
@@ -70,7 +70,8 @@ async fn a_migration_survives_killing_the_connected_etcd_member_and_the_leader()
     );
     let kubectl = cluster.kubectl();
     install_widgets(&cluster, &["v1", "v2", "v3"], WIDGETS).await;
-    wait_for(
+    wait_for_migrations(
+        &cluster,
         Duration::from_secs(120),
         "the widgets StorageState safe on v1",
         || storage_state(&cluster, STATE).filter(is_safe),
@@ -92,7 +93,8 @@ async fn a_migration_survives_killing_the_connected_etcd_member_and_the_leader()
     let mut figures = Vec::new();
     for (member, share) in [(Member::ConnectedFollower, 4), (Member::Leader, 2)] {
         // Mid-migration: past a share of the objects, not finished.
-        let at = wait_for(
+        let at = wait_for_migrations(
+            &cluster,
             Duration::from_secs(300),
             "the move's migration part-way",
             || {
@@ -117,7 +119,8 @@ async fn a_migration_survives_killing_the_connected_etcd_member_and_the_leader()
         let killed = Instant::now();
         // The next checkpoint lands with the member down (read through the aggregator, so
         // svm-apiserver's reads go through the survivors too).
-        let next = wait_for(
+        let next = wait_for_migrations(
+            &cluster,
             Duration::from_secs(120),
             "a checkpoint with the member down",
             || {
@@ -152,7 +155,8 @@ async fn a_migration_survives_killing_the_connected_etcd_member_and_the_leader()
         ));
     }
 
-    let state = wait_for(
+    let state = wait_for_migrations(
+        &cluster,
         Duration::from_secs(300),
         "the move migrated after the kills",
         || {

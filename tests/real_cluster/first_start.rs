@@ -9,7 +9,7 @@ use crate::support::control_plane::{Assets, assets};
 use crate::support::etcd::serves_watch_list;
 use crate::support::real_cluster::RealCluster;
 use crate::support::server::metric_sum;
-use crate::world::{is_safe, items, name, true_conditions, wait_for};
+use crate::world::{is_safe, items, name, true_conditions, wait_for_migrations};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn first_start_streams_every_resource_and_every_state_ends_safe() {
@@ -48,7 +48,8 @@ async fn first_start(assets: &Assets, read: Read) {
     );
     let svm_started = Instant::now();
 
-    let (states, migrations) = wait_for(
+    let (states, migrations) = wait_for_migrations(
+        &cluster,
         Duration::from_secs(300),
         "every StorageState safe and every migration finished",
         || {

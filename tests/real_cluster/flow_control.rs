@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use crate::support::kubectl::Kubectl;
 use crate::support::real_cluster::{RealCluster, install_flowcontrol};
-use crate::world::{create_many, failed, items, name, succeeded, wait_for};
+use crate::world::{create_many, failed, items, name, succeeded, wait_for, wait_for_migrations};
 
 const LEVEL: &str = "svm-apiserver-migrator";
 const CONFIGMAPS: usize = 600;
@@ -76,7 +76,8 @@ fn create_migration(cluster: &RealCluster, migration: &str) {
 
 /// The migration once it succeeded or failed.
 fn finished(cluster: &RealCluster, migration: &str) -> Value {
-    wait_for(
+    wait_for_migrations(
+        cluster,
         Duration::from_secs(300),
         &format!("migration {migration} finished"),
         || {

@@ -21,7 +21,7 @@ use crate::support::real_cluster::RealCluster;
 use crate::support::webhook::{AdmissionWebhook, validating_configuration};
 use crate::world::{
     describe_state, failed, install_widgets, is_safe, migrations_of, storage_state,
-    stored_json_objects, succeeded, true_conditions, wait_for,
+    stored_json_objects, succeeded, true_conditions, wait_for, wait_for_migrations,
 };
 
 const WIDGETS: usize = 1_000;
@@ -42,7 +42,8 @@ async fn three_widgets_a_webhook_refuses_are_named_and_the_policy_holds() {
     };
     let kubectl = cluster.kubectl();
     install_widgets(&cluster, &["v1", "v2", "v3"], WIDGETS).await;
-    wait_for(
+    wait_for_migrations(
+        &cluster,
         Duration::from_secs(300),
         "the widgets StorageState safe on v1",
         || storage_state(&cluster, STATE).filter(is_safe),
@@ -244,7 +245,8 @@ async fn watch_to_the_end(cluster: &RealCluster, before: &[Value]) -> Value {
             .find(|m| !before.contains(&m["metadata"]["uid"]))
     };
     let mut mid_run = Vec::new();
-    let finished = wait_for(
+    let finished = wait_for_migrations(
+        cluster,
         Duration::from_secs(300),
         "the widgets' migration ended",
         || {

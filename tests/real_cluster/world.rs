@@ -40,6 +40,60 @@ pub(crate) fn is_safe(state: &Value) -> bool {
 
 pub(crate) use crate::support::wait::eventually as wait_for;
 
+/// A wait on the cluster's migrations: `check` tried until it gives a value, failing only once
+/// no migration, StorageState or count has moved for `limit` ([`cluster_progress`]), with
+/// `describe()` (which may hold a log or ages, so it is not what tells progress).
+pub(crate) fn wait_for_migrations<T>(
+    cluster: &RealCluster,
+    limit: std::time::Duration,
+    what: &str,
+    check: impl FnMut() -> Option<T>,
+    describe: impl Fn() -> String,
+) -> T {
+    crate::support::wait::eventually_watching(
+        limit,
+        what,
+        check,
+        || cluster_progress(cluster),
+        describe,
+    )
+}
+
+/// What moves while the cluster works on migrations: which there are, their true conditions
+/// and counts, and every StorageState's hashes. No times or ages: two looks differ only if
+/// something moved. A kubectl that fails (an apiserver restarting) is seen as its error.
+pub(crate) fn cluster_progress(cluster: &RealCluster) -> String {
+    let kubectl = cluster.kubectl();
+    let list = |what: &str, line: &dyn Fn(&Value) -> String| {
+        let out = kubectl.run(&["get", what, "-o", "json"]);
+        let Ok(list) = serde_json::from_str::<Value>(&out.stdout) else {
+            return format!("{what}: {}", out.stderr.trim());
+        };
+        let items = list["items"].as_array().cloned().unwrap_or_default();
+        items.iter().map(line).collect::<Vec<_>>().join("\n")
+    };
+    let migrations = list("storageversionmigrations", &|m| {
+        let progress = &m["status"]["progress"];
+        format!(
+            "{} {:?} migrated={} failed={}",
+            name(m),
+            true_conditions(m),
+            progress["migratedObjects"],
+            progress["failedObjects"]
+        )
+    });
+    let states = list("storagestates", &|s| {
+        let status = &s["status"];
+        format!(
+            "{} {} {}",
+            name(s),
+            status["currentStorageVersionHash"],
+            status["persistedStorageVersionHashes"]
+        )
+    });
+    format!("{migrations}\n{states}")
+}
+
 /// Create `count` objects from `make(i)` through `api`, `parallel` at a time.
 pub(crate) async fn create_many(
     api: &kube::Api<kube::api::DynamicObject>,

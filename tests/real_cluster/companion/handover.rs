@@ -29,7 +29,8 @@ async fn the_upgrade_to_a_cluster_that_serves_the_group_hands_over_without_two_m
     let client = cluster.plane.client().await;
     wait_for_mode(&cluster, "owner").await;
     install_widgets_in(&cluster, HANDOVER_WIDGETS).await;
-    let migration = wait_for(
+    let migration = wait_for_migrations(
+        &cluster,
         Duration::from_secs(240),
         "the widgets' migration running in svm-apiserver",
         || {
@@ -127,7 +128,8 @@ async fn the_upgrade_to_a_cluster_that_serves_the_group_hands_over_without_two_m
         status_write_time(&yielded_at, "svm-apiserver-migrator"),
         "svm-apiserver wrote after kube-controller-manager: {later}"
     );
-    wait_for(
+    wait_for_migrations(
+        &cluster,
         Duration::from_secs(120),
         "the widgets StorageState safe after kube-controller-manager's success",
         || storage_state(&cluster, WIDGETS).filter(is_safe),

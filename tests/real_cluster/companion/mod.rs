@@ -24,7 +24,7 @@ use crate::support::real_cluster::{
 use crate::support::server::metric_sum;
 use crate::support::server::{Backend, ServerProcess};
 use crate::support::wait::{POLL, eventually_async, eventually_async_every};
-use crate::world::{is_safe, items, name, storage_state, succeeded, wait_for};
+use crate::world::{is_safe, items, name, storage_state, succeeded, wait_for, wait_for_migrations};
 
 /// What switches the built-in group on in kube-apiserver 1.36.
 const BUILTIN_ON: [&str; 2] = [

@@ -62,7 +62,8 @@ async fn companion_mode_migrates_through_the_clusters_own_api() {
     install_widgets_in(&cluster, WIDGETS_N).await;
     let kcm = real_kcm(&cluster);
     let first_start = std::time::Instant::now();
-    let states = wait_for(
+    let states = wait_for_migrations(
+        &cluster,
         Duration::from_secs(300),
         "every StorageState safe through built-in migrations",
         || {

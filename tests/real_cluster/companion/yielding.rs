@@ -87,7 +87,8 @@ async fn our_migrator_runs_the_clusters_migrations_and_yields_to_kube_controller
         status_write_time(&yielded, "svm-apiserver-migrator"),
         "svm-apiserver wrote after kube-controller-manager: {finished}"
     );
-    wait_for(
+    wait_for_migrations(
+        &cluster,
         Duration::from_secs(120),
         "the widgets StorageState safe after kube-controller-manager's success",
         || storage_state(&cluster, WIDGETS).filter(is_safe),
