@@ -5,7 +5,7 @@ KUBECTL := $(CURDIR)/.venv/bin/kubectl
 # Flags for `make run`, e.g. make run ARGS="--etcd-servers http://127.0.0.1:2379"
 ARGS ?=
 
-.PHONY: all build run test test-real lint deny fmt bench bench-real deps certs deploy undeploy image clean
+.PHONY: all build run test test-under-load test-real lint deny fmt bench bench-real deps certs deploy undeploy image clean
 
 all: build
 
@@ -35,6 +35,11 @@ test:
 	SVM_KUBECTL=$(KUBECTL) CARGO=$(CARGO) hack/test.sh; status=$$?; \
 	[ -n "$$assets" ] || hack/envtest.sh >/dev/null; \
 	exit $$status
+
+## test-under-load: the load rehearsal, `make test` with one core kept busy by a CPU burner
+## (SVM_LOAD_BURNERS=n for more); it must pass as on a quiet machine, only slower.
+test-under-load:
+	@hack/test-under-load.sh test
 
 ## test-real: only the real-cluster suite (svm-apiserver on a real kube-apiserver and etcd).
 test-real:

@@ -12,7 +12,8 @@ use crate::cluster::{Cluster, Etcd, LEASE, Layout, RESOURCES, Stopped};
 use crate::ledger::{Accounting, Ledger};
 use crate::plan::{self, Fault, Member};
 
-/// How long the upgrade may take under its faults (a hang guard, not a speed check).
+/// How long the upgrade may go on with no object leaving the old encoding (a hang guard, not
+/// a speed check: a slow machine makes the upgrade longer, never a failure).
 const UPGRADE_GUARD: Duration = Duration::from_secs(300);
 
 /// What one trial saw.
@@ -191,22 +192,20 @@ async fn upgrade(cluster: &mut Cluster, seed: u64, report: &mut Report) -> Resul
     }
     let moved = Instant::now();
     let old_at_start = cluster.old_total().max(1);
-    let deadline = Instant::now() + UPGRADE_GUARD;
+    let mut stall = Stall::default();
     for step in plan.iter().filter(|s| s.at > 0.0) {
         let reached = loop {
             if finished(cluster).await {
                 break false;
             }
-            let done = 1.0 - cluster.old_total() as f64 / old_at_start as f64;
+            let old = cluster.old_total();
+            let done = 1.0 - old as f64 / old_at_start as f64;
             if done >= step.at {
                 break true;
             }
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "not {:.0}% done in {UPGRADE_GUARD:?}",
-                    step.at * 100.0
-                ));
-            }
+            stall
+                .saw(old)
+                .map_err(|stalled| format!("not {:.0}% done: {stalled}", step.at * 100.0))?;
             tokio::time::sleep(Duration::from_millis(100)).await;
         };
         if !reached {
@@ -227,12 +226,12 @@ async fn upgrade(cluster: &mut Cluster, seed: u64, report: &mut Report) -> Resul
             .faults
             .push(format!("{} @{percent}%{note}", step.fault.label()));
     }
-    wait(
-        deadline.saturating_duration_since(Instant::now()),
-        "every StorageState safe at v2",
-        || finished(cluster),
-    )
-    .await?;
+    while !finished(cluster).await {
+        stall
+            .saw(cluster.old_total())
+            .map_err(|stalled| format!("every StorageState safe at v2: {stalled}"))?;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     report.upgrade = moved.elapsed();
     report.old_left = Some(cluster.old_total());
     for (index, id) in cuts {
@@ -429,6 +428,29 @@ async fn storm(
         cluster.double.remove_fault(id);
     }
     Ok(format!(" ({hits} hit)"))
+}
+
+/// The upgrade's hang guard: objects left in the old encoding, and since when that count
+/// has not moved; [`UPGRADE_GUARD`] without a move fails the trial.
+#[derive(Default)]
+struct Stall {
+    last: Option<(usize, Instant)>,
+}
+
+impl Stall {
+    fn saw(&mut self, old: usize) -> Result<(), String> {
+        match self.last {
+            Some((last, since)) if last == old => {
+                if since.elapsed() > UPGRADE_GUARD {
+                    return Err(format!(
+                        "{old} objects still in the old encoding, unchanged for {UPGRADE_GUARD:?}"
+                    ));
+                }
+            }
+            _ => self.last = Some((old, Instant::now())),
+        }
+        Ok(())
+    }
 }
 
 /// Polls `done` every 100 ms until it holds, or fails after `guard`.

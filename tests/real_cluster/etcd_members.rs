@@ -69,7 +69,7 @@ async fn a_migration_survives_killing_the_connected_etcd_member_and_the_leader()
         members.version()
     );
     let kubectl = cluster.kubectl();
-    install_widgets(&cluster, &["v1", "v2", "v3"], WIDGETS).await;
+    install_widgets(&cluster.plane, &["v1", "v2", "v3"], WIDGETS).await;
     wait_for_migrations(
         &cluster,
         Duration::from_secs(120),

@@ -43,7 +43,7 @@ async fn kube_controller_managers_migrator_runs_a_migration_served_by_us() {
         "jsonpath={.spec.service.name}",
     ]);
     assert_eq!(discovery.trim(), "svm-apiserver", "the group is ours");
-    install_widgets(&cluster, &["v1", "v2"], WIDGETS).await;
+    install_widgets(&cluster.plane, &["v1", "v2"], WIDGETS).await;
     assert_eq!(
         stored_json_objects(&cluster, WIDGETS_PREFIX, "example.test/v1").await,
         WIDGETS

@@ -41,7 +41,7 @@ async fn three_widgets_a_webhook_refuses_are_named_and_the_policy_holds() {
         return;
     };
     let kubectl = cluster.kubectl();
-    install_widgets(&cluster, &["v1", "v2", "v3"], WIDGETS).await;
+    install_widgets(&cluster.plane, &["v1", "v2", "v3"], WIDGETS).await;
     wait_for_migrations(
         &cluster,
         Duration::from_secs(300),

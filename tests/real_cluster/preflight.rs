@@ -29,7 +29,7 @@ async fn a_webhook_that_denies_every_write_stops_the_migration_at_preflight() {
         return;
     };
     let kubectl = cluster.kubectl();
-    install_widgets(&cluster, &["v1"], WIDGETS).await;
+    install_widgets(&cluster.plane, &["v1"], WIDGETS).await;
     // Denies every UPDATE of a widget, with a 403 as many policy webhooks answer (the cluster
     // would refuse the real writes the same way).
     let webhook = AdmissionWebhook::start(Arc::new(|_request: &Value| {
@@ -81,7 +81,7 @@ async fn an_unreachable_conversion_webhook_stops_the_migration_at_preflight() {
         return;
     };
     let kubectl = cluster.kubectl();
-    install_widgets(&cluster, &["v1", "v2"], WIDGETS).await;
+    install_widgets(&cluster.plane, &["v1", "v2"], WIDGETS).await;
     let before = cluster.plane.etcd_get_prefix(WIDGETS_PREFIX).await;
     // v2 becomes the storage version and conversions go to a webhook nobody serves: every
     // widget is stored in v1, so reading one in v2 (and rewriting it) needs the webhook.

@@ -2,6 +2,7 @@
 
 use serde_json::Value;
 
+use crate::support::control_plane::ControlPlane;
 use crate::support::real_cluster::RealCluster;
 
 /// `kubectl get <what> -o json`'s items.
@@ -186,8 +187,8 @@ pub(crate) async fn stored_json_objects(
 
 /// The widgets CRD (`example.test`, namespaced, stored in the first of `versions`) and `count`
 /// widgets in namespace `demo`, created in v1.
-pub(crate) async fn install_widgets(cluster: &RealCluster, versions: &[&str], count: usize) {
-    let kubectl = cluster.kubectl();
+pub(crate) async fn install_widgets(plane: &ControlPlane, versions: &[&str], count: usize) {
+    let kubectl = plane.kubectl();
     kubectl.ok(&["create", "namespace", "demo"]);
     let crd = kube_double::crd::manifest("example.test", "widgets", "Widget", versions);
     kubectl.ok_stdin(&["apply", "-f", "-"], &crd.to_string());
@@ -199,7 +200,7 @@ pub(crate) async fn install_widgets(cluster: &RealCluster, versions: &[&str], co
     ]);
     let gvk = kube::api::GroupVersionKind::gvk("example.test", "v1", "Widget");
     let api: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
-        cluster.plane.client().await,
+        plane.client().await,
         "demo",
         &kube::api::ApiResource::from_gvk(&gvk),
     );

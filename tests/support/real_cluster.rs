@@ -98,11 +98,24 @@ impl RealCluster {
         svm_flags: &[&str],
         registration: Registration,
     ) -> RealCluster {
+        Self::start_registered_after(assets, kas_flags, registration, |_| {
+            svm_flags.iter().map(|s| s.to_string()).collect()
+        })
+    }
+
+    /// As [`RealCluster::start_registered`], svm-apiserver's flags decided once kube-apiserver
+    /// serves (from what it serves, say).
+    pub fn start_registered_after(
+        assets: &Assets,
+        kas_flags: &[&str],
+        registration: Registration,
+        svm_flags: impl FnOnce(&ControlPlane) -> Vec<String>,
+    ) -> RealCluster {
         let plane = ControlPlane::start(assets, kas_flags);
         install_rbac(&plane);
         let svm_kubeconfig = plane.service_account_kubeconfig(NAMESPACE, SERVICE_ACCOUNT);
         let mut flags = vec![format!("--kubeconfig={}", svm_kubeconfig.display())];
-        flags.extend(svm_flags.iter().map(|s| s.to_string()));
+        flags.extend(svm_flags(&plane));
         let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
         let etcd = plane.etcd.endpoint();
         let svm = ServerProcess::start_with(Backend::Etcd(&etcd), &flags);

@@ -19,7 +19,7 @@ use crate::support::controller_manager::{
     ControllerManager, STORAGE_VERSION_MIGRATOR, STORAGE_VERSION_MIGRATOR_GATE,
 };
 use crate::support::real_cluster::{
-    NAMESPACE, PROJECT_APISERVICE, RealCluster, SERVICE_ACCOUNT, install_rbac,
+    NAMESPACE, PROJECT_APISERVICE, RealCluster, Registration, SERVICE_ACCOUNT, install_rbac,
 };
 use crate::support::server::metric_sum;
 use crate::support::server::{Backend, ServerProcess};
@@ -273,7 +273,7 @@ async fn widgets_safe_after_a_builtin_migration(
 
 /// The widgets CRD (v1 stored, v2 served) and `count` widgets.
 async fn install_widgets_in(cluster: &RealCluster, count: usize) {
-    crate::world::install_widgets(cluster, &["v1", "v2"], count).await;
+    crate::world::install_widgets(&cluster.plane, &["v1", "v2"], count).await;
 }
 
 fn repo_file(path: &str) -> String {

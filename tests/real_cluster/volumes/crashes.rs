@@ -595,14 +595,12 @@ impl Hooked {
             POLL,
             &format!("{ns}: the hooked svm-apiserver logging {text:?}"),
             async || {
-                if self
-                    .read_log()
-                    .lines()
-                    .any(|l| l.contains(&span) && l.contains(text))
-                {
+                let log = self.read_log();
+                if log.lines().any(|l| l.contains(&span) && l.contains(text)) {
                     Ok(())
                 } else {
-                    Err("not yet".to_string())
+                    // A log that grows is a server at work: progress, for the wait.
+                    Err(format!("not yet, in {} lines of log", log.lines().count()))
                 }
             },
             async || self.read_log(),
