@@ -1,22 +1,41 @@
 //! The layers, as the workspace's manifests declare them: each crate of `crates/` may depend
-//! (its dependencies, and its tests' except the test support) only on the crates below it in
-//! [`LAYERS`], and the binary on any. An
-//! upward dependency between two layers that already depend on each other would not even build
-//! (Cargo refuses cycles); this test also holds the order for layers that do not, and makes
-//! the map one list to read.
+//! (its dependencies, and its tests' except the test support) only on the crates of the
+//! layers below its own in [`LAYERS`] — never on one of its own layer, so the controllers
+//! stay apart from each other — and the binary on any. An upward dependency between two
+//! layers that already depend on each other would not even build (Cargo refuses cycles);
+//! this test also holds the order for layers that do not, and makes the map one list to read.
+//!
+//! Inside each crate (`files.rs`): no circle of files, and no file importing from the module
+//! that declares it.
+
+#[path = "layers/files.rs"]
+mod files;
 
 use std::path::Path;
 
-/// Bottom first: a crate may use the ones before it.
-const LAYERS: &[&str] = &[
-    "svm-devcerts",
-    "svm-storage",
-    "svm-registry",
-    "svm-api",
-    "svm-server",
-    "svm-cluster",
-    "svm-controllers",
+/// Bottom first: a crate may use the crates of the layers before its own.
+const LAYERS: &[&[&str]] = &[
+    &["svm-devcerts"],
+    &["svm-storage"],
+    &["svm-registry"],
+    &["svm-api"],
+    &["svm-server"],
+    &["svm-cluster"],
+    &["svm-runtime"],
+    &[
+        "svm-trigger",
+        "svm-migrator",
+        "svm-volumes",
+        "svm-apimode",
+        "svm-ksvm",
+    ],
+    &["svm-controllers"],
 ];
+
+/// The layer `name` is in.
+fn layer_of(name: &str) -> Option<usize> {
+    LAYERS.iter().position(|layer| layer.contains(&name))
+}
 
 /// The `svm-*` crates named in one `[section]` of a manifest.
 fn workspace_deps(manifest: &str, section: &str) -> Vec<String> {
@@ -54,7 +73,8 @@ fn manifest(dir: &str) -> String {
 #[test]
 fn every_crate_depends_only_on_the_layers_below_it() {
     let mut problems = Vec::new();
-    for (index, name) in LAYERS.iter().enumerate() {
+    for name in LAYERS.iter().flat_map(|layer| layer.iter()) {
+        let index = layer_of(name).expect("a layer");
         let dir = name.trim_start_matches("svm-");
         let manifest = manifest(dir);
         // A crate's own tests may use a layer below it and the test support, never one above.
@@ -64,8 +84,11 @@ fn every_crate_depends_only_on_the_layers_below_it() {
                 .filter(|dep| dep != "svm-test-support"),
         );
         for dep in deps {
-            match LAYERS.iter().position(|layer| *layer == dep) {
+            match layer_of(&dep) {
                 Some(at) if at < index => {}
+                Some(at) if at == index => {
+                    problems.push(format!("{name} depends on {dep}, of its own layer"))
+                }
                 Some(_) => problems.push(format!("{name} depends on {dep}, a layer above it")),
                 None => problems.push(format!("{name} depends on {dep}, which is not a layer")),
             }
@@ -87,7 +110,11 @@ fn every_crate_of_crates_is_a_layer() {
         })
         .collect();
     found.sort();
-    let mut layers: Vec<String> = LAYERS.iter().map(|s| s.to_string()).collect();
+    let mut layers: Vec<String> = LAYERS
+        .iter()
+        .flat_map(|layer| layer.iter())
+        .map(|s| s.to_string())
+        .collect();
     layers.sort();
     assert_eq!(
         found, layers,
@@ -103,4 +130,83 @@ fn the_reader_sees_what_a_manifest_says() {
         ["svm-storage", "svm-api"]
     );
     assert_eq!(workspace_deps(manifest, "dev-dependencies"), ["svm-server"]);
+}
+
+/// The sources of every crate of `crates/` and of the binary.
+fn every_crate_source() -> Vec<std::path::PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut sources: Vec<_> = std::fs::read_dir(root.join("crates"))
+        .expect("crates/")
+        .map(|entry| entry.expect("entry").path().join("src"))
+        .collect();
+    sources.sort();
+    sources.push(root.join("src"));
+    sources
+}
+
+#[test]
+fn no_file_imports_in_a_circle_or_from_the_module_that_declares_it() {
+    let mut problems = Vec::new();
+    for src in every_crate_source() {
+        let modules = files::modules(&src);
+        let edges = files::imports(&modules);
+        for circle in files::circles(&edges) {
+            let names: Vec<String> = circle.iter().map(files::shown).collect();
+            problems.push(format!(
+                "{}: a circle: {}",
+                src.display(),
+                names.join(" ↔ ")
+            ));
+        }
+        for (from, to) in files::upward(&edges) {
+            problems.push(format!(
+                "{}: {} imports from {}, which declares it",
+                src.display(),
+                files::shown(&from),
+                files::shown(&to)
+            ));
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
+
+/// The drawing of a made-up crate: the rules must see a circle, an upward import and a
+/// re-export, and must not see comments or tests.
+#[test]
+fn the_file_drawing_sees_circles_upward_imports_and_reexports() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let src = dir.path();
+    let write = |name: &str, text: &str| {
+        let path = src.join(name);
+        std::fs::create_dir_all(path.parent().expect("parent")).expect("dir");
+        std::fs::write(path, text).expect("write");
+    };
+    write(
+        "lib.rs",
+        "mod a;\nmod b;\nmod c;\npub use c::Shared;\n/// [`crate::b`]\npub struct Root;\n",
+    );
+    write("a.rs", "use crate::b::{Thing, other::More};\n");
+    write("b.rs", "use super::a;\npub struct Thing;\n");
+    write("b/other.rs", "pub struct More;\n");
+    write("c.rs", "use crate::Root;\npub struct Shared;\n");
+    write(
+        "d.rs",
+        "use crate::Shared;\n#[cfg(test)]\nmod tests {\n    use crate::Root;\n}\n",
+    );
+    let modules = files::modules(src);
+    let edges = files::imports(&modules);
+    let path = |p: &[&str]| p.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert_eq!(
+        edges[&path(&["a"])],
+        [path(&["b"]), path(&["b", "other"])].into_iter().collect()
+    );
+    assert_eq!(
+        files::circles(&edges),
+        vec![vec![path(&["a"]), path(&["b"])]]
+    );
+    assert_eq!(files::upward(&edges), vec![(path(&["c"]), path(&[]))]);
+    // `crate::Shared` is followed to the file that defines it; the test module is not read.
+    assert_eq!(edges[&path(&["d"])], [path(&["c"])].into_iter().collect());
+    // A doc link is not an import.
+    assert!(edges[&path(&[])].is_empty(), "{:?}", edges[&path(&[])]);
 }

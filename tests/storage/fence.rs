@@ -23,10 +23,10 @@ use svm_api::migration::{
 };
 use svm_api::storagestate::{GroupResource, StorageState, StorageStateSpec};
 use svm_api::volumes::{Target, TemplateSize, VolumeClaimMigration, VolumeClaimMigrationSpec};
-use svm_controllers::trigger::history::{HashHistory, NewEntry, ObserverRecord, Source};
 use svm_registry::fence::{Stamp, term_key, writes_key};
 use svm_registry::rest::Preconditions;
 use svm_registry::{ApiError, ApiResult, Fence, Guarded};
+use svm_trigger::history::{HashHistory, NewEntry, ObserverRecord, Source};
 use tokio_util::sync::CancellationToken;
 
 use super::*;

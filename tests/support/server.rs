@@ -317,7 +317,7 @@ fn read_log(path: &Path) -> String {
 }
 
 /// The servers' `RUST_LOG`: `info`, or `SVM_TEST_RUST_LOG` (e.g.
-/// `info,svm_controllers::migrator=debug` to see why the migrator chose what it chose).
+/// `info,svm_migrator=debug` to see why the migrator chose what it chose).
 fn log_filter() -> String {
     std::env::var("SVM_TEST_RUST_LOG").unwrap_or_else(|_| "info".into())
 }

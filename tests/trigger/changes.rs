@@ -138,9 +138,9 @@ async fn a_crd_flipping_a_to_b_to_a_records_each_move_and_narrows_stored_version
     let seen = hashes(&history);
     assert!(seen == moves || seen == coalesced, "{history:#?}");
     assert!(
-        history.iter().all(
-            |e| e.source == svm_controllers::trigger::history::Source::CustomResourceDefinition
-        )
+        history
+            .iter()
+            .all(|e| e.source == svm_trigger::history::Source::CustomResourceDefinition)
     );
     w.assert_all_stored_in("widgets.example.test", "example.test/v1");
     // storedVersions narrowed to the storage version once the migration succeeded.

@@ -1,7 +1,7 @@
 //! The trigger across its own restarts and failovers: what happened while it was away is
 //! recorded (or recorded as Unknown), and a restart with nothing new changes nothing.
 
-use svm_controllers::trigger::history::Source;
+use svm_trigger::history::Source;
 
 use crate::harness::{migrated, replica, sample, tail};
 use crate::support::server::Backend;

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use kube_double::KubeDouble;
 use serde_json::Value;
-use svm_controllers::trigger::history::{HashHistory, HistoryEntry};
 use svm_storage::etcd::{EtcdOptions, EtcdStorage};
+use svm_trigger::history::{HashHistory, HistoryEntry};
 
 use crate::harness::{Harness, tail};
 use crate::support::doubles::{Verdict, verdict};

@@ -8,6 +8,7 @@
 pub(crate) mod columns;
 pub mod install;
 pub mod migration;
+pub mod names;
 pub(crate) mod served;
 pub mod storagestate;
 pub mod volumes;

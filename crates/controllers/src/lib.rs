@@ -3,17 +3,7 @@
 //! among the replicas, and runs the trigger and the migrator on the leader only. Controllers talk
 //! to our own objects only through the registry.
 
-pub(crate) mod apimode;
-mod ksvm;
-pub(crate) mod leader;
-pub(crate) mod metrics;
-pub(crate) mod migrator;
-mod priority_levels;
-mod prometheus_proto;
-mod prometheus_text;
 mod term;
-pub mod trigger;
-pub(crate) mod volumes;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -24,19 +14,20 @@ use futures::future::BoxFuture;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::apimode::metrics::ApiModeMetrics;
-use crate::apimode::{ApiMode, CompanionMigrator, Decision};
-use crate::migrator::{Backoff, MigratorMetrics};
-use crate::volumes::VolumeMetrics;
-/// `import-ksvm`: kube-storage-version-migrator's objects carried over through our API.
-pub use ksvm::{ImportError, ImportOptions, run as import_ksvm};
-use leader::{ElectionConfig, LeaderElector};
-use metrics::LeaderMetrics;
 use svm_api::Installed;
+use svm_apimode::metrics::ApiModeMetrics;
+use svm_apimode::{self as apimode, ApiMode, CompanionMigrator, Decision};
 use svm_cluster::{ClusterClient, ClusterError};
+/// `import-ksvm`: kube-storage-version-migrator's objects carried over through our API.
+pub use svm_ksvm::{ImportError, ImportOptions, run as import_ksvm};
+use svm_migrator::{self as migrator, Backoff, MigratorMetrics};
 use svm_registry::Fence;
+use svm_runtime::leader::{ElectionConfig, LeaderElector};
+use svm_runtime::leader_metrics::LeaderMetrics;
 use svm_server::Metrics;
 use svm_storage::Storage;
+use svm_trigger as trigger;
+use svm_volumes::{self as volumes, VolumeMetrics};
 
 /// Controller flags of `serve`.
 #[derive(Args, Clone, Debug)]
@@ -121,7 +112,7 @@ pub struct ControllerOptions {
     pub burst: u32,
     /// Retries of one request after retriable errors (429, 5xx, timeouts, resets) before the
     /// migration pauses and later resumes from its checkpoint.
-    #[arg(long, default_value_t = migrator::limiter::DEFAULT_MAX_RETRIES)]
+    #[arg(long, default_value_t = migrator::DEFAULT_MAX_RETRIES)]
     pub max_retries: u32,
     /// What the migrator asks kube-apiserver to answer its reads in, as kube's components have
     /// it: `application/vnd.kubernetes.protobuf` (JSON as the fallback; kube-apiserver spends
@@ -237,7 +228,7 @@ impl KubeApiContentType {
 fn parse_object_concurrency(value: &str) -> Result<migrator::ConcurrencyMode, String> {
     if value == "auto" {
         return Ok(migrator::ConcurrencyMode::Adaptive {
-            ceiling: migrator::concurrency::DEFAULT_CEILING,
+            ceiling: migrator::DEFAULT_CEILING,
         });
     }
     match value.parse::<usize>() {
@@ -474,21 +465,6 @@ fn hostname() -> Option<String> {
         .filter(|h| !h.is_empty())
 }
 
-/// Test support: `app` played as the target cluster's kube-apiserver on a free loopback port,
-/// and a client of it.
-#[cfg(test)]
-pub(crate) async fn played_cluster(app: axum::Router) -> svm_cluster::ClusterClient {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    let url: http::Uri = format!("http://127.0.0.1:{port}").parse().expect("url");
-    svm_cluster::ClusterClient::from_config(kube::Config::new(url)).expect("client")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -498,7 +474,7 @@ mod tests {
         assert_eq!(
             parse_object_concurrency("auto"),
             Ok(migrator::ConcurrencyMode::Adaptive {
-                ceiling: migrator::concurrency::DEFAULT_CEILING
+                ceiling: migrator::DEFAULT_CEILING
             })
         );
         assert_eq!(

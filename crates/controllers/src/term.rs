@@ -1,5 +1,5 @@
 //! One leadership term: which controllers run is decided by the API mode
-//! ([`crate::apimode`]), watched all term long; when the decision changes (the cluster was
+//! ([`svm_apimode`]), watched all term long; when the decision changes (the cluster was
 //! upgraded under us, or our APIServices were deleted), the running controllers stop and the
 //! ones of the new mode start. Their state is in our store, so they go on where the others
 //! stopped.
@@ -11,18 +11,18 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::apimode::metrics::ApiModeMetrics;
-use crate::apimode::{self, ApiMode, CompanionMigrator, Decision, GroupServing, carry};
-use crate::migrator::{self, Events, Migrator, MigratorMetrics, Source};
-use crate::trigger::{self, Migrations, Trigger};
-use crate::volumes::{self, VolumeMetrics};
 use svm_api::migration::MigrationStrategy;
 use svm_api::storagestate::StorageStateStrategy;
 use svm_api::volumes::VolumeClaimMigrationStrategy;
 use svm_api::{GROUP, PROJECT};
+use svm_apimode::metrics::ApiModeMetrics;
+use svm_apimode::{self as apimode, ApiMode, CompanionMigrator, Decision, GroupServing, carry};
 use svm_cluster::{BuiltinMigrations, ClusterClient};
+use svm_migrator::{self as migrator, Events, Migrator, MigratorMetrics, Source};
 use svm_registry::{Fence, Guarded, Store};
 use svm_storage::Storage;
+use svm_trigger::{self as trigger, Migrations, Trigger};
+use svm_volumes::{self as volumes, VolumeMetrics};
 
 /// Everything a term needs, shared by every term of this process.
 pub(super) struct Term {

@@ -91,6 +91,41 @@ pub struct MigrationStatus {
     pub progress: Option<MigrationProgress>,
 }
 
+impl MigrationStatus {
+    /// Sets condition `type_` (metav1.Condition semantics: lastTransitionTime moves only when
+    /// the status changes).
+    pub fn set_condition(
+        &mut self,
+        type_: &str,
+        value: bool,
+        reason: &str,
+        message: &str,
+        generation: Option<i64>,
+    ) {
+        let value = if value { "True" } else { "False" };
+        let now = Some(svm_registry::now_time());
+        match self.conditions.iter_mut().find(|c| c.type_ == type_) {
+            Some(condition) => {
+                if condition.status != value {
+                    condition.last_transition_time = now;
+                }
+                condition.status = value.into();
+                condition.reason = reason.into();
+                condition.message = message.into();
+                condition.observed_generation = generation;
+            }
+            None => self.conditions.push(MigrationCondition {
+                type_: type_.into(),
+                status: value.into(),
+                last_transition_time: now,
+                reason: reason.into(),
+                message: message.into(),
+                observed_generation: generation,
+            }),
+        }
+    }
+}
+
 /// A condition with every field either shape has (metav1.Condition ∪ MigrationCondition).
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -203,6 +238,18 @@ impl StorageVersionMigration {
             .as_ref()
             .and_then(|a| a.get(ON_OBJECT_FAILURE_ANNOTATION))
             .is_some_and(|v| v == "Skip")
+    }
+
+    /// This migration as an Event's `regarding` (its v1 group and kind, name, uid, version).
+    pub fn object_reference(&self) -> k8s_openapi::api::core::v1::ObjectReference {
+        k8s_openapi::api::core::v1::ObjectReference {
+            api_version: Some(format!("{}/v1", crate::GROUP)),
+            kind: Some(KIND.into()),
+            name: self.metadata.name.clone(),
+            uid: self.metadata.uid.clone(),
+            resource_version: self.metadata.resource_version.clone(),
+            ..Default::default()
+        }
     }
 
     /// `Succeeded`, `Failed`, `Running` (whichever is True, in that order), else `Pending`.
