@@ -1,9 +1,8 @@
 //! The files of each crate as their imports draw them: a file imports another when its
 //! product code (tests left out) names a path into it (`crate::…`, `super::…`, `self::…`).
 //! A name a module re-exports (`pub use child::Name`) is followed to the file that defines
-//! it. Two rules hold the drawing: no circle of files, and no file importing from the module
-//! that declares it (a module's own file only declares and re-exports what is below it;
-//! what its children share lives in a child of its own).
+//! it, and a module's code naming its own child (`child::f()`) is an import of that child.
+//! The rule it holds: no circle of files.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -24,7 +23,34 @@ pub struct Module {
 pub fn modules(src: &Path) -> BTreeMap<ModPath, Module> {
     let mut found = BTreeMap::new();
     collect(src, src, &mut found);
+    let test_only: Vec<ModPath> = found
+        .keys()
+        .filter(|path| declared_for_tests(&found, path))
+        .cloned()
+        .collect();
+    found.retain(|path, _| !test_only.iter().any(|t| path.starts_with(t)));
     found
+}
+
+/// Whether `path`'s declaration in its parent is `#[cfg(test)]` (or the parent's is).
+fn declared_for_tests(found: &BTreeMap<ModPath, Module>, path: &ModPath) -> bool {
+    let Some((name, parent)) = path.split_last() else {
+        return false;
+    };
+    let Some(parent) = found.get(parent) else {
+        return false;
+    };
+    let text = std::fs::read_to_string(&parent.file).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().map(str::trim).collect();
+    lines.windows(2).any(|pair| {
+        pair[0] == "#[cfg(test)]"
+            && [
+                format!("mod {name};"),
+                format!("pub(crate) mod {name};"),
+                format!("pub mod {name};"),
+            ]
+            .contains(&pair[1].to_string())
+    })
 }
 
 fn collect(src: &Path, dir: &Path, found: &mut BTreeMap<ModPath, Module>) {
@@ -477,23 +503,90 @@ pub fn circles(edges: &BTreeMap<ModPath, BTreeSet<ModPath>>) -> Vec<Vec<ModPath>
     groups
 }
 
-/// Every import of a module from one of its ancestors (the file that declares it, or above).
-pub fn upward(edges: &BTreeMap<ModPath, BTreeSet<ModPath>>) -> Vec<(ModPath, ModPath)> {
-    edges
-        .iter()
-        .flat_map(|(from, targets)| {
-            targets
-                .iter()
-                .filter(|target| target.len() < from.len() && from.starts_with(target))
-                .map(move |target| (from.clone(), target.clone()))
-        })
-        .collect()
-}
-
 /// `path` as `crate::a::b`, for messages.
 pub fn shown(path: &ModPath) -> String {
     std::iter::once("crate")
         .chain(path.iter().map(String::as_str))
         .collect::<Vec<_>>()
         .join("::")
+}
+
+/// One function of product code and its length in lines, from `fn` to its closing brace.
+#[derive(Debug)]
+pub struct Function {
+    /// Its name.
+    pub name: String,
+    /// The line its `fn` is on (1-based, in the product code).
+    pub line: usize,
+    /// Its lines.
+    pub lines: usize,
+}
+
+/// Every function of `code` (product code), with its length: braces are counted outside
+/// string and character literals.
+pub fn functions(code: &str) -> Vec<Function> {
+    let lines: Vec<&str> = code.lines().collect();
+    let mut found = Vec::new();
+    for (at, line) in lines.iter().enumerate() {
+        let Some(name) = fn_name(line) else { continue };
+        let mut depth = 0i32;
+        let mut opened = false;
+        for (offset, body) in lines[at..].iter().enumerate() {
+            let balance = code_braces(body);
+            opened |= balance.0 > 0;
+            depth += balance.0 - balance.1;
+            if !opened && body.trim_end().ends_with(';') {
+                break;
+            }
+            if opened && depth <= 0 {
+                found.push(Function {
+                    name: name.clone(),
+                    line: at + 1,
+                    lines: offset + 1,
+                });
+                break;
+            }
+        }
+    }
+    found
+}
+
+/// The name of the function `line` declares, if it declares one.
+fn fn_name(line: &str) -> Option<String> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let at = words.iter().position(|w| *w == "fn")?;
+    let before_ok = words[..at].iter().all(|w| {
+        matches!(*w, "pub" | "async" | "const" | "unsafe" | "extern") || w.starts_with("pub(")
+    });
+    let name: String = words
+        .get(at + 1)?
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect();
+    (before_ok && !name.is_empty()).then_some(name)
+}
+
+/// The `{` and `}` of `line` outside string and character literals.
+fn code_braces(line: &str) -> (i32, i32) {
+    let chars: Vec<char> = line.chars().collect();
+    let (mut open, mut close) = (0, 0);
+    let mut at = 0;
+    while at < chars.len() {
+        match chars[at] {
+            '"' => {
+                at += 1;
+                while at < chars.len() && chars[at] != '"' {
+                    at += if chars[at] == '\\' { 2 } else { 1 };
+                }
+            }
+            // A character literal ('{', '\''); a lifetime ('a) has no closing quote nearby.
+            '\'' if chars.get(at + 2) == Some(&'\'') => at += 2,
+            '\'' if chars.get(at + 1) == Some(&'\\') => at += 3,
+            '{' => open += 1,
+            '}' => close += 1,
+            _ => {}
+        }
+        at += 1;
+    }
+    (open, close)
 }

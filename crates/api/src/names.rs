@@ -10,6 +10,9 @@ pub const MANAGED_BY: &str = "svm-apiserver-trigger";
 /// The trigger's name in `metadata.managedFields` (it owns what it creates and the status it
 /// writes, and takes nothing else from anyone).
 pub const TRIGGER_FIELD_MANAGER: &str = "svm-apiserver-trigger";
+/// The migrator's name in `metadata.managedFields`: it owns the status fields it writes
+/// (conditions, progress) and takes nothing a user applied.
+pub const MIGRATOR_FIELD_MANAGER: &str = "svm-apiserver-migrator";
 
 /// On every object `import-ksvm` created: KSVM's uid of the object it came from.
 pub const IMPORTED_UID_ANNOTATION: &str = "storagemigration.k8s.io/imported-from-ksvm-uid";

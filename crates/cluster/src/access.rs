@@ -405,11 +405,65 @@ pub fn catalogued(attrs: &RequestAttributes) -> Option<&'static Access> {
     CLUSTER_ACCESS.iter().find(|a| a.covers(attrs))
 }
 
+/// A request outside the access catalogue, refused before it leaves the process.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0} is not in the access catalogue (crates/cluster/src/access.rs)")]
+pub struct NotCatalogued(pub String);
+
+/// Only what the RBAC in deploy/ grants: every request of the kube client — raw requests,
+/// watchers, the events recorder — must be in the catalogue. A missing entry is a bug here,
+/// caught by the tests rather than by a 403 in someone's cluster.
+pub(crate) fn catalogue_guard(
+    request: http::Request<kube::client::Body>,
+) -> Result<http::Request<kube::client::Body>, NotCatalogued> {
+    let uri = request.uri();
+    let attributes = RequestAttributes::from_request(request.method(), uri.path(), uri.query());
+    if catalogued(&attributes).is_some() {
+        Ok(request)
+    } else {
+        Err(NotCatalogued(format!(
+            "{} {}",
+            request.method(),
+            uri.path()
+        )))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use http::Method;
 
     use super::*;
+
+    fn request(method: http::Method, uri: &str) -> http::Request<kube::client::Body> {
+        http::Request::builder()
+            .method(method)
+            .uri(uri)
+            .body(kube::client::Body::empty())
+            .expect("request")
+    }
+
+    #[test]
+    fn the_guard_passes_catalogued_requests_and_refuses_the_rest() {
+        assert!(catalogue_guard(request(http::Method::GET, "/api/v1/secrets?limit=500")).is_ok());
+        assert!(
+            catalogue_guard(request(
+                http::Method::PATCH,
+                "/apis/apps/v1/namespaces/demo/deployments/d"
+            ))
+            .is_ok()
+        );
+        let refused = catalogue_guard(request(
+            http::Method::DELETE,
+            "/api/v1/namespaces/demo/secrets/s",
+        ))
+        .expect_err("delete is not catalogued");
+        assert!(
+            refused
+                .to_string()
+                .contains("DELETE /api/v1/namespaces/demo/secrets/s")
+        );
+    }
 
     fn attrs(method: Method, target: &str) -> RequestAttributes {
         let (path, query) = match target.split_once('?') {

@@ -89,7 +89,7 @@ impl ClusterClient {
         let config = tuned(config);
         let client = kube::client::ClientBuilder::try_from(config.clone())
             .map_err(|e| ClusterError::config("building the cluster client")(e.into()))?
-            .with_layer(&tower::filter::FilterLayer::new(catalogue_guard))
+            .with_layer(&tower::filter::FilterLayer::new(access::catalogue_guard))
             .build();
         Ok(Self {
             client,
@@ -276,64 +276,9 @@ fn tuned(mut config: kube::Config) -> kube::Config {
     config
 }
 
-/// A request outside the access catalogue, refused before it leaves the process.
-#[derive(Debug, Clone, thiserror::Error)]
-#[error("{0} is not in the access catalogue (crates/cluster/src/access.rs)")]
-pub struct NotCatalogued(pub String);
-
-/// Only what the RBAC in deploy/ grants: every request of the kube client — raw requests,
-/// watchers, the events recorder — must be in the catalogue. A missing entry is a bug here,
-/// caught by the tests rather than by a 403 in someone's cluster.
-fn catalogue_guard(
-    request: Request<kube::client::Body>,
-) -> Result<Request<kube::client::Body>, NotCatalogued> {
-    let uri = request.uri();
-    let attributes = svm_server::auth::RequestAttributes::from_request(
-        request.method(),
-        uri.path(),
-        uri.query(),
-    );
-    if access::catalogued(&attributes).is_some() {
-        Ok(request)
-    } else {
-        Err(NotCatalogued(format!(
-            "{} {}",
-            request.method(),
-            uri.path()
-        )))
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn request(method: Method, uri: &str) -> Request<kube::client::Body> {
-        Request::builder()
-            .method(method)
-            .uri(uri)
-            .body(kube::client::Body::empty())
-            .expect("request")
-    }
-
-    #[test]
-    fn the_guard_passes_catalogued_requests_and_refuses_the_rest() {
-        assert!(catalogue_guard(request(Method::GET, "/api/v1/secrets?limit=500")).is_ok());
-        assert!(
-            catalogue_guard(request(
-                Method::PATCH,
-                "/apis/apps/v1/namespaces/demo/deployments/d"
-            ))
-            .is_ok()
-        );
-        let refused = catalogue_guard(request(Method::DELETE, "/api/v1/namespaces/demo/secrets/s"))
-            .expect_err("delete is not catalogued");
-        assert!(
-            refused
-                .to_string()
-                .contains("DELETE /api/v1/namespaces/demo/secrets/s")
-        );
-    }
 
     #[test]
     fn watches_have_no_read_timeout_and_retries_are_ours() {

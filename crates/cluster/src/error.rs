@@ -102,7 +102,7 @@ pub enum ClusterError {
     /// A request the access catalogue does not list: refused before it was sent (a bug, never
     /// retried).
     #[error(transparent)]
-    NotCatalogued(#[from] super::client::NotCatalogued),
+    NotCatalogued(#[from] super::access::NotCatalogued),
     /// A request body that could not be written.
     #[error("encoding {what}: {source}")]
     Encode {
@@ -190,7 +190,7 @@ impl ClusterError {
             };
         }
         if let kube::Error::Service(inner) = &err
-            && let Some(refused) = inner.downcast_ref::<super::client::NotCatalogued>()
+            && let Some(refused) = inner.downcast_ref::<super::access::NotCatalogued>()
         {
             return ClusterError::NotCatalogued(refused.clone());
         }

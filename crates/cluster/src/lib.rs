@@ -12,8 +12,9 @@ pub mod resources;
 pub mod watches;
 pub mod wire;
 
+pub use access::NotCatalogued;
 pub use builtin::BuiltinMigrations;
-pub use client::{ClusterClient, NotCatalogued, WireFormat};
+pub use client::{ClusterClient, WireFormat};
 pub use error::{ClusterError, ConfigCause};
 pub use objects::{MetadataPage, ObjectRef, Touched};
 pub use resources::{ResolveError, ResolvedResource};

@@ -141,7 +141,7 @@ pub(super) fn failures_text(progress: &MigrationProgress) -> String {
         })
         .collect::<Vec<_>>()
         .join("; ");
-    let more = progress.failed_objects - super::runner::count(progress.failures.len());
+    let more = progress.failed_objects - super::status::count(progress.failures.len());
     if more > 0 {
         text.push_str(&format!("; and {more} more"));
     }

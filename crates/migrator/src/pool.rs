@@ -162,7 +162,9 @@ impl Migrator {
             context: Arc::new(MigratorContext {
                 cluster,
                 // Its status writes are recorded for the migrator in managedFields.
-                migrations: migrations.into().managed_by(super::status::FIELD_MANAGER),
+                migrations: migrations
+                    .into()
+                    .managed_by(svm_api::names::MIGRATOR_FIELD_MANAGER),
                 pressure,
                 migrating: Migrating::default(),
                 metrics,

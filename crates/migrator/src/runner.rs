@@ -22,7 +22,7 @@ use super::metrics::{MigrationLabels, ResourceLabel, RetryLabels};
 use super::preflight;
 use super::pressure::Slot;
 use super::status::{
-    StatusWriteError, bounded_message, check, progress_message, write_progress, write_status,
+    StatusWriteError, bounded_message, check, count, progress_message, write_progress, write_status,
 };
 use super::window::Window;
 use crate::guard::{ForeignWrite, StatusGuard};
@@ -41,10 +41,6 @@ use svm_cluster::{ClusterError, MetadataPage, ObjectRef, ResolveError, ResolvedR
 /// `timeoutSeconds`); a stream cut short after some progress is opened again, skipping what
 /// is done.
 const WATCH_LIST_TIMEOUT: Duration = Duration::from_secs(300);
-
-pub(super) fn count(n: usize) -> i64 {
-    i64::try_from(n).unwrap_or(i64::MAX)
-}
 
 /// How a run ended.
 #[derive(Debug, Clone, PartialEq)]

@@ -11,9 +11,9 @@ use kube::api::DynamicObject;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::status::FIELD_MANAGER;
 use svm_api::GROUP;
 use svm_api::migration::{MigrationStrategy, StorageVersionMigration};
+use svm_api::names::MIGRATOR_FIELD_MANAGER as FIELD_MANAGER;
 use svm_cluster::watches::Update;
 use svm_cluster::{BuiltinMigrations, ClusterError};
 use svm_registry::{ApiError, Fence, Guarded};

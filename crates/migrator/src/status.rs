@@ -11,9 +11,12 @@ use crate::guard::{ForeignWrite, StatusGuard};
 use svm_api::migration::{MigrationProgress, MigrationStatus, RUNNING, StorageVersionMigration};
 use svm_registry::ApiError;
 
-/// The migrator's name in `metadata.managedFields`: it owns the status fields it writes
-/// (conditions, progress) and takes nothing a user applied.
-pub(crate) const FIELD_MANAGER: &str = "svm-apiserver-migrator";
+pub(crate) use svm_api::names::MIGRATOR_FIELD_MANAGER as FIELD_MANAGER;
+
+/// `n` as a status count (`i64`, as the API has it), saturating.
+pub(crate) fn count(n: usize) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
 
 /// How a status write ended when it did not succeed.
 #[derive(Debug, thiserror::Error)]

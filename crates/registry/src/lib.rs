@@ -1,6 +1,7 @@
 //! The generic REST registry: one `Store<S>` over the `Storage` trait, driven by a per-kind
 //! `Strategy` (k8s.io/apiserver's `genericregistry.Store` + `strategy.go`).
 
+mod clock;
 pub(crate) mod continue_token;
 pub mod duration;
 pub(crate) mod error;
@@ -8,6 +9,7 @@ pub mod fence;
 pub(crate) mod field_validation;
 pub(crate) mod managed_fields;
 pub(crate) mod metadata;
+mod object_ref;
 pub mod openapi_meta;
 pub(crate) mod patch;
 pub mod protobuf;
@@ -23,13 +25,15 @@ pub mod versions;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+pub use clock::{now as now_time, now_text};
 pub use error::{ApiError, ApiResult, FieldError};
 pub use fence::{Fence, Record};
 /// How a kind's OpenAPI schema says a list merges (what strategic merge patch and server-side
 /// apply read), for the kinds' schemas.
 pub use managed_fields::schema::{ListSemantics, list_type};
+pub use object_ref::ObjectRef;
 pub use rest::RestStorage;
-pub use store::{Guarded, ObjectRef, Store, Update, now as now_time, now_text};
+pub use store::{Guarded, Store, Update};
 pub use strategy::{ListMerge, ResourceInfo, Strategy, TableColumn};
 
 /// Every served resource, by (group, plural).

@@ -6,7 +6,7 @@ use futures::stream::BoxStream;
 use serde_json::Value;
 
 use super::error::ApiResult;
-use super::store::ObjectRef;
+use super::object_ref::ObjectRef;
 use super::strategy::{ResourceInfo, TableColumn};
 
 /// `fieldValidation` (metav1.CreateOptions / UpdateOptions / PatchOptions).

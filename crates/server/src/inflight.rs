@@ -5,42 +5,21 @@
 //! `system:masters` (as upstream, so an administrator is never locked out). It sits between
 //! authentication and authorization, where kube-apiserver's chain has it.
 
-use std::sync::Arc;
-
 use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use http::Method;
 use prometheus_client::metrics::gauge::Gauge;
-use tokio::sync::Semaphore;
 
-use super::AppState;
 use super::metrics::RequestKindLabels;
 use super::params::Query;
+use super::state::AppState;
 use super::status::HttpError;
 use crate::auth::{MASTERS_GROUP, UserInfo};
 use svm_registry::ApiError;
 
 /// What the client is told to wait before retrying (kube-apiserver: 1 s).
 const RETRY_AFTER_SECONDS: u64 = 1;
-
-/// The two request budgets; `None` is no limit (a flag of 0).
-#[derive(Clone, Debug, Default)]
-pub struct InflightLimits {
-    read_only: Option<Arc<Semaphore>>,
-    mutating: Option<Arc<Semaphore>>,
-}
-
-impl InflightLimits {
-    /// Budgets of `read_only` non-mutating and `mutating` mutating requests; 0 is no limit.
-    pub fn new(read_only: usize, mutating: usize) -> Self {
-        let budget = |n: usize| (n > 0).then(|| Arc::new(Semaphore::new(n)));
-        InflightLimits {
-            read_only: budget(read_only),
-            mutating: budget(mutating),
-        }
-    }
-}
 
 /// Middleware: serve the request within its budget, or answer 429.
 pub(crate) async fn limit(State(state): State<AppState>, request: Request, next: Next) -> Response {
@@ -115,6 +94,7 @@ mod tests {
     use axum::Router;
     use axum::body::Body;
     use axum::routing::any;
+    use std::sync::Arc;
     use tower::ServiceExt;
 
     use crate::testing::{HealthSwitch, registry_with, things};

@@ -233,11 +233,6 @@ pub(crate) async fn openapi_v3_doc(
     }
 }
 
-/// This server's version as `git describe` would put it.
-pub(crate) fn git_version() -> String {
-    format!("v{}", env!("CARGO_PKG_VERSION"))
-}
-
 /// version.Info, as `kubectl version` reads it.
 pub(crate) fn version_info() -> Value {
     let major = env!("CARGO_PKG_VERSION_MAJOR");
@@ -245,7 +240,7 @@ pub(crate) fn version_info() -> Value {
     json!({
         "major": major,
         "minor": minor,
-        "gitVersion": git_version(),
+        "gitVersion": super::version::git_version(),
         "gitCommit": option_env!("SVM_GIT_COMMIT").unwrap_or(""),
         "gitTreeState": "",
         "buildDate": option_env!("SVM_BUILD_DATE").unwrap_or(""),

@@ -4,7 +4,11 @@ use std::net::IpAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use super::DEFAULT_MAX_REQUEST_BODY_BYTES;
+/// kube-apiserver's default `--max-request-body-bytes`: 3 MiB.
+pub const DEFAULT_MAX_REQUEST_BODY_BYTES: usize = 3 * 1024 * 1024;
+
+/// kube-apiserver's default `--request-timeout`.
+pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// kube-apiserver's `--max-requests-inflight` default.
 pub(crate) const DEFAULT_MAX_REQUESTS_INFLIGHT: usize = 400;

@@ -32,9 +32,6 @@ use super::status::{HttpError, request_timed_out};
 use crate::auth::RequestAttributes;
 use svm_registry::ApiError;
 
-/// kube-apiserver's default `--request-timeout`.
-pub(crate) const DEFAULT_REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
-
 /// Put into the extensions of a response given in place of a request's own: the request's body
 /// may be unfinished, and is not worth reading on (the client is too slow for it).
 #[derive(Clone, Copy, Debug)]

@@ -20,6 +20,7 @@
 //!   that timed out, may have been applied: that stays `Unavailable`, for the caller's
 //!   compare-and-swap to sort out.
 
+mod kv;
 pub mod tls;
 mod watch;
 
@@ -34,6 +35,7 @@ use super::{
     Compare, KeyValue, ListOptions, ListResult, Op, Result, Revision, Storage, StorageError, Txn,
     TxnOutcome, WatchStream,
 };
+use kv::key_value;
 
 /// Tuning of the etcd connection.
 #[derive(Debug, Clone)]
@@ -589,17 +591,6 @@ fn header_revision(response: &GetResponse) -> Result<Revision> {
         .header()
         .map(|h| h.revision())
         .ok_or_else(|| StorageError::unavailable("etcd sent no response header"))
-}
-
-fn key_value(kv: &etcd_client::KeyValue) -> Result<KeyValue> {
-    let key = String::from_utf8(kv.key().to_vec())
-        .map_err(|_| StorageError::Corrupt(format!("etcd key {:?} is not UTF-8", kv.key())))?;
-    Ok(KeyValue {
-        key,
-        value: kv.value().to_vec(),
-        create_revision: kv.create_revision(),
-        mod_revision: kv.mod_revision(),
-    })
 }
 
 /// The end of the key range `prefix` starts (etcd's `GetPrefixRangeEnd`): the prefix with its

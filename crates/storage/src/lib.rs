@@ -10,8 +10,11 @@
 //!   [`StorageError::Compacted`] when that history is gone.
 
 pub mod compactor;
+mod config;
 pub mod embedded;
 pub mod etcd;
+
+pub use config::{StorageConfig, connect};
 
 use async_trait::async_trait;
 use futures::stream::BoxStream;
@@ -345,44 +348,4 @@ impl Txn {
         }
         Ok(())
     }
-}
-
-/// Which backend to run on, as the server's flags choose it.
-#[derive(Debug, Clone)]
-pub enum StorageConfig {
-    /// The embedded store, durable in this data directory.
-    Embedded {
-        /// The data directory (`--data-dir`), created if missing.
-        dir: std::path::PathBuf,
-        /// Watch progress and buffer tuning.
-        options: embedded::EmbeddedOptions,
-    },
-    /// The embedded store without a disk (tests, demos): everything is lost on exit.
-    InMemory {
-        /// Watch progress and buffer tuning.
-        options: embedded::EmbeddedOptions,
-    },
-    /// An etcd cluster at these client URLs.
-    Etcd {
-        /// etcd's client URLs (`--etcd-servers`), `http://` or `https://`.
-        endpoints: Vec<String>,
-        /// Timeouts, keep-alive, watch progress and TLS.
-        options: etcd::EtcdOptions,
-    },
-}
-
-/// Open the configured backend; fails when the data directory cannot be used or etcd does not
-/// answer.
-pub async fn connect(config: StorageConfig) -> Result<std::sync::Arc<dyn Storage>> {
-    Ok(match config {
-        StorageConfig::Embedded { dir, options } => {
-            std::sync::Arc::new(embedded::EmbeddedStorage::open_with(dir, options).await?)
-        }
-        StorageConfig::InMemory { options } => {
-            std::sync::Arc::new(embedded::EmbeddedStorage::in_memory_with(options))
-        }
-        StorageConfig::Etcd { endpoints, options } => {
-            std::sync::Arc::new(etcd::EtcdStorage::connect(&endpoints, options).await?)
-        }
-    })
 }

@@ -29,15 +29,14 @@ mod metrics;
 mod migrations;
 mod plan;
 mod reconcile;
+mod settings;
+mod view;
 mod watches;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::apiserverinternal::v1alpha1::StorageVersion;
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -47,452 +46,17 @@ use tracing::Instrument;
 use svm_api::storagestate::StorageStateStrategy;
 use svm_cluster::ClusterClient;
 use svm_registry::Guarded;
-use svm_registry::versions::storage_version_hash;
 use svm_storage::Storage;
 
-use apiservers::Instances;
-use discovery::{DiscoveredResource, Discovery, DiscoverySnapshot};
-use history::{HashHistory, Source};
+use discovery::Discovery;
+use history::HashHistory;
 use metrics::{ResultLabel, TriggerMetrics};
 pub use migrations::Migrations;
-use plan::{Encoding, Observed, View};
 use watches::{Signal, Update};
 
 pub use metrics::TriggerMetrics as Metrics;
-
-/// The trigger's knobs (flags of `serve`).
-#[derive(Clone, Debug)]
-pub struct Settings {
-    /// How often aggregated discovery is polled (an unchanged cluster answers 304).
-    pub discovery_interval: Duration,
-    /// How often each StorageState's `lastHeartbeatTime` (and the observer record) is
-    /// refreshed while nothing changes.
-    pub heartbeat_interval: Duration,
-    /// How long the trigger may be away (its last record of what it vouched for) and still
-    /// vouch for built-in resources on its return.
-    pub vouch_window: Duration,
-    /// `(group, resource)` never tracked.
-    pub ignored: Vec<(String, String)>,
-    /// Groups served by this server (its objects are in its own store, not the cluster's):
-    /// never tracked. Upstream's group is ours only in owner mode.
-    pub own_groups: Vec<String>,
-    /// `(group, resource)` encrypted at rest: a key rotation migrates them. Empty: kube-apiserver's
-    /// `/metrics` is never read.
-    pub encryption_resources: Vec<(String, String)>,
-    /// How often kube-apiserver's `/metrics` is read for its encryption generation.
-    pub encryption_interval: Duration,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            discovery_interval: Duration::from_secs(10),
-            heartbeat_interval: Duration::from_secs(300),
-            vouch_window: Duration::from_secs(3600),
-            ignored: parse_resources("events,events.events.k8s.io"),
-            own_groups: vec![svm_api::GROUP.into(), svm_api::PROJECT.name.into()],
-            encryption_resources: parse_resources("secrets"),
-            encryption_interval: Duration::from_secs(10),
-        }
-    }
-}
-
-/// `events,deployments.apps` → `[("", "events"), ("apps", "deployments")]`.
-pub fn parse_resources(list: &str) -> Vec<(String, String)> {
-    list.split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| match s.split_once('.') {
-            Some((resource, group)) => (group.to_string(), resource.to_string()),
-            None => (String::new(), s.to_string()),
-        })
-        .collect()
-}
-
-/// A CRD as the trigger needs it.
-#[derive(Clone, Debug)]
-struct CrdInfo {
-    group: String,
-    plural: String,
-    kind: String,
-    storage_version: Option<String>,
-    stored_versions: Vec<String>,
-    object: CustomResourceDefinition,
-}
-
-impl CrdInfo {
-    fn of(crd: CustomResourceDefinition) -> Self {
-        let storage_version = crd
-            .spec
-            .versions
-            .iter()
-            .find(|v| v.storage)
-            .map(|v| v.name.clone());
-        let stored_versions = crd
-            .status
-            .as_ref()
-            .and_then(|s| s.stored_versions.clone())
-            .unwrap_or_default();
-        Self {
-            group: crd.spec.group.clone(),
-            plural: crd.spec.names.plural.clone(),
-            kind: crd.spec.names.kind.clone(),
-            storage_version,
-            stored_versions,
-            object: crd,
-        }
-    }
-
-    fn encoding(&self, version: &str) -> Encoding {
-        Encoding {
-            hash: storage_version_hash(&self.group, version, &self.kind),
-            encoding_version: format!("{}/{version}", self.group),
-            apiserver: None,
-        }
-    }
-
-    fn key(&self) -> (String, String) {
-        (self.group.clone(), self.plural.clone())
-    }
-
-    /// The CRD's storage version is what every apiserver encodes; its storedVersions are what
-    /// objects may still be stored as.
-    fn observed(&self, storage_version: &str) -> Observed {
-        Observed {
-            group: self.group.clone(),
-            resource: self.plural.clone(),
-            view: View::Agreed(self.encoding(storage_version)),
-            source: Source::CustomResourceDefinition,
-            stored: self
-                .stored_versions
-                .iter()
-                .map(|v| self.encoding(v))
-                .collect(),
-        }
-    }
-}
-
-/// One view of the apiservers' encodings: agreed when they all hash the same (then no one
-/// apiserver is named, unless there is only one).
-fn agreement(mut encodings: Vec<Encoding>) -> View {
-    let distinct: BTreeSet<&str> = encodings.iter().map(|e| e.hash.as_str()).collect();
-    if distinct.len() != 1 {
-        return View::Disagreed(encodings);
-    }
-    let several = encodings.len() > 1;
-    // One distinct hash: there is a first encoding.
-    let mut agreed = encodings.swap_remove(0);
-    if several {
-        agreed.apiserver = None;
-    }
-    View::Agreed(agreed)
-}
-
-/// What the trigger knows of the cluster.
-#[derive(Default)]
-struct ClusterView {
-    crds: BTreeMap<String, CrdInfo>,
-    crds_synced: bool,
-    /// The next reconcile counts CRDs' storedVersions (first sync, or after a watch gap).
-    resync_crds: bool,
-    instances: Instances,
-    leases_synced: bool,
-    /// The lease watch's failure was logged (once per outage).
-    lease_failure_logged: bool,
-    /// `(group, resource)` → `(apiserver id, encoding group/version)`.
-    storage_versions: BTreeMap<(String, String), Vec<(String, String)>>,
-    storage_versions_synced: bool,
-    look: Option<DiscoverySnapshot>,
-    need_look: bool,
-    /// When the earliest change not yet reconciled happened in the cluster, as the cluster
-    /// stamped it (for the detection-lag metric).
-    changed_at: Option<jiff::Timestamp>,
-    /// The encryption generation every live apiserver applies, once read and agreed.
-    encryption: Option<encryption::Generation>,
-}
-
-/// `<group>.<resource>` (`core.<resource>`) → `(group, resource)`.
-fn storage_version_resource(name: &str) -> Option<(String, String)> {
-    let (group, resource) = name.rsplit_once('.')?;
-    let group = if group == "core" { "" } else { group };
-    Some((group.to_string(), resource.to_string()))
-}
-
-/// The time of an object's newest write, as kube-apiserver stamps it in `managedFields`.
-fn last_written(
-    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-) -> Option<jiff::Timestamp> {
-    meta.managed_fields
-        .as_deref()?
-        .iter()
-        .filter_map(|f| f.time.as_ref())
-        .map(|t| t.0)
-        .max()
-}
-
-fn version_of(encoding_version: &str) -> &str {
-    encoding_version
-        .rsplit_once('/')
-        .map_or(encoding_version, |(_, v)| v)
-}
-
-impl ClusterView {
-    /// Remembers that something changed at `at` (the earliest wins until reconciled).
-    fn changed(&mut self, at: Option<jiff::Timestamp>) {
-        if let Some(at) = at {
-            self.changed_at = Some(self.changed_at.map_or(at, |t| t.min(at)));
-        }
-    }
-
-    fn crd_backed(&self, group: &str, resource: &str) -> Option<&CrdInfo> {
-        self.crds
-            .values()
-            .find(|c| c.group == group && c.plural == resource)
-    }
-
-    /// What the cluster shows now, per tracked resource: CRDs from their watch, every other
-    /// resource from discovery or, where apiservers publish them, StorageVersions.
-    fn observe(&self, settings: &Settings) -> BTreeMap<(String, String), Observed> {
-        let mut out: BTreeMap<_, _> = self
-            .crds
-            .values()
-            .filter_map(|crd| Some((crd, crd.storage_version.as_ref()?)))
-            .filter(|(crd, _)| !settings.ignored.contains(&crd.key()))
-            .map(|(crd, version)| (crd.key(), crd.observed(version)))
-            .collect();
-        let Some(look) = &self.look else {
-            return out;
-        };
-        for (key, found) in &look.resources {
-            let Some(hash) = &found.storage_version_hash else {
-                continue;
-            };
-            if out.contains_key(key) || !self.tracks(settings, key, found) {
-                continue;
-            }
-            let (view, source) = match self.published_encodings(key, found) {
-                Some(encodings) => (agreement(encodings), Source::StorageVersionApi),
-                None => (self.discovered(hash), Source::Discovery),
-            };
-            let observed = Observed {
-                group: found.group.clone(),
-                resource: found.resource.clone(),
-                view,
-                source,
-                stored: Vec::new(),
-            };
-            out.insert(key.clone(), observed);
-        }
-        out
-    }
-
-    /// Whether a discovered resource is one the trigger keeps a StorageState for: not ours,
-    /// not ignored, and migratable (list and patch).
-    fn tracks(
-        &self,
-        settings: &Settings,
-        key: &(String, String),
-        found: &DiscoveredResource,
-    ) -> bool {
-        let migratable = ["list", "patch"]
-            .iter()
-            .all(|verb| found.verbs.iter().any(|v| v == verb));
-        migratable && !settings.own_groups.contains(&found.group) && !settings.ignored.contains(key)
-    }
-
-    /// The encodings the apiservers publish for a resource (StorageVersion API), once that
-    /// watch has listed and only where it says something.
-    fn published_encodings(
-        &self,
-        key: &(String, String),
-        found: &DiscoveredResource,
-    ) -> Option<Vec<Encoding>> {
-        let entries = self
-            .storage_versions
-            .get(key)
-            .filter(|entries| self.storage_versions_synced && !entries.is_empty())?;
-        let encodings = entries
-            .iter()
-            .map(|(apiserver, encoding)| Encoding {
-                hash: storage_version_hash(&found.group, version_of(encoding), &found.kind),
-                encoding_version: encoding.clone(),
-                apiserver: Some(apiserver.clone()),
-            })
-            .collect();
-        Some(encodings)
-    }
-
-    /// Discovery's hash alone: it does not say which apiserver, unless there is only one.
-    fn discovered(&self, hash: &str) -> View {
-        View::Agreed(Encoding {
-            hash: hash.to_string(),
-            encoding_version: String::new(),
-            apiserver: self.instances.sole(),
-        })
-    }
-
-    /// Whether a resource with a StorageState but no observation is known to be gone (and not
-    /// merely unseen: a look that missed a group, a CRD watch not yet listed).
-    fn known_gone(&self, group: &str, resource: &str) -> bool {
-        let look_complete = self.look.as_ref().is_some_and(|l| l.complete);
-        let key = (group.to_string(), resource.to_string());
-        let listed = self
-            .look
-            .as_ref()
-            .is_some_and(|l| l.resources.contains_key(&key));
-        self.crds_synced && look_complete && !listed && self.crd_backed(group, resource).is_none()
-    }
-
-    fn on_crd(&mut self, update: Update<CustomResourceDefinition>) {
-        match update {
-            Update::Applied(crd) => {
-                let name = crd.metadata.name.clone().unwrap_or_default();
-                self.changed(last_written(&crd.metadata));
-                let info = CrdInfo::of(crd);
-                // Two storage moves between passes (A→B→A) leave only A in the latest event;
-                // the versions objects were written in are still in status.storedVersions, so
-                // the next pass reads them (otherwise only a relist does).
-                if self.crds.get(&name).is_none_or(|old| {
-                    info.stored_versions
-                        .iter()
-                        .any(|v| !old.stored_versions.contains(v))
-                }) {
-                    self.resync_crds = true;
-                }
-                self.crds.insert(name, info);
-            }
-            Update::Deleted(crd) => {
-                self.crds
-                    .remove(crd.metadata.name.as_deref().unwrap_or_default());
-                // Its resource leaves discovery too: the next look confirms it is gone.
-                self.need_look = true;
-            }
-            Update::Relisted(all) => {
-                self.crds = all
-                    .into_iter()
-                    .map(|crd| {
-                        (
-                            crd.metadata.name.clone().unwrap_or_default(),
-                            CrdInfo::of(crd),
-                        )
-                    })
-                    .collect();
-                self.crds_synced = true;
-                self.resync_crds = true;
-            }
-            Update::Failed(err) => {
-                tracing::warn!(error = %err, "the CustomResourceDefinition watch failed; it retries");
-            }
-        }
-    }
-
-    fn on_lease(&mut self, update: Update<Lease>) {
-        let identity = |lease: &Lease| {
-            (
-                lease.metadata.name.clone().unwrap_or_default(),
-                lease
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.holder_identity.clone())
-                    .unwrap_or_default(),
-            )
-        };
-        match update {
-            Update::Applied(lease) => {
-                let (name, holder) = identity(&lease);
-                if self.instances.applied(&name, &holder) {
-                    // The new instance's first renewal is when it started serving.
-                    self.changed(
-                        lease
-                            .spec
-                            .as_ref()
-                            .and_then(|s| s.renew_time.as_ref())
-                            .map(|t| t.0),
-                    );
-                    tracing::info!(apiserver = %name, instance = %holder, "a kube-apiserver instance started; looking again");
-                    self.need_look = true;
-                }
-            }
-            Update::Deleted(lease) => {
-                let (name, _) = identity(&lease);
-                tracing::info!(apiserver = %name, "a kube-apiserver instance stopped");
-                self.instances.deleted(&name);
-            }
-            Update::Relisted(all) => {
-                let leases: Vec<(String, String)> = all.iter().map(identity).collect();
-                if self.instances.relisted(&leases) {
-                    self.need_look = true;
-                }
-                self.leases_synced = true;
-                self.lease_failure_logged = false;
-            }
-            Update::Failed(err) => {
-                if !self.lease_failure_logged {
-                    tracing::warn!(error = %err, "the apiserver identity lease watch failed: every discovery poll is a full look until it is back");
-                    self.lease_failure_logged = true;
-                }
-                self.leases_synced = false;
-            }
-        }
-    }
-
-    fn on_storage_version(&mut self, update: Update<StorageVersion>) {
-        let entries = |sv: &StorageVersion| -> Vec<(String, String)> {
-            sv.status
-                .as_ref()
-                .and_then(|s| s.storage_versions.as_deref())
-                .unwrap_or_default()
-                .iter()
-                .filter(|s| !s.api_server_id.is_empty() && !s.encoding_version.is_empty())
-                .map(|s| (s.api_server_id.clone(), s.encoding_version.clone()))
-                .collect()
-        };
-        let key = |sv: &StorageVersion| {
-            storage_version_resource(sv.metadata.name.as_deref().unwrap_or_default())
-        };
-        match update {
-            Update::Applied(sv) => {
-                self.changed(last_written(&sv.metadata));
-                if let Some(key) = key(&sv) {
-                    self.storage_versions.insert(key, entries(&sv));
-                }
-            }
-            Update::Deleted(sv) => {
-                if let Some(key) = key(&sv) {
-                    self.storage_versions.remove(&key);
-                }
-            }
-            Update::Relisted(all) => {
-                self.storage_versions = all
-                    .iter()
-                    .filter_map(|sv| Some((key(sv)?, entries(sv))))
-                    .collect();
-                self.storage_versions_synced = true;
-                self.instances.set_encodings_watched(true);
-            }
-            Update::Failed(err) => {
-                if self.storage_versions_synced {
-                    tracing::warn!(error = %err, "the StorageVersion watch failed; it retries");
-                }
-                self.storage_versions_synced = false;
-                self.instances.set_encodings_watched(false);
-            }
-        }
-    }
-
-    /// Whether the last look found the StorageVersion API served.
-    fn serves_storage_versions(&self) -> bool {
-        self.look.as_ref().is_some_and(|l| l.storage_version_api)
-    }
-
-    fn on_signal(&mut self, signal: Signal) {
-        match signal {
-            Signal::Crd(update) => self.on_crd(*update),
-            Signal::Lease(update) => self.on_lease(update),
-            Signal::StorageVersion(update) => self.on_storage_version(update),
-        }
-    }
-}
+pub use settings::{Settings, parse_resources};
+use view::ClusterView;
 
 /// The trigger of one leadership term.
 pub struct Trigger {
@@ -539,7 +103,14 @@ impl Trigger {
         let mut term = Term {
             known: ClusterView::default(),
             discovery: Discovery::new(self.cluster.clone()),
-            reconciler: reconcile::Reconciler::new(&self),
+            reconciler: reconcile::Reconciler::new(
+                self.cluster.clone(),
+                self.states.clone(),
+                self.migrations.clone(),
+                self.history.clone(),
+                self.settings.clone(),
+                self.metrics.clone(),
+            ),
             encryption: self.encryption_observer(),
         };
         if self
@@ -927,32 +498,5 @@ async fn wait_for_storage_versions(
 fn stop(tasks: Vec<JoinHandle<()>>) {
     for task in tasks {
         task.abort();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn resource_lists_and_storage_version_names_parse() {
-        assert_eq!(
-            parse_resources("events, events.events.k8s.io,,deployments.apps"),
-            [
-                ("".to_string(), "events".to_string()),
-                ("events.k8s.io".into(), "events".into()),
-                ("apps".into(), "deployments".into())
-            ]
-        );
-        assert_eq!(
-            storage_version_resource("core.configmaps"),
-            Some(("".into(), "configmaps".into()))
-        );
-        assert_eq!(
-            storage_version_resource("internal.apiserver.k8s.io.storageversions"),
-            Some(("internal.apiserver.k8s.io".into(), "storageversions".into()))
-        );
-        assert_eq!(version_of("apps/v1"), "v1");
-        assert_eq!(version_of("v1"), "v1");
     }
 }

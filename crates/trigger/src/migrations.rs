@@ -10,10 +10,10 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use super::FIELD_MANAGER;
-use super::plan::{MANAGED_BY, MANAGED_BY_LABEL};
 use svm_api::GROUP;
 use svm_api::migration::{MigrationStrategy, StorageVersionMigration};
+use svm_api::names::TRIGGER_FIELD_MANAGER as FIELD_MANAGER;
+use svm_api::names::{MANAGED_BY, MANAGED_BY_LABEL};
 use svm_cluster::{BuiltinMigrations, ClusterError};
 use svm_registry::rest::Preconditions;
 use svm_registry::{ApiError, Fence, Guarded};

@@ -23,6 +23,7 @@ use svm_cluster::ClusterClient;
 use svm_registry::rest::Preconditions;
 use svm_registry::{ApiError, Guarded};
 
+use super::Migrations;
 use super::encryption::Generation;
 use super::history::{
     EncryptionKind, EncryptionRecord, HashHistory, HistoryEntry, ObserverRecord, Source,
@@ -33,7 +34,8 @@ use super::plan::{
     Observed, OwnedMigration, REASON_ANNOTATION, ROTATION_LABEL, StatePlan, applied_entry,
     migration_name, plan_encryption, plan_migrations, plan_state,
 };
-use super::{ClusterView, CrdInfo, Migrations, Settings, Trigger};
+use super::settings::Settings;
+use super::view::{ClusterView, CrdInfo};
 
 /// What the reconciler needs of a resource's history.
 #[derive(Clone, Debug, Default)]
@@ -174,14 +176,22 @@ fn safe(status: &StorageStateStatus) -> bool {
 }
 
 impl Reconciler {
-    pub(super) fn new(trigger: &Trigger) -> Self {
+    /// A reconciler writing through `states` and `migrations`, recording in `history`.
+    pub(super) fn new(
+        cluster: ClusterClient,
+        states: Guarded<StorageStateStrategy>,
+        migrations: Migrations,
+        history: HashHistory,
+        settings: Settings,
+        metrics: TriggerMetrics,
+    ) -> Self {
         Self {
-            cluster: trigger.cluster.clone(),
-            states: trigger.states.clone(),
-            migrations: trigger.migrations.clone(),
-            history: trigger.history.clone(),
-            settings: trigger.settings.clone(),
-            metrics: trigger.metrics.clone(),
+            cluster,
+            states,
+            migrations,
+            history,
+            settings,
+            metrics,
             last: BTreeMap::new(),
             last_change: BTreeMap::new(),
             unsafe_since: BTreeMap::new(),

@@ -24,6 +24,7 @@ mod metrics;
 mod plan;
 mod recreate;
 mod target;
+mod template;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::recreate::{self, Mode, Next};
+use super::template::TemplateTarget;
 use svm_api::volumes::{
     ClaimStatus, FAILED, ON_DELETE, PAUSED, RECREATE_DONE, RUNNING, RecreateStatus, SUCCEEDED,
     TemplateStatus, VolumeClaimMigration, VolumeClaimMigrationStatus, quantity_bytes,
@@ -19,20 +20,6 @@ pub(crate) const RESIZING: &str = "Resizing";
 pub(crate) const FS_RESIZE_PENDING: &str = "FileSystemResizePending";
 pub(crate) const RESIZED: &str = "Resized";
 pub(crate) const CLAIM_FAILED: &str = "Failed";
-
-/// One volumeClaimTemplate and the size its claims must reach.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub(crate) struct TemplateTarget {
-    pub name: String,
-    /// As written (`100Gi`): what a claim is patched to.
-    pub storage: String,
-    pub bytes: u128,
-    /// The size the target's own template gives new claims, when known: asking for less is a
-    /// shrink.
-    pub template_bytes: Option<u128>,
-    /// The target has a volumeClaimTemplate of this name.
-    pub in_target: bool,
-}
 
 /// A PersistentVolumeClaim as the planner needs it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

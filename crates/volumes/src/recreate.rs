@@ -32,7 +32,7 @@
 
 use serde_json::{Map, Value};
 
-use super::plan::TemplateTarget;
+use super::template::TemplateTarget;
 use svm_api::volumes::{
     RECREATE_DELETING, RECREATE_DONE, RECREATE_ORPHANED, RecreateStatus,
     VolumeClaimMigrationStatus, quantity_bytes,

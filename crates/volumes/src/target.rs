@@ -12,8 +12,9 @@ use http::Method;
 use k8s_openapi::api::core::v1::ObjectReference;
 use serde_json::{Value, json};
 
-use super::plan::{self, ClaimView, PodView, TemplateTarget};
+use super::plan::{self, ClaimView, PodView};
 use super::recreate::{self, PodsLeft};
+use super::template::TemplateTarget;
 use svm_api::volumes::{VolumeClaimMigration, quantity_bytes};
 use svm_cluster::{ClusterClient, ClusterError};
 

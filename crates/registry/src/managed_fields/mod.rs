@@ -108,7 +108,7 @@ fn time_seconds(time: Option<&Value>) -> i64 {
 }
 
 fn now() -> Value {
-    serde_json::to_value(super::store::now()).unwrap_or(Value::Null)
+    serde_json::to_value(super::clock::now()).unwrap_or(Value::Null)
 }
 
 /// `metadata.managedFields` of an object (`None` when absent or null).

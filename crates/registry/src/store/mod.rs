@@ -48,59 +48,8 @@ pub use guarded::Guarded;
 pub use list_watch::Update;
 pub(crate) use watch::{StoreEvent, StoreEventStream};
 
-/// Where an object lives: its namespace (namespaced kinds only) and name. A bare `&str` is a
-/// cluster-scoped name; `(namespace, name)` names an object of a namespaced kind.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ObjectRef<'a> {
-    /// The namespace; `None` for a cluster-scoped kind.
-    pub namespace: Option<&'a str>,
-    /// The object's name.
-    pub name: &'a str,
-}
-
-impl<'a> ObjectRef<'a> {
-    /// An object of a cluster-scoped kind.
-    pub fn cluster(name: &'a str) -> Self {
-        Self {
-            namespace: None,
-            name,
-        }
-    }
-
-    /// An object of a namespaced kind.
-    pub fn namespaced(namespace: &'a str, name: &'a str) -> Self {
-        Self {
-            namespace: Some(namespace),
-            name,
-        }
-    }
-
-    /// The place `meta` names (its namespace, when set, and its name).
-    pub fn of(meta: &'a ObjectMeta) -> Self {
-        Self {
-            namespace: meta.namespace.as_deref().filter(|ns| !ns.is_empty()),
-            name: meta.name.as_deref().unwrap_or_default(),
-        }
-    }
-}
-
-impl<'a> From<&'a str> for ObjectRef<'a> {
-    fn from(name: &'a str) -> Self {
-        Self::cluster(name)
-    }
-}
-
-impl<'a> From<&'a String> for ObjectRef<'a> {
-    fn from(name: &'a String) -> Self {
-        Self::cluster(name)
-    }
-}
-
-impl<'a> From<(&'a str, &'a str)> for ObjectRef<'a> {
-    fn from((namespace, name): (&'a str, &'a str)) -> Self {
-        Self::namespaced(namespace, name)
-    }
-}
+pub(crate) use crate::clock::now;
+pub(crate) use crate::object_ref::ObjectRef;
 
 /// How often a write retries after losing a compare-and-swap race before answering 409.
 const MAX_WRITE_ATTEMPTS: usize = 16;
@@ -390,18 +339,6 @@ where
     })?;
     obj.metadata_mut().resource_version = Some(revision.to_string());
     Ok(obj)
-}
-
-/// The current time as metav1.Time, to the second (what its JSON form keeps).
-pub fn now() -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Time {
-    let now = k8s_openapi::jiff::Timestamp::now();
-    let seconds = k8s_openapi::jiff::Timestamp::from_second(now.as_second()).unwrap_or(now);
-    k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(seconds)
-}
-
-/// The current time in RFC 3339, to the second (`2026-11-23T22:38:02Z`), as records carry it.
-pub fn now_text() -> String {
-    now().0.to_string()
 }
 
 /// Parse a resourceVersion given by a client (`invalid resource version` is a 400).

@@ -21,6 +21,7 @@ mod authenticator;
 mod authorizer;
 mod budget;
 mod cache;
+mod crypto;
 #[cfg(test)]
 pub(crate) mod devcerts;
 pub(crate) mod lookup;

@@ -7,7 +7,6 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use crate::error::{Context, SetupError, SetupResult as Result};
-use rustls::crypto::CryptoProvider;
 use rustls::server::danger::ClientCertVerifier;
 use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
@@ -16,6 +15,7 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use sha2::{Digest, Sha256};
 
+use super::crypto::crypto_provider;
 use super::x509::CaBundle;
 
 /// The certificates the client presented in the TLS handshake, leaf first (empty when it sent
@@ -32,11 +32,6 @@ impl PeerCertificates {
             .unwrap_or_default();
         PeerCertificates(Arc::new(certificates))
     }
-}
-
-/// The one crypto provider this crate is built with (ring).
-pub(crate) fn crypto_provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
 }
 
 /// A verifier that accepts a client certificate issued by any of `cas` and also clients that

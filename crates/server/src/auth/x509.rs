@@ -80,7 +80,7 @@ impl CaVerifier {
     pub(crate) fn new(bundle: &CaBundle) -> Result<Self> {
         let verifier = WebPkiClientVerifier::builder_with_provider(
             Arc::new(bundle.root_store()?),
-            super::tls::crypto_provider(),
+            super::crypto::crypto_provider(),
         )
         .build()
         .with_context(|| format!("building a verifier for {}", bundle.source))?;

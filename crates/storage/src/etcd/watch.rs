@@ -132,17 +132,17 @@ fn convert(event: &etcd_client::Event) -> Result<Event> {
     let kv = event
         .kv()
         .ok_or_else(|| StorageError::unavailable("etcd sent an event without a key"))?;
-    let prev = event.prev_kv().map(super::key_value).transpose()?;
+    let prev = event.prev_kv().map(super::kv::key_value).transpose()?;
     Ok(match event.event_type() {
         EventType::Put => Event {
             kind: EventKind::Put,
-            kv: super::key_value(kv)?,
+            kv: super::kv::key_value(kv)?,
             prev,
         },
         EventType::Delete => {
             // etcd's delete event has the key and the delete's revision but no value; the
             // contract wants the value it had.
-            let key = super::key_value(kv)?.key;
+            let key = super::kv::key_value(kv)?.key;
             let deleted = KeyValue {
                 key,
                 value: prev.as_ref().map(|p| p.value.clone()).unwrap_or_default(),
