@@ -240,8 +240,8 @@ fn no_function_of_the_product_is_longer_than_a_reader_takes_in_at_a_glance() {
                 let literal = ONE_LITERAL.contains(&(file.as_str(), function.name.as_str()));
                 if function.lines > MAX_FUNCTION_LINES && !literal {
                     long.push(format!(
-                        "{file}: fn {} ({} lines)",
-                        function.name, function.lines
+                        "{file}:{}: fn {} ({} lines)",
+                        function.line, function.name, function.lines
                     ));
                 }
             }

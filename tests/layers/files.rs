@@ -8,19 +8,19 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 /// A module path inside a crate: `[]` for the crate root, `["migrator", "pool"]`.
-pub type ModPath = Vec<String>;
+pub(crate) type ModPath = Vec<String>;
 
 /// One file of a crate's product code.
 #[derive(Debug)]
-pub struct Module {
+pub(crate) struct Module {
     /// Where it is, for messages.
-    pub file: PathBuf,
+    pub(crate) file: PathBuf,
     /// Its product code: comments and test modules cut out.
-    pub code: String,
+    pub(crate) code: String,
 }
 
 /// Every product module of the crate whose sources are in `src` (test files left out).
-pub fn modules(src: &Path) -> BTreeMap<ModPath, Module> {
+pub(crate) fn modules(src: &Path) -> BTreeMap<ModPath, Module> {
     let mut found = BTreeMap::new();
     collect(src, src, &mut found);
     let test_only: Vec<ModPath> = found
@@ -104,7 +104,7 @@ fn module_path(src: &Path, path: &Path) -> Option<ModPath> {
 }
 
 /// `text` without comments (doc links are not imports) and without `#[cfg(test)]` items.
-pub fn product_code(text: &str) -> String {
+pub(crate) fn product_code(text: &str) -> String {
     let lines: Vec<&str> = text
         .lines()
         .map(|line| match line.find("//") {
@@ -123,11 +123,14 @@ pub fn product_code(text: &str) -> String {
                 skip_item = false;
                 depth = 0;
             }
+            // Kept as an empty line: line numbers stay those of the file.
+            code.push('\n');
             continue;
         }
         if line.trim() == "#[cfg(test)]" {
             skip_item = true;
             depth = 0;
+            code.push('\n');
             continue;
         }
         code.push_str(line);
@@ -149,7 +152,7 @@ fn brace_balance(line: &str) -> i32 {
 /// Every path `code` names from `crate`, `super` or `self`, as written: `use a::{b, c::d}`
 /// is `a::b` and `a::c::d`. Inside an inline `mod name { … }`, `super` is the file's own
 /// module: each level of inline module takes one `super` off (written as `self`).
-pub fn named_paths(code: &str) -> Vec<Vec<String>> {
+pub(crate) fn named_paths(code: &str) -> Vec<Vec<String>> {
     let mut paths = Vec::new();
     let chars: Vec<char> = code.chars().collect();
     let (mut depth, mut inline_opened_at) = (0usize, Vec::new());
@@ -265,7 +268,7 @@ fn read_path(chars: &[char], mut at: usize, mut prefix: Vec<String>) -> (Vec<Vec
 
 /// The module file `path` (named in module `from`) points into, following re-exports; `None`
 /// outside the crate.
-pub fn resolve(
+pub(crate) fn resolve(
     modules: &BTreeMap<ModPath, Module>,
     from: &ModPath,
     path: &[String],
@@ -332,7 +335,7 @@ fn reexport(
         };
         for (path, alias) in use_tree(used) {
             if alias == name {
-                let mut absolute = match path.first().map(String::as_str) {
+                let absolute = match path.first().map(String::as_str) {
                     Some("crate") => path[1..].to_vec(),
                     Some("self") => {
                         let mut p = module.clone();
@@ -418,7 +421,7 @@ fn split_top(list: &str) -> Vec<&str> {
 /// The import edges between the crate's files: module → the modules it imports from. A
 /// module's code naming its own child (`child::f()`, `use child::Thing;`) is an edge too;
 /// re-exporting one (`pub use child::Thing;`) only names it for others.
-pub fn imports(modules: &BTreeMap<ModPath, Module>) -> BTreeMap<ModPath, BTreeSet<ModPath>> {
+pub(crate) fn imports(modules: &BTreeMap<ModPath, Module>) -> BTreeMap<ModPath, BTreeSet<ModPath>> {
     modules
         .iter()
         .map(|(path, module)| {
@@ -470,7 +473,7 @@ fn child_paths(code: &str, children: &[String]) -> Vec<Vec<String>> {
 }
 
 /// Every circle of `edges` (one per strongly connected group of two or more files).
-pub fn circles(edges: &BTreeMap<ModPath, BTreeSet<ModPath>>) -> Vec<Vec<ModPath>> {
+pub(crate) fn circles(edges: &BTreeMap<ModPath, BTreeSet<ModPath>>) -> Vec<Vec<ModPath>> {
     let nodes: Vec<&ModPath> = edges.keys().collect();
     let reach = |from: &ModPath| -> BTreeSet<ModPath> {
         let mut seen = BTreeSet::new();
@@ -504,7 +507,7 @@ pub fn circles(edges: &BTreeMap<ModPath, BTreeSet<ModPath>>) -> Vec<Vec<ModPath>
 }
 
 /// `path` as `crate::a::b`, for messages.
-pub fn shown(path: &ModPath) -> String {
+pub(crate) fn shown(path: &ModPath) -> String {
     std::iter::once("crate")
         .chain(path.iter().map(String::as_str))
         .collect::<Vec<_>>()
@@ -513,18 +516,18 @@ pub fn shown(path: &ModPath) -> String {
 
 /// One function of product code and its length in lines, from `fn` to its closing brace.
 #[derive(Debug)]
-pub struct Function {
+pub(crate) struct Function {
     /// Its name.
-    pub name: String,
-    /// The line its `fn` is on (1-based, in the product code).
-    pub line: usize,
+    pub(crate) name: String,
+    /// The line its `fn` is on (1-based).
+    pub(crate) line: usize,
     /// Its lines.
-    pub lines: usize,
+    pub(crate) lines: usize,
 }
 
 /// Every function of `code` (product code), with its length: braces are counted outside
 /// string and character literals.
-pub fn functions(code: &str) -> Vec<Function> {
+pub(crate) fn functions(code: &str) -> Vec<Function> {
     let lines: Vec<&str> = code.lines().collect();
     let mut found = Vec::new();
     for (at, line) in lines.iter().enumerate() {

@@ -11,8 +11,6 @@ use crate::guard::{ForeignWrite, StatusGuard};
 use svm_api::migration::{MigrationProgress, MigrationStatus, RUNNING, StorageVersionMigration};
 use svm_registry::ApiError;
 
-pub(crate) use svm_api::names::MIGRATOR_FIELD_MANAGER as FIELD_MANAGER;
-
 /// `n` as a status count (`i64`, as the API has it), saturating.
 pub(crate) fn count(n: usize) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
@@ -361,7 +359,8 @@ mod tests {
         let fence =
             svm_registry::Fence::unfenced(storage, tokio_util::sync::CancellationToken::new());
         let source = Source::Ours(
-            svm_registry::Guarded::new(store.clone(), fence).managed_by(FIELD_MANAGER),
+            svm_registry::Guarded::new(store.clone(), fence)
+                .managed_by(svm_api::names::MIGRATOR_FIELD_MANAGER),
         );
         let guard = Mutex::new(StatusGuard::default());
         write_status(&source, "m", &guard, |status, generation| {
