@@ -35,49 +35,14 @@ pub fn watch(cluster: ClusterClient, out: latest::Sender<Option<GroupServing>>) 
             tx,
             |update| update,
         );
-        let mut group: BTreeMap<String, APIService> = BTreeMap::new();
-        let mut listed = false;
+        let mut group = GroupApiServices::default();
         while let Some(update) = updates.recv().await {
-            let changed = match update {
-                Update::Relisted(all) => {
-                    group = all
-                        .into_iter()
-                        .filter(in_group)
-                        .map(|a| (name_of(&a), a))
-                        .collect();
-                    listed = true;
-                    true
-                }
-                Update::Applied(apiservice) if in_group(&apiservice) => {
-                    group.insert(name_of(&apiservice), apiservice);
-                    true
-                }
-                Update::Deleted(apiservice) if in_group(&apiservice) => {
-                    group.remove(&name_of(&apiservice));
-                    true
-                }
-                Update::Applied(_) | Update::Deleted(_) => false,
-                Update::Failed(err) => {
-                    tracing::warn!(error = %err, "the APIService watch failed; the API mode stays as it was until it is back");
-                    false
-                }
-            };
-            if !changed || !listed {
+            if !group.apply(update) || !group.listed {
                 continue;
             }
-            let apiservices: Vec<APIService> = group.values().cloned().collect();
-            let discovered = if apiservices.is_empty() {
-                match discovered_versions(&cluster).await {
-                    Ok(versions) => versions,
-                    Err(err) => {
-                        tracing::warn!(error = %err, "reading the discovery of {GROUP} failed; the API mode stays as it was");
-                        continue;
-                    }
-                }
-            } else {
-                Vec::new()
+            let Some(serving) = group.serving(&cluster).await else {
+                continue;
             };
-            let serving = GroupServing::from_apiservices(&apiservices, &discovered);
             let sent = out.send_if_modified(|current| {
                 if current.as_ref() == Some(&serving) {
                     false
@@ -92,4 +57,60 @@ pub fn watch(cluster: ClusterClient, out: latest::Sender<Option<GroupServing>>) 
         }
         lister.abort();
     })
+}
+
+/// The APIServices of our group, as the watch has told them.
+#[derive(Default)]
+struct GroupApiServices {
+    by_name: BTreeMap<String, APIService>,
+    /// Whether the first list came.
+    listed: bool,
+}
+
+impl GroupApiServices {
+    /// Takes in `update`; true when it changed what is known of the group.
+    fn apply(&mut self, update: Update<APIService>) -> bool {
+        match update {
+            Update::Relisted(all) => {
+                self.by_name = all
+                    .into_iter()
+                    .filter(in_group)
+                    .map(|a| (name_of(&a), a))
+                    .collect();
+                self.listed = true;
+                true
+            }
+            Update::Applied(apiservice) if in_group(&apiservice) => {
+                self.by_name.insert(name_of(&apiservice), apiservice);
+                true
+            }
+            Update::Deleted(apiservice) if in_group(&apiservice) => {
+                self.by_name.remove(&name_of(&apiservice));
+                true
+            }
+            Update::Applied(_) | Update::Deleted(_) => false,
+            Update::Failed(err) => {
+                tracing::warn!(error = %err, "the APIService watch failed; the API mode stays as it was until it is back");
+                false
+            }
+        }
+    }
+
+    /// Who serves the group: from the APIServices, or from discovery when there are none;
+    /// `None` when discovery does not answer (the mode stays as it was).
+    async fn serving(&self, cluster: &ClusterClient) -> Option<GroupServing> {
+        let apiservices: Vec<APIService> = self.by_name.values().cloned().collect();
+        let discovered = if apiservices.is_empty() {
+            match discovered_versions(cluster).await {
+                Ok(versions) => versions,
+                Err(err) => {
+                    tracing::warn!(error = %err, "reading the discovery of {GROUP} failed; the API mode stays as it was");
+                    return None;
+                }
+            }
+        } else {
+            Vec::new()
+        };
+        Some(GroupServing::from_apiservices(&apiservices, &discovered))
+    }
 }

@@ -256,9 +256,34 @@ fn annotated(uid: Option<&str>, history: bool) -> BTreeMap<String, String> {
 
 fn plan_state(ksvm: &StorageState, ours: Option<&StorageState>) -> StatePlan {
     let resource = &ksvm.spec.resource;
+    if resource.resource.is_empty() {
+        return StatePlan {
+            name: ksvm.metadata.name.clone().unwrap_or_default(),
+            action: Action::Skip("spec.resource.resource is empty".into()),
+            object: ksvm.clone(),
+        };
+    }
     let name = InternalState::name_for(&resource.group, &resource.resource);
-    // What KSVM says objects may be stored in: its persisted hashes and its current one
-    // (KSVM appends the current hash to the persisted ones; a hand-edited object may not).
+    let theirs = ksvm_hashes(ksvm);
+    match ours {
+        None => StatePlan {
+            action: Action::Create,
+            object: created_state(ksvm, &name, theirs),
+            name,
+        },
+        Some(ours) => merged_state(
+            ours,
+            name,
+            &theirs,
+            &ksvm.status.current_storage_version_hash,
+        ),
+    }
+}
+
+/// What KSVM says objects may be stored in: its persisted hashes and its current one (KSVM
+/// appends the current hash to the persisted ones; a hand-edited object may not); `Unknown`
+/// when it names none.
+fn ksvm_hashes(ksvm: &StorageState) -> Vec<String> {
     let mut theirs: Vec<String> = ksvm.status.persisted_storage_version_hashes.clone();
     if theirs.is_empty() {
         theirs.push(UNKNOWN_HASH.to_string());
@@ -267,53 +292,47 @@ fn plan_state(ksvm: &StorageState, ours: Option<&StorageState>) -> StatePlan {
     if !current.is_empty() && !theirs.contains(current) {
         theirs.push(current.clone());
     }
-    if resource.resource.is_empty() {
-        return StatePlan {
-            name: ksvm.metadata.name.clone().unwrap_or_default(),
-            action: Action::Skip("spec.resource.resource is empty".into()),
-            object: ksvm.clone(),
-        };
-    }
-    match ours {
-        None => StatePlan {
-            name: name.clone(),
-            action: Action::Create,
-            object: StorageState {
-                metadata: ObjectMeta {
-                    name: Some(name),
-                    annotations: Some(annotated(ksvm.metadata.uid.as_deref(), false)),
-                    ..Default::default()
-                },
-                spec: ksvm.spec.clone(),
-                status: StorageStateStatus {
-                    persisted_storage_version_hashes: theirs,
-                    current_storage_version_hash: current.clone(),
-                    last_heartbeat_time: ksvm.status.last_heartbeat_time.clone(),
-                },
-            },
+    theirs
+}
+
+/// A StorageState made from KSVM's, with its hashes `theirs`.
+fn created_state(ksvm: &StorageState, name: &str, theirs: Vec<String>) -> StorageState {
+    StorageState {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            annotations: Some(annotated(ksvm.metadata.uid.as_deref(), false)),
+            ..Default::default()
         },
-        Some(ours) => {
-            let mut next = ours.clone();
-            let persisted = &mut next.status.persisted_storage_version_hashes;
-            let added: Vec<String> = theirs
-                .iter()
-                .filter(|h| !persisted.contains(h))
-                .cloned()
-                .collect();
-            persisted.extend(added.iter().cloned());
-            if next.status.current_storage_version_hash.is_empty() {
-                next.status.current_storage_version_hash = current.clone();
-            }
-            StatePlan {
-                name,
-                action: if added.is_empty() {
-                    Action::Unchanged
-                } else {
-                    Action::AddHashes(added)
-                },
-                object: next,
-            }
-        }
+        spec: ksvm.spec.clone(),
+        status: StorageStateStatus {
+            persisted_storage_version_hashes: theirs,
+            current_storage_version_hash: ksvm.status.current_storage_version_hash.clone(),
+            last_heartbeat_time: ksvm.status.last_heartbeat_time.clone(),
+        },
+    }
+}
+
+/// Ours with KSVM's hashes added (never fewer than either had).
+fn merged_state(ours: &StorageState, name: String, theirs: &[String], current: &str) -> StatePlan {
+    let mut next = ours.clone();
+    let persisted = &mut next.status.persisted_storage_version_hashes;
+    let added: Vec<String> = theirs
+        .iter()
+        .filter(|h| !persisted.contains(h))
+        .cloned()
+        .collect();
+    persisted.extend(added.iter().cloned());
+    if next.status.current_storage_version_hash.is_empty() {
+        next.status.current_storage_version_hash = current.to_string();
+    }
+    StatePlan {
+        name,
+        action: if added.is_empty() {
+            Action::Unchanged
+        } else {
+            Action::AddHashes(added)
+        },
+        object: next,
     }
 }
 

@@ -149,6 +149,13 @@ impl MigratorMetrics {
 
     /// Registers every series in `registry`.
     pub fn register(&self, registry: &mut Registry) {
+        self.register_progress(registry);
+        self.register_requests(registry);
+        self.register_load(registry);
+    }
+
+    /// What the migrations did: objects, outcomes, reads, migrations by status.
+    fn register_progress(&self, registry: &mut Registry) {
         registry.register(
             "storage_migrator_core_migrator_migrated_objects",
             "The number of objects migrated, per resource.",
@@ -163,22 +170,6 @@ impl MigratorMetrics {
             "storage_migrator_core_migrator_migrations",
             "The number of migrations that ended, per resource and status.",
             self.migrations.clone(),
-        );
-        registry.register(
-            "storage_migrator_core_migrator_request_duration_seconds",
-            "Latency of the migrator's requests to the kube-apiserver, by verb and code.",
-            self.request_duration.clone(),
-        );
-        registry.register(
-            "storage_migrator_core_migrator_retries",
-            "Requests retried after a retriable error, by resource and reason.",
-            self.retries.clone(),
-        );
-        registry.register(
-            "svm_migrator_retries_exhausted",
-            "Requests whose retriable error outlived their retries, by resource and reason; \
-             their migration pauses and resumes from its checkpoint.",
-            self.retries_exhausted.clone(),
         );
         registry.register(
             "svm_migrations_yielded",
@@ -202,11 +193,35 @@ impl MigratorMetrics {
             "StorageVersionMigrations in the store, by status (Pending, Running, Succeeded, Failed)",
             self.migrations_by_status.clone(),
         );
+    }
+
+    /// How the migrator's requests fared: latency, retries, APF rejections.
+    fn register_requests(&self, registry: &mut Registry) {
+        registry.register(
+            "storage_migrator_core_migrator_request_duration_seconds",
+            "Latency of the migrator's requests to the kube-apiserver, by verb and code.",
+            self.request_duration.clone(),
+        );
+        registry.register(
+            "storage_migrator_core_migrator_retries",
+            "Requests retried after a retriable error, by resource and reason.",
+            self.retries.clone(),
+        );
+        registry.register(
+            "svm_migrator_retries_exhausted",
+            "Requests whose retriable error outlived their retries, by resource and reason; \
+             their migration pauses and resumes from its checkpoint.",
+            self.retries_exhausted.clone(),
+        );
         registry.register(
             "svm_migrator_apf_rejections",
             "Requests rejected by API Priority and Fairness (429 with the X-Kubernetes-PF-* headers)",
             self.apf_rejections.clone(),
         );
+    }
+
+    /// The load the migrator allows itself, and what it reads of others'.
+    fn register_load(&self, registry: &mut Registry) {
         registry.register(
             "svm_migrator_rate_limit_qps",
             "The migrator's request rate in force: --qps, or lower while APF rejects (0: unlimited)",

@@ -531,97 +531,159 @@ where
     R: FnMut(Account) -> F,
     F: Future<Output = Result<Sample, Unreadable>>,
 {
-    let mut judge = Judge::default();
-    let mut before: Option<Before> = None;
-    let mut pace = Pace::default();
-    let mut choice = Choice::default();
+    let mut watching = Watching::default();
     loop {
+        match watching.step(&sources, &mut read).await {
+            Next::Wait(period) => tokio::time::sleep(period).await,
+            Next::Again => {}
+            Next::Stop => return,
+        }
+    }
+}
+
+/// What [`watch_with`] does after a step.
+enum Next {
+    Wait(Duration),
+    Again,
+    /// Neither account may be read: the latency rule stays in charge.
+    Stop,
+}
+
+/// What [`watch_with`] keeps between readings.
+#[derive(Default)]
+struct Watching {
+    judge: Judge,
+    before: Option<Before>,
+    pace: Pace,
+    choice: Choice,
+}
+
+/// One reading as it came back.
+struct Reading {
+    sample: Sample,
+    at: Instant,
+    /// Ours in flight: the most of when it was asked for and when it came back.
+    ours: usize,
+    patches_sent: u64,
+    /// The resources being migrated when it came back.
+    migrating: Vec<String>,
+}
+
+impl Reading {
+    fn into_before(self) -> Before {
+        Before {
+            sample: self.sample,
+            at: self.at,
+            migrating: self.migrating,
+            patches_sent: self.patches_sent,
+        }
+    }
+}
+
+impl Watching {
+    /// One reading and what it says, or a wait while nothing is sent.
+    async fn step<R, F>(&mut self, sources: &Sources<'_>, read: &mut R) -> Next
+    where
+        R: FnMut(Account) -> F,
+        F: Future<Output = Result<Sample, Unreadable>>,
+    {
         // From the moment a migration starts (its discovery and preflight come before its
         // first PATCH), so that the first verdict is there about when the PATCHes start.
         if !sources.pressure.patching() && sources.migrating.is_empty() {
             // The counts go stale while nothing is sent: the next run starts afresh, and
             // tries the cheap account again (a FlowSchema may have been applied since).
-            before = None;
-            pace = Pace::default();
-            choice = Choice::default();
-            tokio::time::sleep(WAKE).await;
-            continue;
+            let judge = std::mem::take(&mut self.judge);
+            *self = Watching {
+                judge,
+                ..Watching::default()
+            };
+            return Next::Wait(WAKE);
         }
         // Ours in flight when the reading was asked for and when it came back: those that
         // ended in between were counted by kube-apiserver as executing (at a page's end all
         // of its PATCHes end together), those that started may have been.
         let ours_before = sources.pressure.requests_in_flight();
-        let account = choice.retry_at_a_new_migration(sources.migrating.started());
-        let sample = match take(&mut read, account, &mut choice, &sources).await {
+        let account = self
+            .choice
+            .retry_at_a_new_migration(sources.migrating.started());
+        let sample = match take(read, account, &mut self.choice, sources).await {
             Taken::Sample(sample) => sample,
             // The reading before (if any) still measures the next rate.
-            Taken::FellBack => continue,
+            Taken::FellBack => return Next::Again,
             Taken::Transient => {
                 sources.pressure.neighbours(Neighbours::Unknown);
-                before = None;
-                tokio::time::sleep(PERIOD).await;
-                continue;
+                self.before = None;
+                return Next::Wait(PERIOD);
             }
             Taken::Never => {
                 sources.pressure.neighbours(Neighbours::Unknown);
-                return;
+                return Next::Stop;
             }
         };
-        let now = Instant::now();
-        let ours = ours_before.max(sources.pressure.requests_in_flight());
-        let patches_sent = sources.pressure.patches_sent();
-        let mut seen = sample.observe(ours);
-        // The resources migrated since the reading before, a migration that ended meanwhile's
-        // too: its last PATCHes are in this reading's counts.
-        let mut migrating = sources.migrating.now();
-        let current = migrating.clone();
-        let Some(earlier) = before.take() else {
+        let reading = Reading {
+            sample,
+            at: Instant::now(),
+            ours: ours_before.max(sources.pressure.requests_in_flight()),
+            patches_sent: sources.pressure.patches_sent(),
+            migrating: sources.migrating.now(),
+        };
+        self.weigh(reading, account, sources)
+    }
+
+    /// What `reading` says against the one before, told to the pool.
+    fn weigh(&mut self, reading: Reading, account: Account, sources: &Sources<'_>) -> Next {
+        let Some(earlier) = self.before.take() else {
             // A rate needs two readings: the verdict waits for the second.
-            before = Some(Before {
-                sample,
-                at: now,
-                migrating,
-                patches_sent,
-            });
-            tokio::time::sleep(FIRST_PERIOD).await;
-            continue;
+            self.before = Some(reading.into_before());
+            return Next::Wait(FIRST_PERIOD);
         };
         if account == Account::PriorityLevels
-            && patches_sent - earlier.patches_sent >= UNCOUNTED_PATCHES
-            && !sample.own_level_counts_ours(&earlier.sample)
+            && reading.patches_sent - earlier.patches_sent >= UNCOUNTED_PATCHES
+            && !reading.sample.own_level_counts_ours(&earlier.sample)
         {
             tracing::info!(
                 level = OWN_LEVEL,
                 "the migrator's requests are not dispatched in its own priority level (no FlowSchema matches them): reading kube-apiserver's /metrics"
             );
-            choice.fall_back(sources.migrating.started());
-            continue;
+            self.choice.fall_back(sources.migrating.started());
+            return Next::Again;
         }
-        let elapsed = now.duration_since(earlier.at).as_secs_f64().max(0.001);
-        migrating.extend(earlier.migrating);
-        seen.others_rate = sample
-            .others_since(&earlier.sample, &migrating)
-            .map(|requests| others_rate(requests, elapsed));
-        let was_busy = judge.busy;
-        let verdict = judge.judge(seen);
-        if verdict == Neighbours::Busy && !was_busy {
-            let busiest = sample
-                .others_by_series(&earlier.sample, &migrating)
-                .and_then(|s| s.first().map(|(series, n)| format!("{series}: {n}")));
-            tracing::info!(others_executing = seen.others, others_per_second = ?seen.others_rate, ?busiest, ?account, "kube-apiserver is shared: PATCHes follow latency");
-        }
-        before = Some(Before {
-            sample,
-            at: now,
-            migrating: current,
-            patches_sent,
-        });
+        let verdict = self.verdict(&reading, earlier, account);
+        self.before = Some(reading.into_before());
         sources
             .metrics
             .apiserver_shared
             .set(i64::from(verdict == Neighbours::Busy));
         sources.pressure.neighbours(verdict);
-        tokio::time::sleep(pace.after(verdict)).await;
+        Next::Wait(self.pace.after(verdict))
+    }
+
+    /// The judge's verdict on the others' work between `earlier` and `reading`.
+    fn verdict(&mut self, reading: &Reading, earlier: Before, account: Account) -> Neighbours {
+        let mut seen = reading.sample.observe(reading.ours);
+        let elapsed = reading
+            .at
+            .duration_since(earlier.at)
+            .as_secs_f64()
+            .max(0.001);
+        // The resources migrated since the reading before, a migration that ended meanwhile's
+        // too: its last PATCHes are in this reading's counts.
+        let mut migrating = reading.migrating.clone();
+        migrating.extend(earlier.migrating);
+        seen.others_rate = reading
+            .sample
+            .others_since(&earlier.sample, &migrating)
+            .map(|requests| others_rate(requests, elapsed));
+        let was_busy = self.judge.busy;
+        let verdict = self.judge.judge(seen);
+        if verdict == Neighbours::Busy && !was_busy {
+            let busiest = reading
+                .sample
+                .others_by_series(&earlier.sample, &migrating)
+                .and_then(|s| s.first().map(|(series, n)| format!("{series}: {n}")));
+            tracing::info!(others_executing = seen.others, others_per_second = ?seen.others_rate, ?busiest, ?account, "kube-apiserver is shared: PATCHes follow latency");
+        }
+        verdict
     }
 }
 

@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use super::MigratorContext;
+use super::concurrency::Epoch;
 use super::events::Reason;
 use super::failures::{self, FailureLog, failures_text};
 use super::metrics::{MigrationLabels, ResourceLabel, RetryLabels};
@@ -594,20 +595,9 @@ impl Runner {
         progress: &mut MigrationProgress,
         mut events: InitialEvents,
     ) -> Result<StreamEnd, RunError> {
-        let chunk = usize::try_from(self.context.settings.chunk_size)
-            .unwrap_or(usize::MAX)
-            .max(1);
-        let max = self.context.settings.watch_list_max_objects;
         let group_resource = resource.group_resource();
-        let skip_through = progress.migrated_through.clone();
-        let mut window = Window::new();
+        let mut state = Pipeline::new(&self.context.settings, progress);
         let mut in_flight = FuturesUnordered::new();
-        // Refused objects not yet in the done prefix, by sequence number: counted when they
-        // join it, so a checkpoint never names an object a restart would PATCH again.
-        let mut refused = BTreeMap::new();
-        let mut unsaved = Joined::default();
-        let mut arrived = 0;
-        let mut progressed = false;
         let end = loop {
             if self.stopped() {
                 return Err(RunError::Stopped);
@@ -616,53 +606,72 @@ impl Runner {
                 biased;
                 () = self.cancel.cancelled() => return Err(RunError::Stopped),
                 Some(finished) = in_flight.next(), if !in_flight.is_empty() => {
-                    unsaved.add(self.join(&mut window, &mut refused, finished?));
-                    if unsaved.objects >= chunk {
-                        self.save_prefix(label, progress, &window, unsaved, None, "").await?;
-                        unsaved = Joined::default();
-                    }
+                    self.joined(&mut state, label, progress, finished?).await?;
                 }
-                step = events.next(), if window.len() < self.window_size() => match step {
-                    Initial::Object(object) => {
-                        arrived += 1;
-                        if arrived > max {
-                            break StreamEnd::TooLarge;
+                step = events.next(), if state.window.len() < self.window_size() => match step {
+                    Initial::Object(object) => match state.arrive(object.key()) {
+                        Arrival::Patch(seq) => {
+                            let group_resource = &group_resource;
+                            in_flight.push(async move {
+                                self.patch_object(resource, group_resource, &object)
+                                    .await
+                                    .map(|refusal| (seq, refusal))
+                            });
                         }
-                        let key = object.key();
-                        if !skip_through.is_empty() && key <= skip_through {
-                            if let Err(err) = window.pass(key) {
-                                break StreamEnd::out_of_order(&err);
-                            }
-                            continue;
-                        }
-                        let seq = match window.admit(key) {
-                            Ok(seq) => seq,
-                            Err(err) => break StreamEnd::out_of_order(&err),
-                        };
-                        progressed = true;
-                        let group_resource = &group_resource;
-                        in_flight.push(async move {
-                            self.patch_object(resource, group_resource, &object)
-                                .await
-                                .map(|refusal| (seq, refusal))
-                        });
-                    }
+                        Arrival::Passed => {}
+                        Arrival::End(end) => break end,
+                    },
                     Initial::End { resource_version } => {
                         break StreamEnd::Complete(resource_version);
                     }
-                    Initial::Broken(why) => break StreamEnd::Cut { why, progressed },
+                    Initial::Broken(why) => {
+                        break StreamEnd::Cut { why, progressed: state.progressed };
+                    }
                 },
             }
         };
         while let Some(finished) = in_flight.next().await {
-            unsaved.add(self.join(&mut window, &mut refused, finished?));
+            let joined = self.join(&mut state.window, &mut state.refused, finished?);
+            state.unsaved.add(joined);
         }
+        self.end_pipeline(label, progress, state, end).await
+    }
+
+    /// An object PATCHed (or refused): what joins the done prefix is counted, and every
+    /// `--chunk-size` of them checkpointed.
+    async fn joined(
+        &self,
+        state: &mut Pipeline,
+        label: &ResourceLabel,
+        progress: &mut MigrationProgress,
+        finished: (u64, Option<ObjectFailure>),
+    ) -> Result<(), RunError> {
+        let joined = self.join(&mut state.window, &mut state.refused, finished);
+        state.unsaved.add(joined);
+        if state.unsaved.objects >= state.chunk {
+            let unsaved = std::mem::take(&mut state.unsaved);
+            self.save_prefix(label, progress, &state.window, unsaved, None, "")
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// The last checkpoint of a stream, everything admitted finished: at its end nothing
+    /// remains; cut short, the done prefix is saved if it moved.
+    async fn end_pipeline(
+        &self,
+        label: &ResourceLabel,
+        progress: &mut MigrationProgress,
+        state: Pipeline,
+        end: StreamEnd,
+    ) -> Result<StreamEnd, RunError> {
+        let unsaved = state.unsaved;
         match end {
             StreamEnd::Complete(resource_version) => {
                 self.save_prefix(
                     label,
                     progress,
-                    &window,
+                    &state.window,
                     unsaved,
                     Some(0),
                     &resource_version,
@@ -671,8 +680,9 @@ impl Runner {
                 Ok(StreamEnd::Complete(resource_version))
             }
             other => {
-                if unsaved.objects > 0 || window.through() > progress.migrated_through.as_str() {
-                    self.save_prefix(label, progress, &window, unsaved, None, "")
+                let moved = state.window.through() > progress.migrated_through.as_str();
+                if unsaved.objects > 0 || moved {
+                    self.save_prefix(label, progress, &state.window, unsaved, None, "")
                         .await?;
                 }
                 Ok(other)
@@ -969,62 +979,13 @@ impl Runner {
         F: Fn() -> Fut,
         Fut: Future<Output = Result<T, ClusterError>>,
     {
-        let backoff = self.context.settings.backoff;
-        let pressure = &self.context.pressure;
-        // Only PATCHes take a slot and feed the concurrency limit: their latency is what
-        // queueing in the apiserver shows in; a page or a stream takes long for other reasons.
-        let patch = verb == "patch";
         let mut attempt = 0;
         loop {
-            pressure.token().await;
-            let slot = if patch {
-                Some(pressure.slot().await)
-            } else {
-                None
-            };
-            // A read is counted while it executes, so that kube-apiserver's counts of others
-            // leave it out; the open stream holds no seat.
-            let reading = (!patch && verb != "watch").then(|| pressure.reading());
-            let started = Instant::now();
-            let result = call().await;
-            let latency = started.elapsed();
-            drop(reading);
-            let sent_in = slot.as_ref().map(Slot::epoch);
-            drop(slot);
-            let metrics = &self.context.metrics;
-            let code = match &result {
-                Ok(_) => Some(200),
-                Err(err) => err.code(),
-            };
-            metrics.observe_request(verb, code, latency.as_secs_f64());
-            let reaction = pressure.answered(&result, latency, sent_in);
-            metrics.rate_limit.set(pressure.rate());
-            metrics.patch_concurrency.set(count(pressure.concurrency()));
-            if let Some((level, rate)) = &reaction.apf {
-                metrics.apf_rejections.inc();
-                tracing::info!(%resource, verb, priority_level = %level, rate, "API Priority and Fairness rejected a request; lowering the pool's rate");
-            }
-            if let Some(step) = reaction.step {
-                tracing::debug!(%resource, ?step, limit = pressure.concurrency(), "PATCH concurrency");
-            }
-            match result {
+            match self.send_once(resource, verb, &call).await {
                 Err(err) if err.is_retriable() && retry(&err) && !self.stopped() => {
-                    let labels = RetryLabels {
-                        resource: resource.to_string(),
-                        reason: err
-                            .code()
-                            .map_or_else(|| "transport".into(), |c| c.to_string()),
-                    };
-                    if attempt >= backoff.max_retries {
-                        // Left to the migration-level retry (a pause, then on from the
-                        // checkpoint): counted apart, so every retriable answer is in one of
-                        // the two counters.
-                        metrics.retries_exhausted.get_or_create(&labels).inc();
+                    let Some(delay) = self.next_retry(resource, verb, attempt, &err) else {
                         return Err(err);
-                    }
-                    metrics.retries.get_or_create(&labels).inc();
-                    let delay = backoff.delay(attempt, err.retry_after());
-                    tracing::debug!(%resource, verb, attempt, ?delay, error = %err, "retrying");
+                    };
                     tokio::select! {
                         _ = tokio::time::sleep(delay) => {}
                         _ = self.cancel.cancelled() => return Err(err),
@@ -1034,6 +995,99 @@ impl Runner {
                 other => return other,
             }
         }
+    }
+
+    /// One request within the pool's budget — a token, and a PATCH slot for a PATCH — its
+    /// answer told to the pool's pressure and the metrics.
+    async fn send_once<T, F, Fut>(
+        &self,
+        resource: &str,
+        verb: &str,
+        call: &F,
+    ) -> Result<T, ClusterError>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, ClusterError>>,
+    {
+        let pressure = &self.context.pressure;
+        // Only PATCHes take a slot and feed the concurrency limit: their latency is what
+        // queueing in the apiserver shows in; a page or a stream takes long for other reasons.
+        let patch = verb == "patch";
+        pressure.token().await;
+        let slot = if patch {
+            Some(pressure.slot().await)
+        } else {
+            None
+        };
+        // A read is counted while it executes, so that kube-apiserver's counts of others
+        // leave it out; the open stream holds no seat.
+        let reading = (!patch && verb != "watch").then(|| pressure.reading());
+        let started = Instant::now();
+        let result = call().await;
+        let latency = started.elapsed();
+        drop(reading);
+        let sent_in = slot.as_ref().map(Slot::epoch);
+        drop(slot);
+        self.observe_answer(resource, verb, &result, latency, sent_in);
+        result
+    }
+
+    /// Tells the pool's pressure and the metrics how a request was answered, and logs what
+    /// the pressure made of it.
+    fn observe_answer<T>(
+        &self,
+        resource: &str,
+        verb: &str,
+        result: &Result<T, ClusterError>,
+        latency: Duration,
+        sent_in: Option<Epoch>,
+    ) {
+        let pressure = &self.context.pressure;
+        let metrics = &self.context.metrics;
+        let code = match result {
+            Ok(_) => Some(200),
+            Err(err) => err.code(),
+        };
+        metrics.observe_request(verb, code, latency.as_secs_f64());
+        let reaction = pressure.answered(result, latency, sent_in);
+        metrics.rate_limit.set(pressure.rate());
+        metrics.patch_concurrency.set(count(pressure.concurrency()));
+        if let Some((level, rate)) = &reaction.apf {
+            metrics.apf_rejections.inc();
+            tracing::info!(%resource, verb, priority_level = %level, rate, "API Priority and Fairness rejected a request; lowering the pool's rate");
+        }
+        if let Some(step) = reaction.step {
+            tracing::debug!(%resource, ?step, limit = pressure.concurrency(), "PATCH concurrency");
+        }
+    }
+
+    /// How long before retry `attempt` of a request that failed retriably with `err`;
+    /// `None` once its retries are spent.
+    fn next_retry(
+        &self,
+        resource: &str,
+        verb: &str,
+        attempt: u32,
+        err: &ClusterError,
+    ) -> Option<Duration> {
+        let backoff = self.context.settings.backoff;
+        let metrics = &self.context.metrics;
+        let labels = RetryLabels {
+            resource: resource.to_string(),
+            reason: err
+                .code()
+                .map_or_else(|| "transport".into(), |c| c.to_string()),
+        };
+        if attempt >= backoff.max_retries {
+            // Left to the migration-level retry (a pause, then on from the checkpoint):
+            // counted apart, so every retriable answer is in one of the two counters.
+            metrics.retries_exhausted.get_or_create(&labels).inc();
+            return None;
+        }
+        metrics.retries.get_or_create(&labels).inc();
+        let delay = backoff.delay(attempt, err.retry_after());
+        tracing::debug!(%resource, verb, attempt, ?delay, error = %err, "retrying");
+        Some(delay)
     }
 
     /// Records the failure (Failed=True, Running=False) and says so in an event.
@@ -1074,6 +1128,73 @@ impl Runner {
             Err(StatusWriteError::Gone | StatusWriteError::Deposed(_)) => Outcome::Stopped,
             Err(StatusWriteError::Yielded(foreign)) => Outcome::Yielded(foreign),
             Err(err) => Outcome::RetryLater(err.to_string()),
+        }
+    }
+}
+
+/// What [`Runner::pipeline`] keeps while it reads a stream.
+struct Pipeline {
+    /// Objects between checkpoints (`--chunk-size`).
+    chunk: usize,
+    /// Objects a stream may bring at most (`--watch-list-max-objects`).
+    max: usize,
+    /// The checkpoint the run resumed from: objects at or below it only pass.
+    skip_through: String,
+    window: Window,
+    /// Refused objects not yet in the done prefix, by sequence number: counted when they
+    /// join it, so a checkpoint never names an object a restart would PATCH again.
+    refused: BTreeMap<u64, ObjectFailure>,
+    /// Joined the done prefix since the last checkpoint.
+    unsaved: Joined,
+    arrived: usize,
+    /// Whether any object was admitted to be PATCHed.
+    progressed: bool,
+}
+
+/// What becomes of an object that arrived.
+enum Arrival {
+    /// PATCH it, as sequence number `seq` of the window.
+    Patch(u64),
+    /// At or below the checkpoint: done already.
+    Passed,
+    /// The stream ends here.
+    End(StreamEnd),
+}
+
+impl Pipeline {
+    fn new(settings: &super::Settings, progress: &MigrationProgress) -> Self {
+        Self {
+            chunk: usize::try_from(settings.chunk_size)
+                .unwrap_or(usize::MAX)
+                .max(1),
+            max: settings.watch_list_max_objects,
+            skip_through: progress.migrated_through.clone(),
+            window: Window::new(),
+            refused: BTreeMap::new(),
+            unsaved: Joined::default(),
+            arrived: 0,
+            progressed: false,
+        }
+    }
+
+    /// Takes in the object of `key`.
+    fn arrive(&mut self, key: String) -> Arrival {
+        self.arrived += 1;
+        if self.arrived > self.max {
+            return Arrival::End(StreamEnd::TooLarge);
+        }
+        if !self.skip_through.is_empty() && key <= self.skip_through {
+            return match self.window.pass(key) {
+                Ok(()) => Arrival::Passed,
+                Err(err) => Arrival::End(StreamEnd::out_of_order(&err)),
+            };
+        }
+        match self.window.admit(key) {
+            Ok(seq) => {
+                self.progressed = true;
+                Arrival::Patch(seq)
+            }
+            Err(err) => Arrival::End(StreamEnd::out_of_order(&err)),
         }
     }
 }

@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use svm_registry::Fence;
 use svm_registry::fence::term_key;
-use svm_storage::{Compare, Op, Revision, Storage, Txn, TxnOutcome};
+use svm_storage::{Compare, KeyValue, Op, Revision, Storage, Txn, TxnOutcome};
 
 /// How this replica takes part in the election (flags of `serve`).
 #[derive(Clone, Debug)]
@@ -154,35 +154,51 @@ impl LeaderElector {
                 Compare::Absent(self.key.clone())
             }
             Some(kv) => {
-                let record: Option<LeaderRecord> = serde_json::from_slice(&kv.value).ok();
-                // Only this process writes its identity (it carries a random suffix), so a
-                // record naming us while our term lasts is ours — even when the answer to our
-                // last renewal was lost and its mod revision is new to us.
-                let ours = self.term.is_some()
-                    && record
-                        .as_ref()
-                        .is_some_and(|r| r.holder_identity == self.config.identity);
-                if !ours {
-                    self.step_down();
-                    let now = Instant::now();
-                    match self.observed {
-                        Some((revision, since)) if revision == kv.mod_revision => {
-                            if now.duration_since(since) < self.config.lease_duration {
-                                return false;
-                            }
-                        }
-                        _ => {
-                            self.observed = Some((kv.mod_revision, now));
-                            return false;
-                        }
-                    }
-                    // Unchanged for a whole lease duration: the holder is gone.
-                    self.transitions = record.map_or(0, |r| r.leader_transitions + 1);
-                    self.acquired_at = svm_registry::now_text();
+                if !self.may_write_over(kv) {
+                    return false;
                 }
                 Compare::ModRevision(self.key.clone(), kv.mod_revision)
             }
         };
+        self.write_record(compare).await
+    }
+
+    /// Whether the record `kv` may be written over: it is ours, or its holder left it
+    /// unchanged for a whole lease duration (then this replica takes over).
+    fn may_write_over(&mut self, kv: &KeyValue) -> bool {
+        let record: Option<LeaderRecord> = serde_json::from_slice(&kv.value).ok();
+        // Only this process writes its identity (it carries a random suffix), so a record
+        // naming us while our term lasts is ours — even when the answer to our last renewal
+        // was lost and its mod revision is new to us.
+        let ours = self.term.is_some()
+            && record
+                .as_ref()
+                .is_some_and(|r| r.holder_identity == self.config.identity);
+        if ours {
+            return true;
+        }
+        self.step_down();
+        let now = Instant::now();
+        match self.observed {
+            Some((revision, since)) if revision == kv.mod_revision => {
+                if now.duration_since(since) < self.config.lease_duration {
+                    return false;
+                }
+            }
+            _ => {
+                self.observed = Some((kv.mod_revision, now));
+                return false;
+            }
+        }
+        // Unchanged for a whole lease duration: the holder is gone.
+        self.transitions = record.map_or(0, |r| r.leader_transitions + 1);
+        self.acquired_at = svm_registry::now_text();
+        true
+    }
+
+    /// Writes our record if `compare` still holds (and, for a new term, the term record);
+    /// true when it did.
+    async fn write_record(&mut self, compare: Compare) -> bool {
         let acquiring = self.term.is_none();
         let mut ops = vec![Op::Put(self.key.clone(), self.record())];
         if acquiring {
@@ -251,63 +267,16 @@ impl LeaderElector {
         F: FnMut(Fence) -> Fut,
         Fut: std::future::Future<Output = ()> + Send + 'static,
     {
-        let retry = self.config.retry_period;
-        let deadline = self.config.renew_deadline;
         loop {
-            // Campaign. A lease is counted from when the attempt began (its write may have
-            // waited in the store).
-            let mut renewed;
-            loop {
-                if shutdown.is_cancelled() {
-                    return;
-                }
-                let started = Instant::now();
-                if self.attempt_within(deadline).await {
-                    renewed = started;
-                    break;
-                }
-                tokio::select! {
-                    _ = tokio::time::sleep(retry) => {}
-                    _ = shutdown.cancelled() => return,
-                }
-            }
-            // Lead, renewing; stop at once when renewal fails past the deadline.
+            let Some(renewed) = self.campaign(&shutdown).await else {
+                return;
+            };
             let leading = shutdown.child_token();
             let Some(fence) = self.fence(leading.clone()) else {
                 continue;
             };
-            let term = self.term;
-            let mut work = tokio::spawn(lead(fence));
-            // Whether `work` has already been awaited to completion: a JoinHandle must not
-            // be polled again after it finished (shutdown also cancels the work, so both
-            // branches below can be ready at once).
-            let mut work_done = false;
-            let lost = loop {
-                tokio::select! {
-                    biased;
-                    _ = shutdown.cancelled() => break false,
-                    // A fenced write found the term over.
-                    _ = leading.cancelled() => break true,
-                    _ = &mut work => {
-                        work_done = true;
-                        // Ended by itself (only a bug does), or stopped by a refused write.
-                        break leading.is_cancelled();
-                    }
-                    _ = tokio::time::sleep(retry) => {}
-                }
-                let started = Instant::now();
-                let left = deadline.saturating_sub(renewed.elapsed());
-                if self.attempt_within(left).await && self.term == term {
-                    renewed = started;
-                } else if self.term != term || renewed.elapsed() >= deadline {
-                    break true;
-                }
-            };
-            leading.cancel();
-            if !work_done {
-                let _ = work.await;
-            }
-            if lost {
+            let work = tokio::spawn(lead(fence));
+            if self.lead(&shutdown, &leading, work, renewed).await {
                 tracing::warn!(identity = %self.config.identity, "lost the leader lease; controllers stopped");
                 self.step_down();
                 continue;
@@ -315,6 +284,72 @@ impl LeaderElector {
             self.release().await;
             return;
         }
+    }
+
+    /// Tries to take the lease every retry period until it holds it (when the winning
+    /// attempt began: a lease is counted from then, its write may have waited in the store);
+    /// `None` once `shutdown` fires.
+    async fn campaign(&mut self, shutdown: &CancellationToken) -> Option<Instant> {
+        loop {
+            if shutdown.is_cancelled() {
+                return None;
+            }
+            let started = Instant::now();
+            if self.attempt_within(self.config.renew_deadline).await {
+                return Some(started);
+            }
+            tokio::select! {
+                _ = tokio::time::sleep(self.config.retry_period) => {}
+                _ = shutdown.cancelled() => return None,
+            }
+        }
+    }
+
+    /// Renews while `work` runs; stops it at once when renewal fails past the deadline, the
+    /// term is taken over, or a fenced write found it over. True when the lease was lost,
+    /// false on `shutdown`.
+    async fn lead(
+        &mut self,
+        shutdown: &CancellationToken,
+        leading: &CancellationToken,
+        mut work: tokio::task::JoinHandle<()>,
+        mut renewed: Instant,
+    ) -> bool {
+        let (retry, deadline, term) = (
+            self.config.retry_period,
+            self.config.renew_deadline,
+            self.term,
+        );
+        // Whether `work` has already been awaited to completion: a JoinHandle must not be
+        // polled again after it finished (shutdown also cancels the work, so both branches
+        // below can be ready at once).
+        let mut work_done = false;
+        let lost = loop {
+            tokio::select! {
+                biased;
+                _ = shutdown.cancelled() => break false,
+                // A fenced write found the term over.
+                _ = leading.cancelled() => break true,
+                _ = &mut work => {
+                    work_done = true;
+                    // Ended by itself (only a bug does), or stopped by a refused write.
+                    break leading.is_cancelled();
+                }
+                _ = tokio::time::sleep(retry) => {}
+            }
+            let started = Instant::now();
+            let left = deadline.saturating_sub(renewed.elapsed());
+            if self.attempt_within(left).await && self.term == term {
+                renewed = started;
+            } else if self.term != term || renewed.elapsed() >= deadline {
+                break true;
+            }
+        };
+        leading.cancel();
+        if !work_done {
+            let _ = work.await;
+        }
+        lost
     }
 }
 
