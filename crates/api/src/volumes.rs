@@ -544,8 +544,22 @@ fn validate_spec(spec: &VolumeClaimMigrationSpec) -> Vec<FieldError> {
             "apps/v1 StatefulSets' volumeClaimTemplates are immutable: give the size of each template to migrate",
         ));
     }
+    errs.extend(validate_templates(&spec.templates));
+    errs.extend(validate_pace(spec));
+    if spec.recreate_stateful_set && !apps_v1 && !spec.target.api_version.is_empty() {
+        errs.push(FieldError::forbidden(
+            "spec.recreateStatefulSet",
+            "only apps/v1 StatefulSets need re-creating: an Advanced StatefulSet's templates are mutable",
+        ));
+    }
+    errs
+}
+
+/// Each template: a unique DNS label name and a positive quantity.
+fn validate_templates(templates: &[TemplateSize]) -> Vec<FieldError> {
+    let mut errs = Vec::new();
     let mut names = BTreeSet::new();
-    for (i, template) in spec.templates.iter().enumerate() {
+    for (i, template) in templates.iter().enumerate() {
         let path = format!("spec.templates[{i}]");
         if template.name.is_empty() {
             errs.push(FieldError::required(format!("{path}.name"), ""));
@@ -563,23 +577,34 @@ fn validate_spec(spec: &VolumeClaimMigrationSpec) -> Vec<FieldError> {
                 ));
             }
         }
-        match quantity_bytes(&template.storage) {
-            _ if template.storage.is_empty() => {
-                errs.push(FieldError::required(format!("{path}.storage"), ""))
-            }
-            None => errs.push(FieldError::invalid(
-                format!("{path}.storage"),
-                &template.storage,
-                "must be a quantity such as 100Gi (quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$')",
-            )),
-            Some(0) => errs.push(FieldError::invalid(
-                format!("{path}.storage"),
-                &template.storage,
-                "must be greater than zero",
-            )),
-            Some(_) => {}
-        }
+        errs.extend(validate_storage(&path, &template.storage));
     }
+    errs
+}
+
+/// A template's `storage`: a quantity greater than zero.
+fn validate_storage(path: &str, storage: &str) -> Option<FieldError> {
+    let field = format!("{path}.storage");
+    match quantity_bytes(storage) {
+        _ if storage.is_empty() => Some(FieldError::required(field, "")),
+        None => Some(FieldError::invalid(
+            field,
+            storage,
+            "must be a quantity such as 100Gi (quantities must match the regular expression '^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$')",
+        )),
+        Some(0) => Some(FieldError::invalid(
+            field,
+            storage,
+            "must be greater than zero",
+        )),
+        Some(_) => None,
+    }
+}
+
+/// How the migration goes through the pods: its strategy, how many at once, how long it
+/// waits for each.
+fn validate_pace(spec: &VolumeClaimMigrationSpec) -> Vec<FieldError> {
+    let mut errs = Vec::new();
     if !STRATEGIES.contains(&spec.strategy()) {
         errs.push(FieldError::not_supported(
             "spec.volumeClaimUpdateStrategy",
@@ -608,12 +633,6 @@ fn validate_spec(spec: &VolumeClaimMigrationSpec) -> Vec<FieldError> {
                 &format!("must be a duration such as 60s or 5m: {e}"),
             )),
         }
-    }
-    if spec.recreate_stateful_set && !apps_v1 && !spec.target.api_version.is_empty() {
-        errs.push(FieldError::forbidden(
-            "spec.recreateStatefulSet",
-            "only apps/v1 StatefulSets need re-creating: an Advanced StatefulSet's templates are mutable",
-        ));
     }
     errs
 }
