@@ -10,15 +10,15 @@ use svm_server::auth::RequestAttributes;
 pub enum Component {
     /// Delegated authentication and authorization (`crates/server/src/auth`).
     Auth,
-    /// Running migrations (`crates/controllers/src/migrator`, `crates/cluster/src/`).
+    /// Running migrations (`crates/migrator/`, `crates/cluster/src/`).
     Migrator,
     /// Events on migrations (kube's recorder).
     Events,
-    /// Watching storage versions and keeping StorageStates true (`crates/controllers/src/trigger`).
+    /// Watching storage versions and keeping StorageStates true (`crates/trigger/`).
     Trigger,
-    /// Which part of `storagemigration.k8s.io` the server plays (`crates/controllers/src/apimode`).
+    /// Which part of `storagemigration.k8s.io` the server plays (`crates/apimode/`).
     ApiMode,
-    /// Resizing a StatefulSet's claims for VolumeClaimMigrations (`crates/controllers/src/volumes`).
+    /// Resizing a StatefulSet's claims for VolumeClaimMigrations (`crates/volumes/`).
     Volumes,
 }
 

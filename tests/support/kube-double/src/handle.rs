@@ -499,7 +499,7 @@ impl KubeDouble {
     /// [`Self::list_log_of`] less the reads of one object from the start (`limit=1`, no
     /// continue token): what a migration read to do its work — preflight's sample and its pages
     /// — without the reads `--object-concurrency auto` times to see what others wait beside it
-    /// (`crates/controllers/src/migrator/probe.rs`; the double has no `/metrics`, so nothing is
+    /// (`crates/migrator/src/probe.rs`; the double has no `/metrics`, so nothing is
     /// known of others and the migrator measures).
     pub fn pages_of(&self, resource: &str) -> Vec<ListRecord> {
         let mut log = self.list_log_of(resource);
