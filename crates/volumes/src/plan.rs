@@ -623,22 +623,7 @@ impl<'a> Planner<'a> {
         );
         match next {
             Next::Done(status) => {
-                if status.as_ref().is_some_and(|s| s.phase == RECREATE_DONE)
-                    && self
-                        .recreate
-                        .as_ref()
-                        .is_none_or(|s| s.phase != RECREATE_DONE)
-                {
-                    self.notes.push(Note {
-                        warning: false,
-                        reason: "StatefulSetRecreated",
-                        message:
-                            "the StatefulSet was re-created with the new volumeClaimTemplates; \
-                                  its pods and claims were kept"
-                                .into(),
-                    });
-                }
-                self.recreate = status;
+                self.recreate_done(status);
                 return Outcome::Done;
             }
             Next::CallOff => {
@@ -653,16 +638,7 @@ impl<'a> Planner<'a> {
                 });
                 return Outcome::Done;
             }
-            Next::Abandon => {
-                self.recreate = None;
-                let note = abandoned();
-                let refusal = Refusal {
-                    reason: note.reason,
-                    message: note.message.clone(),
-                };
-                self.notes.push(note);
-                return Outcome::Refused(refusal);
-            }
+            Next::Abandon => return self.abandon_recreate_now(),
             Next::Wait(reason) => return Outcome::Recreating(reason),
             Next::Save(status) => {
                 self.recreate = Some(status);
@@ -678,6 +654,37 @@ impl<'a> Planner<'a> {
             Next::Create { manifest } => self.actions.push(Action::CreateStatefulSet { manifest }),
         }
         Outcome::Recreating("re-creating the StatefulSet so that its templates say the new sizes")
+    }
+
+    /// The re-create is over (`status` its last state): said once, when it has just ended.
+    fn recreate_done(&mut self, status: Option<RecreateStatus>) {
+        let ended_now = status.as_ref().is_some_and(|s| s.phase == RECREATE_DONE)
+            && self
+                .recreate
+                .as_ref()
+                .is_none_or(|s| s.phase != RECREATE_DONE);
+        if ended_now {
+            self.notes.push(Note {
+                warning: false,
+                reason: "StatefulSetRecreated",
+                message: "the StatefulSet was re-created with the new volumeClaimTemplates; \
+                          its pods and claims were kept"
+                    .into(),
+            });
+        }
+        self.recreate = status;
+    }
+
+    /// The re-create cannot go on: the saved manifest is dropped and the migration refused.
+    fn abandon_recreate_now(&mut self) -> Outcome {
+        self.recreate = None;
+        let note = abandoned();
+        let refusal = Refusal {
+            reason: note.reason,
+            message: note.message.clone(),
+        };
+        self.notes.push(note);
+        Outcome::Refused(refusal)
     }
 
     fn all_resized(&self) -> bool {

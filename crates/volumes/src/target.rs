@@ -25,35 +25,17 @@ pub(super) struct Observed {
     pub statefulset: ObjectReference,
 }
 
+/// Reads what one pass needs: the StatefulSet (or, while it is replaced, the saved manifest),
+/// its claims and their classes, the pods to watch, and how the pods were left.
 pub(super) async fn observe(
     cluster: &ClusterClient,
     vcm: &VolumeClaimMigration,
 ) -> Result<Observed, ClusterError> {
     let namespace = vcm.metadata.namespace.as_deref().unwrap_or_default();
-    let target = &vcm.spec.target;
-    let path = statefulset_path(vcm, namespace);
-    // While the StatefulSet is replaced, the saved manifest says what it will be.
-    let saved = vcm
-        .status
-        .recreate
-        .as_ref()
-        .and_then(|r| r.manifest.as_ref());
-    let served = match cluster.get_json::<Value>(&path).await {
-        Ok(found) => Some(found),
-        Err(err) if err.code() == Some(404) && saved.is_some() => None,
-        Err(err) => return Err(err),
-    };
-    let seen = served.as_ref().map(|object| recreate::Seen {
-        uid: text_at(object, "/metadata/uid"),
-        resource_version: text_at(object, "/metadata/resourceVersion"),
-        deleting: object.pointer("/metadata/deletionTimestamp").is_some(),
-        orphaning: object
-            .pointer("/metadata/finalizers")
-            .and_then(Value::as_array)
-            .is_some_and(|f| f.iter().any(|f| f == "orphan")),
-        object: object.clone(),
-    });
+    let (served, saved) = read_statefulset(cluster, vcm, namespace).await?;
+    let seen = served.as_ref().map(seen_statefulset);
     let Some(sts) = served.as_ref().or(saved) else {
+        let path = statefulset_path(vcm, namespace);
         return Err(ClusterError::Unexpected(format!("{path}: no StatefulSet")));
     };
     let mut view = plan::Observed {
@@ -66,6 +48,56 @@ pub(super) async fn observe(
         statefulset: seen,
         ..Default::default()
     };
+    read_claims(cluster, vcm, namespace, &mut view).await?;
+    read_pods(cluster, vcm, namespace, &mut view).await?;
+    let statefulset = statefulset_reference(vcm, namespace, sts);
+    Ok(Observed { view, statefulset })
+}
+
+/// The StatefulSet as served (`None` when it is gone while being replaced) and the manifest
+/// saved for its re-creation, if any.
+async fn read_statefulset<'a>(
+    cluster: &ClusterClient,
+    vcm: &'a VolumeClaimMigration,
+    namespace: &str,
+) -> Result<(Option<Value>, Option<&'a Value>), ClusterError> {
+    let path = statefulset_path(vcm, namespace);
+    // While the StatefulSet is replaced, the saved manifest says what it will be.
+    let saved = vcm
+        .status
+        .recreate
+        .as_ref()
+        .and_then(|r| r.manifest.as_ref());
+    match cluster.get_json::<Value>(&path).await {
+        Ok(found) => Ok((Some(found), saved)),
+        Err(err) if err.code() == Some(404) && saved.is_some() => Ok((None, saved)),
+        Err(err) => Err(err),
+    }
+}
+
+/// The served StatefulSet as the re-create needs it.
+fn seen_statefulset(object: &Value) -> recreate::Seen {
+    recreate::Seen {
+        uid: text_at(object, "/metadata/uid"),
+        resource_version: text_at(object, "/metadata/resourceVersion"),
+        deleting: object.pointer("/metadata/deletionTimestamp").is_some(),
+        orphaning: object
+            .pointer("/metadata/finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|f| f.iter().any(|f| f == "orphan")),
+        object: object.clone(),
+    }
+}
+
+/// Every claim of every template and ordinal that exists, and whether each claim's class
+/// allows expansion.
+async fn read_claims(
+    cluster: &ClusterClient,
+    vcm: &VolumeClaimMigration,
+    namespace: &str,
+    view: &mut plan::Observed,
+) -> Result<(), ClusterError> {
+    let target = &vcm.spec.target;
     for ordinal in 0..view.replicas.max(0) {
         for template in &view.templates {
             let name = plan::claim_name(&template.name, &target.name, ordinal);
@@ -87,7 +119,18 @@ pub(super) async fn observe(
             view.storage_classes.insert(class, expands);
         }
     }
-    for ordinal in ordinals_with_pods_to_watch(vcm, &view) {
+    Ok(())
+}
+
+/// The pods the plan watches, and — while the StatefulSet is gone — how its pods were left.
+async fn read_pods(
+    cluster: &ClusterClient,
+    vcm: &VolumeClaimMigration,
+    namespace: &str,
+    view: &mut plan::Observed,
+) -> Result<(), ClusterError> {
+    let target = &vcm.spec.target;
+    for ordinal in ordinals_with_pods_to_watch(vcm, view) {
         let name = plan::pod_name(&target.name, ordinal);
         let path = format!("/api/v1/namespaces/{namespace}/pods/{name}");
         if let Some(pod) = get_optional(cluster, &path).await? {
@@ -102,15 +145,24 @@ pub(super) async fn observe(
             .map(|r| r.stateful_set_uid.as_str());
         view.pods_left = pods_left(cluster, vcm, view.replicas, saved_uid.unwrap_or("")).await?;
     }
-    let statefulset = ObjectReference {
+    Ok(())
+}
+
+/// The StatefulSet as its Events name it.
+fn statefulset_reference(
+    vcm: &VolumeClaimMigration,
+    namespace: &str,
+    sts: &Value,
+) -> ObjectReference {
+    let target = &vcm.spec.target;
+    ObjectReference {
         api_version: Some(target.api_version.clone()),
         kind: Some(target.kind.clone()),
         name: Some(target.name.clone()),
         namespace: Some(namespace.to_string()),
         uid: Some(text_at(sts, "/metadata/uid")).filter(|u| !u.is_empty()),
         ..Default::default()
-    };
-    Ok(Observed { view, statefulset })
+    }
 }
 
 fn statefulset_path(vcm: &VolumeClaimMigration, namespace: &str) -> String {
