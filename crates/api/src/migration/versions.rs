@@ -174,168 +174,184 @@ fn put_annotation(metadata: &mut ObjectMeta, key: &str, value: String) {
 /// Served JSON of `version` -> hub.
 pub fn decode(version: &str, value: Value) -> ApiResult<StorageVersionMigration> {
     match version {
-        "v1alpha1" => {
-            let mut obj: AlphaObject = decode_body(KIND, version, value)?;
-            let reserved = take_reserved(&mut obj.metadata);
-            let generations: BTreeMap<String, i64> = reserved
-                .get(ANNOTATION_OBSERVED_GENERATIONS)
-                .and_then(|text| serde_json::from_str(text).ok())
-                .unwrap_or_default();
-            let conditions = obj
-                .status
-                .conditions
-                .into_iter()
-                .map(|c| MigrationCondition {
-                    observed_generation: generations.get(&c.type_).copied(),
-                    type_: c.type_,
-                    status: c.status,
-                    last_transition_time: c.last_update_time,
-                    reason: c.reason,
-                    message: c.message,
-                })
-                .collect();
-            Ok(StorageVersionMigration {
-                metadata: obj.metadata,
-                spec: MigrationSpec {
-                    resource: GroupVersionResource {
-                        group: obj.spec.resource.group,
-                        version: obj.spec.resource.version,
-                        resource: obj.spec.resource.resource,
-                    },
-                    continue_token: obj.spec.continue_token,
-                },
-                status: MigrationStatus {
-                    conditions,
-                    resource_version: obj.status.resource_version,
-                    progress: obj.status.progress,
-                },
-            })
-        }
-        "v1beta1" | "v1" => {
-            let mut obj: GaObject = decode_body(KIND, version, value)?;
-            let mut reserved = take_reserved(&mut obj.metadata);
-            let conditions = obj
-                .status
-                .conditions
-                .into_iter()
-                .map(|c| MigrationCondition {
-                    type_: c.type_,
-                    status: c.status,
-                    last_transition_time: c.last_transition_time,
-                    reason: c.reason,
-                    message: c.message,
-                    observed_generation: c.observed_generation,
-                })
-                .collect();
-            Ok(StorageVersionMigration {
-                metadata: obj.metadata,
-                spec: MigrationSpec {
-                    resource: GroupVersionResource {
-                        group: obj.spec.resource.group,
-                        version: reserved
-                            .remove(ANNOTATION_RESOURCE_VERSION)
-                            .unwrap_or_default(),
-                        resource: obj.spec.resource.resource,
-                    },
-                    continue_token: reserved
-                        .remove(ANNOTATION_CONTINUE_TOKEN)
-                        .unwrap_or_default(),
-                },
-                status: MigrationStatus {
-                    conditions,
-                    resource_version: obj.status.resource_version,
-                    progress: obj.status.progress,
-                },
-            })
-        }
+        "v1alpha1" => decode_alpha(value),
+        "v1beta1" | "v1" => decode_ga(version, value),
         other => Err(unknown_version(KIND, other)),
     }
 }
 
+/// v1alpha1 -> hub: conditions' observedGeneration from their annotation.
+fn decode_alpha(value: Value) -> ApiResult<StorageVersionMigration> {
+    let version = "v1alpha1";
+    let mut obj: AlphaObject = decode_body(KIND, version, value)?;
+    let reserved = take_reserved(&mut obj.metadata);
+    let generations: BTreeMap<String, i64> = reserved
+        .get(ANNOTATION_OBSERVED_GENERATIONS)
+        .and_then(|text| serde_json::from_str(text).ok())
+        .unwrap_or_default();
+    let conditions = obj
+        .status
+        .conditions
+        .into_iter()
+        .map(|c| MigrationCondition {
+            observed_generation: generations.get(&c.type_).copied(),
+            type_: c.type_,
+            status: c.status,
+            last_transition_time: c.last_update_time,
+            reason: c.reason,
+            message: c.message,
+        })
+        .collect();
+    Ok(StorageVersionMigration {
+        metadata: obj.metadata,
+        spec: MigrationSpec {
+            resource: GroupVersionResource {
+                group: obj.spec.resource.group,
+                version: obj.spec.resource.version,
+                resource: obj.spec.resource.resource,
+            },
+            continue_token: obj.spec.continue_token,
+        },
+        status: MigrationStatus {
+            conditions,
+            resource_version: obj.status.resource_version,
+            progress: obj.status.progress,
+        },
+    })
+}
+
+/// v1beta1 or v1 -> hub: the resource's version and the continue token from their
+/// annotations.
+fn decode_ga(version: &str, value: Value) -> ApiResult<StorageVersionMigration> {
+    let mut obj: GaObject = decode_body(KIND, version, value)?;
+    let mut reserved = take_reserved(&mut obj.metadata);
+    let conditions = obj
+        .status
+        .conditions
+        .into_iter()
+        .map(|c| MigrationCondition {
+            type_: c.type_,
+            status: c.status,
+            last_transition_time: c.last_transition_time,
+            reason: c.reason,
+            message: c.message,
+            observed_generation: c.observed_generation,
+        })
+        .collect();
+    Ok(StorageVersionMigration {
+        metadata: obj.metadata,
+        spec: MigrationSpec {
+            resource: GroupVersionResource {
+                group: obj.spec.resource.group,
+                version: reserved
+                    .remove(ANNOTATION_RESOURCE_VERSION)
+                    .unwrap_or_default(),
+                resource: obj.spec.resource.resource,
+            },
+            continue_token: reserved
+                .remove(ANNOTATION_CONTINUE_TOKEN)
+                .unwrap_or_default(),
+        },
+        status: MigrationStatus {
+            conditions,
+            resource_version: obj.status.resource_version,
+            progress: obj.status.progress,
+        },
+    })
+}
+
 /// Hub -> served JSON of `version`.
 pub fn encode(version: &str, svm: &StorageVersionMigration) -> ApiResult<Value> {
-    let mut metadata = svm.metadata.clone();
     match version {
-        "v1alpha1" => {
-            let generations: BTreeMap<&str, i64> = svm
+        "v1alpha1" => encode_alpha(svm),
+        "v1beta1" | "v1" => encode_ga(version, svm),
+        other => Err(unknown_version(KIND, other)),
+    }
+}
+
+/// Hub -> v1alpha1: conditions' observedGeneration kept in an annotation.
+fn encode_alpha(svm: &StorageVersionMigration) -> ApiResult<Value> {
+    let version = "v1alpha1";
+    let mut metadata = svm.metadata.clone();
+    let generations: BTreeMap<&str, i64> = svm
+        .status
+        .conditions
+        .iter()
+        .filter_map(|c| Some((c.type_.as_str(), c.observed_generation?)))
+        .collect();
+    if !generations.is_empty() {
+        let text =
+            serde_json::to_string(&generations).map_err(|e| ApiError::Internal(e.to_string()))?;
+        put_annotation(&mut metadata, ANNOTATION_OBSERVED_GENERATIONS, text);
+    }
+    let obj = AlphaObject {
+        metadata,
+        spec: AlphaSpec {
+            resource: AlphaResource {
+                group: svm.spec.resource.group.clone(),
+                version: svm.spec.resource.version.clone(),
+                resource: svm.spec.resource.resource.clone(),
+            },
+            continue_token: svm.spec.continue_token.clone(),
+        },
+        status: AlphaStatus {
+            conditions: svm
                 .status
                 .conditions
                 .iter()
-                .filter_map(|c| Some((c.type_.as_str(), c.observed_generation?)))
-                .collect();
-            if !generations.is_empty() {
-                let text = serde_json::to_string(&generations)
-                    .map_err(|e| ApiError::Internal(e.to_string()))?;
-                put_annotation(&mut metadata, ANNOTATION_OBSERVED_GENERATIONS, text);
-            }
-            let obj = AlphaObject {
-                metadata,
-                spec: AlphaSpec {
-                    resource: AlphaResource {
-                        group: svm.spec.resource.group.clone(),
-                        version: svm.spec.resource.version.clone(),
-                        resource: svm.spec.resource.resource.clone(),
-                    },
-                    continue_token: svm.spec.continue_token.clone(),
-                },
-                status: AlphaStatus {
-                    conditions: svm
-                        .status
-                        .conditions
-                        .iter()
-                        .map(|c| AlphaCondition {
-                            type_: c.type_.clone(),
-                            status: c.status.clone(),
-                            last_update_time: c.last_transition_time.clone(),
-                            reason: c.reason.clone(),
-                            message: c.message.clone(),
-                        })
-                        .collect(),
-                    resource_version: svm.status.resource_version.clone(),
-                    progress: svm.status.progress.clone(),
-                },
-            };
-            encode_body(KIND, version, &obj)
-        }
-        "v1beta1" | "v1" => {
-            if !svm.spec.resource.version.is_empty() {
-                let v = svm.spec.resource.version.clone();
-                put_annotation(&mut metadata, ANNOTATION_RESOURCE_VERSION, v);
-            }
-            if !svm.spec.continue_token.is_empty() {
-                let token = svm.spec.continue_token.clone();
-                put_annotation(&mut metadata, ANNOTATION_CONTINUE_TOKEN, token);
-            }
-            let obj = GaObject {
-                metadata,
-                spec: GaSpec {
-                    resource: GroupResource {
-                        group: svm.spec.resource.group.clone(),
-                        resource: svm.spec.resource.resource.clone(),
-                    },
-                },
-                status: GaStatus {
-                    conditions: svm
-                        .status
-                        .conditions
-                        .iter()
-                        .map(|c| GaCondition {
-                            type_: c.type_.clone(),
-                            status: c.status.clone(),
-                            observed_generation: c.observed_generation,
-                            last_transition_time: c.last_transition_time.clone(),
-                            reason: c.reason.clone(),
-                            message: c.message.clone(),
-                        })
-                        .collect(),
-                    resource_version: svm.status.resource_version.clone(),
-                    progress: svm.status.progress.clone(),
-                },
-            };
-            encode_body(KIND, version, &obj)
-        }
-        other => Err(unknown_version(KIND, other)),
+                .map(|c| AlphaCondition {
+                    type_: c.type_.clone(),
+                    status: c.status.clone(),
+                    last_update_time: c.last_transition_time.clone(),
+                    reason: c.reason.clone(),
+                    message: c.message.clone(),
+                })
+                .collect(),
+            resource_version: svm.status.resource_version.clone(),
+            progress: svm.status.progress.clone(),
+        },
+    };
+    encode_body(KIND, version, &obj)
+}
+
+/// Hub -> v1beta1 or v1: the resource's version and the continue token kept in annotations.
+fn encode_ga(version: &str, svm: &StorageVersionMigration) -> ApiResult<Value> {
+    let mut metadata = svm.metadata.clone();
+    if !svm.spec.resource.version.is_empty() {
+        let v = svm.spec.resource.version.clone();
+        put_annotation(&mut metadata, ANNOTATION_RESOURCE_VERSION, v);
     }
+    if !svm.spec.continue_token.is_empty() {
+        let token = svm.spec.continue_token.clone();
+        put_annotation(&mut metadata, ANNOTATION_CONTINUE_TOKEN, token);
+    }
+    let obj = GaObject {
+        metadata,
+        spec: GaSpec {
+            resource: GroupResource {
+                group: svm.spec.resource.group.clone(),
+                resource: svm.spec.resource.resource.clone(),
+            },
+        },
+        status: GaStatus {
+            conditions: svm
+                .status
+                .conditions
+                .iter()
+                .map(|c| GaCondition {
+                    type_: c.type_.clone(),
+                    status: c.status.clone(),
+                    observed_generation: c.observed_generation,
+                    last_transition_time: c.last_transition_time.clone(),
+                    reason: c.reason.clone(),
+                    message: c.message.clone(),
+                })
+                .collect(),
+            resource_version: svm.status.resource_version.clone(),
+            progress: svm.status.progress.clone(),
+        },
+    };
+    encode_body(KIND, version, &obj)
 }
 
 #[cfg(test)]
