@@ -116,6 +116,15 @@ pub(crate) enum UpdateError {
     Internal(String),
 }
 
+/// The conflicts error: every field of another manager that the write would change.
+fn conflict_error(conflicts: &[(ManagerId, Set)]) -> UpdateError {
+    let listed = conflicts
+        .iter()
+        .flat_map(|(id, set)| set.paths().into_iter().map(move |p| (id.clone(), p)))
+        .collect();
+    UpdateError::Conflicts(listed)
+}
+
 /// Computes the managers' ownership after an Update or an Apply.
 pub(crate) struct Updater<'v> {
     /// The kind's schemas, conversion and reset fields.
@@ -183,25 +192,11 @@ impl<'v> Updater<'v> {
                 continue;
             }
             if !by_version.contains_key(&owned.api_version) {
-                let (Some(old_v), Some(new_v)) = (
-                    self.convert(old, &owned.api_version).map_err(|e| {
-                        UpdateError::Internal(format!("failed to convert old object: {e}"))
-                    })?,
-                    self.convert(new, &owned.api_version).map_err(|e| {
-                        UpdateError::Internal(format!("failed to convert new object: {e}"))
-                    })?,
-                ) else {
+                let Some(comparison) = self.compare_in(old, new, &owned.api_version)? else {
                     missing.push(id.clone());
                     continue;
                 };
-                let typed = self
-                    .typed(&owned.api_version)
-                    .map_err(UpdateError::Internal)?;
-                let comparison = typed.compare(&old_v.value, &new_v.value);
-                by_version.insert(
-                    owned.api_version.clone(),
-                    self.filtered(comparison, &owned.api_version),
-                );
+                by_version.insert(owned.api_version.clone(), comparison);
             }
             let Some(comparison) = by_version.get(&owned.api_version) else {
                 continue;
@@ -215,15 +210,12 @@ impl<'v> Updater<'v> {
                 removed.push((id.clone(), comparison.removed.clone()));
             }
         }
+        // Managers of versions no longer served are dropped, as upstream does.
         for id in missing {
             managers.remove(&id);
         }
         if !force && !conflicts.is_empty() {
-            let listed = conflicts
-                .iter()
-                .flat_map(|(id, set)| set.paths().into_iter().map(move |p| (id.clone(), p)))
-                .collect();
-            return Err(UpdateError::Conflicts(listed));
+            return Err(conflict_error(&conflicts));
         }
         for (id, set) in conflicts.into_iter().chain(removed) {
             if let Some(owned) = managers.get_mut(&id) {
@@ -232,6 +224,27 @@ impl<'v> Updater<'v> {
         }
         managers.retain(|_, owned| !owned.set.is_empty());
         Ok(compare)
+    }
+
+    /// What changed from `old` to `new` as `api_version` serves them, without its ignored
+    /// fields; `None` when that version is not served.
+    fn compare_in(
+        &self,
+        old: &Versioned,
+        new: &Versioned,
+        api_version: &str,
+    ) -> Result<Option<Comparison>, UpdateError> {
+        let (Some(old_v), Some(new_v)) = (
+            self.convert(old, api_version)
+                .map_err(|e| UpdateError::Internal(format!("failed to convert old object: {e}")))?,
+            self.convert(new, api_version)
+                .map_err(|e| UpdateError::Internal(format!("failed to convert new object: {e}")))?,
+        ) else {
+            return Ok(None);
+        };
+        let typed = self.typed(api_version).map_err(UpdateError::Internal)?;
+        let comparison = typed.compare(&old_v.value, &new_v.value);
+        Ok(Some(self.filtered(comparison, api_version)))
     }
 
     /// A create, update or non-apply patch by `manager`: it owns what it changed, on top of

@@ -7,7 +7,7 @@ use super::super::error::{ApiError, ApiResult};
 use super::super::strategy::Strategy;
 use super::selection::Selection;
 use super::{ObjectRef, Store, decode_stored, parse_resource_version, too_large};
-use svm_storage::{ListOptions, ListResult, Revision, StorageError};
+use svm_storage::{KeyValue, ListOptions, ListResult, Revision, StorageError};
 
 /// kube-apiserver's cap on one storage read while filling a filtered page.
 const MAX_PAGE_READ: usize = 10_000;
@@ -74,6 +74,42 @@ pub(crate) struct ListQuery<S: Strategy> {
     pub read_at: ReadAt,
 }
 
+impl<S: Strategy> ListQuery<S> {
+    /// The revision every read of the list is at (`None`: the current one, fixed by the
+    /// first read), and the revision the current one must have reached.
+    fn revisions(&self) -> (Option<Revision>, Option<Revision>) {
+        match (&self.continue_token, self.read_at) {
+            (Some(token), _) => (token.revision, None),
+            (None, ReadAt::Current) => (None, None),
+            (None, ReadAt::Exact(rev)) => (Some(rev), None),
+            (None, ReadAt::NotOlderThan(rev)) => (None, Some(rev)),
+        }
+    }
+}
+
+/// Decode the stored objects of one read into `items`, keeping those `selection` matches,
+/// until `items` holds `limit`; returns whether the limit cut the read short. `last_key` is
+/// the last key taken, after which the next read (or page) starts.
+fn take_matching<S: Strategy>(
+    kvs: &[KeyValue],
+    selection: &Selection<S>,
+    limit: usize,
+    items: &mut Vec<S::Object>,
+    last_key: &mut Option<String>,
+) -> ApiResult<bool> {
+    for kv in kvs {
+        if items.len() >= limit {
+            return Ok(true);
+        }
+        *last_key = Some(kv.key.clone());
+        let obj: S::Object = decode_stored(kv, kv.mod_revision)?;
+        if selection.matches(&obj) {
+            items.push(obj);
+        }
+    }
+    Ok(false)
+}
+
 impl<S: Strategy> Store<S> {
     /// The object at `at` (a name, or `(namespace, name)`) at the current revision, if it
     /// exists.
@@ -132,12 +168,7 @@ impl<S: Strategy> Store<S> {
     pub(crate) async fn list_page(&self, query: ListQuery<S>) -> ApiResult<ListPage<S::Object>> {
         let paging = query.limit.is_some();
         let limit = query.limit.unwrap_or(usize::MAX);
-        let (mut revision, minimum) = match (&query.continue_token, query.read_at) {
-            (Some(token), _) => (token.revision, None),
-            (None, ReadAt::Current) => (None, None),
-            (None, ReadAt::Exact(rev)) => (Some(rev), None),
-            (None, ReadAt::NotOlderThan(rev)) => (None, Some(rev)),
-        };
+        let (mut revision, minimum) = query.revisions();
         let mut start = query
             .continue_token
             .as_ref()
@@ -156,18 +187,13 @@ impl<S: Strategy> Store<S> {
                 }
                 revision = Some(page.revision);
             }
-            let mut limit_reached = false;
-            for kv in &page.items {
-                if items.len() >= limit {
-                    limit_reached = true;
-                    break;
-                }
-                last_key = Some(kv.key.clone());
-                let obj: S::Object = decode_stored(kv, kv.mod_revision)?;
-                if query.selection.matches(&obj) {
-                    items.push(obj);
-                }
-            }
+            let limit_reached = take_matching(
+                &page.items,
+                &query.selection,
+                limit,
+                &mut items,
+                &mut last_key,
+            )?;
             let has_more = page.more() || limit_reached;
             if limit_reached || !page.more() || (paging && items.len() >= limit) {
                 // The keys after this read: exact for unfiltered pages, which read `limit`
