@@ -116,6 +116,17 @@ pub(crate) enum UpdateError {
     Internal(String),
 }
 
+/// What a write takes from the other managers.
+#[derive(Default)]
+struct Taken {
+    /// Their fields the write modifies or adds.
+    conflicts: Vec<(ManagerId, Set)>,
+    /// Their fields the write removes.
+    removed: Vec<(ManagerId, Set)>,
+    /// Managers whose API version is no longer served.
+    unserved: Vec<ManagerId>,
+}
+
 /// The conflicts error: every field of another manager that the write would change.
 fn conflict_error(conflicts: &[(ManagerId, Set)]) -> UpdateError {
     let listed = conflicts
@@ -182,18 +193,43 @@ impl<'v> Updater<'v> {
                 .compare(&old.value, &new.value),
             api_version,
         );
+        let taken = self.taken_from_others(old, new, managers, workflow, &compare)?;
+        // Managers of versions no longer served are dropped, as upstream does.
+        for id in taken.unserved {
+            managers.remove(&id);
+        }
+        if !force && !taken.conflicts.is_empty() {
+            return Err(conflict_error(&taken.conflicts));
+        }
+        for (id, set) in taken.conflicts.into_iter().chain(taken.removed) {
+            if let Some(owned) = managers.get_mut(&id) {
+                owned.set = owned.set.difference(&set);
+            }
+        }
+        managers.retain(|_, owned| !owned.set.is_empty());
+        Ok(compare)
+    }
+
+    /// What the change from `old` to `new` (`compare`, in `new`'s version) takes from every
+    /// manager but `workflow`, each compared in the version its fields are in.
+    fn taken_from_others(
+        &self,
+        old: &Versioned,
+        new: &Versioned,
+        managers: &ManagedFields,
+        workflow: &ManagerId,
+        compare: &Comparison,
+    ) -> Result<Taken, UpdateError> {
         let mut by_version: BTreeMap<String, Comparison> = BTreeMap::new();
-        by_version.insert(api_version.to_string(), compare.clone());
-        let mut conflicts: Vec<(ManagerId, Set)> = Vec::new();
-        let mut removed: Vec<(ManagerId, Set)> = Vec::new();
-        let mut missing = Vec::new();
+        by_version.insert(new.api_version.clone(), compare.clone());
+        let mut taken = Taken::default();
         for (id, owned) in managers.iter() {
             if id == workflow {
                 continue;
             }
             if !by_version.contains_key(&owned.api_version) {
                 let Some(comparison) = self.compare_in(old, new, &owned.api_version)? else {
-                    missing.push(id.clone());
+                    taken.unserved.push(id.clone());
                     continue;
                 };
                 by_version.insert(owned.api_version.clone(), comparison);
@@ -204,26 +240,13 @@ impl<'v> Updater<'v> {
             let changed = comparison.modified.union(&comparison.added);
             let conflict = owned.set.intersection(&changed);
             if !conflict.is_empty() {
-                conflicts.push((id.clone(), conflict));
+                taken.conflicts.push((id.clone(), conflict));
             }
             if !comparison.removed.is_empty() {
-                removed.push((id.clone(), comparison.removed.clone()));
+                taken.removed.push((id.clone(), comparison.removed.clone()));
             }
         }
-        // Managers of versions no longer served are dropped, as upstream does.
-        for id in missing {
-            managers.remove(&id);
-        }
-        if !force && !conflicts.is_empty() {
-            return Err(conflict_error(&conflicts));
-        }
-        for (id, set) in conflicts.into_iter().chain(removed) {
-            if let Some(owned) = managers.get_mut(&id) {
-                owned.set = owned.set.difference(&set);
-            }
-        }
-        managers.retain(|_, owned| !owned.set.is_empty());
-        Ok(compare)
+        Ok(taken)
     }
 
     /// What changed from `old` to `new` as `api_version` serves them, without its ignored

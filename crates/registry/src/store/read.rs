@@ -74,16 +74,57 @@ pub(crate) struct ListQuery<S: Strategy> {
     pub read_at: ReadAt,
 }
 
-impl<S: Strategy> ListQuery<S> {
-    /// The revision every read of the list is at (`None`: the current one, fixed by the
-    /// first read), and the revision the current one must have reached.
-    fn revisions(&self) -> (Option<Revision>, Option<Revision>) {
-        match (&self.continue_token, self.read_at) {
+/// Where the next storage read of a list starts, how many keys it asks for, and the revision
+/// every read of the list is at.
+struct Cursor {
+    start: Option<String>,
+    /// Unfiltered pages read exactly `limit` keys; filtered ones read more and more.
+    size: Option<usize>,
+    /// `None` until the first read: the current revision then.
+    revision: Option<Revision>,
+    /// The revision the current one must have reached (`NotOlderThan`).
+    minimum: Option<Revision>,
+}
+
+impl Cursor {
+    /// The first read of `query`: where its continue token left off, or the start of `prefix`.
+    fn new<S: Strategy>(query: &ListQuery<S>, prefix: &str) -> Self {
+        let (revision, minimum) = match (&query.continue_token, query.read_at) {
             (Some(token), _) => (token.revision, None),
             (None, ReadAt::Current) => (None, None),
             (None, ReadAt::Exact(rev)) => (Some(rev), None),
             (None, ReadAt::NotOlderThan(rev)) => (None, Some(rev)),
+        };
+        Cursor {
+            start: query
+                .continue_token
+                .as_ref()
+                .map(|t| format!("{prefix}{}", t.start)),
+            size: query.limit,
+            revision,
+            minimum,
         }
+    }
+
+    /// The list stays at the revision its first read was served at, which must have reached
+    /// the minimum.
+    fn pin(&mut self, served: Revision) -> ApiResult<()> {
+        if self.revision.is_none() {
+            if let Some(minimum) = self.minimum.filter(|m| *m > served) {
+                return Err(too_large(minimum, served));
+            }
+            self.revision = Some(served);
+        }
+        Ok(())
+    }
+
+    /// The next read starts after `last_key`, asking for twice as many keys (up to
+    /// [`MAX_PAGE_READ`]).
+    fn advance(&mut self, last_key: Option<&str>) {
+        self.start = last_key.map(|k| format!("{k}\0"));
+        self.size = self
+            .size
+            .map(|n| n.saturating_mul(2).clamp(1, MAX_PAGE_READ));
     }
 }
 
@@ -168,25 +209,14 @@ impl<S: Strategy> Store<S> {
     pub(crate) async fn list_page(&self, query: ListQuery<S>) -> ApiResult<ListPage<S::Object>> {
         let paging = query.limit.is_some();
         let limit = query.limit.unwrap_or(usize::MAX);
-        let (mut revision, minimum) = query.revisions();
-        let mut start = query
-            .continue_token
-            .as_ref()
-            .map(|t| format!("{}{}", self.prefix, t.start));
-        // Unfiltered pages read exactly `limit` keys; filtered ones read more and more.
-        let mut read_size = query.limit;
+        let mut cursor = Cursor::new(&query, &self.prefix);
         let mut items = Vec::new();
         let mut last_key: Option<String> = None;
         let (has_more, remaining) = loop {
             let page = self
-                .read_page(start.clone(), read_size, revision, &query)
+                .read_page(cursor.start.clone(), cursor.size, cursor.revision, &query)
                 .await?;
-            if revision.is_none() {
-                if let Some(minimum) = minimum.filter(|m| *m > page.revision) {
-                    return Err(too_large(minimum, page.revision));
-                }
-                revision = Some(page.revision);
-            }
+            cursor.pin(page.revision)?;
             let limit_reached = take_matching(
                 &page.items,
                 &query.selection,
@@ -200,10 +230,9 @@ impl<S: Strategy> Store<S> {
                 // keys and are the only ones that report it.
                 break (has_more, page.remaining);
             }
-            start = last_key.as_ref().map(|k| format!("{k}\0"));
-            read_size = read_size.map(|n| n.saturating_mul(2).clamp(1, MAX_PAGE_READ));
+            cursor.advance(last_key.as_deref());
         };
-        let revision = revision.unwrap_or_default();
+        let revision = cursor.revision.unwrap_or_default();
         let continue_token = match (&last_key, has_more) {
             (Some(key), true) => {
                 let suffix = key.strip_prefix(&self.prefix).unwrap_or(key);
