@@ -156,7 +156,6 @@ pub(super) async fn serve(
     let http2 = stream.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
     let certificates = PeerCertificates::of(stream.get_ref().1);
     let (activity, active) = watch::channel(0usize);
-    let activity = Arc::new(activity);
     let control = ConnectionControl {
         kill: CancellationToken::new(),
         http1: !http2,
@@ -166,18 +165,14 @@ pub(super) async fn serve(
         peer,
         certificates,
         control.clone(),
-        activity,
+        Arc::new(activity),
     );
     let connection = context.builder(http2).serve_connection(
         TokioIo::new(Lingering::new(stream)),
         TowerToHyperService::new(service),
     );
     tokio::pin!(connection);
-    let mut lifecycle = Lifecycle {
-        active,
-        idle: context.limits.idle_connection_timeout,
-        closing: false,
-    };
+    let mut lifecycle = Lifecycle::new(active, context.limits.idle_connection_timeout);
     loop {
         tokio::select! {
             result = connection.as_mut() => {
@@ -216,6 +211,14 @@ struct Lifecycle {
 }
 
 impl Lifecycle {
+    fn new(active: watch::Receiver<usize>, idle: Duration) -> Self {
+        Lifecycle {
+            active,
+            idle,
+            closing: false,
+        }
+    }
+
     /// Wait for the next thing that may end the connection.
     async fn next(&mut self, context: &ConnectionContext, kill: &CancellationToken) -> Wake {
         let idle_now = *self.active.borrow_and_update() == 0;
