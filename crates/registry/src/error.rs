@@ -330,69 +330,12 @@ impl ApiError {
     /// cross-cutting observations: NotFound/AlreadyExists/Conflict put the resource plural in
     /// `details.kind`, Invalid the Kind; `details.group` is omitted for the core group).
     pub fn to_status(&self) -> serde_json::Value {
-        use serde_json::{Map, Value, json};
-        let mut details = Map::new();
-        let mut put = |key: &str, value: &str| {
-            if !value.is_empty() {
-                details.insert(key.to_string(), Value::String(value.to_string()));
-            }
-        };
-        match self {
-            ApiError::NotFound {
-                group,
-                resource,
-                name,
-            }
-            | ApiError::AlreadyExists {
-                group,
-                resource,
-                name,
-            }
-            | ApiError::Conflict {
-                group,
-                resource,
-                name,
-                ..
-            } => {
-                put("name", name);
-                put("group", group);
-                put("kind", resource);
-            }
-            ApiError::Invalid {
-                group, kind, name, ..
-            } => {
-                put("name", name);
-                put("group", group);
-                put("kind", kind);
-            }
-            _ => {}
-        }
-        if let ApiError::Invalid { causes, .. } | ApiError::ApplyConflict { causes, .. } = self {
-            let causes: Vec<Value> = causes
-                .iter()
-                .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
-                .collect();
-            details.insert("causes".into(), Value::Array(causes));
-        }
-        if let ApiError::TooManyRequests {
-            retry_after_seconds,
-            ..
-        } = self
-        {
-            details.insert("retryAfterSeconds".into(), json!(retry_after_seconds));
-        }
-        let mut metadata = Map::new();
-        if let ApiError::Expired {
-            continue_token: Some(token),
-            ..
-        } = self
-        {
-            metadata.insert("continue".into(), Value::String(token.clone()));
-        }
+        use serde_json::{Value, json};
+        let details = self.status_details();
         let mut status = json!({
             "kind": "Status",
             "apiVersion": "v1",
-            "metadata": metadata,
+            "metadata": self.status_metadata(),
             "status": "Failure",
             "message": self.to_string(),
         });
@@ -411,6 +354,78 @@ impl ApiError {
         }
         status["code"] = json!(self.code());
         status
+    }
+
+    /// The Status's `details`: the object the error is about, the field causes, and how long
+    /// to wait before retrying — each only when the error has it.
+    fn status_details(&self) -> serde_json::Map<String, serde_json::Value> {
+        use serde_json::{Map, Value, json};
+        let mut details = Map::new();
+        if let Some((group, kind, name)) = self.subject() {
+            // Empty parts are left out: the core group has no `group`, a list no `name`.
+            for (key, value) in [("name", name), ("group", group), ("kind", kind)] {
+                if !value.is_empty() {
+                    details.insert(key.to_string(), Value::String(value.to_string()));
+                }
+            }
+        }
+        if let ApiError::Invalid { causes, .. } | ApiError::ApplyConflict { causes, .. } = self {
+            let causes: Vec<Value> = causes
+                .iter()
+                .map(|c| json!({"reason": c.reason, "message": c.message, "field": c.field}))
+                .collect();
+            details.insert("causes".into(), Value::Array(causes));
+        }
+        if let ApiError::TooManyRequests {
+            retry_after_seconds,
+            ..
+        } = self
+        {
+            details.insert("retryAfterSeconds".into(), json!(retry_after_seconds));
+        }
+        details
+    }
+
+    /// The object the error is about, as `(group, kind, name)` for `details`: `kind` is the
+    /// resource plural for NotFound, AlreadyExists and Conflict, but the Kind for Invalid —
+    /// as kube-apiserver writes them.
+    fn subject(&self) -> Option<(&str, &str, &str)> {
+        match self {
+            ApiError::NotFound {
+                group,
+                resource,
+                name,
+            }
+            | ApiError::AlreadyExists {
+                group,
+                resource,
+                name,
+            }
+            | ApiError::Conflict {
+                group,
+                resource,
+                name,
+                ..
+            } => Some((group.as_str(), resource.as_str(), name.as_str())),
+            ApiError::Invalid {
+                group, kind, name, ..
+            } => Some((group.as_str(), kind.as_str(), name.as_str())),
+            _ => None,
+        }
+    }
+
+    /// The Status's `metadata`: the fresh `continue` token of an expired list, which lets the
+    /// client start again from where it stood.
+    fn status_metadata(&self) -> serde_json::Map<String, serde_json::Value> {
+        let mut metadata = serde_json::Map::new();
+        if let ApiError::Expired {
+            continue_token: Some(token),
+            ..
+        } = self
+        {
+            metadata.insert("continue".into(), serde_json::Value::String(token.clone()));
+        }
+        metadata
     }
 }
 

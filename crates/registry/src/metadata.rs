@@ -259,25 +259,7 @@ pub(crate) fn validate_update(
     namespaced: bool,
 ) -> Vec<FieldError> {
     let mut errs = validate_create(new, namespaced);
-    if old.deletion_timestamp.is_some() {
-        let old_set: BTreeSet<&String> = old.finalizers.iter().flatten().collect();
-        let extra: BTreeSet<&String> = new
-            .finalizers
-            .iter()
-            .flatten()
-            .filter(|f| !old_set.contains(f))
-            .collect();
-        if !extra.is_empty() {
-            let list: Vec<String> = extra.iter().map(|f| format!("{f:?}")).collect();
-            errs.push(FieldError::forbidden(
-                "metadata.finalizers",
-                &format!(
-                    "no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
-                    list.join(", ")
-                ),
-            ));
-        }
-    }
+    errs.extend(finalizers_added_while_deleting(new, old));
     if new.generation.unwrap_or(0) < old.generation.unwrap_or(0) {
         errs.push(invalid_rendered(
             "metadata.generation",
@@ -285,39 +267,62 @@ pub(crate) fn validate_update(
             "must not be decremented",
         ));
     }
+    immutable_system_fields(new, old, &mut errs);
+    errs
+}
+
+/// An object being deleted may lose finalizers but gain none: the new ones, if any.
+fn finalizers_added_while_deleting(new: &ObjectMeta, old: &ObjectMeta) -> Option<FieldError> {
+    old.deletion_timestamp.as_ref()?;
+    let old_set: BTreeSet<&String> = old.finalizers.iter().flatten().collect();
+    let extra: BTreeSet<&String> = new
+        .finalizers
+        .iter()
+        .flatten()
+        .filter(|f| !old_set.contains(f))
+        .collect();
+    if extra.is_empty() {
+        return None;
+    }
+    let list: Vec<String> = extra.iter().map(|f| format!("{f:?}")).collect();
+    Some(FieldError::forbidden(
+        "metadata.finalizers",
+        &format!(
+            "no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
+            list.join(", ")
+        ),
+    ))
+}
+
+/// The fields the system sets once, which an update must leave as they were.
+fn immutable_system_fields(new: &ObjectMeta, old: &ObjectMeta, errs: &mut Vec<FieldError>) {
     let text = |v: &Option<String>| v.clone().unwrap_or_default();
-    immutable(
-        "metadata.name",
-        &text(&new.name),
-        &text(&old.name),
-        &mut errs,
-    );
+    immutable("metadata.name", &text(&new.name), &text(&old.name), errs);
     immutable(
         "metadata.namespace",
         &text(&new.namespace),
         &text(&old.namespace),
-        &mut errs,
+        errs,
     );
-    immutable("metadata.uid", &text(&new.uid), &text(&old.uid), &mut errs);
+    immutable("metadata.uid", &text(&new.uid), &text(&old.uid), errs);
     immutable(
         "metadata.creationTimestamp",
         &new.creation_timestamp,
         &old.creation_timestamp,
-        &mut errs,
+        errs,
     );
     immutable(
         "metadata.deletionTimestamp",
         &new.deletion_timestamp,
         &old.deletion_timestamp,
-        &mut errs,
+        errs,
     );
     immutable(
         "metadata.deletionGracePeriodSeconds",
         &new.deletion_grace_period_seconds,
         &old.deletion_grace_period_seconds,
-        &mut errs,
+        errs,
     );
-    errs
 }
 
 #[cfg(test)]

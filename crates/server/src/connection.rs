@@ -107,6 +107,11 @@ impl ConnectionContext {
         }
     }
 
+    /// The connection builder of the protocol ALPN chose.
+    fn builder(&self, http2: bool) -> &auto::Builder<TokioExecutor> {
+        if http2 { &self.http2 } else { &self.http1 }
+    }
+
     fn closed(&self, reason: &'static str) {
         self.metrics
             .closed_connections
@@ -144,18 +149,13 @@ pub(super) async fn serve(
     permit: OwnedSemaphorePermit,
 ) {
     let _slot = OpenConnection::new(permit, &context.metrics);
-    // Without TCP_NODELAY a response's last small segment (a watch event, a page's tail)
-    // waits for the client's delayed ACK: ~40 ms per request, measured by `make bench`.
-    if let Err(err) = tcp.set_nodelay(true) {
-        tracing::debug!(%peer, error = %err, "could not set TCP_NODELAY");
-    }
+    set_nodelay(&tcp, peer);
     let Some(stream) = handshake(tcp, peer, &context).await else {
         return;
     };
     let http2 = stream.get_ref().1.alpn_protocol() == Some(b"h2".as_slice());
     let certificates = PeerCertificates::of(stream.get_ref().1);
-    let (activity, mut active) = watch::channel(0usize);
-    let activity = Arc::new(activity);
+    let (activity, active) = watch::channel(0usize);
     let control = ConnectionControl {
         kill: CancellationToken::new(),
         http1: !http2,
@@ -165,22 +165,15 @@ pub(super) async fn serve(
         peer,
         certificates,
         control.clone(),
-        activity,
+        Arc::new(activity),
     );
-    let builder = if http2 {
-        &context.http2
-    } else {
-        &context.http1
-    };
-    let connection = builder.serve_connection(
+    let connection = context.builder(http2).serve_connection(
         TokioIo::new(Lingering::new(stream)),
         TowerToHyperService::new(service),
     );
     tokio::pin!(connection);
-    let idle = context.limits.idle_connection_timeout;
-    let mut closing = false;
+    let mut lifecycle = Lifecycle::new(active, context.limits.idle_connection_timeout);
     loop {
-        let idle_now = *active.borrow_and_update() == 0;
         tokio::select! {
             result = connection.as_mut() => {
                 if let Err(err) = result {
@@ -188,26 +181,77 @@ pub(super) async fn serve(
                 }
                 return;
             }
-            () = control.kill.cancelled() => {
-                context.closed("unresponsive_watcher");
-                return;
-            }
-            () = context.closing.cancelled(), if !closing => {
-                closing = true;
-                connection.as_mut().graceful_shutdown();
-            }
-            changed = active.changed() => {
-                if changed.is_err() {
-                    // Only the service holds the sender: it is gone with the connection.
-                    closing = true;
-                }
-            }
-            () = tokio::time::sleep(idle), if idle_now && !closing && !idle.is_zero() => {
-                context.closed("idle");
-                closing = true;
-                connection.as_mut().graceful_shutdown();
+            wake = lifecycle.next(&context, &control.kill) => match wake {
+                Wake::Kill => return,
+                Wake::Close => connection.as_mut().graceful_shutdown(),
+                Wake::Nothing => {}
             }
         }
+    }
+}
+
+/// What a connection's [`Lifecycle`] woke for.
+enum Wake {
+    /// A handler asked to end the connection now.
+    Kill,
+    /// Stop taking requests: finish those in flight, then close.
+    Close,
+    /// Nothing to do (a request began or ended).
+    Nothing,
+}
+
+/// What ends a connection besides its client: a handler's kill, the server's shutdown, and
+/// the idle timeout, which runs only while no request is in flight.
+struct Lifecycle {
+    /// How many of the connection's requests are in flight.
+    active: watch::Receiver<usize>,
+    idle: Duration,
+    /// Whether the connection was told to close (it is not told twice).
+    closing: bool,
+}
+
+impl Lifecycle {
+    fn new(active: watch::Receiver<usize>, idle: Duration) -> Self {
+        Lifecycle {
+            active,
+            idle,
+            closing: false,
+        }
+    }
+
+    /// Wait for the next thing that may end the connection.
+    async fn next(&mut self, context: &ConnectionContext, kill: &CancellationToken) -> Wake {
+        let idle_now = *self.active.borrow_and_update() == 0;
+        tokio::select! {
+            () = kill.cancelled() => {
+                context.closed("unresponsive_watcher");
+                Wake::Kill
+            }
+            () = context.closing.cancelled(), if !self.closing => {
+                self.closing = true;
+                Wake::Close
+            }
+            changed = self.active.changed() => {
+                if changed.is_err() {
+                    // Only the service holds the sender: it is gone with the connection.
+                    self.closing = true;
+                }
+                Wake::Nothing
+            }
+            () = tokio::time::sleep(self.idle), if idle_now && !self.closing && !self.idle.is_zero() => {
+                context.closed("idle");
+                self.closing = true;
+                Wake::Close
+            }
+        }
+    }
+}
+
+/// Without TCP_NODELAY a response's last small segment (a watch event, a page's tail) waits
+/// for the client's delayed ACK: ~40 ms per request, measured by `make bench`.
+fn set_nodelay(tcp: &TcpStream, peer: SocketAddr) {
+    if let Err(err) = tcp.set_nodelay(true) {
+        tracing::debug!(%peer, error = %err, "could not set TCP_NODELAY");
     }
 }
 

@@ -50,14 +50,15 @@ use svm_registry::ApiError;
 /// The complete application: every route, with metrics, tracing and panic recovery.
 pub fn router(state: AppState) -> Router {
     let routes = Router::new()
-        .route("/api", any(nonresource::core_api))
-        .route("/api/", any(nonresource::core_api))
-        .route("/apis", any(nonresource::apis))
-        .route("/apis/", any(nonresource::apis))
-        .route("/apis/{group}", any(nonresource::api_group))
-        .route("/apis/{group}/", any(nonresource::api_group))
-        .route("/apis/{group}/{version}", any(nonresource::api_resources))
-        .route("/apis/{group}/{version}/", any(nonresource::api_resources))
+        .merge(resource_routes())
+        .merge(nonresource_routes())
+        .fallback(nonresource::not_found);
+    handler_chain(routes, state)
+}
+
+/// The routes of the served kinds' objects: collections, items and their subresources.
+fn resource_routes() -> Router<AppState> {
+    Router::new()
         .route(
             "/apis/{group}/{version}/{resource}",
             any(handlers::collection),
@@ -83,6 +84,19 @@ pub fn router(state: AppState) -> Router {
             "/apis/{group}/{version}/namespaces/{namespace}/{resource}/{name}/{subresource}",
             any(handlers::item),
         )
+}
+
+/// Every other route: discovery, OpenAPI, version, metrics and health.
+fn nonresource_routes() -> Router<AppState> {
+    Router::new()
+        .route("/api", any(nonresource::core_api))
+        .route("/api/", any(nonresource::core_api))
+        .route("/apis", any(nonresource::apis))
+        .route("/apis/", any(nonresource::apis))
+        .route("/apis/{group}", any(nonresource::api_group))
+        .route("/apis/{group}/", any(nonresource::api_group))
+        .route("/apis/{group}/{version}", any(nonresource::api_resources))
+        .route("/apis/{group}/{version}/", any(nonresource::api_resources))
         .route("/openapi/v2", any(nonresource::openapi_v2))
         .route("/openapi/v3", any(nonresource::openapi_v3_index))
         .route("/openapi/v3/", any(nonresource::openapi_v3_index))
@@ -92,13 +106,17 @@ pub fn router(state: AppState) -> Router {
         .route("/metrics", any(nonresource::metrics))
         .route("/{endpoint}", get(health::endpoint))
         .route("/{endpoint}/{check}", get(health::single_check))
-        .fallback(nonresource::not_found);
-    // Outermost first, as kube-apiserver's handler chain: metrics and tracing see every answer;
-    // the body of every request is accounted for (delivery); the request timeout around
-    // everything a request may wait on (authentication, the in-flight limit, authorization,
-    // its body, the handler); authentication, then the in-flight limit, then authorization (the
-    // limit spares the SubjectAccessReview of a request it refuses). Panics are caught around
-    // all of it as the last line of defence: nothing in these layers is meant to panic.
+}
+
+/// `routes` inside the handler chain.
+///
+/// Outermost first, as kube-apiserver's handler chain: metrics and tracing see every answer;
+/// the body of every request is accounted for (delivery); the request timeout around
+/// everything a request may wait on (authentication, the in-flight limit, authorization,
+/// its body, the handler); authentication, then the in-flight limit, then authorization (the
+/// limit spares the SubjectAccessReview of a request it refuses). Panics are caught around
+/// all of it as the last line of defence: nothing in these layers is meant to panic.
+fn handler_chain(routes: Router<AppState>, state: AppState) -> Router {
     let limit = axum::middleware::from_fn_with_state(state.clone(), inflight::limit);
     let routes = match state.auth() {
         Some(auth) => routes

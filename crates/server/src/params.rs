@@ -312,38 +312,10 @@ pub(crate) fn delete_options(
     body: Option<&Value>,
 ) -> Result<DeleteOptions, ApiError> {
     let mut causes = Vec::new();
-    let mut opts = DeleteOptions::default();
-    if let Some(body) = body {
-        opts.preconditions = Preconditions {
-            uid: body
-                .pointer("/preconditions/uid")
-                .and_then(Value::as_str)
-                .map(str::to_string),
-            resource_version: body
-                .pointer("/preconditions/resourceVersion")
-                .and_then(Value::as_str)
-                .map(str::to_string),
-        };
-        opts.propagation_policy = body
-            .get("propagationPolicy")
-            .and_then(Value::as_str)
-            .map(str::to_string);
-        opts.grace_period_seconds = body.get("gracePeriodSeconds").and_then(Value::as_i64);
-        if let Some(values) = body.get("dryRun").and_then(Value::as_array) {
-            let values: Vec<&str> = values.iter().filter_map(Value::as_str).collect();
-            if values.iter().any(|v| *v != "All") {
-                causes.push(FieldError {
-                    reason: "FieldValueNotSupported",
-                    field: "dryRun".into(),
-                    message: format!(
-                        "Unsupported value: {}: supported values: \"All\"",
-                        go_slice(&values)
-                    ),
-                });
-            }
-            opts.dry_run = !values.is_empty();
-        }
-    }
+    let mut opts = match body {
+        Some(body) => delete_options_of_body(body, &mut causes),
+        None => DeleteOptions::default(),
+    };
     if !query.all("dryRun").is_empty() {
         opts.dry_run = dry_run(query, &mut causes);
     }
@@ -353,6 +325,52 @@ pub(crate) fn delete_options(
     if let Some(grace) = query.int("gracePeriodSeconds")? {
         opts.grace_period_seconds = Some(grace);
     }
+    validate_delete_options(&opts, &mut causes);
+    if causes.is_empty() {
+        Ok(opts)
+    } else {
+        Err(invalid_options("DeleteOptions", causes))
+    }
+}
+
+/// The DeleteOptions a request body gives; an unsupported `dryRun` value is a cause.
+fn delete_options_of_body(body: &Value, causes: &mut Vec<FieldError>) -> DeleteOptions {
+    let text = |pointer: &str| {
+        body.pointer(pointer)
+            .and_then(Value::as_str)
+            .map(str::to_string)
+    };
+    let mut opts = DeleteOptions {
+        preconditions: Preconditions {
+            uid: text("/preconditions/uid"),
+            resource_version: text("/preconditions/resourceVersion"),
+        },
+        propagation_policy: body
+            .get("propagationPolicy")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        grace_period_seconds: body.get("gracePeriodSeconds").and_then(Value::as_i64),
+        ..DeleteOptions::default()
+    };
+    if let Some(values) = body.get("dryRun").and_then(Value::as_array) {
+        let values: Vec<&str> = values.iter().filter_map(Value::as_str).collect();
+        if values.iter().any(|v| *v != "All") {
+            causes.push(FieldError {
+                reason: "FieldValueNotSupported",
+                field: "dryRun".into(),
+                message: format!(
+                    "Unsupported value: {}: supported values: \"All\"",
+                    go_slice(&values)
+                ),
+            });
+        }
+        opts.dry_run = !values.is_empty();
+    }
+    opts
+}
+
+/// The propagation policy must be one upstream knows, and the grace period not negative.
+fn validate_delete_options(opts: &DeleteOptions, causes: &mut Vec<FieldError>) {
     if let Some(policy) = opts.propagation_policy.as_deref()
         && !matches!(policy, "Orphan" | "Background" | "Foreground")
     {
@@ -362,17 +380,12 @@ pub(crate) fn delete_options(
             &["Foreground", "Background", "Orphan", "nil"],
         ));
     }
-    if opts.grace_period_seconds.is_some_and(|g| g < 0) {
+    if let Some(grace) = opts.grace_period_seconds.filter(|g| *g < 0) {
         causes.push(FieldError::invalid(
             "gracePeriodSeconds",
-            &opts.grace_period_seconds.unwrap_or_default().to_string(),
+            &grace.to_string(),
             "must be greater than or equal to 0",
         ));
-    }
-    if causes.is_empty() {
-        Ok(opts)
-    } else {
-        Err(invalid_options("DeleteOptions", causes))
     }
 }
 

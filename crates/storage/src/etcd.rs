@@ -291,40 +291,7 @@ impl Storage for EtcdStorage {
 
     async fn txn(&self, txn: Txn) -> Result<TxnOutcome> {
         txn.check()?;
-        let compares: Vec<etcd_client::Compare> = txn
-            .compares
-            .iter()
-            .map(|compare| match compare {
-                Compare::Absent(key) => {
-                    etcd_client::Compare::create_revision(key.as_str(), CompareOp::Equal, 0)
-                }
-                Compare::ModRevision(key, revision) if *revision > 0 => {
-                    etcd_client::Compare::mod_revision(key.as_str(), CompareOp::Equal, *revision)
-                }
-                // etcd reads a missing key's mod revision as 0; ours never holds for one, so a
-                // non-positive expectation is a compare that cannot hold.
-                Compare::ModRevision(key, _) => {
-                    etcd_client::Compare::mod_revision(key.as_str(), CompareOp::Less, 0)
-                }
-            })
-            .collect();
-        let ops: Vec<TxnOp> = txn
-            .ops
-            .iter()
-            .map(|op| match op {
-                Op::Put(key, value) => TxnOp::put(key.as_str(), value.clone(), None),
-                Op::Delete(key) => TxnOp::delete(key.as_str(), None),
-            })
-            .collect();
-        let reads: Vec<TxnOp> = txn
-            .compares
-            .iter()
-            .map(|compare| TxnOp::get(compare_key(compare), None))
-            .collect();
-        let request = etcd_client::Txn::new()
-            .when(compares)
-            .and_then(ops)
-            .or_else(reads);
+        let request = etcd_txn(&txn);
         let commit = self.resend(Repeat::Unsafe, || {
             let mut kv = self.kv();
             let request = request.clone();
@@ -340,27 +307,7 @@ impl Storage for EtcdStorage {
         if response.succeeded() {
             return Ok(TxnOutcome::Committed { revision });
         }
-        let responses = response.op_responses();
-        for (index, compare) in txn.compares.iter().enumerate() {
-            let current = match responses.get(index) {
-                Some(TxnOpResponse::Get(read)) => read.kvs().first().map(|kv| kv.mod_revision()),
-                _ => {
-                    return Err(StorageError::unavailable(
-                        "etcd answered a failed transaction without its reads",
-                    ));
-                }
-            };
-            let holds = match compare {
-                Compare::Absent(_) => current.is_none(),
-                Compare::ModRevision(_, expected) => current == Some(*expected),
-            };
-            if !holds {
-                return Ok(TxnOutcome::Failed { index, current });
-            }
-        }
-        Err(StorageError::unavailable(
-            "etcd reported a failed compare, but every compare holds",
-        ))
+        failed_compare(&txn.compares, &response.op_responses())
     }
 
     async fn watch(&self, prefix: &str, after: Revision) -> Result<WatchStream> {
@@ -584,6 +531,72 @@ fn compare_key(compare: &Compare) -> &str {
     match compare {
         Compare::Absent(key) | Compare::ModRevision(key, _) => key,
     }
+}
+
+/// Our transaction as etcd's: its compares, its ops when they all hold, and otherwise a read
+/// of every compared key, so that a failure names the compare that did not hold.
+fn etcd_txn(txn: &Txn) -> etcd_client::Txn {
+    let compares: Vec<etcd_client::Compare> = txn.compares.iter().map(etcd_compare).collect();
+    let ops: Vec<TxnOp> = txn
+        .ops
+        .iter()
+        .map(|op| match op {
+            Op::Put(key, value) => TxnOp::put(key.as_str(), value.clone(), None),
+            Op::Delete(key) => TxnOp::delete(key.as_str(), None),
+        })
+        .collect();
+    let reads: Vec<TxnOp> = txn
+        .compares
+        .iter()
+        .map(|compare| TxnOp::get(compare_key(compare), None))
+        .collect();
+    etcd_client::Txn::new()
+        .when(compares)
+        .and_then(ops)
+        .or_else(reads)
+}
+
+/// One compare as etcd's: absence is a create revision of 0.
+fn etcd_compare(compare: &Compare) -> etcd_client::Compare {
+    match compare {
+        Compare::Absent(key) => {
+            etcd_client::Compare::create_revision(key.as_str(), CompareOp::Equal, 0)
+        }
+        Compare::ModRevision(key, revision) if *revision > 0 => {
+            etcd_client::Compare::mod_revision(key.as_str(), CompareOp::Equal, *revision)
+        }
+        // etcd reads a missing key's mod revision as 0; ours never holds for one, so a
+        // non-positive expectation is a compare that cannot hold.
+        Compare::ModRevision(key, _) => {
+            etcd_client::Compare::mod_revision(key.as_str(), CompareOp::Less, 0)
+        }
+    }
+}
+
+/// The first compare of a failed transaction that does not hold, and its key's mod revision,
+/// from the reads of the else branch (`responses`, one per compare, seen atomically with the
+/// failure).
+fn failed_compare(compares: &[Compare], responses: &[TxnOpResponse]) -> Result<TxnOutcome> {
+    for (index, compare) in compares.iter().enumerate() {
+        let current = match responses.get(index) {
+            Some(TxnOpResponse::Get(read)) => read.kvs().first().map(|kv| kv.mod_revision()),
+            _ => {
+                return Err(StorageError::unavailable(
+                    "etcd answered a failed transaction without its reads",
+                ));
+            }
+        };
+        let holds = match compare {
+            Compare::Absent(_) => current.is_none(),
+            Compare::ModRevision(_, expected) => current == Some(*expected),
+        };
+        if !holds {
+            return Ok(TxnOutcome::Failed { index, current });
+        }
+    }
+    Err(StorageError::unavailable(
+        "etcd reported a failed compare, but every compare holds",
+    ))
 }
 
 fn header_revision(response: &GetResponse) -> Result<Revision> {

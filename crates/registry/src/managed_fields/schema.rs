@@ -197,58 +197,60 @@ impl<'a> Builder<'a> {
         self.push(atom)
     }
 
+    /// The atom a schema describes, read from all its parts: a scalar, a list, a map or
+    /// struct, or deduced when it says nothing of its shape.
     fn atom(&mut self, schema: &'a Value, depth: usize) -> Atom {
         let mut parts = Vec::new();
         self.parts(schema, depth, &mut parts);
-        let find = |key: &str| parts.iter().find_map(|p| p.get(key));
-        let flag = |key: &str| find(key).and_then(Value::as_bool).unwrap_or(false);
-        let type_ = find("type").and_then(Value::as_str).unwrap_or("");
-        let properties: Vec<(&'a String, &'a Value)> = parts
-            .iter()
-            .filter_map(|p| p.get("properties").and_then(Value::as_object))
-            .flat_map(|props| props.iter())
-            .collect();
-        let additional = find("additionalProperties");
-        if flag("x-kubernetes-int-or-string") {
+        let parts = Parts(parts);
+        if parts.flag("x-kubernetes-int-or-string") {
             return Atom::Scalar(Scalar::Untyped);
         }
+        let type_ = parts.str("type").unwrap_or("");
         match type_ {
             "string" => return Atom::Scalar(Scalar::String),
             "integer" | "number" => return Atom::Scalar(Scalar::Numeric),
             "boolean" => return Atom::Scalar(Scalar::Boolean),
-            "array" => {
-                let element = match find("items") {
-                    Some(items) => self.build(items, depth + 1),
-                    None => self.deduced,
-                };
-                let kind = match find("x-kubernetes-list-type").and_then(Value::as_str) {
-                    Some("set") => ListKind::Set,
-                    Some("map") => ListKind::Map(
-                        find("x-kubernetes-list-map-keys")
-                            .and_then(Value::as_array)
-                            .map(|keys| {
-                                keys.iter()
-                                    .filter_map(|k| k.as_str().map(str::to_string))
-                                    .collect()
-                            })
-                            .unwrap_or_default(),
-                    ),
-                    _ => ListKind::Atomic,
-                };
-                return Atom::List(ListType { element, kind });
-            }
+            "array" => return Atom::List(self.list(&parts, depth)),
             _ => {}
         }
-        if properties.is_empty() && additional.is_none() && type_ != "object" {
+        let properties = parts.properties();
+        if properties.is_empty()
+            && parts.find("additionalProperties").is_none()
+            && type_ != "object"
+        {
             return Atom::Deduced;
         }
+        Atom::Map(self.map(&parts, properties, depth))
+    }
+
+    /// A list's item type (deduced without `items`) and how it merges.
+    fn list(&mut self, parts: &Parts<'a>, depth: usize) -> ListType {
+        let element = match parts.find("items") {
+            Some(items) => self.build(items, depth + 1),
+            None => self.deduced,
+        };
+        ListType {
+            element,
+            kind: parts.list_kind(),
+        }
+    }
+
+    /// A struct's declared fields and, for undeclared keys, the type of their values — or
+    /// none, when such keys are errors.
+    fn map(
+        &mut self,
+        parts: &Parts<'a>,
+        properties: Vec<(&'a String, &'a Value)>,
+        depth: usize,
+    ) -> MapType {
         let mut fields = BTreeMap::new();
         for (name, field_schema) in properties {
             let id = self.build(field_schema, depth + 1);
             fields.insert(name.clone(), id);
         }
-        let preserve = flag("x-kubernetes-preserve-unknown-fields");
-        let element = match additional {
+        let preserve = parts.flag("x-kubernetes-preserve-unknown-fields");
+        let element = match parts.find("additionalProperties") {
             _ if preserve => Some(self.deduced),
             Some(Value::Bool(true)) => Some(self.deduced),
             Some(Value::Bool(false)) => None,
@@ -257,12 +259,58 @@ impl<'a> Builder<'a> {
             _ if fields.is_empty() => Some(self.deduced),
             _ => None,
         };
-        let atomic = find("x-kubernetes-map-type").and_then(Value::as_str) == Some("atomic");
-        Atom::Map(MapType {
+        MapType {
             fields,
             element,
-            atomic,
-        })
+            atomic: parts.str("x-kubernetes-map-type") == Some("atomic"),
+        }
+    }
+}
+
+/// The parts of one schema (itself, its `allOf` parts, the definitions its `$ref`s name),
+/// read as one schema: the first part that has a key gives its value.
+struct Parts<'a>(Vec<&'a Value>);
+
+impl<'a> Parts<'a> {
+    fn find(&self, key: &str) -> Option<&'a Value> {
+        self.0.iter().find_map(|part| part.get(key))
+    }
+
+    fn str(&self, key: &str) -> Option<&'a str> {
+        self.find(key).and_then(Value::as_str)
+    }
+
+    /// An extension flag: false when absent.
+    fn flag(&self, key: &str) -> bool {
+        self.find(key).and_then(Value::as_bool).unwrap_or(false)
+    }
+
+    /// The declared properties of every part, in order.
+    fn properties(&self) -> Vec<(&'a String, &'a Value)> {
+        self.0
+            .iter()
+            .filter_map(|part| part.get("properties").and_then(Value::as_object))
+            .flat_map(|props| props.iter())
+            .collect()
+    }
+
+    /// How a list merges, from `x-kubernetes-list-type` (atomic when absent) and, for a map
+    /// list, `x-kubernetes-list-map-keys`.
+    fn list_kind(&self) -> ListKind {
+        match self.str("x-kubernetes-list-type") {
+            Some("set") => ListKind::Set,
+            Some("map") => ListKind::Map(
+                self.find("x-kubernetes-list-map-keys")
+                    .and_then(Value::as_array)
+                    .map(|keys| {
+                        keys.iter()
+                            .filter_map(|k| k.as_str().map(str::to_string))
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            ),
+            _ => ListKind::Atomic,
+        }
     }
 }
 

@@ -120,6 +120,98 @@ fn go_value(value: &Value) -> String {
     }
 }
 
+/// What a value of `scalar` type was expected to be, when `value` is not one (`null` is a
+/// value of every type).
+fn scalar_mismatch(scalar: Scalar, value: &Value) -> Option<&'static str> {
+    let ok = match (scalar, value) {
+        (_, Value::Null) => true,
+        (Scalar::String, Value::String(_)) => true,
+        (Scalar::Numeric, Value::Number(_)) => true,
+        (Scalar::Boolean, Value::Bool(_)) => true,
+        (Scalar::Untyped, v) => !v.is_object() && !v.is_array(),
+        _ => false,
+    };
+    (!ok).then_some(match scalar {
+        Scalar::String => "expected string",
+        Scalar::Numeric => "expected numeric (int or float)",
+        Scalar::Boolean => "expected boolean",
+        Scalar::Untyped => "expected any scalar",
+    })
+}
+
+/// The one item of key `pe` among a list's `observed` items; none when the list lacks the
+/// key or holds it twice (such items are not merged).
+fn keyed_item<'v>(
+    observed: &'v [(PathElement, Option<Value>)],
+    pe: &PathElement,
+) -> Option<&'v Value> {
+    observed
+        .iter()
+        .find(|(p, _)| p == pe)
+        .and_then(|(_, v)| v.as_ref())
+}
+
+/// One item of a merged associative list, in its place.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MergeStep<'p> {
+    /// The item of this key, merged from the live list and the configuration (either may
+    /// lack it).
+    Keyed(&'p PathElement),
+    /// The live item at this index, whose key the configuration does not hold.
+    LiveOnly(usize),
+}
+
+/// The order of a merged associative list, from the keys of the live list (`lhs`) and of the
+/// configuration (`rhs`), as structured-merge-diff orders it: live items keep their place,
+/// items only in the configuration follow the configuration's order around the items both
+/// share.
+fn merge_order<'p>(lhs: &'p [PathElement], rhs: &'p [PathElement]) -> Vec<MergeStep<'p>> {
+    let mut shared: std::collections::VecDeque<&PathElement> =
+        rhs.iter().filter(|pe| lhs.contains(pe)).collect();
+    let mut next_shared = shared.pop_front();
+    let mut merged_rhs: Vec<&PathElement> = Vec::new();
+    let mut steps = Vec::new();
+    let (mut li, mut ri) = (0, 0);
+    while li < lhs.len() || ri < rhs.len() {
+        if li < lhs.len() && ri < rhs.len() {
+            let pe = &lhs[li];
+            if *pe == rhs[ri] {
+                merged_rhs.push(pe);
+                steps.push(MergeStep::Keyed(pe));
+                li += 1;
+                ri += 1;
+                next_shared = shared.pop_front();
+                continue;
+            }
+            // A shared item out of the configuration's order waits for its turn there.
+            if rhs.contains(pe) && next_shared.is_some_and(|n| n != pe) {
+                li += 1;
+                continue;
+            }
+        }
+        if li < lhs.len() {
+            let pe = &lhs[li];
+            if !rhs.contains(pe) {
+                steps.push(MergeStep::LiveOnly(li));
+                li += 1;
+                continue;
+            } else if merged_rhs.contains(&pe) {
+                li += 1;
+            }
+        }
+        if ri < rhs.len() {
+            let pe = &rhs[ri];
+            merged_rhs.push(pe);
+            steps.push(MergeStep::Keyed(pe));
+            ri += 1;
+            if next_shared.is_some_and(|n| n == pe) {
+                next_shared = shared.pop_front();
+            }
+        }
+    }
+    steps
+}
+
 impl<'s> Typed<'s> {
     /// Operations over values of `schema`'s root type.
     pub(crate) fn new(schema: &'s TypedSchema) -> Self {
@@ -213,81 +305,85 @@ impl<'s> Typed<'s> {
         };
         match self.shape(id, Some(value)) {
             Shape::Scalar(scalar) => {
-                let ok = match (scalar, value) {
-                    (_, Value::Null) => true,
-                    (Scalar::String, Value::String(_)) => true,
-                    (Scalar::Numeric, Value::Number(_)) => true,
-                    (Scalar::Boolean, Value::Bool(_)) => true,
-                    (Scalar::Untyped, v) => !v.is_object() && !v.is_array(),
-                    _ => false,
-                };
-                if !ok {
-                    let expected = match scalar {
-                        Scalar::String => "expected string",
-                        Scalar::Numeric => "expected numeric (int or float)",
-                        Scalar::Boolean => "expected boolean",
-                        Scalar::Untyped => "expected any scalar",
-                    };
+                if let Some(expected) = scalar_mismatch(scalar, value) {
                     errors.push(error(format!("{expected}, got {}", go_value(value))));
                 }
             }
             Shape::Map(map) => match value {
                 Value::Null => {}
                 Value::Object(fields) => {
-                    for (key, field_value) in fields {
-                        let field_path = format!("{path}.{key}");
-                        match self.map_field(&map, key) {
-                            Some(field_id) => self.validate_at(
-                                field_id,
-                                field_value,
-                                &field_path,
-                                allow_duplicates,
-                                errors,
-                            ),
-                            None => {
-                                errors.push(ValidationError {
-                                    path: field_path,
-                                    message: "field not declared in schema".into(),
-                                });
-                                // Upstream stops at the first undeclared field of a map.
-                                return;
-                            }
-                        }
-                    }
+                    self.validate_fields(&map, fields, path, allow_duplicates, errors)
                 }
                 other => errors.push(error(format!("expected map, got &{{{}}}", go_value(other)))),
             },
             Shape::List(list) => match value {
                 Value::Null => {}
                 Value::Array(items) => {
-                    let mut seen = BTreeSet::new();
-                    for (i, item) in items.iter().enumerate() {
-                        let pe = if list.kind == ListKind::Atomic {
-                            PathElement::Index(i)
-                        } else {
-                            match self.item_element(&list, item) {
-                                Ok(pe) => pe,
-                                Err(message) => {
-                                    errors.push(error(format!("element {i}: {message}")));
-                                    return;
-                                }
-                            }
-                        };
-                        if list.kind != ListKind::Atomic
-                            && !seen.insert(pe.clone())
-                            && !allow_duplicates
-                        {
-                            errors.push(error(format!("duplicate entries for key {pe}")));
-                        }
-                        let item_path = format!("{path}{pe}");
-                        self.validate_at(list.element, item, &item_path, allow_duplicates, errors);
-                    }
+                    self.validate_items(&list, items, path, allow_duplicates, errors)
                 }
                 other => errors.push(error(format!(
                     "expected list, got &{{{}}}",
                     go_value(other)
                 ))),
             },
+        }
+    }
+
+    /// Validate each field of a map against its declared (or element) type.
+    fn validate_fields(
+        &self,
+        map: &MapType,
+        fields: &Map<String, Value>,
+        path: &str,
+        allow_duplicates: bool,
+        errors: &mut Vec<ValidationError>,
+    ) {
+        for (key, field_value) in fields {
+            let field_path = format!("{path}.{key}");
+            let Some(field_id) = self.map_field(map, key) else {
+                errors.push(ValidationError {
+                    path: field_path,
+                    message: "field not declared in schema".into(),
+                });
+                // Upstream stops at the first undeclared field of a map.
+                return;
+            };
+            self.validate_at(field_id, field_value, &field_path, allow_duplicates, errors);
+        }
+    }
+
+    /// Validate each item of a list; an associative list's items must also have their keys,
+    /// and distinct ones unless `allow_duplicates`.
+    fn validate_items(
+        &self,
+        list: &ListType,
+        items: &[Value],
+        path: &str,
+        allow_duplicates: bool,
+        errors: &mut Vec<ValidationError>,
+    ) {
+        let error = |message: String| ValidationError {
+            path: path.to_string(),
+            message,
+        };
+        let mut seen = BTreeSet::new();
+        for (i, item) in items.iter().enumerate() {
+            let pe = if list.kind == ListKind::Atomic {
+                PathElement::Index(i)
+            } else {
+                match self.item_element(list, item) {
+                    Ok(pe) => pe,
+                    Err(message) => {
+                        errors.push(error(format!("element {i}: {message}")));
+                        return;
+                    }
+                }
+            };
+            if list.kind != ListKind::Atomic && !seen.insert(pe.clone()) && !allow_duplicates {
+                errors.push(error(format!("duplicate entries for key {pe}")));
+            }
+            let item_path = format!("{path}{pe}");
+            self.validate_at(list.element, item, &item_path, allow_duplicates, errors);
         }
     }
 
@@ -634,71 +730,21 @@ impl<'s> Typed<'s> {
         if errors.len() > before {
             return None;
         }
-        let get = |observed: &[(PathElement, Option<Value>)], pe: &PathElement| {
-            observed
-                .iter()
-                .find(|(p, _)| p == pe)
-                .map(|(_, v)| v.clone())
-        };
-        let mut shared: std::collections::VecDeque<&PathElement> = rhs_pes
-            .iter()
-            .filter(|pe| get(&observed_lhs, pe).is_some())
-            .collect();
-        let mut next_shared = shared.pop_front();
-        let mut merged_rhs: Vec<PathElement> = Vec::new();
-        let mut out = Vec::new();
+        // No item failed to index (that returned above): the live items line up with their
+        // path elements.
         let lhs_items: Vec<&Value> = lhs.into_iter().flatten().collect();
-        let (mut li, mut ri) = (0, 0);
-        let item_path = |pe: &PathElement| format!("{path}{pe}");
-        while li < lhs_pes.len() || ri < rhs_pes.len() {
-            if li < lhs_pes.len() && ri < rhs_pes.len() {
-                let pe = &lhs_pes[li];
-                if *pe == rhs_pes[ri] {
-                    merged_rhs.push(pe.clone());
-                    let l = get(&observed_lhs, pe).flatten();
-                    let r = get(&observed_rhs, pe).flatten();
-                    if let Some(v) =
-                        self.merge_at(list.element, l.as_ref(), r.as_ref(), &item_path(pe), errors)
-                    {
-                        out.push(v);
-                    }
-                    li += 1;
-                    ri += 1;
-                    next_shared = shared.pop_front();
-                    continue;
-                }
-                if get(&observed_rhs, pe).is_some() && next_shared.is_some_and(|n| n != pe) {
-                    li += 1;
-                    continue;
-                }
-            }
-            if li < lhs_pes.len() {
-                let pe = &lhs_pes[li];
-                if get(&observed_rhs, pe).is_none() {
-                    let l = lhs_items.get(li).copied();
-                    if let Some(v) = self.merge_at(list.element, l, None, &item_path(pe), errors) {
-                        out.push(v);
-                    }
-                    li += 1;
-                    continue;
-                } else if merged_rhs.contains(pe) {
-                    li += 1;
-                }
-            }
-            if ri < rhs_pes.len() {
-                let pe = &rhs_pes[ri];
-                merged_rhs.push(pe.clone());
-                let l = get(&observed_lhs, pe).flatten();
-                let r = get(&observed_rhs, pe).flatten();
-                if let Some(v) =
-                    self.merge_at(list.element, l.as_ref(), r.as_ref(), &item_path(pe), errors)
-                {
-                    out.push(v);
-                }
-                ri += 1;
-                if next_shared.is_some_and(|n| n == pe) {
-                    next_shared = shared.pop_front();
-                }
+        let mut out = Vec::new();
+        for step in merge_order(&lhs_pes, &rhs_pes) {
+            let (pe, l, r) = match step {
+                MergeStep::Keyed(pe) => (
+                    pe,
+                    keyed_item(&observed_lhs, pe),
+                    keyed_item(&observed_rhs, pe),
+                ),
+                MergeStep::LiveOnly(at) => (&lhs_pes[at], lhs_items.get(at).copied(), None),
+            };
+            if let Some(v) = self.merge_at(list.element, l, r, &format!("{path}{pe}"), errors) {
+                out.push(v);
             }
         }
         (!out.is_empty()).then_some(Value::Array(out))

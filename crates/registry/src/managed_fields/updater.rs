@@ -116,6 +116,26 @@ pub(crate) enum UpdateError {
     Internal(String),
 }
 
+/// What a write takes from the other managers.
+#[derive(Default)]
+struct Taken {
+    /// Their fields the write modifies or adds.
+    conflicts: Vec<(ManagerId, Set)>,
+    /// Their fields the write removes.
+    removed: Vec<(ManagerId, Set)>,
+    /// Managers whose API version is no longer served.
+    unserved: Vec<ManagerId>,
+}
+
+/// The conflicts error: every field of another manager that the write would change.
+fn conflict_error(conflicts: &[(ManagerId, Set)]) -> UpdateError {
+    let listed = conflicts
+        .iter()
+        .flat_map(|(id, set)| set.paths().into_iter().map(move |p| (id.clone(), p)))
+        .collect();
+    UpdateError::Conflicts(listed)
+}
+
 /// Computes the managers' ownership after an Update or an Apply.
 pub(crate) struct Updater<'v> {
     /// The kind's schemas, conversion and reset fields.
@@ -173,35 +193,46 @@ impl<'v> Updater<'v> {
                 .compare(&old.value, &new.value),
             api_version,
         );
+        let taken = self.taken_from_others(old, new, managers, workflow, &compare)?;
+        // Managers of versions no longer served are dropped, as upstream does.
+        for id in taken.unserved {
+            managers.remove(&id);
+        }
+        if !force && !taken.conflicts.is_empty() {
+            return Err(conflict_error(&taken.conflicts));
+        }
+        for (id, set) in taken.conflicts.into_iter().chain(taken.removed) {
+            if let Some(owned) = managers.get_mut(&id) {
+                owned.set = owned.set.difference(&set);
+            }
+        }
+        managers.retain(|_, owned| !owned.set.is_empty());
+        Ok(compare)
+    }
+
+    /// What the change from `old` to `new` (`compare`, in `new`'s version) takes from every
+    /// manager but `workflow`, each compared in the version its fields are in.
+    fn taken_from_others(
+        &self,
+        old: &Versioned,
+        new: &Versioned,
+        managers: &ManagedFields,
+        workflow: &ManagerId,
+        compare: &Comparison,
+    ) -> Result<Taken, UpdateError> {
         let mut by_version: BTreeMap<String, Comparison> = BTreeMap::new();
-        by_version.insert(api_version.to_string(), compare.clone());
-        let mut conflicts: Vec<(ManagerId, Set)> = Vec::new();
-        let mut removed: Vec<(ManagerId, Set)> = Vec::new();
-        let mut missing = Vec::new();
+        by_version.insert(new.api_version.clone(), compare.clone());
+        let mut taken = Taken::default();
         for (id, owned) in managers.iter() {
             if id == workflow {
                 continue;
             }
             if !by_version.contains_key(&owned.api_version) {
-                let (Some(old_v), Some(new_v)) = (
-                    self.convert(old, &owned.api_version).map_err(|e| {
-                        UpdateError::Internal(format!("failed to convert old object: {e}"))
-                    })?,
-                    self.convert(new, &owned.api_version).map_err(|e| {
-                        UpdateError::Internal(format!("failed to convert new object: {e}"))
-                    })?,
-                ) else {
-                    missing.push(id.clone());
+                let Some(comparison) = self.compare_in(old, new, &owned.api_version)? else {
+                    taken.unserved.push(id.clone());
                     continue;
                 };
-                let typed = self
-                    .typed(&owned.api_version)
-                    .map_err(UpdateError::Internal)?;
-                let comparison = typed.compare(&old_v.value, &new_v.value);
-                by_version.insert(
-                    owned.api_version.clone(),
-                    self.filtered(comparison, &owned.api_version),
-                );
+                by_version.insert(owned.api_version.clone(), comparison);
             }
             let Some(comparison) = by_version.get(&owned.api_version) else {
                 continue;
@@ -209,29 +240,34 @@ impl<'v> Updater<'v> {
             let changed = comparison.modified.union(&comparison.added);
             let conflict = owned.set.intersection(&changed);
             if !conflict.is_empty() {
-                conflicts.push((id.clone(), conflict));
+                taken.conflicts.push((id.clone(), conflict));
             }
             if !comparison.removed.is_empty() {
-                removed.push((id.clone(), comparison.removed.clone()));
+                taken.removed.push((id.clone(), comparison.removed.clone()));
             }
         }
-        for id in missing {
-            managers.remove(&id);
-        }
-        if !force && !conflicts.is_empty() {
-            let listed = conflicts
-                .iter()
-                .flat_map(|(id, set)| set.paths().into_iter().map(move |p| (id.clone(), p)))
-                .collect();
-            return Err(UpdateError::Conflicts(listed));
-        }
-        for (id, set) in conflicts.into_iter().chain(removed) {
-            if let Some(owned) = managers.get_mut(&id) {
-                owned.set = owned.set.difference(&set);
-            }
-        }
-        managers.retain(|_, owned| !owned.set.is_empty());
-        Ok(compare)
+        Ok(taken)
+    }
+
+    /// What changed from `old` to `new` as `api_version` serves them, without its ignored
+    /// fields; `None` when that version is not served.
+    fn compare_in(
+        &self,
+        old: &Versioned,
+        new: &Versioned,
+        api_version: &str,
+    ) -> Result<Option<Comparison>, UpdateError> {
+        let (Some(old_v), Some(new_v)) = (
+            self.convert(old, api_version)
+                .map_err(|e| UpdateError::Internal(format!("failed to convert old object: {e}")))?,
+            self.convert(new, api_version)
+                .map_err(|e| UpdateError::Internal(format!("failed to convert new object: {e}")))?,
+        ) else {
+            return Ok(None);
+        };
+        let typed = self.typed(api_version).map_err(UpdateError::Internal)?;
+        let comparison = typed.compare(&old_v.value, &new_v.value);
+        Ok(Some(self.filtered(comparison, api_version)))
     }
 
     /// A create, update or non-apply patch by `manager`: it owns what it changed, on top of

@@ -77,6 +77,8 @@ pub(crate) fn apply(
     Ok(Value::Object(merged))
 }
 
+/// Merge a patch map into the original map at `path`: its directives first (`$patch`,
+/// `$retainKeys`, `$setElementOrder/…`), then each of its fields.
 fn merge_map(
     mut original: Map<String, Value>,
     mut patch: Map<String, Value>,
@@ -99,65 +101,70 @@ fn merge_map(
     }
     retain_keys(&mut original, &mut patch)?;
     set_element_orders(&mut original, &mut patch, path, rules)?;
-
     for (key, patch_value) in patch {
-        let (key, delete_list) = match key.strip_prefix(DELETE_FROM_PRIMITIVE_LIST) {
-            Some(field) => (field.to_string(), true),
-            None => (key, false),
-        };
-        if key.is_empty() {
-            return Err(bad_request(
-                "invalid patch format of primitive list: the key is empty",
-            ));
-        }
-        if patch_value.is_null() {
-            original.shift_remove(&key);
-            continue;
-        }
-        let field_path = child(path, &key);
-        let Some(current) = original.get_mut(&key) else {
-            if !delete_list && let Some(value) = strip(patch_value) {
-                original.insert(key, value);
-            }
-            continue;
-        };
-        match (current, patch_value) {
-            (Value::Object(current), Value::Object(patch_map)) if !delete_list => {
-                let merged = merge_map(std::mem::take(current), patch_map, &field_path, rules)?;
-                *current = merged;
-            }
-            (Value::Array(current), Value::Array(patch_list)) => {
-                let merged = if delete_list {
-                    delete_from_list(std::mem::take(current), &patch_list)
-                } else {
-                    match rules.get(&field_path) {
-                        Some(rule) => merge_list(
-                            std::mem::take(current),
-                            patch_list,
-                            &field_path,
-                            rule,
-                            rules,
-                        )?,
-                        None => strip_list(patch_list),
-                    }
-                };
-                *current = merged;
-            }
-            (_, patch_value) if delete_list => {
-                let _ = patch_value;
-                return Err(bad_request(
-                    "invalid patch format of primitive list: the deletion list must be a list",
-                ));
-            }
-            (current, patch_value) => match strip(patch_value) {
-                Some(value) => *current = value,
-                None => {
-                    original.shift_remove(&key);
-                }
-            },
-        }
+        merge_field(&mut original, key, patch_value, path, rules)?;
     }
     Ok(original)
+}
+
+/// Merge one field of a patch map into the original map at `path`: `null` deletes it, maps
+/// merge, lists merge by their rule (or lose the items of a `$deleteFromPrimitiveList/…`),
+/// anything else replaces it.
+fn merge_field(
+    original: &mut Map<String, Value>,
+    key: String,
+    patch_value: Value,
+    path: &str,
+    rules: &MergeRules,
+) -> Result<(), ApiError> {
+    let (key, delete_list) = match key.strip_prefix(DELETE_FROM_PRIMITIVE_LIST) {
+        Some(field) => (field.to_string(), true),
+        None => (key, false),
+    };
+    if key.is_empty() {
+        return Err(bad_request(
+            "invalid patch format of primitive list: the key is empty",
+        ));
+    }
+    if patch_value.is_null() {
+        original.shift_remove(&key);
+        return Ok(());
+    }
+    let field_path = child(path, &key);
+    let Some(current) = original.get_mut(&key) else {
+        if !delete_list && let Some(value) = strip(patch_value) {
+            original.insert(key, value);
+        }
+        return Ok(());
+    };
+    match (current, patch_value) {
+        (Value::Object(current), Value::Object(patch_map)) if !delete_list => {
+            *current = merge_map(std::mem::take(current), patch_map, &field_path, rules)?;
+        }
+        (Value::Array(current), Value::Array(patch_list)) => {
+            let current_list = std::mem::take(current);
+            *current = if delete_list {
+                delete_from_list(current_list, &patch_list)
+            } else {
+                match rules.get(&field_path) {
+                    Some(rule) => merge_list(current_list, patch_list, &field_path, rule, rules)?,
+                    None => strip_list(patch_list),
+                }
+            };
+        }
+        _ if delete_list => {
+            return Err(bad_request(
+                "invalid patch format of primitive list: the deletion list must be a list",
+            ));
+        }
+        (current, patch_value) => match strip(patch_value) {
+            Some(value) => *current = value,
+            None => {
+                original.shift_remove(&key);
+            }
+        },
+    }
+    Ok(())
 }
 
 /// `$retainKeys`: drop every key of the original the list does not name; the patch may only

@@ -9,7 +9,7 @@ use super::super::error::{ApiError, ApiResult};
 use super::super::rest::Preconditions;
 use super::super::strategy::Strategy;
 use super::{Also, Committed, MAX_WRITE_ATTEMPTS, ObjectRef, Store, now};
-use svm_storage::{Compare, Op};
+use svm_storage::{Compare, KeyValue, Op};
 
 /// The outcome of a delete.
 #[derive(Debug, Clone)]
@@ -19,6 +19,14 @@ pub struct Deletion<O> {
     pub object: O,
     /// Whether the object is gone from storage (or would be, for a dry run).
     pub gone: bool,
+}
+
+/// What a delete attempt does, decided from the object as read.
+enum Planned<O> {
+    /// Nothing to write: the object is already being deleted as asked.
+    Unchanged(Deletion<O>),
+    /// The write (a put of the marked object, or the delete), and the outcome it commits.
+    Write(Deletion<O>, Op),
 }
 
 impl<S: Strategy> Store<S> {
@@ -46,66 +54,70 @@ impl<S: Strategy> Store<S> {
         for _ in 0..MAX_WRITE_ATTEMPTS {
             let (kv, current) = self.read_current(&key, name).await?;
             self.check_preconditions(&current, preconditions, name)?;
-
-            let mut deleting = current.clone();
-            let finalizers = current.metadata().finalizers.as_deref().unwrap_or_default();
-            if let Some(changed) = gc_finalizers(finalizers, propagation_policy) {
-                deleting.metadata_mut().finalizers = Some(changed).filter(|f| !f.is_empty());
+            let (mut deletion, op) =
+                match self.plan_deletion(&key, &kv, current, propagation_policy)? {
+                    Planned::Unchanged(deletion) => return Ok(deletion),
+                    Planned::Write(deletion, op) => (deletion, op),
+                };
+            if dry_run {
+                return Ok(deletion);
             }
-            let held = deleting
-                .metadata()
-                .finalizers
-                .as_ref()
-                .is_some_and(|f| !f.is_empty());
             let compare = Compare::ModRevision(key.clone(), kv.mod_revision);
-            let deletion = if held {
-                mark_as_deleting(deleting.metadata_mut());
-                let bytes = self.encode_for_storage(&deleting)?;
-                if bytes == kv.value {
-                    // Already being deleted: nothing to write.
-                    return Ok(Deletion {
-                        object: current,
-                        gone: false,
-                    });
-                }
-                if dry_run {
-                    return Ok(Deletion {
-                        object: deleting,
-                        gone: false,
-                    });
-                }
-                let ops = vec![Op::Put(key.clone(), bytes)];
-                match self.commit(name, compare, ops, also).await? {
-                    Committed::At(revision) => {
-                        deleting.metadata_mut().resource_version = Some(revision.to_string());
-                        Some(Deletion {
-                            object: deleting,
-                            gone: false,
-                        })
+            match self.commit(name, compare, vec![op], also).await? {
+                Committed::At(revision) => {
+                    if !deletion.gone {
+                        deletion.object.metadata_mut().resource_version =
+                            Some(revision.to_string());
                     }
-                    Committed::ObjectChanged { current: None } => None,
-                    Committed::ObjectChanged { .. } => continue,
+                    return Ok(deletion);
                 }
-            } else {
-                if dry_run {
-                    return Ok(Deletion {
-                        object: current,
-                        gone: true,
-                    });
-                }
-                let ops = vec![Op::Delete(key.clone())];
-                match self.commit(name, compare, ops, also).await? {
-                    Committed::At(_) => Some(Deletion {
-                        object: current,
-                        gone: true,
-                    }),
-                    Committed::ObjectChanged { current: None } => None,
-                    Committed::ObjectChanged { .. } => continue,
-                }
-            };
-            return deletion.ok_or_else(|| self.not_found(name));
+                Committed::ObjectChanged { current: None } => return Err(self.not_found(name)),
+                Committed::ObjectChanged { .. } => continue,
+            }
         }
         Err(self.stale(name))
+    }
+
+    /// What deleting `current` (read as `kv`) writes: the object with the finalizers the
+    /// policy asks for and marked as deleting while finalizers hold it, or its removal.
+    fn plan_deletion(
+        &self,
+        key: &str,
+        kv: &KeyValue,
+        current: S::Object,
+        propagation_policy: Option<&str>,
+    ) -> ApiResult<Planned<S::Object>> {
+        let mut deleting = current.clone();
+        let finalizers = current.metadata().finalizers.as_deref().unwrap_or_default();
+        if let Some(changed) = gc_finalizers(finalizers, propagation_policy) {
+            deleting.metadata_mut().finalizers = Some(changed).filter(|f| !f.is_empty());
+        }
+        let held = deleting
+            .metadata()
+            .finalizers
+            .as_ref()
+            .is_some_and(|f| !f.is_empty());
+        if !held {
+            let gone = Deletion {
+                object: current,
+                gone: true,
+            };
+            return Ok(Planned::Write(gone, Op::Delete(key.to_string())));
+        }
+        mark_as_deleting(deleting.metadata_mut());
+        let bytes = self.encode_for_storage(&deleting)?;
+        if bytes == kv.value {
+            // Already being deleted: nothing to write.
+            return Ok(Planned::Unchanged(Deletion {
+                object: current,
+                gone: false,
+            }));
+        }
+        let marked = Deletion {
+            object: deleting,
+            gone: false,
+        };
+        Ok(Planned::Write(marked, Op::Put(key.to_string(), bytes)))
     }
 
     /// metav1.Preconditions; a mismatch is a 409 naming the Kind (upstream's

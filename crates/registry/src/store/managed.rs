@@ -265,17 +265,10 @@ impl<S: Strategy> Store<S> {
         let mut attempts = 0;
         loop {
             attempts += 1;
-            let updated = self
-                .guaranteed_update_with(
-                    at,
-                    subresource,
-                    opts.dry_run,
-                    Also::default(),
-                    Tracking::Applied,
-                    |current| self.applied(version, at, subresource, &config, Some(current), opts),
-                )
-                .await;
-            let err = match updated {
+            let not_found = match self
+                .apply_to_existing(version, at, subresource, &config, opts)
+                .await
+            {
                 Ok(updated) => {
                     return Ok(Written {
                         object: self.strategy.encode(version, &updated)?,
@@ -286,17 +279,7 @@ impl<S: Strategy> Store<S> {
                 Err(err @ ApiError::NotFound { .. }) if subresource == Subresource::Main => err,
                 Err(err) => return Err(err),
             };
-            let mut obj = self.applied(version, at, subresource, &config, None, opts)?;
-            if let Some(uid) = obj.metadata().uid.clone().filter(|u| !u.is_empty()) {
-                return Err(self.conflict(
-                    at.name,
-                    format!(
-                        "uid mismatch: the provided object specified uid {uid}, and no existing object was found"
-                    ),
-                ));
-            }
-            // A create by apply ignores the configuration's resourceVersion.
-            obj.metadata_mut().resource_version = None;
+            let obj = self.applied_for_create(version, at, subresource, &config, opts)?;
             match self
                 .create_object(obj, opts.dry_run, Also::default(), Tracking::Applied)
                 .await
@@ -310,10 +293,54 @@ impl<S: Strategy> Store<S> {
                 }
                 // Created (or deleted) meanwhile: apply again to what is there now.
                 Err(ApiError::AlreadyExists { .. }) if attempts < APPLY_ATTEMPTS => continue,
-                Err(ApiError::AlreadyExists { .. }) => return Err(err),
+                Err(ApiError::AlreadyExists { .. }) => return Err(not_found),
                 Err(other) => return Err(other),
             }
         }
+    }
+
+    /// Apply `config` to the object as it is stored; not found when there is none.
+    async fn apply_to_existing(
+        &self,
+        version: &str,
+        at: ObjectRef<'_>,
+        subresource: Subresource,
+        config: &Value,
+        opts: &WriteOptions,
+    ) -> ApiResult<S::Object> {
+        self.guaranteed_update_with(
+            at,
+            subresource,
+            opts.dry_run,
+            Also::default(),
+            Tracking::Applied,
+            |current| self.applied(version, at, subresource, config, Some(current), opts),
+        )
+        .await
+    }
+
+    /// The object an apply creates from `config` when none exists: a configuration naming a
+    /// uid meant an object that is gone, a conflict.
+    fn applied_for_create(
+        &self,
+        version: &str,
+        at: ObjectRef<'_>,
+        subresource: Subresource,
+        config: &Value,
+        opts: &WriteOptions,
+    ) -> ApiResult<S::Object> {
+        let mut obj = self.applied(version, at, subresource, config, None, opts)?;
+        if let Some(uid) = obj.metadata().uid.clone().filter(|u| !u.is_empty()) {
+            return Err(self.conflict(
+                at.name,
+                format!(
+                    "uid mismatch: the provided object specified uid {uid}, and no existing object was found"
+                ),
+            ));
+        }
+        // A create by apply ignores the configuration's resourceVersion.
+        obj.metadata_mut().resource_version = None;
+        Ok(obj)
     }
 }
 

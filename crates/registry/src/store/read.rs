@@ -7,7 +7,7 @@ use super::super::error::{ApiError, ApiResult};
 use super::super::strategy::Strategy;
 use super::selection::Selection;
 use super::{ObjectRef, Store, decode_stored, parse_resource_version, too_large};
-use svm_storage::{ListOptions, ListResult, Revision, StorageError};
+use svm_storage::{KeyValue, ListOptions, ListResult, Revision, StorageError};
 
 /// kube-apiserver's cap on one storage read while filling a filtered page.
 const MAX_PAGE_READ: usize = 10_000;
@@ -74,6 +74,83 @@ pub(crate) struct ListQuery<S: Strategy> {
     pub read_at: ReadAt,
 }
 
+/// Where the next storage read of a list starts, how many keys it asks for, and the revision
+/// every read of the list is at.
+struct Cursor {
+    start: Option<String>,
+    /// Unfiltered pages read exactly `limit` keys; filtered ones read more and more.
+    size: Option<usize>,
+    /// `None` until the first read: the current revision then.
+    revision: Option<Revision>,
+    /// The revision the current one must have reached (`NotOlderThan`).
+    minimum: Option<Revision>,
+}
+
+impl Cursor {
+    /// The first read of `query`: where its continue token left off, or the start of `prefix`.
+    fn new<S: Strategy>(query: &ListQuery<S>, prefix: &str) -> Self {
+        let (revision, minimum) = match (&query.continue_token, query.read_at) {
+            (Some(token), _) => (token.revision, None),
+            (None, ReadAt::Current) => (None, None),
+            (None, ReadAt::Exact(rev)) => (Some(rev), None),
+            (None, ReadAt::NotOlderThan(rev)) => (None, Some(rev)),
+        };
+        Cursor {
+            start: query
+                .continue_token
+                .as_ref()
+                .map(|t| format!("{prefix}{}", t.start)),
+            size: query.limit,
+            revision,
+            minimum,
+        }
+    }
+
+    /// The list stays at the revision its first read was served at, which must have reached
+    /// the minimum.
+    fn pin(&mut self, served: Revision) -> ApiResult<()> {
+        if self.revision.is_none() {
+            if let Some(minimum) = self.minimum.filter(|m| *m > served) {
+                return Err(too_large(minimum, served));
+            }
+            self.revision = Some(served);
+        }
+        Ok(())
+    }
+
+    /// The next read starts after `last_key`, asking for twice as many keys (up to
+    /// [`MAX_PAGE_READ`]).
+    fn advance(&mut self, last_key: Option<&str>) {
+        self.start = last_key.map(|k| format!("{k}\0"));
+        self.size = self
+            .size
+            .map(|n| n.saturating_mul(2).clamp(1, MAX_PAGE_READ));
+    }
+}
+
+/// Decode the stored objects of one read into `items`, keeping those `selection` matches,
+/// until `items` holds `limit`; returns whether the limit cut the read short. `last_key` is
+/// the last key taken, after which the next read (or page) starts.
+fn take_matching<S: Strategy>(
+    kvs: &[KeyValue],
+    selection: &Selection<S>,
+    limit: usize,
+    items: &mut Vec<S::Object>,
+    last_key: &mut Option<String>,
+) -> ApiResult<bool> {
+    for kv in kvs {
+        if items.len() >= limit {
+            return Ok(true);
+        }
+        *last_key = Some(kv.key.clone());
+        let obj: S::Object = decode_stored(kv, kv.mod_revision)?;
+        if selection.matches(&obj) {
+            items.push(obj);
+        }
+    }
+    Ok(false)
+}
+
 impl<S: Strategy> Store<S> {
     /// The object at `at` (a name, or `(namespace, name)`) at the current revision, if it
     /// exists.
@@ -132,52 +209,30 @@ impl<S: Strategy> Store<S> {
     pub(crate) async fn list_page(&self, query: ListQuery<S>) -> ApiResult<ListPage<S::Object>> {
         let paging = query.limit.is_some();
         let limit = query.limit.unwrap_or(usize::MAX);
-        let (mut revision, minimum) = match (&query.continue_token, query.read_at) {
-            (Some(token), _) => (token.revision, None),
-            (None, ReadAt::Current) => (None, None),
-            (None, ReadAt::Exact(rev)) => (Some(rev), None),
-            (None, ReadAt::NotOlderThan(rev)) => (None, Some(rev)),
-        };
-        let mut start = query
-            .continue_token
-            .as_ref()
-            .map(|t| format!("{}{}", self.prefix, t.start));
-        // Unfiltered pages read exactly `limit` keys; filtered ones read more and more.
-        let mut read_size = query.limit;
+        let mut cursor = Cursor::new(&query, &self.prefix);
         let mut items = Vec::new();
         let mut last_key: Option<String> = None;
         let (has_more, remaining) = loop {
             let page = self
-                .read_page(start.clone(), read_size, revision, &query)
+                .read_page(cursor.start.clone(), cursor.size, cursor.revision, &query)
                 .await?;
-            if revision.is_none() {
-                if let Some(minimum) = minimum.filter(|m| *m > page.revision) {
-                    return Err(too_large(minimum, page.revision));
-                }
-                revision = Some(page.revision);
-            }
-            let mut limit_reached = false;
-            for kv in &page.items {
-                if items.len() >= limit {
-                    limit_reached = true;
-                    break;
-                }
-                last_key = Some(kv.key.clone());
-                let obj: S::Object = decode_stored(kv, kv.mod_revision)?;
-                if query.selection.matches(&obj) {
-                    items.push(obj);
-                }
-            }
+            cursor.pin(page.revision)?;
+            let limit_reached = take_matching(
+                &page.items,
+                &query.selection,
+                limit,
+                &mut items,
+                &mut last_key,
+            )?;
             let has_more = page.more() || limit_reached;
             if limit_reached || !page.more() || (paging && items.len() >= limit) {
                 // The keys after this read: exact for unfiltered pages, which read `limit`
                 // keys and are the only ones that report it.
                 break (has_more, page.remaining);
             }
-            start = last_key.as_ref().map(|k| format!("{k}\0"));
-            read_size = read_size.map(|n| n.saturating_mul(2).clamp(1, MAX_PAGE_READ));
+            cursor.advance(last_key.as_deref());
         };
-        let revision = revision.unwrap_or_default();
+        let revision = cursor.revision.unwrap_or_default();
         let continue_token = match (&last_key, has_more) {
             (Some(key), true) => {
                 let suffix = key.strip_prefix(&self.prefix).unwrap_or(key);

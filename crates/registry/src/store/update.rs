@@ -15,7 +15,7 @@ use super::super::strategy::Strategy;
 use super::create::merge_causes;
 use super::managed::{DEFAULT_FIELD_MANAGER, Tracking};
 use super::{Also, Committed, MAX_WRITE_ATTEMPTS, ObjectRef, Store, parse_resource_version};
-use svm_storage::{Compare, Op};
+use svm_storage::{Compare, KeyValue, Op};
 
 impl<S: Strategy> Store<S> {
     /// Replace an object (the controllers' entry point: same rules as a REST update),
@@ -103,6 +103,12 @@ impl<S: Strategy> Store<S> {
     {
         let name = at.name;
         let key = self.key(at)?;
+        let target = Target {
+            key: &key,
+            name,
+            dry_run,
+            also,
+        };
         for _ in 0..MAX_WRITE_ATTEMPTS {
             let (kv, current) = self.read_current(&key, name).await?;
             let mut new = updated(&current)?;
@@ -110,50 +116,72 @@ impl<S: Strategy> Store<S> {
             self.check_resource_version(&new, kv.mod_revision, name)?;
             self.before_update(&mut new, &current, subresource)?;
 
-            if should_delete_during_update(new.metadata(), current.metadata()) {
-                if dry_run {
-                    return Ok(new);
-                }
-                let compare = Compare::ModRevision(key.clone(), kv.mod_revision);
-                match self
-                    .commit(name, compare, vec![Op::Delete(key.clone())], also)
-                    .await?
-                {
-                    // Another request may have finished the delete: the same outcome.
-                    Committed::At(_) | Committed::ObjectChanged { current: None } => {
-                        return Ok(new);
-                    }
-                    Committed::ObjectChanged { .. } => continue,
-                }
-            }
-
-            let bytes = self.encode_for_storage(&new)?;
-            let unchanged = bytes == kv.value;
-            if unchanged && also.records.is_empty() {
-                // Nothing changes: no write, the same resourceVersion (recording 08).
-                return Ok(current);
-            }
-            if dry_run {
-                return Ok(if unchanged { current } else { new });
-            }
-            let ops = if unchanged {
-                Vec::new()
+            let done = if should_delete_during_update(new.metadata(), current.metadata()) {
+                self.delete_by_update(target, kv.mod_revision, new).await?
             } else {
-                vec![Op::Put(key.clone(), bytes)]
+                self.write_update(target, &kv, current, new).await?
             };
-            let compare = Compare::ModRevision(key.clone(), kv.mod_revision);
-            match self.commit(name, compare, ops, also).await? {
-                Committed::At(revision) => {
-                    if unchanged {
-                        return Ok(current);
-                    }
-                    new.metadata_mut().resource_version = Some(revision.to_string());
-                    return Ok(new);
-                }
-                Committed::ObjectChanged { .. } => continue,
+            if let Some(object) = done {
+                return Ok(object);
             }
         }
         Err(self.stale(name))
+    }
+
+    /// An update that removed the last finalizer of an object being deleted deletes it (read
+    /// at `revision`): the object as the request made it once it is gone, `None` when it
+    /// changed meanwhile (try again).
+    async fn delete_by_update(
+        &self,
+        target: Target<'_>,
+        revision: svm_storage::Revision,
+        new: S::Object,
+    ) -> ApiResult<Option<S::Object>> {
+        if target.dry_run {
+            return Ok(Some(new));
+        }
+        let compare = Compare::ModRevision(target.key.to_string(), revision);
+        let ops = vec![Op::Delete(target.key.to_string())];
+        match self.commit(target.name, compare, ops, target.also).await? {
+            // Another request may have finished the delete: the same outcome.
+            Committed::At(_) | Committed::ObjectChanged { current: None } => Ok(Some(new)),
+            Committed::ObjectChanged { .. } => Ok(None),
+        }
+    }
+
+    /// Write `new` over `current` (stored as `kv`): the object as stored, or `None` when it
+    /// changed meanwhile (try again). An object that does not change is not written, but the
+    /// records `also` carries still are, guarded by its revision.
+    async fn write_update(
+        &self,
+        target: Target<'_>,
+        kv: &KeyValue,
+        current: S::Object,
+        mut new: S::Object,
+    ) -> ApiResult<Option<S::Object>> {
+        let bytes = self.encode_for_storage(&new)?;
+        let unchanged = bytes == kv.value;
+        if unchanged && target.also.records.is_empty() {
+            // Nothing changes: no write, the same resourceVersion (recording 08).
+            return Ok(Some(current));
+        }
+        if target.dry_run {
+            return Ok(Some(if unchanged { current } else { new }));
+        }
+        let ops = if unchanged {
+            Vec::new()
+        } else {
+            vec![Op::Put(target.key.to_string(), bytes)]
+        };
+        let compare = Compare::ModRevision(target.key.to_string(), kv.mod_revision);
+        match self.commit(target.name, compare, ops, target.also).await? {
+            Committed::At(_) if unchanged => Ok(Some(current)),
+            Committed::At(revision) => {
+                new.metadata_mut().resource_version = Some(revision.to_string());
+                Ok(Some(new))
+            }
+            Committed::ObjectChanged { .. } => Ok(None),
+        }
     }
 
     /// The request's resourceVersion must be the stored one (upstream answers 422 when it is
@@ -197,19 +225,7 @@ impl<S: Strategy> Store<S> {
             meta.self_link = None;
         }
         match subresource {
-            Subresource::Main => {
-                self.strategy.prepare_for_update(new, old);
-                if self.strategy.info().has_status_subresource {
-                    // The main resource never changes status.
-                    keep_from_old(new, old, |field| field == "status")?;
-                }
-                let generation = old_meta.generation.unwrap_or(0);
-                new.metadata_mut().generation = if self.strategy.spec_changed(new, old) {
-                    Some(generation + 1)
-                } else {
-                    old_meta.generation
-                };
-            }
+            Subresource::Main => self.prepare_main_update(new, old)?,
             Subresource::Status => {
                 self.strategy.prepare_for_status_update(new, old);
                 // `/status` changes status only.
@@ -217,29 +233,39 @@ impl<S: Strategy> Store<S> {
                 reset_meta_for_status(new.metadata_mut(), old_meta);
             }
         }
-        {
-            let meta = new.metadata_mut();
-            if meta.uid.as_deref().is_none_or(str::is_empty) {
-                meta.uid = old_meta.uid.clone();
-            }
-            if old_meta.creation_timestamp.is_some() {
-                meta.creation_timestamp = old_meta.creation_timestamp.clone();
-            }
-            if old_meta.deletion_timestamp.is_some() {
-                meta.deletion_timestamp = old_meta.deletion_timestamp.clone();
-            }
-            if old_meta.deletion_grace_period_seconds.is_some()
-                && meta.deletion_grace_period_seconds.is_none()
-            {
-                meta.deletion_grace_period_seconds = old_meta.deletion_grace_period_seconds;
-            }
+        keep_system_meta(new.metadata_mut(), old_meta);
+        self.validate_updated(new, old, subresource)
+    }
+
+    /// The strategy prepares an update of the main resource, which never changes status (when
+    /// the kind has a status subresource); a spec change bumps the generation.
+    fn prepare_main_update(&self, new: &mut S::Object, old: &S::Object) -> ApiResult<()> {
+        self.strategy.prepare_for_update(new, old);
+        if self.strategy.info().has_status_subresource {
+            keep_from_old(new, old, |field| field == "status")?;
         }
+        let old_generation = old.metadata().generation;
+        new.metadata_mut().generation = if self.strategy.spec_changed(new, old) {
+            Some(old_generation.unwrap_or(0) + 1)
+        } else {
+            old_generation
+        };
+        Ok(())
+    }
+
+    /// The metadata and the kind's own rules on update: 422 Invalid with every cause.
+    fn validate_updated(
+        &self,
+        new: &S::Object,
+        old: &S::Object,
+        subresource: Subresource,
+    ) -> ApiResult<()> {
         let kind_causes = match subresource {
             Subresource::Main => self.strategy.validate_update(new, old),
             Subresource::Status => self.strategy.validate_status_update(new, old),
         };
         let causes = merge_causes(
-            metadata::validate_update(new.metadata(), old_meta, self.namespaced()),
+            metadata::validate_update(new.metadata(), old.metadata(), self.namespaced()),
             kind_causes,
         );
         if causes.is_empty() {
@@ -249,6 +275,33 @@ impl<S: Strategy> Store<S> {
             Err(self.invalid(&name, causes))
         }
     }
+}
+
+/// The metadata only the system sets, kept from the stored object: its uid (unless the
+/// update names one), creation and deletion.
+fn keep_system_meta(meta: &mut ObjectMeta, old: &ObjectMeta) {
+    if meta.uid.as_deref().is_none_or(str::is_empty) {
+        meta.uid = old.uid.clone();
+    }
+    if old.creation_timestamp.is_some() {
+        meta.creation_timestamp = old.creation_timestamp.clone();
+    }
+    if old.deletion_timestamp.is_some() {
+        meta.deletion_timestamp = old.deletion_timestamp.clone();
+    }
+    if old.deletion_grace_period_seconds.is_some() && meta.deletion_grace_period_seconds.is_none() {
+        meta.deletion_grace_period_seconds = old.deletion_grace_period_seconds;
+    }
+}
+
+/// Where an update loop writes, and how: the object's key and name, whether the write is a
+/// dry run, and what else its transaction carries.
+#[derive(Clone, Copy)]
+struct Target<'a> {
+    key: &'a str,
+    name: &'a str,
+    dry_run: bool,
+    also: Also<'a>,
 }
 
 /// Upstream's `ResetObjectMetaForStatus`: a status update keeps the stored metadata that only

@@ -56,77 +56,107 @@ impl RequestAttributes {
 
     /// Resolve the attributes of a request from its method, path and query string.
     pub fn from_request(method: &Method, path: &str, query: Option<&str>) -> Self {
-        let non_resource = || RequestAttributes {
-            verb: method.as_str().to_ascii_lowercase(),
-            path: path.to_string(),
-            resource: None,
-        };
         let segments: Vec<&str> = path.split('/').filter(|s| !s.is_empty()).collect();
-        // /api/<version>/<resource>... or /apis/<group>/<version>/<resource>...
-        let (group, rest) = match segments.as_slice() {
-            ["api", rest @ ..] if rest.len() >= 2 => ("", rest),
-            ["apis", group, rest @ ..] if rest.len() >= 2 => (*group, rest),
-            _ => return non_resource(),
-        };
-        let (version, mut parts) = (rest[0], &rest[1..]);
-
-        // The deprecated `/watch/` path prefix names the verb itself.
-        let mut verb = match parts {
-            ["watch", tail @ ..] if !tail.is_empty() => {
-                parts = tail;
-                "watch"
-            }
-            ["watch"] => return non_resource(),
-            _ => match *method {
-                Method::POST => "create",
-                Method::GET | Method::HEAD => "get",
-                Method::PUT => "update",
-                Method::PATCH => "patch",
-                Method::DELETE => "delete",
-                _ => "",
+        match resource_request(method, &segments, query) {
+            Some((verb, attributes)) => RequestAttributes {
+                verb: verb.to_string(),
+                path: path.to_string(),
+                resource: Some(attributes),
+            },
+            None => RequestAttributes {
+                verb: method.as_str().to_ascii_lowercase(),
+                path: path.to_string(),
+                resource: None,
             },
         }
-        .to_string();
-
-        let mut namespace = "";
-        if let ["namespaces", ns, tail @ ..] = parts {
-            namespace = ns;
-            // `/namespaces/<ns>/<resource>...` is a namespaced resource; `/namespaces/<ns>` and
-            // its own subresources are the namespace object itself.
-            if !tail.is_empty() && !NAMESPACE_SUBRESOURCES.contains(&tail[0]) {
-                parts = tail;
-            }
-        }
-
-        let mut attributes = ResourceAttributes {
-            namespace: namespace.to_string(),
-            group: group.to_string(),
-            version: version.to_string(),
-            resource: parts.first().copied().unwrap_or_default().to_string(),
-            name: parts.get(1).copied().unwrap_or_default().to_string(),
-            subresource: parts.get(2).copied().unwrap_or_default().to_string(),
-        };
-
-        let params = QueryParams::parse(query.unwrap_or_default());
-        if attributes.name.is_empty() && verb == "get" {
-            verb = if params.watch() { "watch" } else { "list" }.to_string();
-        }
-        if attributes.name.is_empty()
-            && (verb == "list" || verb == "watch")
-            && let Some(name) = params.field_selector_name()
-        {
-            // A list or watch of one object by `metadata.name` is authorized as that object.
-            attributes.name = name;
-        }
-        if attributes.name.is_empty() && verb == "delete" {
-            verb = "deletecollection".to_string();
-        }
-        RequestAttributes {
-            verb,
-            path: path.to_string(),
-            resource: Some(attributes),
-        }
     }
+}
+
+/// The verb and resource attributes of a resource request (its path's `segments`); `None`
+/// for a non-resource request.
+fn resource_request(
+    method: &Method,
+    segments: &[&str],
+    query: Option<&str>,
+) -> Option<(&'static str, ResourceAttributes)> {
+    // /api/<version>/<resource>... or /apis/<group>/<version>/<resource>...
+    let (group, rest) = match segments {
+        ["api", rest @ ..] if rest.len() >= 2 => ("", rest),
+        ["apis", group, rest @ ..] if rest.len() >= 2 => (*group, rest),
+        _ => return None,
+    };
+    let (version, parts) = (rest[0], &rest[1..]);
+    let (verb, parts) = verb_of(method, parts)?;
+    let (namespace, parts) = namespace_of(parts);
+    let mut attributes = ResourceAttributes {
+        namespace: namespace.to_string(),
+        group: group.to_string(),
+        version: version.to_string(),
+        resource: parts.first().copied().unwrap_or_default().to_string(),
+        name: parts.get(1).copied().unwrap_or_default().to_string(),
+        subresource: parts.get(2).copied().unwrap_or_default().to_string(),
+    };
+    let verb = collection_verb(verb, &mut attributes, query);
+    Some((verb, attributes))
+}
+
+/// The verb of a resource request, and the path parts after the version that name what it
+/// acts on: the deprecated `/watch/` prefix names the verb itself, otherwise the method does.
+/// `None`: `/watch` alone is no resource request.
+fn verb_of<'a, 'b>(method: &Method, parts: &'a [&'b str]) -> Option<(&'static str, &'a [&'b str])> {
+    let verb = match parts {
+        ["watch", tail @ ..] if !tail.is_empty() => return Some(("watch", tail)),
+        ["watch"] => return None,
+        _ => match *method {
+            Method::POST => "create",
+            Method::GET | Method::HEAD => "get",
+            Method::PUT => "update",
+            Method::PATCH => "patch",
+            Method::DELETE => "delete",
+            _ => "",
+        },
+    };
+    Some((verb, parts))
+}
+
+/// The namespace the path parts name, and the parts that name the resource:
+/// `/namespaces/<ns>/<resource>...` is a namespaced resource; `/namespaces/<ns>` and its own
+/// subresources are the namespace object itself.
+fn namespace_of<'a, 'b>(parts: &'a [&'b str]) -> (&'b str, &'a [&'b str]) {
+    match parts {
+        ["namespaces", ns, tail @ ..]
+            if !tail.is_empty() && !NAMESPACE_SUBRESOURCES.contains(&tail[0]) =>
+        {
+            (*ns, tail)
+        }
+        ["namespaces", ns, ..] => (*ns, parts),
+        _ => ("", parts),
+    }
+}
+
+/// The verb of a request to a collection (no name in the path): a get lists, or watches with
+/// `?watch`; a delete deletes the collection. A list or watch of one object by
+/// `metadata.name` is authorized as that object, so its name goes into `attributes`.
+fn collection_verb(
+    verb: &'static str,
+    attributes: &mut ResourceAttributes,
+    query: Option<&str>,
+) -> &'static str {
+    let params = QueryParams::parse(query.unwrap_or_default());
+    let mut verb = verb;
+    if attributes.name.is_empty() && verb == "get" {
+        verb = if params.watch() { "watch" } else { "list" };
+    }
+    if attributes.name.is_empty()
+        && (verb == "list" || verb == "watch")
+        && let Some(name) = params.field_selector_name()
+    {
+        attributes.name = name;
+    }
+    if attributes.name.is_empty() && verb == "delete" {
+        verb = "deletecollection";
+    }
+    verb
 }
 
 /// The few query parameters the resolver reads.

@@ -645,51 +645,7 @@ pub(super) fn render_v3(items: &[PathItem]) -> Map<String, Value> {
     for item in items {
         let mut path = Map::new();
         for op in &item.ops {
-            let mut out = Map::new();
-            out.insert("tags".into(), json!([op.tag]));
-            out.insert("description".into(), json!(op.description));
-            out.insert("operationId".into(), json!(op.operation_id));
-            if !op.params.is_empty() {
-                out.insert(
-                    "parameters".into(),
-                    Value::Array(op.params.iter().map(v3_param).collect()),
-                );
-            }
-            if let Some((def, types)) = &op.body {
-                let content: Map<String, Value> = types
-                    .iter()
-                    .map(|t| {
-                        (
-                            t.to_string(),
-                            json!({"schema": {"$ref": format!("#/components/schemas/{def}")}}),
-                        )
-                    })
-                    .collect();
-                out.insert(
-                    "requestBody".into(),
-                    json!({"content": content, "required": true}),
-                );
-            }
-            let mut responses = Map::new();
-            for (code, description, def) in &op.responses {
-                let content: Map<String, Value> = op
-                    .produces
-                    .iter()
-                    .map(|t| {
-                        (
-                            t.to_string(),
-                            json!({"schema": {"$ref": format!("#/components/schemas/{def}")}}),
-                        )
-                    })
-                    .collect();
-                responses.insert(
-                    code.to_string(),
-                    json!({"description": description, "content": content}),
-                );
-            }
-            responses.insert("401".into(), json!({"description": "Unauthorized"}));
-            out.insert("responses".into(), Value::Object(responses));
-            path.insert(op.method.into(), finish(op, out));
+            path.insert(op.method.into(), v3_operation(op));
         }
         if !item.params.is_empty() {
             path.insert(
@@ -700,6 +656,49 @@ pub(super) fn render_v3(items: &[PathItem]) -> Map<String, Value> {
         paths.insert(item.path.clone(), Value::Object(path));
     }
     paths
+}
+
+/// One operation of a v3 path: its parameters, request body and responses.
+fn v3_operation(op: &Operation) -> Value {
+    let mut out = Map::new();
+    out.insert("tags".into(), json!([op.tag]));
+    out.insert("description".into(), json!(op.description));
+    out.insert("operationId".into(), json!(op.operation_id));
+    if !op.params.is_empty() {
+        out.insert(
+            "parameters".into(),
+            Value::Array(op.params.iter().map(v3_param).collect()),
+        );
+    }
+    if let Some((def, types)) = &op.body {
+        out.insert(
+            "requestBody".into(),
+            json!({"content": v3_content(types, def), "required": true}),
+        );
+    }
+    let mut responses = Map::new();
+    for (code, description, def) in &op.responses {
+        responses.insert(
+            code.to_string(),
+            json!({"description": description, "content": v3_content(&op.produces, def)}),
+        );
+    }
+    responses.insert("401".into(), json!({"description": "Unauthorized"}));
+    out.insert("responses".into(), Value::Object(responses));
+    finish(op, out)
+}
+
+/// A v3 `content`: definition `def` in each of the media types.
+fn v3_content(types: &[&str], def: &str) -> Map<String, Value> {
+    types
+        .iter()
+        .map(|t| {
+            (
+                t.to_string(),
+                json!({"schema": {"$ref": format!("#/components/schemas/{def}")}}),
+            )
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -108,56 +108,20 @@ impl Wal {
         let path = dir.join(LOG_FILE);
         let bytes = match fs.read(&path) {
             Ok(bytes) => bytes,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                // A new store. Its directory's own entry is made durable first (the directory
-                // may be left from a start that crashed before doing so), then the log is made
-                // whole under its temp name and renamed into place: `wal.log` never exists
-                // partly written, so a log that is not whole is damage, never a new store.
-                fs.sync_dir(parent(dir))?;
-                let mvcc = Mvcc::new();
-                let snapshot = encode_snapshot(&mvcc)?;
-                put_in_place(&*fs, dir, &snapshot)?;
-                fs.sync_dir(dir)?;
-                let wal = Wal {
-                    file: fs.open_append(&path)?,
-                    fs,
-                    _lock: lock,
-                    dir: dir.to_path_buf(),
-                    len: snapshot.len() as u64,
-                    broken: None,
-                };
-                return Ok(Opened {
-                    wal,
-                    mvcc,
-                    cut: None,
-                });
-            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Self::create(fs, lock, dir),
             Err(e) => return Err(e.into()),
         };
         let replayed = replay(&bytes);
-        let (mvcc, cut) = match (replayed.mvcc, &replayed.damage) {
-            (Some(mvcc), None) => (mvcc, None),
-            (Some(mvcc), Some(damage)) if damage.torn => (mvcc, Some(damage.clone())),
-            (mvcc, damage) => {
-                let damage = damage.clone().unwrap_or(Damage {
-                    offset: 0,
-                    problem: "the file is empty".into(),
-                    torn: false,
-                });
-                let kept = mvcc.as_ref().map(|m| (replayed.records, m.current()));
-                return Err(StorageError::Corrupt(refusal(
-                    dir, &path, &bytes, &damage, kept,
-                )));
-            }
-        };
+        let valid_len = replayed.valid_len;
+        let (mvcc, torn) = usable(dir, &path, &bytes, replayed)?;
         let mut file = fs.open_append(&path)?;
-        let cut = match cut {
+        let cut = match torn {
             Some(damage) => {
-                file.set_len(replayed.valid_len as u64)?;
+                file.set_len(valid_len as u64)?;
                 file.sync_all()?;
                 Some(Cut {
                     offset: damage.offset as u64,
-                    bytes: (bytes.len() - replayed.valid_len) as u64,
+                    bytes: (bytes.len() - valid_len) as u64,
                     problem: damage.problem,
                 })
             }
@@ -169,11 +133,36 @@ impl Wal {
                 file,
                 _lock: lock,
                 dir: dir.to_path_buf(),
-                len: replayed.valid_len as u64,
+                len: valid_len as u64,
                 broken: None,
             },
             mvcc,
             cut,
+        })
+    }
+
+    /// A new store's log, holding the empty snapshot. Its directory's own entry is made
+    /// durable first (the directory may be left from a start that crashed before doing so),
+    /// then the log is made whole under its temp name and renamed into place: `wal.log` never
+    /// exists partly written, so a log that is not whole is damage, never a new store.
+    fn create(fs: Arc<dyn Fs>, lock: DirLock, dir: &Path) -> Result<Opened, StorageError> {
+        fs.sync_dir(parent(dir))?;
+        let mvcc = Mvcc::new();
+        let snapshot = encode_snapshot(&mvcc)?;
+        put_in_place(&*fs, dir, &snapshot)?;
+        fs.sync_dir(dir)?;
+        let wal = Wal {
+            file: fs.open_append(&dir.join(LOG_FILE))?,
+            fs,
+            _lock: lock,
+            dir: dir.to_path_buf(),
+            len: snapshot.len() as u64,
+            broken: None,
+        };
+        Ok(Opened {
+            wal,
+            mvcc,
+            cut: None,
         })
     }
 
@@ -486,58 +475,28 @@ struct Rebuilt {
 }
 
 fn rebuild_without_header(bytes: &[u8]) -> Result<Rebuilt, String> {
-    let mut offset = next_intact(bytes, 1).ok_or("no intact record follows it: nothing to keep")?;
-    let mut keys = Vec::new();
-    let mut txns = Vec::new();
-    let mut damage = None;
-    while offset < bytes.len() {
-        let payload = match read_frame(&bytes[offset..]) {
-            Ok(payload) => payload,
-            Err(bad) => {
-                damage = Some(Damage {
-                    offset,
-                    problem: bad.problem().into(),
-                    torn: false,
-                });
-                break;
-            }
-        };
-        let mut decoder = Decoder::new(payload);
-        let decoded = match decoder.u8() {
-            Ok(TAG_KEY) if txns.is_empty() => {
-                decode_key_history(&mut decoder).map(|key| keys.push(key))
-            }
-            Ok(TAG_TXN) => decoder.i64().and_then(|revision| {
-                decode_changes(&mut decoder).map(|changes| txns.push((offset, revision, changes)))
-            }),
-            Ok(tag) => Err(format!("unexpected record type {tag}")),
-            Err(e) => Err(e),
-        };
-        if let Err(problem) = decoded {
-            damage = Some(Damage {
-                offset,
-                problem,
-                torn: false,
-            });
-            break;
-        }
-        offset += FRAME_HEADER + payload.len();
-    }
-    let newest_key = keys
+    let offset = next_intact(bytes, 1).ok_or("no intact record follows it: nothing to keep")?;
+    let read = read_after_header(bytes, offset);
+    let newest_key = read
+        .keys
         .iter()
         .flat_map(|(_, versions)| versions.iter().map(|v| v.revision))
         .max()
         .unwrap_or(1);
-    let current = txns
+    // The state before the first transaction read: its revision's predecessor, or the
+    // snapshot's newest when there is none.
+    let current = read
+        .txns
         .first()
         .map_or(newest_key, |(_, revision, _)| revision - 1);
     let mut mvcc = Mvcc::restored(current, current).map_err(reason)?;
     let mut records = 1;
-    for (key, versions) in keys {
+    for (key, versions) in read.keys {
         mvcc.restore_key(key, versions).map_err(reason)?;
         records += 1;
     }
-    for (at, revision, changes) in txns {
+    let mut damage = read.damage;
+    for (at, revision, changes) in read.txns {
         if let Err(err) = mvcc.apply(revision, changes) {
             // Kept so far; what follows cannot be applied.
             damage = Some(Damage {
@@ -554,6 +513,61 @@ fn rebuild_without_header(bytes: &[u8]) -> Result<Rebuilt, String> {
         records,
         damage,
     })
+}
+
+/// The records after a damaged header, decoded but not yet applied.
+struct AfterHeader {
+    /// The snapshot's key records still there: each key with its history.
+    keys: Vec<(String, Vec<Version>)>,
+    /// The transactions after them, each with the offset of its record.
+    txns: Vec<(usize, Revision, Vec<Change>)>,
+    /// The damage that ended the reading, if any.
+    damage: Option<Damage>,
+}
+
+/// Decode the records from `offset` (the first intact one after the header) to the end or
+/// the next damage: key records until the first transaction, then transactions.
+fn read_after_header(bytes: &[u8], mut offset: usize) -> AfterHeader {
+    let mut read = AfterHeader {
+        keys: Vec::new(),
+        txns: Vec::new(),
+        damage: None,
+    };
+    while offset < bytes.len() {
+        let payload = match read_frame(&bytes[offset..]) {
+            Ok(payload) => payload,
+            Err(bad) => {
+                read.damage = Some(Damage {
+                    offset,
+                    problem: bad.problem().into(),
+                    torn: false,
+                });
+                break;
+            }
+        };
+        let mut decoder = Decoder::new(payload);
+        let decoded = match decoder.u8() {
+            Ok(TAG_KEY) if read.txns.is_empty() => {
+                decode_key_history(&mut decoder).map(|key| read.keys.push(key))
+            }
+            Ok(TAG_TXN) => decoder.i64().and_then(|revision| {
+                decode_changes(&mut decoder)
+                    .map(|changes| read.txns.push((offset, revision, changes)))
+            }),
+            Ok(tag) => Err(format!("unexpected record type {tag}")),
+            Err(e) => Err(e),
+        };
+        if let Err(problem) = decoded {
+            read.damage = Some(Damage {
+                offset,
+                problem,
+                torn: false,
+            });
+            break;
+        }
+        offset += FRAME_HEADER + payload.len();
+    }
+    read
 }
 
 impl std::fmt::Display for DamageReport {
@@ -644,6 +658,31 @@ fn remove_leftover_temp(fs: &dyn Fs, dir: &Path) -> io::Result<()> {
     match fs.remove_file(&dir.join(TEMP_FILE)) {
         Err(e) if e.kind() != io::ErrorKind::NotFound => Err(e),
         _ => Ok(()),
+    }
+}
+
+/// The state a replayed log opens with, and its torn last record to cut off, if any; any
+/// other damage (or no intact header) refuses the open, saying what `recover` would keep.
+fn usable(
+    dir: &Path,
+    path: &Path,
+    bytes: &[u8],
+    replayed: Replayed,
+) -> Result<(Mvcc, Option<Damage>), StorageError> {
+    match (replayed.mvcc, replayed.damage) {
+        (Some(mvcc), None) => Ok((mvcc, None)),
+        (Some(mvcc), Some(damage)) if damage.torn => Ok((mvcc, Some(damage))),
+        (mvcc, damage) => {
+            let damage = damage.unwrap_or(Damage {
+                offset: 0,
+                problem: "the file is empty".into(),
+                torn: false,
+            });
+            let kept = mvcc.as_ref().map(|m| (replayed.records, m.current()));
+            Err(StorageError::Corrupt(refusal(
+                dir, path, bytes, &damage, kept,
+            )))
+        }
     }
 }
 
