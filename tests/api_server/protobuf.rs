@@ -976,3 +976,172 @@ async fn unknown_fields_inside_a_message_are_skipped() {
     assert_eq!(answer.status, StatusCode::CREATED, "{}", answer.text());
     assert_eq!(answer.object("v1beta1").resource, "configmaps");
 }
+
+/// `status.progress` is our field, in no client's types: a status write without it keeps the
+/// stored one, whatever the encoding (JSON, YAML, protobuf in upstream's messages, which have
+/// no field 1000) and served version (docs/api.md). A bad protobuf body on `/status` is still
+/// a protobuf Status and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_writes_without_progress_keep_it_in_every_encoding() {
+    let server = ServerProcess::start(Backend::Embedded);
+    let client = server.http_client();
+    let item = |version: &str| {
+        format!(
+            "{}/apis/{GROUP}/{version}/storageversionmigrations/kept",
+            server.url
+        )
+    };
+    let created = send(
+        &client,
+        Method::POST,
+        format!("{}/apis/{GROUP}/v1/storageversionmigrations", server.url),
+        CLIENT_GO_ACCEPT,
+        Some((PROTOBUF, Migration::new("kept").encode("v1"))),
+    )
+    .await;
+    assert_eq!(created.status, StatusCode::CREATED, "{}", created.text());
+    let get_json = |version: &str| {
+        let url = format!("{}/status", item(version));
+        let client = client.clone();
+        async move {
+            let answer = send(&client, Method::GET, url, "application/json", None).await;
+            assert_eq!(answer.status, StatusCode::OK, "{}", answer.text());
+            serde_json::from_slice::<serde_json::Value>(&answer.body).expect("JSON")
+        }
+    };
+    // The migrator's checkpoint, written as JSON.
+    let checkpoint =
+        json!({"migratedObjects": 500, "remainingObjects": 500, "continueToken": "next"});
+    let mut body = get_json("v1").await;
+    body["status"]["progress"] = checkpoint.clone();
+    let written = send(
+        &client,
+        Method::PUT,
+        format!("{}/status", item("v1")),
+        "application/json",
+        Some(("application/json", body.to_string().into_bytes())),
+    )
+    .await;
+    assert_eq!(written.status, StatusCode::OK, "{}", written.text());
+
+    for version in ["v1", "v1beta1", "v1alpha1"] {
+        // Each write changes a condition's message, so none is a no-op.
+        let message = |encoding: &str| format!("written back in {encoding} at {version}");
+        let time = if version == "v1alpha1" {
+            "lastUpdateTime"
+        } else {
+            "lastTransitionTime"
+        };
+        for (encoding, content_type) in [("JSON", "application/json"), ("YAML", "application/yaml")]
+        {
+            let mut body = get_json(version).await;
+            body["status"]
+                .as_object_mut()
+                .expect("status")
+                .remove("progress");
+            body["status"]["conditions"] = json!([{
+                "type": "Running", "status": "True", "reason": "Test",
+                "message": message(encoding), time: "2026-01-01T00:00:00Z",
+            }]);
+            let bytes = if encoding == "YAML" {
+                serde_norway::to_string(&body).expect("YAML").into_bytes()
+            } else {
+                body.to_string().into_bytes()
+            };
+            let answer = send(
+                &client,
+                Method::PUT,
+                format!("{}/status", item(version)),
+                "application/json",
+                Some((content_type, bytes)),
+            )
+            .await;
+            assert_eq!(
+                answer.status,
+                StatusCode::OK,
+                "{encoding} at {version}: {}",
+                answer.text()
+            );
+            let stored = get_json("v1").await;
+            assert_eq!(
+                stored["status"]["progress"], checkpoint,
+                "{encoding} at {version}"
+            );
+            assert_eq!(
+                stored["status"]["conditions"][0]["message"],
+                message(encoding),
+                "{encoding} at {version}: the rest of the write is taken"
+            );
+        }
+
+        // client-go's round trip: read in protobuf into upstream's messages, written back.
+        let read = send(&client, Method::GET, item(version), CLIENT_GO_ACCEPT, None).await;
+        let mut theirs = read.object(version);
+        theirs.conditions = vec![("Running".into(), "True".into(), message("protobuf"))];
+        let answer = send(
+            &client,
+            Method::PUT,
+            format!("{}/status", item(version)),
+            CLIENT_GO_ACCEPT,
+            Some((PROTOBUF, theirs.encode(version))),
+        )
+        .await;
+        assert_eq!(
+            answer.status,
+            StatusCode::OK,
+            "protobuf at {version}: {}",
+            answer.text()
+        );
+        let stored = get_json("v1").await;
+        assert_eq!(
+            stored["status"]["progress"], checkpoint,
+            "protobuf at {version}"
+        );
+        assert_eq!(
+            stored["status"]["conditions"][0]["message"],
+            message("protobuf")
+        );
+    }
+
+    // A bad body on /status: a Status, and the checkpoint and the object as they were.
+    let before = get_json("v1").await;
+    let read = send(
+        &client,
+        Method::GET,
+        item("v1beta1"),
+        CLIENT_GO_ACCEPT,
+        None,
+    )
+    .await;
+    let good = read.object("v1beta1").encode("v1beta1");
+    for (what, body) in [
+        ("truncated", good[..good.len() / 2].to_vec()),
+        ("no magic", b"{\"status\":{}}".to_vec()),
+        ("only the magic", b"k8s\0".to_vec()),
+    ] {
+        let answer = send(
+            &client,
+            Method::PUT,
+            format!("{}/status", item("v1beta1")),
+            CLIENT_GO_ACCEPT,
+            Some((PROTOBUF, body)),
+        )
+        .await;
+        assert_eq!(
+            answer.status,
+            StatusCode::BAD_REQUEST,
+            "{what}: {}",
+            answer.text()
+        );
+        let status = answer.status_message();
+        assert_eq!(status.reason.as_deref(), Some("BadRequest"), "{what}");
+        assert!(
+            status
+                .message
+                .unwrap_or_default()
+                .starts_with("the object provided is unrecognized"),
+            "{what}"
+        );
+    }
+    assert_eq!(get_json("v1").await, before, "nothing changed");
+}

@@ -8,6 +8,7 @@ use svm_test_support as support;
 
 use svm_test_support::harness;
 
+mod client_go_status;
 mod crash;
 mod failover;
 mod faults;

@@ -5,8 +5,8 @@
 use serde_json::{Value, json};
 
 use super::{
-    FAILED, KIND, ON_OBJECT_FAILURE_ANNOTATION, ON_OBJECT_FAILURE_VALUES, RUNNING, SUCCEEDED,
-    StorageVersionMigration, schema, versions,
+    FAILED, KIND, MigrationProgress, ON_OBJECT_FAILURE_ANNOTATION, ON_OBJECT_FAILURE_VALUES,
+    RUNNING, SUCCEEDED, StorageVersionMigration, schema, versions,
 };
 use crate::columns::{age, age_column, name_column};
 use crate::{CATEGORY, GROUP, STORAGE_VERSION, VERSIONS};
@@ -75,12 +75,33 @@ impl Strategy for MigrationStrategy {
 
     /// `/status` keeps spec; a condition without a transition time gets "now" (v1alpha1's
     /// lastUpdateTime is optional, metav1.Condition's is required: defaulting keeps both valid).
+    ///
+    /// A status write without `status.progress` keeps the stored one. The field is ours: no
+    /// Kubernetes client's types have it, so client-go, reading a migration and writing its
+    /// status back, sends it without, and the migrator's checkpoint would go with it (a
+    /// restart would then migrate the resource from the start). kube-apiserver's strategies
+    /// keep what a client leaves out the same way (a Service's allocated cluster IPs and node
+    /// ports, `PatchAllocatedValues`). Decoding cannot tell `"progress": null` from an absent field
+    /// (nor can kube-apiserver's), and a patch that removes it arrives here as the same absent
+    /// field; an empty one is what a server-side apply leaves when it removes every field it
+    /// took. So no status write clears it: one that carries progress replaces it, and only
+    /// deleting the migration removes it. Nobody needs more: the migrator never clears it, a
+    /// finished migration's progress is its record, and a migration is started over by
+    /// deleting and creating it again.
     fn prepare_for_status_update(
         &self,
         new: &mut StorageVersionMigration,
         old: &StorageVersionMigration,
     ) {
         new.spec = old.spec.clone();
+        if new
+            .status
+            .progress
+            .as_ref()
+            .is_none_or(|p| *p == MigrationProgress::default())
+        {
+            new.status.progress.clone_from(&old.status.progress);
+        }
         let now = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
             k8s_openapi::jiff::Timestamp::from_second(
                 k8s_openapi::jiff::Timestamp::now().as_second(),

@@ -285,3 +285,54 @@ fn skipped_objects_keep_a_succeeded_migration_from_counting_as_complete() {
         .push(condition("ObjectsSkipped", "True"));
     assert!(!m.migrated_every_object());
 }
+
+fn checkpoint(migrated: i64, through: &str) -> MigrationProgress {
+    MigrationProgress {
+        migrated_objects: migrated,
+        remaining_objects: Some(1000 - migrated),
+        migrated_through: through.into(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_status_update_without_progress_keeps_the_stored_one() {
+    let s = MigrationStrategy;
+    let mut old = svm("", "configmaps");
+    old.status.conditions.push(condition("Running", "True"));
+    old.status.progress = Some(checkpoint(500, "demo/cm-00499"));
+    // What a client whose types have no `progress` sends back: the rest of the status, and a
+    // condition of its own.
+    let mut new = old.clone();
+    new.status.progress = None;
+    new.status.conditions.push(condition("Checked", "True"));
+    s.prepare_for_status_update(&mut new, &old);
+    assert_eq!(new.status.progress, old.status.progress);
+    assert_eq!(new.status.conditions.len(), 2, "the rest is the write's");
+    // Nothing stored, nothing sent: still nothing.
+    let bare = svm("", "configmaps");
+    let mut new = bare.clone();
+    s.prepare_for_status_update(&mut new, &bare);
+    assert_eq!(new.status.progress, None);
+}
+
+#[test]
+fn a_status_update_with_progress_replaces_the_stored_one_whole() {
+    let s = MigrationStrategy;
+    let mut old = svm("", "configmaps");
+    let mut stored = checkpoint(500, "demo/cm-00499");
+    stored.failed_objects = 1;
+    stored.failures.push(crate::migration::ObjectFailure {
+        namespace: "demo".into(),
+        name: "cm-00007".into(),
+        ..Default::default()
+    });
+    old.status.progress = Some(stored);
+    let mut new = old.clone();
+    new.status.progress = Some(checkpoint(700, "demo/cm-00699"));
+    s.prepare_for_status_update(&mut new, &old);
+    // Replaced, not merged: the stored refusals are not carried into the new progress.
+    assert_eq!(new.status.progress, Some(checkpoint(700, "demo/cm-00699")));
+}
+
+mod progress;
