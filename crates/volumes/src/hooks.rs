@@ -25,7 +25,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
-use super::Key;
+use crate::key::Key;
 
 /// The environment variable the hooks are read from.
 pub(super) const VARIABLE: &str = "SVM_TEST_VOLUME_HOOKS";

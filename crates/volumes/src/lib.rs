@@ -20,6 +20,7 @@
 
 mod conditions;
 mod hooks;
+mod key;
 mod metrics;
 mod plan;
 mod recreate;
@@ -35,6 +36,7 @@ use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use hooks::{Fired, Hook, Hooks};
+use key::{Key, key_of};
 pub use metrics::VolumeMetrics;
 use plan::{Action, CLAIM_FAILED, Note, Plan};
 use svm_api::volumes::{
@@ -59,15 +61,6 @@ pub struct Controller {
     events: Events,
     metrics: VolumeMetrics,
     settings: Settings,
-}
-
-type Key = (String, String);
-
-fn key_of(vcm: &VolumeClaimMigration) -> Key {
-    (
-        vcm.metadata.namespace.clone().unwrap_or_default(),
-        vcm.metadata.name.clone().unwrap_or_default(),
-    )
 }
 
 impl Controller {
