@@ -15,6 +15,7 @@ deps:
 build:
 	@hack/ensure-deps.sh build
 	$(CARGO) build --release
+	@hack/no-test-hooks.sh "$${CARGO_TARGET_DIR:-target}/release/svm-apiserver"
 
 ## run: serve on https://127.0.0.1:8443 (embedded store in .dev/data unless --etcd-servers is given);
 ## writes .dev/kubeconfig, so `KUBECONFIG=.dev/kubeconfig kubectl get storageversionmigrations` works.
