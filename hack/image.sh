@@ -33,6 +33,9 @@ cargo build --release --locked --target "$TARGET" --bin svm-apiserver
 context="target/image"
 rm -rf "$context" && mkdir -p "$context"
 cp "target/$TARGET/release/svm-apiserver" "$context/svm-apiserver"
+# A product build has no test hooks (the test-hooks feature is for test builds only): refuse
+# to package a binary that has them.
+hack/no-test-hooks.sh "$context/svm-apiserver"
 strip "$context/svm-apiserver" 2>/dev/null || true
 
 case "$BUILDER" in

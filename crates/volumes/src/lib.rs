@@ -19,7 +19,15 @@
 //! manifest is dropped.
 
 mod conditions;
+// The crash test's stopping points exist only in test builds: the `test-hooks` feature (turned
+// on by the workspace's dev-dependencies, never by a product build) compiles `hooks.rs`; without
+// it `hooks_off.rs`, the same calls doing nothing, so the product carries no hook at all.
+#[cfg(feature = "test-hooks")]
 mod hooks;
+#[cfg(not(feature = "test-hooks"))]
+#[path = "hooks_off.rs"]
+mod hooks;
+mod key;
 mod metrics;
 mod plan;
 mod recreate;
@@ -35,7 +43,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use hooks::{Fired, Hook, Hooks};
+use hooks::{Hooks, Step};
+use key::{Key, key_of};
 pub use metrics::VolumeMetrics;
 use plan::{Action, CLAIM_FAILED, Note, Plan};
 use svm_api::volumes::{
@@ -60,15 +69,6 @@ pub struct Controller {
     events: Events,
     metrics: VolumeMetrics,
     settings: Settings,
-}
-
-type Key = (String, String);
-
-fn key_of(vcm: &VolumeClaimMigration) -> Key {
-    (
-        vcm.metadata.namespace.clone().unwrap_or_default(),
-        vcm.metadata.name.clone().unwrap_or_default(),
-    )
 }
 
 impl Controller {
@@ -116,34 +116,31 @@ impl Controller {
                 }
                 let (namespace, name) = &key;
                 let span = tracing::info_span!("volume_claim_migration", %namespace, %name);
-                let pass = self.reconcile(&key, hooks.pending(&key));
-                if let Some(fired) = pass.instrument(span).await {
-                    hooks.fired(&key, fired);
-                }
+                self.reconcile(&key, &mut hooks).instrument(span).await;
             }
         }
         feed.abort();
     }
 
-    /// One pass over one migration; says whether its test hook fired ([`hooks`]).
-    async fn reconcile(&self, key: &Key, hook: Option<Hook>) -> Option<Fired> {
+    /// One pass over one migration; `hooks` are a test build's stopping points ([`hooks`]).
+    async fn reconcile(&self, key: &Key, hooks: &mut Hooks) {
         // The migration as stored now, not as the watch last brought it: the status this pass
         // builds on (a saved manifest above all) must be the latest one. Only this term writes
         // the status, so it stays the latest until our own write.
         let (namespace, name) = key;
         let vcm = match self.store.get((namespace.as_str(), name.as_str())).await {
             Ok(Some(vcm)) => vcm,
-            Ok(None) => return None,
+            Ok(None) => return,
             Err(err) => {
                 tracing::info!(error = %err, "reading the migration deferred");
-                return None;
+                return;
             }
         };
         let observed = match target::observe(&self.cluster, &vcm).await {
             Ok(observed) => observed,
             Err(err) => {
                 tracing::info!(error = %err, "reading the target deferred");
-                return None;
+                return;
             }
         };
         let mut plan = plan::plan(&vcm, &observed.view, jiff::Timestamp::now());
@@ -158,15 +155,15 @@ impl Controller {
                 Ok(updated) => vcm = updated,
                 Err(err) => {
                     tracing::info!(error = %err, "adding the finalizer deferred");
-                    return None;
+                    return;
                 }
             }
         }
-        let fired = match self.perform(&vcm, &mut plan, hook).await {
-            Ok(fired) => fired,
-            Err(Stop::TermOver) => return None,
-            Err(Stop::Halted) => return Some(Fired::Halt),
-        };
+        // Stopped (the term is over, or a test build's hook halted the migration): nothing more
+        // is written.
+        if self.perform(key, &vcm, &mut plan, hooks).await.is_err() {
+            return;
+        }
         for note in &plan.notes {
             self.record(&vcm, &observed.statefulset, note).await;
         }
@@ -179,7 +176,7 @@ impl Controller {
                 Ok(written) => written,
                 Err(err) => {
                     tracing::info!(error = %err, "writing the status deferred");
-                    return fired;
+                    return;
                 }
             }
         };
@@ -190,9 +187,8 @@ impl Controller {
                 resource_version = saved.map(|r| r.stateful_set_resource_version.as_str()),
                 "StatefulSet manifest saved in the status"
             );
-            if hook == Some(Hook::HaltAfterSave) {
-                tracing::warn!("test hook: halted after save");
-                return Some(Fired::Halt);
+            if hooks.halted_after(key, Step::Save) {
+                return;
             }
         }
         // The manifest is dropped (the StatefulSet exists again, or the re-create was called
@@ -203,7 +199,6 @@ impl Controller {
         {
             tracing::info!(error = %err, "removing the finalizer deferred");
         }
-        fired
     }
 
     /// Adds (`on`) or removes [`RECREATE_FINALIZER`], fenced, with the migration's
@@ -237,11 +232,11 @@ impl Controller {
     /// a write to the cluster, sent only after the term was found to last.
     async fn perform(
         &self,
+        key: &Key,
         vcm: &VolumeClaimMigration,
         plan: &mut Plan,
-        hook: Option<Hook>,
-    ) -> Result<Option<Fired>, Stop> {
-        let mut fired = None;
+        hooks: &mut Hooks,
+    ) -> Result<(), Stop> {
         for action in plan.actions.clone() {
             let go_on = match action {
                 Action::Resize {
@@ -262,10 +257,17 @@ impl Controller {
                     uid,
                     resource_version,
                 } => {
-                    if hook == Some(Hook::WaitForEditBeforeDelete) {
-                        self.wait_for_edit(vcm, &resource_version).await;
-                        fired = Some(Fired::Once);
-                    }
+                    // Held there only by a test build's hook, to meet the real 409.
+                    let term = self.store.fence().token();
+                    hooks
+                        .wait_for_edit_before_delete(
+                            key,
+                            &self.cluster,
+                            vcm,
+                            &resource_version,
+                            term,
+                        )
+                        .await;
                     if !self.would_be_created(vcm, plan).await {
                         break;
                     }
@@ -273,8 +275,7 @@ impl Controller {
                     let deleted = self
                         .delete_statefulset(vcm, plan, &uid, &resource_version)
                         .await;
-                    if deleted && hook == Some(Hook::HaltAfterDelete) {
-                        tracing::warn!("test hook: halted after delete");
+                    if deleted && hooks.halted_after(key, Step::Delete) {
                         return Err(Stop::Halted);
                     }
                     true
@@ -285,8 +286,7 @@ impl Controller {
                     match target::create_statefulset(&self.cluster, vcm, &manifest, false).await {
                         Ok(()) => {
                             tracing::info!("StatefulSet created from the saved manifest");
-                            if hook == Some(Hook::HaltAfterCreate) {
-                                tracing::warn!("test hook: halted after create");
+                            if hooks.halted_after(key, Step::Create) {
                                 return Err(Stop::Halted);
                             }
                         }
@@ -307,7 +307,7 @@ impl Controller {
         }
         let resized = plan.notes.iter().filter(|n| n.reason == "Resized").count();
         self.metrics.claims_resized.inc_by(resized as u64);
-        Ok(fired)
+        Ok(())
     }
 
     /// Whether this replica still leads, read right before a write to the cluster (the term
@@ -320,35 +320,6 @@ impl Controller {
                 Err(Stop::TermOver)
             }
         }
-    }
-
-    /// `wait-for-edit-before-delete` ([`hooks`], test-only): until the StatefulSet is no longer
-    /// at `saved`, the term ends, or [`hooks::EDIT_WAIT_LIMIT`].
-    async fn wait_for_edit(&self, vcm: &VolumeClaimMigration, saved: &str) {
-        tracing::warn!(
-            resource_version = saved,
-            "test hook: waiting for an edit of the StatefulSet before deleting it"
-        );
-        let term = self.store.fence().token().clone();
-        let changed = tokio::time::timeout(hooks::EDIT_WAIT_LIMIT, async {
-            loop {
-                match target::statefulset_resource_version(&self.cluster, vcm).await {
-                    Ok(Some(now)) if now != saved => return Some(now),
-                    Ok(None) => return None,
-                    _ => {}
-                }
-                tokio::select! {
-                    () = term.cancelled() => return None,
-                    () = tokio::time::sleep(Duration::from_millis(100)) => {}
-                }
-            }
-        })
-        .await;
-        tracing::warn!(
-            saved,
-            now = ?changed,
-            "test hook: done waiting; deleting the StatefulSet as decided"
-        );
     }
 
     /// Returns whether the rollout goes on (the server accepted the PATCH).

@@ -474,7 +474,8 @@ pub(super) async fn create_statefulset(
 }
 
 /// The StatefulSet's resourceVersion now, `None` when it is gone (the crash tests' hook that
-/// waits for an edit, `super::hooks`).
+/// waits for an edit, `crate::hooks`): compiled with the hooks only, its one caller.
+#[cfg(feature = "test-hooks")]
 pub(super) async fn statefulset_resource_version(
     cluster: &ClusterClient,
     vcm: &VolumeClaimMigration,

@@ -246,7 +246,7 @@ impl World {
 
     async fn pass(&self) {
         self.controller
-            .reconcile(&("ns".into(), "grow".into()), None)
+            .reconcile(&("ns".into(), "grow".into()), &mut Hooks::default())
             .await;
     }
 

@@ -4,7 +4,7 @@
 //! played by [`Node`], as there.
 //!
 //! How a crash is placed at a step, deterministically: svm-apiserver is started with the
-//! test-only `SVM_TEST_VOLUME_HOOKS` (`crates/volumes/src/hooks.rs`), which makes
+//! `SVM_TEST_VOLUME_HOOKS` of test builds (`crates/volumes/src/hooks.rs`), which makes
 //! its controller stop acting on a named migration right after a step's write succeeded — the
 //! status write that saved the manifest, the StatefulSet's deletion, its creation — and log
 //! `test hook: halted after …`. The test waits for that line, looks at what the cluster and the
@@ -44,7 +44,7 @@ use crate::support::wait::{POLL, eventually, eventually_async, eventually_async_
 
 const TEST: &str = "volume_claim_migration_recreates_survive_sigkill_at_every_step";
 
-/// The hooks' variable (`crates/volumes/src/hooks.rs`).
+/// The hooks' variable (`crates/volumes/src/hooks.rs`, compiled into test builds only).
 const HOOKS: &str = "SVM_TEST_VOLUME_HOOKS";
 
 /// The migration's finalizer while it holds a manifest.
