@@ -75,6 +75,7 @@ impl<S: Strategy> ManagedBy<'_, S> {
         self.store
             .replace(obj, Subresource::Main, false, self.tracking())
             .await
+            .map(|updated| updated.object)
     }
 
     /// Replace an object's status (`/status`): spec and most metadata stay as stored.
@@ -82,6 +83,7 @@ impl<S: Strategy> ManagedBy<'_, S> {
         self.store
             .replace(obj, Subresource::Status, false, self.tracking())
             .await
+            .map(|updated| updated.object)
     }
 }
 
@@ -261,7 +263,7 @@ impl<S: Strategy> Store<S> {
         body: &[u8],
         opts: &WriteOptions,
     ) -> ApiResult<Written> {
-        let (config, warnings) = decode_apply_body(body, opts.field_validation)?;
+        let (config, mut warnings) = decode_apply_body(body, opts.field_validation)?;
         let mut attempts = 0;
         loop {
             attempts += 1;
@@ -277,8 +279,9 @@ impl<S: Strategy> Store<S> {
                 .await;
             let err = match updated {
                 Ok(updated) => {
+                    warnings.extend(updated.warnings);
                     return Ok(Written {
-                        object: self.strategy.encode(version, &updated)?,
+                        object: self.strategy.encode(version, &updated.object)?,
                         created: false,
                         warnings,
                     });
@@ -302,6 +305,7 @@ impl<S: Strategy> Store<S> {
                 .await
             {
                 Ok(created) => {
+                    warnings.extend(self.strategy.warnings_on_create(&created));
                     return Ok(Written {
                         object: self.strategy.encode(version, &created)?,
                         created: true,

@@ -17,6 +17,14 @@ use super::managed::{DEFAULT_FIELD_MANAGER, Tracking};
 use super::{Also, Committed, MAX_WRITE_ATTEMPTS, ObjectRef, Store, parse_resource_version};
 use svm_storage::{Compare, Op};
 
+/// What an update did: the object as stored (or as it would be, for a dry run), and the
+/// strategy's warnings about the write (for the REST answer; the controllers drop them).
+#[derive(Debug)]
+pub(crate) struct Updated<O> {
+    pub(crate) object: O,
+    pub(crate) warnings: Vec<String>,
+}
+
 impl<S: Strategy> Store<S> {
     /// Replace an object (the controllers' entry point: same rules as a REST update),
     /// recorded for the controllers' field manager (`svm-apiserver`) (see [`Store::managed_by`]). The object's
@@ -40,7 +48,7 @@ impl<S: Strategy> Store<S> {
         subresource: Subresource,
         dry_run: bool,
         tracking: Tracking<'_>,
-    ) -> ApiResult<S::Object> {
+    ) -> ApiResult<Updated<S::Object>> {
         self.replace_with(obj, subresource, dry_run, tracking, Also::default())
             .await
     }
@@ -57,7 +65,7 @@ impl<S: Strategy> Store<S> {
         dry_run: bool,
         tracking: Tracking<'_>,
         also: Also<'_>,
-    ) -> ApiResult<S::Object> {
+    ) -> ApiResult<Updated<S::Object>> {
         let name = obj.metadata().name.clone().unwrap_or_default();
         let namespace = obj.metadata().namespace.clone();
         let at = ObjectRef {
@@ -88,7 +96,9 @@ impl<S: Strategy> Store<S> {
     /// carries (the controllers' fence, extra records) goes in the same transaction as the
     /// object. Returns the object as stored (or
     /// as it would be, for a dry run); for an update that deleted the object (last finalizer
-    /// removed), the object as the request made it.
+    /// removed), the object as the request made it. With it, the strategy's warnings about the
+    /// attempt that counted (`warnings_on_update`, after validation, as upstream's
+    /// `BeforeUpdate`).
     pub(crate) async fn guaranteed_update_with<F>(
         &self,
         at: ObjectRef<'_>,
@@ -97,7 +107,7 @@ impl<S: Strategy> Store<S> {
         also: Also<'_>,
         tracking: Tracking<'_>,
         mut updated: F,
-    ) -> ApiResult<S::Object>
+    ) -> ApiResult<Updated<S::Object>>
     where
         F: FnMut(&S::Object) -> ApiResult<S::Object> + Send,
     {
@@ -109,10 +119,15 @@ impl<S: Strategy> Store<S> {
             self.track_update(tracking, subresource, &current, &mut new)?;
             self.check_resource_version(&new, kv.mod_revision, name)?;
             self.before_update(&mut new, &current, subresource)?;
+            let warnings = match subresource {
+                Subresource::Main => self.strategy.warnings_on_update(&new, &current),
+                Subresource::Status => Vec::new(),
+            };
+            let done = |object| Ok(Updated { object, warnings });
 
             if should_delete_during_update(new.metadata(), current.metadata()) {
                 if dry_run {
-                    return Ok(new);
+                    return done(new);
                 }
                 let compare = Compare::ModRevision(key.clone(), kv.mod_revision);
                 match self
@@ -121,7 +136,7 @@ impl<S: Strategy> Store<S> {
                 {
                     // Another request may have finished the delete: the same outcome.
                     Committed::At(_) | Committed::ObjectChanged { current: None } => {
-                        return Ok(new);
+                        return done(new);
                     }
                     Committed::ObjectChanged { .. } => continue,
                 }
@@ -131,10 +146,10 @@ impl<S: Strategy> Store<S> {
             let unchanged = bytes == kv.value;
             if unchanged && also.records.is_empty() {
                 // Nothing changes: no write, the same resourceVersion (recording 08).
-                return Ok(current);
+                return done(current);
             }
             if dry_run {
-                return Ok(if unchanged { current } else { new });
+                return done(if unchanged { current } else { new });
             }
             let ops = if unchanged {
                 Vec::new()
@@ -145,10 +160,10 @@ impl<S: Strategy> Store<S> {
             match self.commit(name, compare, ops, also).await? {
                 Committed::At(revision) => {
                     if unchanged {
-                        return Ok(current);
+                        return done(current);
                     }
                     new.metadata_mut().resource_version = Some(revision.to_string());
-                    return Ok(new);
+                    return done(new);
                 }
                 Committed::ObjectChanged { .. } => continue,
             }
