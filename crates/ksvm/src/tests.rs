@@ -233,8 +233,8 @@ fn history_is_never_run_by_the_migrator() {
         metadata: p.migrations[0].object.metadata.clone(),
         ..Default::default()
     };
-    assert!(is_imported_history(&internal));
-    assert!(!is_imported_history(&InternalMigration::default()));
+    assert!(is_imported_history(&internal.metadata));
+    assert!(!is_imported_history(&InternalMigration::default().metadata));
 }
 
 #[test]
