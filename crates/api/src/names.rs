@@ -53,6 +53,17 @@ pub const IMPORTED_UID_ANNOTATION: &str = "storage.svm-apiserver.io/imported-fro
 /// On a migration imported as history (finished in KSVM): the migrator never runs it.
 pub const IMPORTED_HISTORY_ANNOTATION: &str = "storage.svm-apiserver.io/imported-history";
 
+/// Conversion: v1alpha1's `spec.resource.version` on a migration read in v1beta1 or v1.
+pub const CONVERSION_RESOURCE_VERSION_ANNOTATION: &str =
+    "storage.svm-apiserver.io/v1alpha1-resource-version";
+/// Conversion: v1alpha1's `spec.continueToken` on a migration read in v1beta1 or v1.
+pub const CONVERSION_CONTINUE_TOKEN_ANNOTATION: &str =
+    "storage.svm-apiserver.io/v1alpha1-continue-token";
+/// Conversion: the conditions' `observedGeneration`s on a migration read in v1alpha1 (a JSON
+/// object from condition type to generation).
+pub const CONVERSION_OBSERVED_GENERATIONS_ANNOTATION: &str =
+    "storage.svm-apiserver.io/v1-condition-observed-generations";
+
 /// The release that no longer reads the old spellings of [`RENAMED`] (nor sets the old
 /// rotation label): the one after the release that renamed them.
 pub const OLD_NAMES_DROPPED_IN: &str = "0.3.0";
@@ -106,7 +117,9 @@ const fn renamed(old: &'static str, new: &'static str, place: Place) -> Renamed 
 }
 
 /// Every renamed name (none of them is upstream's: neither KEP-4192 nor kube-controller-
-/// manager's storage version migrator reads or writes a label or annotation).
+/// manager's storage version migrator reads or writes a label or annotation). The conversion
+/// annotations are not here: the server strips them on decoding ([`CONVERSION_RENAMED`]), so
+/// no strategy ever sees them.
 pub const RENAMED: [Renamed; 8] = [
     renamed(
         "storagemigration.k8s.io/on-object-failure",
@@ -146,6 +159,27 @@ pub const RENAMED: [Renamed; 8] = [
     renamed(
         "storagemigration.k8s.io/imported-history",
         IMPORTED_HISTORY_ANNOTATION,
+        Place::Annotation,
+    ),
+];
+
+/// The conversion annotations' old spellings, read on decoding until
+/// [`OLD_NAMES_DROPPED_IN`]: a client that read a migration from an older server and writes it
+/// back must not lose what they carry.
+pub const CONVERSION_RENAMED: [Renamed; 3] = [
+    renamed(
+        "storagemigration.k8s.io/v1alpha1-resource-version",
+        CONVERSION_RESOURCE_VERSION_ANNOTATION,
+        Place::Annotation,
+    ),
+    renamed(
+        "storagemigration.k8s.io/v1alpha1-continue-token",
+        CONVERSION_CONTINUE_TOKEN_ANNOTATION,
+        Place::Annotation,
+    ),
+    renamed(
+        "storagemigration.k8s.io/v1-condition-observed-generations",
+        CONVERSION_OBSERVED_GENERATIONS_ANNOTATION,
         Place::Annotation,
     ),
 ];

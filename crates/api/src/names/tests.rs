@@ -34,7 +34,7 @@ fn labelled(pairs: &[(&str, &str)]) -> ObjectMeta {
 /// none twice: the table is what the readers, the warnings and the docs go by.
 #[test]
 fn every_renamed_name_keeps_its_segment_in_our_domain() {
-    for r in &RENAMED {
+    for r in RENAMED.iter().chain(&CONVERSION_RENAMED) {
         let old = r.old.strip_prefix("storagemigration.k8s.io/");
         let new = r.new.strip_prefix(&format!("{DOMAIN}/"));
         assert!(old.is_some() && old == new, "{r:?}");
