@@ -14,6 +14,7 @@ mod front_proxy;
 mod kubectl_apply;
 mod kubectl_conformance;
 mod namespaced;
+mod old_names;
 mod protobuf;
 mod protobuf_recordings;
 mod python_client;

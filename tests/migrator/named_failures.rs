@@ -1,11 +1,12 @@
 //! Objects a validating webhook refuses (the test double plays that webhook's denial, the
 //! way kube-apiserver relays it: `admission webhook "<name>" denied the request: …`) are
 //! counted and named in `status.progress`, and the migration's
-//! `storagemigration.k8s.io/on-object-failure` policy decides how it ends: `Skip` finishes it
+//! `storage.svm-apiserver.io/on-object-failure` policy decides how it ends: `Skip` finishes it
 //! Succeeded with the condition `ObjectsSkipped` naming them, `Fail` (the default) fails it —
 //! at once after ten, since a longer list would say no more. The condition messages carry the
 //! counts, read (as the Table's wide column) in every served version. The real-cluster
-//! suite shows the same against a real webhook (`tests/real_cluster/named_failures.rs`).
+//! suite shows the same against a real webhook (`tests/real_cluster/named_failures.rs`). The
+//! policy's old spelling, `storagemigration.k8s.io/on-object-failure`, still skips.
 
 use std::time::Duration;
 
@@ -16,6 +17,9 @@ use crate::harness::{Harness, condition, condition_field, double_with_configmaps
 
 const OBJECTS: usize = 800;
 const REFUSED: [&str; 3] = ["cm-00250", "cm-00500", "cm-00750"];
+/// The policy's name, and its old spelling (read until the old names are dropped).
+const POLICY: &str = "storage.svm-apiserver.io/on-object-failure";
+const OLD_POLICY: &str = "storagemigration.k8s.io/on-object-failure";
 
 /// 800 configmaps to move to v2, three of them refused by a webhook (two 403s, one 422).
 async fn double_refusing_three() -> KubeDouble {
@@ -31,16 +35,15 @@ async fn double_refusing_three() -> KubeDouble {
     double
 }
 
-async fn create(h: &Harness, name: &str, policy: Option<&str>) {
+async fn create(h: &Harness, name: &str, policy: Option<(&str, &str)>) {
     let mut body = json!({
         "apiVersion": "storagemigration.k8s.io/v1",
         "kind": "StorageVersionMigration",
         "metadata": {"name": name},
         "spec": {"resource": {"group": "", "resource": "configmaps"}},
     });
-    if let Some(policy) = policy {
-        body["metadata"]["annotations"] =
-            json!({"storagemigration.k8s.io/on-object-failure": policy});
+    if let Some((key, policy)) = policy {
+        body["metadata"]["annotations"] = json!({ key: policy });
     }
     let resp = h
         .http
@@ -75,13 +78,17 @@ fn failure_names(m: &Value) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn skipped_objects_are_named_counted_and_said_whether_streamed_or_paged() {
-    // Streamed (the default), then paged (--watch-list-max-objects=0).
-    for flags in [&[][..], &["--watch-list-max-objects=0"][..]] {
+    // Streamed (the default), then paged (--watch-list-max-objects=0) with the policy under
+    // its old spelling.
+    for (flags, key) in [
+        (&[][..], POLICY),
+        (&["--watch-list-max-objects=0"][..], OLD_POLICY),
+    ] {
         let double = double_refusing_three().await;
         let mut all = vec!["--qps=0", "--chunk-size=100"];
         all.extend_from_slice(flags);
         let h = Harness::start(double, &all);
-        create(&h, "skipping", Some("Skip")).await;
+        create(&h, "skipping", Some((key, "Skip"))).await;
         let m = h
             .wait_for("skipping", Duration::from_secs(60), finished)
             .await;

@@ -88,7 +88,10 @@ async fn a_rotated_encryption_key_is_applied_to_every_secret() {
 }
 
 /// The label the trigger puts on a migration a key rotation started.
-const ROTATION_LABEL: &str = "storagemigration.k8s.io/encryption-rotation";
+const ROTATION_LABEL: &str = "storage.svm-apiserver.io/encryption-rotation";
+/// Its old spelling, which the trigger still sets until the old names are dropped (selectors
+/// on it keep working).
+const OLD_ROTATION_LABEL: &str = "storagemigration.k8s.io/encryption-rotation";
 
 /// Key rotation as a trigger, twice: K1 → K2 while svm-apiserver runs, then K2 → K3 while it
 /// is down (the history is what it compares with on its return). kube-apiserver reloads its
@@ -405,6 +408,10 @@ async fn rotation_migrated(
     );
     let noticed = written.elapsed();
     let migration = name(&created);
+    assert_eq!(
+        created["metadata"]["labels"][OLD_ROTATION_LABEL], "true",
+        "the old rotation label, still set: {created}"
+    );
     let reloaded = reload_delay(cluster, written);
     let done = wait_for_migrations(
         cluster,
@@ -420,7 +427,7 @@ async fn rotation_migrated(
     let migrated = written.elapsed();
     assert!(succeeded(&done) && !failed(&done), "{done}");
     assert!(
-        done["metadata"]["annotations"]["storagemigration.k8s.io/trigger-reason"]
+        done["metadata"]["annotations"]["storage.svm-apiserver.io/trigger-reason"]
             .as_str()
             .is_some_and(|r| r.contains("encryption key rotation")),
         "{done}"

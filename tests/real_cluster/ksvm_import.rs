@@ -260,7 +260,7 @@ fn a_ksvm_state_is_imported_once_with_every_hash_and_its_history() {
         "the migrator ran imported history: {failed:#}"
     );
     assert_eq!(
-        done["metadata"]["annotations"]["storagemigration.k8s.io/imported-history"],
+        done["metadata"]["annotations"]["storage.svm-apiserver.io/imported-history"],
         "true"
     );
     let table = kubectl.ok(&["get", "storageversionmigrations.storagemigration.k8s.io"]);

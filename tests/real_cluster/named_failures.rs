@@ -6,8 +6,10 @@
 //!
 //! A CRD storage move v1 → v2 makes the trigger migrate the widgets. Under the default policy
 //! (`Fail`) the migration ends Failed naming the three; under `Skip` (the StorageState's
-//! `storagemigration.k8s.io/on-object-failure` annotation, copied onto the trigger's
-//! migration) it ends Succeeded with `ObjectsSkipped` naming them, and the StorageState stays
+//! `storage.svm-apiserver.io/on-object-failure` annotation, copied onto the trigger's
+//! migration; here set under its old spelling, `storagemigration.k8s.io/on-object-failure`,
+//! which is still read and earns kubectl a warning) it ends Succeeded with `ObjectsSkipped`
+//! naming them, and the StorageState stays
 //! unsafe — the three are still v1 in etcd. Read with kubectl at v1beta1 and v1, mid-run and at
 //! the end, the condition messages carry the counts of `status.progress`.
 
@@ -76,13 +78,24 @@ async fn three_widgets_a_webhook_refuses_are_named_and_the_policy_holds() {
     }
     assert!(!is_safe(&storage_state(&cluster, STATE).unwrap()));
 
-    // Skip, set once on the StorageState: the trigger's next migration carries it.
-    kubectl.ok(&[
+    // Skip, set once on the StorageState under the old spelling (still read, with a warning
+    // through the aggregator): the trigger's next migration carries it, under the new name.
+    let annotated = kubectl.run(&[
         "annotate",
         "storagestate",
         STATE,
         "storagemigration.k8s.io/on-object-failure=Skip",
     ]);
+    assert!(annotated.ok, "{}", annotated.stderr);
+    assert!(
+        annotated.stderr.contains(
+            "Warning: metadata.annotations[storagemigration.k8s.io/on-object-failure]: deprecated"
+        ) && annotated
+            .stderr
+            .contains("use \"storage.svm-apiserver.io/on-object-failure\" instead"),
+        "{}",
+        annotated.stderr
+    );
     let name = first["metadata"]["name"].as_str().unwrap().to_string();
     // Taken before the delete: the trigger creates the next one at once.
     let before = uids(&cluster);
@@ -92,7 +105,7 @@ async fn three_widgets_a_webhook_refuses_are_named_and_the_policy_holds() {
     let took_skip = restarted.elapsed();
     assert!(succeeded(&second), "{second:#}");
     assert_eq!(
-        second["metadata"]["annotations"]["storagemigration.k8s.io/on-object-failure"],
+        second["metadata"]["annotations"]["storage.svm-apiserver.io/on-object-failure"],
         "Skip"
     );
     let done = condition(&second, "Succeeded");
@@ -107,7 +120,7 @@ async fn three_widgets_a_webhook_refuses_are_named_and_the_policy_holds() {
         .unwrap_or("")
         .to_string();
     for part in [
-        "3 objects of widgets.example.test were not migrated (storagemigration.k8s.io/on-object-failure: Skip)",
+        "3 objects of widgets.example.test were not migrated (storage.svm-apiserver.io/on-object-failure: Skip)",
         "demo/w-00250 (403: admission webhook \"refuse-three.webhook.test\" denied",
         "demo/w-00500",
         "demo/w-00750",

@@ -232,6 +232,17 @@ impl Strategy for StorageStateStrategy {
         errs
     }
 
+    /// A label or annotation of ours under its old `storagemigration.k8s.io/` spelling (users
+    /// annotate StorageStates with the refused-object policy).
+    fn warnings_on_create(&self, obj: &StorageState) -> Vec<String> {
+        crate::names::old_name_warnings(&obj.metadata, None)
+    }
+
+    /// The same, for what the update adds or changes.
+    fn warnings_on_update(&self, new: &StorageState, old: &StorageState) -> Vec<String> {
+        crate::names::old_name_warnings(&new.metadata, Some(&old.metadata))
+    }
+
     fn validate_update(&self, new: &StorageState, old: &StorageState) -> Vec<FieldError> {
         let mut errs = self.validate(new);
         if new.spec != old.spec {

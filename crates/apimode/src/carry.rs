@@ -69,12 +69,14 @@ fn the_triggers(m: &StorageVersionMigration) -> bool {
 }
 
 /// The cluster's copy of one of ours: what a user gave (name, labels, annotations, resource),
-/// nothing a server set.
+/// nothing a server set. Our names under their old spellings are written under the new ones:
+/// the copy is a new object, and we write only the new names (the migrator reads both).
 fn for_the_cluster(m: &StorageVersionMigration) -> StorageVersionMigration {
+    let renamed = svm_api::names::with_new_names(&m.metadata);
     let mut copy = StorageVersionMigration::default();
     copy.metadata.name = m.metadata.name.clone();
-    copy.metadata.labels = m.metadata.labels.clone();
-    let mut annotations = m.metadata.annotations.clone().unwrap_or_default();
+    copy.metadata.labels = renamed.labels;
+    let mut annotations = renamed.annotations.unwrap_or_default();
     annotations.insert(CARRIED_OVER_ANNOTATION.into(), "svm-apiserver".into());
     copy.metadata.annotations = Some(annotations);
     copy.spec = m.spec.clone();
@@ -205,6 +207,35 @@ mod tests {
         assert!(copy.status.conditions.is_empty());
         assert!(!finished(&m));
         assert!(!the_triggers(&m));
+    }
+
+    /// A user's policy under its old spelling lands on the cluster under the new one.
+    #[test]
+    fn the_clusters_copy_is_in_the_new_names() {
+        let mut m = StorageVersionMigration::default();
+        m.metadata.name = Some("secrets-rotate".into());
+        m.metadata.annotations = Some(
+            [
+                (
+                    "storagemigration.k8s.io/on-object-failure".to_string(),
+                    "Skip".to_string(),
+                ),
+                ("owner".to_string(), "platform".to_string()),
+            ]
+            .into(),
+        );
+        let copy = for_the_cluster(&m);
+        let annotations = copy.metadata.annotations.clone().unwrap_or_default();
+        let keys: Vec<&str> = annotations.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "owner",
+                "storage.svm-apiserver.io/carried-over-from",
+                "storage.svm-apiserver.io/on-object-failure",
+            ]
+        );
+        assert!(copy.skips_refused_objects());
     }
 
     /// A cluster whose built-in API already has `rotate-secrets`, for `resource`: every

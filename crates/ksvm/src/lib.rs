@@ -168,12 +168,10 @@ impl StorageVersionMigration {
         })
     }
 
+    /// KSVM's uid this migration was imported from; under the annotation's old spelling too,
+    /// so that a second import after an upgrade finds what the first one made.
     fn imported_uid(&self) -> Option<&str> {
-        self.metadata
-            .annotations
-            .as_ref()?
-            .get(IMPORTED_UID_ANNOTATION)
-            .map(String::as_str)
+        svm_api::names::annotation(&self.metadata, IMPORTED_UID_ANNOTATION)
     }
 }
 

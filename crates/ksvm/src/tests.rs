@@ -221,6 +221,31 @@ fn imported_migrations_are_unchanged_the_second_time_and_strangers_are_skipped()
     assert_eq!(resumed.migrations[1].action, Action::WriteStatus);
 }
 
+/// What an import before the rename made carries the old spelling of KSVM's uid: a second
+/// import after the upgrade still finds it its own, and writes the new names on what it makes.
+#[test]
+fn a_second_import_recognises_what_an_import_before_the_rename_made() {
+    let ksvm = [ksvm_migration("done", "deployments", Some("Succeeded"))];
+    let first = plan(&[], &ksvm, &[], &[]);
+    let mut ours: Vec<StorageVersionMigration> =
+        first.migrations.iter().map(|m| m.object.clone()).collect();
+    let annotations = ours[0].metadata.annotations.get_or_insert_default();
+    let uid = annotations
+        .remove(IMPORTED_UID_ANNOTATION)
+        .expect("imported uid");
+    annotations.insert("storagemigration.k8s.io/imported-from-ksvm-uid".into(), uid);
+    let second = plan(&[], &ksvm, &[], &ours);
+    assert_eq!(second.migrations[0].action, Action::Unchanged);
+    let written = first.migrations[0].object.metadata.annotations.clone();
+    assert!(
+        written
+            .unwrap_or_default()
+            .keys()
+            .all(|k| k.starts_with("storage.svm-apiserver.io/")),
+        "only the new names are written"
+    );
+}
+
 #[test]
 fn history_is_never_run_by_the_migrator() {
     let p = plan(
@@ -233,8 +258,8 @@ fn history_is_never_run_by_the_migrator() {
         metadata: p.migrations[0].object.metadata.clone(),
         ..Default::default()
     };
-    assert!(is_imported_history(&internal));
-    assert!(!is_imported_history(&InternalMigration::default()));
+    assert!(is_imported_history(&internal.metadata));
+    assert!(!is_imported_history(&InternalMigration::default().metadata));
 }
 
 #[test]

@@ -51,7 +51,7 @@ fn resource_key(m: &StorageVersionMigration) -> String {
 fn finished(m: &StorageVersionMigration) -> bool {
     m.condition_true(SUCCEEDED).is_some()
         || m.condition_true(FAILED).is_some()
-        || svm_api::names::is_imported_history(m)
+        || svm_api::names::is_imported_history(&m.metadata)
 }
 
 impl Scheduler {

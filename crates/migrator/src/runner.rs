@@ -28,8 +28,8 @@ use super::status::{
 use super::window::Window;
 use crate::guard::{ForeignWrite, StatusGuard};
 use svm_api::migration::{
-    FAILED, MAX_NAMED_FAILURES, MigrationProgress, OBJECTS_SKIPPED, ObjectFailure, RUNNING,
-    SUCCEEDED, StorageVersionMigration,
+    FAILED, MAX_NAMED_FAILURES, MigrationProgress, OBJECTS_SKIPPED, ON_OBJECT_FAILURE_ANNOTATION,
+    ObjectFailure, RUNNING, SUCCEEDED, StorageVersionMigration,
 };
 use svm_cluster::objects::{
     Initial, InitialEvents, StreamUnavailable, list_metadata, open_metadata_stream, touch,
@@ -784,7 +784,7 @@ impl Runner {
         // its own (which keeps the resource unsafe) and a Warning Event, never silently.
         let skipped = (progress.failed_objects > 0).then(|| {
             bounded_message(format!(
-                "{} objects of {} were not migrated (storagemigration.k8s.io/on-object-failure: Skip); the resource still holds objects in an old encoding: {}",
+                "{} objects of {} were not migrated ({ON_OBJECT_FAILURE_ANNOTATION}: Skip); the resource still holds objects in an old encoding: {}",
                 progress.failed_objects,
                 resource.group_resource(),
                 failures_text(progress)

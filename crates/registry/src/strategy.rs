@@ -120,6 +120,20 @@ pub trait Strategy: Send + Sync + 'static {
     /// Whether the spec differs (drives metadata.generation).
     fn spec_changed(&self, new: &Self::Object, old: &Self::Object) -> bool;
 
+    /// Warnings a create earns (upstream's `WarningsOnCreate`), for `obj` as it will be stored
+    /// (prepared and valid). Each becomes a `Warning: 299` header of the REST answer; the
+    /// controllers' own writes drop them.
+    fn warnings_on_create(&self, _obj: &Self::Object) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// Warnings an update of the main resource earns (upstream's `WarningsOnUpdate`), for
+    /// `new` as it will be stored, `old` as it is. A `/status` update earns none: it keeps the
+    /// stored metadata and spec.
+    fn warnings_on_update(&self, _new: &Self::Object, _old: &Self::Object) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Table columns, starting with Name (format `name`).
     fn table_columns(&self) -> Vec<TableColumn>;
 

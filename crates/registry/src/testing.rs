@@ -115,8 +115,29 @@ struct BetaSpec {
     tags: Vec<String>,
 }
 
-/// The [`Strategy`] of `Widget`: v1 and v1beta1, `/status`, immutable `spec.color`.
+/// The [`Strategy`] of `Widget`: v1 and v1beta1, `/status`, immutable `spec.color`, a warning
+/// for [`DEPRECATED_LABEL`].
 pub struct WidgetStrategy;
+
+/// A label whose use earns a warning: the strategy's warnings, end to end.
+pub const DEPRECATED_LABEL: &str = "test.example.io/deprecated";
+
+/// The warning for [`DEPRECATED_LABEL`] on `new`, unless `old` carries it with the same value.
+fn deprecated_label_warning(new: &Widget, old: Option<&Widget>) -> Vec<String> {
+    let value = |w: &Widget| {
+        w.metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(DEPRECATED_LABEL))
+            .cloned()
+    };
+    match value(new) {
+        Some(v) if old.and_then(value).as_ref() != Some(&v) => {
+            vec![format!("metadata.labels[{DEPRECATED_LABEL}]: deprecated")]
+        }
+        _ => Vec::new(),
+    }
+}
 
 impl WidgetStrategy {
     fn cannot_handle(version: &str, err: impl std::fmt::Display) -> ApiError {
@@ -281,6 +302,16 @@ impl Strategy for WidgetStrategy {
 
     fn spec_changed(&self, new: &Widget, old: &Widget) -> bool {
         new.spec != old.spec
+    }
+
+    /// The [`DEPRECATED_LABEL`] earns a warning.
+    fn warnings_on_create(&self, obj: &Widget) -> Vec<String> {
+        deprecated_label_warning(obj, None)
+    }
+
+    /// The [`DEPRECATED_LABEL`], when the update adds or changes it, earns a warning.
+    fn warnings_on_update(&self, new: &Widget, old: &Widget) -> Vec<String> {
+        deprecated_label_warning(new, Some(old))
     }
 
     fn table_columns(&self) -> Vec<TableColumn> {

@@ -13,6 +13,7 @@
 //!   the migration was created.
 
 use svm_api::migration::{FAILED, StorageVersionMigration};
+use svm_api::names::annotation;
 use svm_api::storagestate::{StorageState, UNKNOWN_HASH};
 
 use super::encryption::Generation;
@@ -290,17 +291,14 @@ pub(crate) fn applied_entry(rotation: &EncryptionRecord, migration: &str, hash: 
     }
 }
 
-pub(crate) use svm_api::names::{MANAGED_BY, MANAGED_BY_LABEL};
-/// The history entry (sequence number) a trigger migration belongs to.
-pub(crate) const HISTORY_SEQ_ANNOTATION: &str = "storagemigration.k8s.io/history-seq";
-/// The storage-version hash it migrates to.
-pub(crate) const HASH_ANNOTATION: &str = "storagemigration.k8s.io/storage-version-hash";
-/// Why the trigger created it: its history entry's reason.
-pub(crate) const REASON_ANNOTATION: &str = "storagemigration.k8s.io/trigger-reason";
-/// On a migration started by an encryption key rotation: `true` (select them with `-l`).
-pub(crate) const ROTATION_LABEL: &str = "storagemigration.k8s.io/encryption-rotation";
-/// On such a migration: the generation it re-encrypts under (JSON, as in the history).
-pub(crate) const GENERATION_ANNOTATION: &str = "storagemigration.k8s.io/encryption-generation";
+// The trigger's labels and annotations are owned by `svm_api::names` with our other names.
+pub(crate) use svm_api::names::{
+    ENCRYPTION_GENERATION_ANNOTATION as GENERATION_ANNOTATION,
+    ENCRYPTION_ROTATION_LABEL as ROTATION_LABEL, HISTORY_SEQ_ANNOTATION,
+    LEGACY_ENCRYPTION_ROTATION_LABEL as LEGACY_ROTATION_LABEL, MANAGED_BY, MANAGED_BY_LABEL,
+    STORAGE_VERSION_HASH_ANNOTATION as HASH_ANNOTATION,
+    TRIGGER_REASON_ANNOTATION as REASON_ANNOTATION,
+};
 
 /// The name of the migration for history entry `seq` of a StorageState: deterministic, so two
 /// replicas (or a retried create) can never start two migrations for one change.
@@ -338,17 +336,15 @@ impl OwnedMigration {
         {
             return None;
         }
-        let annotations = m.metadata.annotations.clone().unwrap_or_default();
+        // Under the old spellings too: a migration an older trigger made, still running or
+        // the record of the last entry, is this trigger's — read without them it would have
+        // no entry, be deleted as stale and made again from the start.
+        let annotation = |name| annotation(&m.metadata, name);
         Some(Self {
             name: m.metadata.name.clone().unwrap_or_default(),
             uid: m.metadata.uid.clone().unwrap_or_default(),
-            seq: annotations
-                .get(HISTORY_SEQ_ANNOTATION)
-                .and_then(|s| s.parse().ok()),
-            hash: annotations
-                .get(HASH_ANNOTATION)
-                .cloned()
-                .unwrap_or_default(),
+            seq: annotation(HISTORY_SEQ_ANNOTATION).and_then(|s| s.parse().ok()),
+            hash: annotation(HASH_ANNOTATION).unwrap_or_default().to_string(),
             // Succeeded with objects skipped (the policy Skip) did not migrate every object:
             // the resource stays unsafe, its hashes are not narrowed.
             succeeded: m.migrated_every_object(),
@@ -646,6 +642,49 @@ mod tests {
         m.status.conditions.pop();
         let done = OwnedMigration::of(&m, "apps", "deployments").expect("the trigger's");
         assert!(plan_migrations("x", "B", &persisted, 3, &[done], false).narrow);
+    }
+
+    /// A migration an older trigger made carries the old spellings of its entry and hash: it
+    /// is still this trigger's migration of that entry — kept and, once succeeded, narrowing —
+    /// not a stale one to delete and make again.
+    #[test]
+    fn a_migration_an_older_trigger_made_is_still_recognised() {
+        use svm_api::migration::{MigrationCondition, SUCCEEDED};
+        let mut m = StorageVersionMigration::default();
+        m.metadata.name = Some("x-3".into());
+        m.metadata.uid = Some("u".into());
+        m.metadata.labels = Some([(MANAGED_BY_LABEL.into(), MANAGED_BY.into())].into());
+        m.metadata.annotations = Some(
+            [
+                ("storagemigration.k8s.io/history-seq".into(), "3".into()),
+                (
+                    "storagemigration.k8s.io/storage-version-hash".into(),
+                    "B".into(),
+                ),
+            ]
+            .into(),
+        );
+        m.spec.resource.group = "apps".into();
+        m.spec.resource.resource = "deployments".into();
+        let running = OwnedMigration::of(&m, "apps", "deployments").expect("the trigger's");
+        assert_eq!((running.seq, running.hash.as_str()), (Some(3), "B"));
+        let persisted = ["A".to_string(), "B".to_string()];
+        let plan = plan_migrations("x", "B", &persisted, 3, &[running], false);
+        assert_eq!(plan, MigrationPlan::default(), "kept, not made again");
+        m.status.conditions = vec![MigrationCondition {
+            type_: SUCCEEDED.into(),
+            status: "True".into(),
+            ..Default::default()
+        }];
+        let done = OwnedMigration::of(&m, "apps", "deployments").expect("the trigger's");
+        assert!(plan_migrations("x", "B", &persisted, 3, &[done], false).narrow);
+        // The new names win over the old ones on a migration carrying both.
+        m.metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(HISTORY_SEQ_ANNOTATION.into(), "4".into());
+        let both = OwnedMigration::of(&m, "apps", "deployments").expect("the trigger's");
+        assert_eq!(both.seq, Some(4));
     }
 
     fn generation(config: &str) -> Generation {

@@ -30,9 +30,9 @@ use super::history::{
 };
 use super::metrics::{SourceLabel, StorageStateLabel, TriggerMetrics};
 use super::plan::{
-    GENERATION_ANNOTATION, HASH_ANNOTATION, HISTORY_SEQ_ANNOTATION, MANAGED_BY, MANAGED_BY_LABEL,
-    Observed, OwnedMigration, REASON_ANNOTATION, ROTATION_LABEL, StatePlan, applied_entry,
-    migration_name, plan_encryption, plan_migrations, plan_state,
+    GENERATION_ANNOTATION, HASH_ANNOTATION, HISTORY_SEQ_ANNOTATION, LEGACY_ROTATION_LABEL,
+    MANAGED_BY, MANAGED_BY_LABEL, Observed, OwnedMigration, REASON_ANNOTATION, ROTATION_LABEL,
+    StatePlan, applied_entry, migration_name, plan_encryption, plan_migrations, plan_state,
 };
 use super::settings::Settings;
 use super::view::{ClusterView, CrdInfo};
@@ -109,7 +109,9 @@ pub(super) struct Reconciler {
 
 /// A trigger migration's metadata: its label, the history entry it belongs to and why, and for
 /// a key rotation a label and the generation (so `kubectl get svm -l
-/// storagemigration.k8s.io/encryption-rotation` lists them).
+/// storage.svm-apiserver.io/encryption-rotation` lists them). The rotation label's old
+/// spelling too, until the old names are dropped: selectors on it (scripts, alerts) keep
+/// listing the new rotations while their owners move to the new name (`svm_api::names`).
 fn migration_meta(name: &str, hash: &str, last: &LastEntry) -> ObjectMeta {
     let mut labels = BTreeMap::from([(MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string())]);
     let mut annotations = BTreeMap::from([
@@ -124,6 +126,7 @@ fn migration_meta(name: &str, hash: &str, last: &LastEntry) -> ObjectMeta {
     }
     if let Some(rotation) = &last.rotation {
         labels.insert(ROTATION_LABEL.to_string(), "true".to_string());
+        labels.insert(LEGACY_ROTATION_LABEL.to_string(), "true".to_string());
         annotations.insert(
             GENERATION_ANNOTATION.to_string(),
             serde_json::to_string(&rotation.generation).unwrap_or_default(),
@@ -138,16 +141,13 @@ fn migration_meta(name: &str, hash: &str, last: &LastEntry) -> ObjectMeta {
 }
 
 /// The refused-object policy for the trigger's migrations of a resource: the StorageState's
-/// [`ON_OBJECT_FAILURE_ANNOTATION`], copied onto each migration it creates (a user annotates
-/// the StorageState once; the migrations come and go). A value the migration would refuse is
-/// ignored (said in the log): the default, `Fail`, holds.
+/// [`ON_OBJECT_FAILURE_ANNOTATION`] (or its old spelling, still read), copied onto each
+/// migration it creates under the new name (a user annotates the StorageState once; the
+/// migrations come and go). A value the migration would refuse is ignored (said in the log):
+/// the default, `Fail`, holds.
 fn failure_policy(state: &StorageState) -> Option<&str> {
-    let value = state
-        .metadata
-        .annotations
-        .as_ref()?
-        .get(ON_OBJECT_FAILURE_ANNOTATION)?;
-    if ON_OBJECT_FAILURE_VALUES.contains(&value.as_str()) {
+    let value = svm_api::names::annotation(&state.metadata, ON_OBJECT_FAILURE_ANNOTATION)?;
+    if ON_OBJECT_FAILURE_VALUES.contains(&value) {
         Some(value)
     } else {
         tracing::warn!(state = ?state.metadata.name, %value, "unknown {ON_OBJECT_FAILURE_ANNOTATION}; the default (Fail) applies");
@@ -797,5 +797,83 @@ mod policy_tests {
                 Some([(ON_OBJECT_FAILURE_ANNOTATION.to_string(), value.to_string())].into());
             assert_eq!(failure_policy(&state), copied, "{value}");
         }
+    }
+
+    /// A StorageState annotated before the rename keeps its policy; the new name wins.
+    #[test]
+    fn the_old_spelling_of_the_policy_on_a_storage_state_is_still_copied() {
+        let mut state = StorageState::default();
+        state.metadata.annotations = Some(
+            [(
+                "storagemigration.k8s.io/on-object-failure".to_string(),
+                "Skip".to_string(),
+            )]
+            .into(),
+        );
+        assert_eq!(failure_policy(&state), Some("Skip"));
+        state
+            .metadata
+            .annotations
+            .get_or_insert_default()
+            .insert(ON_OBJECT_FAILURE_ANNOTATION.to_string(), "Fail".to_string());
+        assert_eq!(failure_policy(&state), Some("Fail"));
+    }
+
+    /// The trigger writes the new names, and the rotation label under both spellings (the
+    /// deprecation window: `-l` on the old one keeps listing rotations).
+    #[test]
+    fn a_rotation_migration_carries_the_new_names_and_both_rotation_labels() {
+        let generation = Generation {
+            config_hash: Some("sha256:ab".into()),
+            write_key_id_hash: None,
+        };
+        let last = LastEntry {
+            migration_seq: 4,
+            cause: Some(HistoryEntry {
+                seq: 4,
+                hash: "H".into(),
+                time: String::new(),
+                source: Source::ApiserverMetrics,
+                apiserver: None,
+                encoding_version: None,
+                reason: "key rotated".into(),
+                encryption: None,
+            }),
+            rotation: Some(EncryptionRecord {
+                kind: EncryptionKind::Rotation,
+                generation,
+                previous: None,
+            }),
+            ..Default::default()
+        };
+        let meta = migration_meta("secrets-4", "H", &last);
+        let labels = meta.labels.clone().unwrap_or_default();
+        assert_eq!(
+            labels
+                .get("storage.svm-apiserver.io/encryption-rotation")
+                .map(String::as_str),
+            Some("true")
+        );
+        assert_eq!(
+            labels
+                .get("storagemigration.k8s.io/encryption-rotation")
+                .map(String::as_str),
+            Some("true")
+        );
+        let annotations = meta.annotations.clone().unwrap_or_default();
+        let keys: Vec<&str> = annotations.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "storage.svm-apiserver.io/encryption-generation",
+                "storage.svm-apiserver.io/history-seq",
+                "storage.svm-apiserver.io/storage-version-hash",
+                "storage.svm-apiserver.io/trigger-reason",
+            ]
+        );
+        assert_eq!(annotations["storage.svm-apiserver.io/history-seq"], "4");
+        // A plain storage-version migration gets neither rotation label.
+        let plain = migration_meta("secrets-4", "H", &LastEntry::default());
+        assert_eq!(plain.labels.unwrap_or_default().len(), 1);
     }
 }

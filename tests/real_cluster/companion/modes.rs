@@ -114,7 +114,7 @@ async fn companion_mode_migrates_through_the_clusters_own_api() {
         json!({"group": "example.test", "resource": "widgets"})
     );
     assert!(
-        widgets["metadata"]["annotations"]["storagemigration.k8s.io/storage-version-hash"]
+        widgets["metadata"]["annotations"]["storage.svm-apiserver.io/storage-version-hash"]
             .is_string()
     );
     let who = managers(widgets);

@@ -25,13 +25,9 @@ pub const FAILED: &str = "Failed";
 /// it True did not migrate every object, so the resource is not safe.
 pub const OBJECTS_SKIPPED: &str = "ObjectsSkipped";
 
-/// What an object the cluster refuses for good does to its migration: `Fail` (the default: the
-/// migration ends Failed, naming the objects) or `Skip` (it ends Succeeded with
-/// [`OBJECTS_SKIPPED`] True). An annotation, because every served version's spec is
-/// upstream's and has no field for it.
-pub const ON_OBJECT_FAILURE_ANNOTATION: &str = "storagemigration.k8s.io/on-object-failure";
-/// [`ON_OBJECT_FAILURE_ANNOTATION`]'s values.
-pub const ON_OBJECT_FAILURE_VALUES: [&str; 2] = ["Fail", "Skip"];
+/// The refused-object policy and its values, owned by [`crate::names`] with our other names;
+/// here too, where the migration's readers look for it.
+pub use crate::names::{ON_OBJECT_FAILURE_ANNOTATION, ON_OBJECT_FAILURE_VALUES};
 /// How many refused objects `status.progress.failures` names (the count goes on).
 pub const MAX_NAMED_FAILURES: usize = 10;
 
@@ -231,13 +227,11 @@ impl StorageVersionMigration {
         self.condition_true(SUCCEEDED).is_some() && self.condition_true(OBJECTS_SKIPPED).is_none()
     }
 
-    /// The [`ON_OBJECT_FAILURE_ANNOTATION`] policy: `Skip` when it says so, else `Fail`.
+    /// The [`ON_OBJECT_FAILURE_ANNOTATION`] policy: `Skip` when it says so, else `Fail`. Its
+    /// old spelling still counts (see [`crate::names`]): a migration annotated before the
+    /// rename must not start failing on objects it was told to skip.
     pub fn skips_refused_objects(&self) -> bool {
-        self.metadata
-            .annotations
-            .as_ref()
-            .and_then(|a| a.get(ON_OBJECT_FAILURE_ANNOTATION))
-            .is_some_and(|v| v == "Skip")
+        crate::names::annotation(&self.metadata, ON_OBJECT_FAILURE_ANNOTATION) == Some("Skip")
     }
 
     /// This migration as an Event's `regarding` (its v1 group and kind, name, uid, version).

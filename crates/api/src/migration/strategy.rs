@@ -9,6 +9,7 @@ use super::{
     RUNNING, SUCCEEDED, StorageVersionMigration, schema, versions,
 };
 use crate::columns::{age, age_column, name_column};
+use crate::names::Place;
 use crate::{CATEGORY, GROUP, STORAGE_VERSION, VERSIONS};
 use svm_registry::validation::dns1123_label_errors as dns_label_errors;
 use svm_registry::validation::dns1123_subdomain_errors;
@@ -186,6 +187,20 @@ impl Strategy for MigrationStrategy {
         new.spec != old.spec
     }
 
+    /// A label or annotation of ours under its old `storagemigration.k8s.io/` spelling.
+    fn warnings_on_create(&self, obj: &StorageVersionMigration) -> Vec<String> {
+        crate::names::old_name_warnings(&obj.metadata, None)
+    }
+
+    /// The same, for what the update adds or changes.
+    fn warnings_on_update(
+        &self,
+        new: &StorageVersionMigration,
+        old: &StorageVersionMigration,
+    ) -> Vec<String> {
+        crate::names::old_name_warnings(&new.metadata, Some(&old.metadata))
+    }
+
     fn table_columns(&self) -> Vec<TableColumn> {
         vec![
             name_column(),
@@ -261,23 +276,25 @@ fn phase_message(obj: &StorageVersionMigration) -> String {
 }
 
 /// The [`ON_OBJECT_FAILURE_ANNOTATION`] policy, when set, is one the migrator knows: a typo
-/// must not silently mean the default.
+/// must not silently mean the default. Under its old spelling too, which is still read.
 fn validate_policy(obj: &StorageVersionMigration) -> Vec<FieldError> {
-    let value = obj
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(ON_OBJECT_FAILURE_ANNOTATION));
-    match value {
-        Some(v) if !ON_OBJECT_FAILURE_VALUES.contains(&v.as_str()) => {
-            vec![FieldError::not_supported(
-                format!("metadata.annotations[{ON_OBJECT_FAILURE_ANNOTATION}]"),
+    let Some(annotations) = obj.metadata.annotations.as_ref() else {
+        return Vec::new();
+    };
+    let old = crate::names::old_spelling(ON_OBJECT_FAILURE_ANNOTATION, Place::Annotation);
+    [Some(ON_OBJECT_FAILURE_ANNOTATION), old]
+        .into_iter()
+        .flatten()
+        .filter_map(|key| annotations.get(key).map(|v| (key, v)))
+        .filter(|(_, v)| !ON_OBJECT_FAILURE_VALUES.contains(&v.as_str()))
+        .map(|(key, v)| {
+            FieldError::not_supported(
+                format!("metadata.annotations[{key}]"),
                 v,
                 &ON_OBJECT_FAILURE_VALUES,
-            )]
-        }
-        _ => Vec::new(),
-    }
+            )
+        })
+        .collect()
 }
 
 /// The spec as Go renders the internal struct in a field error: JSON of its fields, the

@@ -21,14 +21,13 @@ use super::{
 use crate::served::{decode_body, encode_body, unknown_version};
 use svm_registry::{ApiError, ApiResult};
 
-/// Holds v1alpha1's `spec.resource.version` on an object read in v1beta1 or v1.
-pub const ANNOTATION_RESOURCE_VERSION: &str = "storagemigration.k8s.io/v1alpha1-resource-version";
 /// Holds v1alpha1's `spec.continueToken` on an object read in v1beta1 or v1.
-pub const ANNOTATION_CONTINUE_TOKEN: &str = "storagemigration.k8s.io/v1alpha1-continue-token";
+pub use crate::names::CONVERSION_CONTINUE_TOKEN_ANNOTATION as ANNOTATION_CONTINUE_TOKEN;
 /// Holds the conditions' `observedGeneration`s on an object read in v1alpha1: a JSON object from
 /// condition type to generation.
-pub const ANNOTATION_OBSERVED_GENERATIONS: &str =
-    "storagemigration.k8s.io/v1-condition-observed-generations";
+pub use crate::names::CONVERSION_OBSERVED_GENERATIONS_ANNOTATION as ANNOTATION_OBSERVED_GENERATIONS;
+/// Holds v1alpha1's `spec.resource.version` on an object read in v1beta1 or v1.
+pub use crate::names::CONVERSION_RESOURCE_VERSION_ANNOTATION as ANNOTATION_RESOURCE_VERSION;
 const RESERVED: [&str; 3] = [
     ANNOTATION_RESOURCE_VERSION,
     ANNOTATION_CONTINUE_TOKEN,
@@ -147,14 +146,22 @@ pub(super) struct GaCondition {
     pub(super) message: String,
 }
 
-/// Take the reserved annotations out of `metadata`, returning them. An empty annotation map
-/// is dropped (Go omits empty maps), so the hub never holds `Some({})`.
+/// Take the reserved annotations out of `metadata`, returning them under their names. An
+/// empty annotation map is dropped (Go omits empty maps), so the hub never holds `Some({})`.
+/// Their old `storagemigration.k8s.io/` spellings are taken too (the new one wins where both
+/// are set): a client that read a migration from an older server and writes it back keeps
+/// what they carry, and the hub never holds them either.
 fn take_reserved(metadata: &mut ObjectMeta) -> BTreeMap<String, String> {
     let mut taken = BTreeMap::new();
     if let Some(annotations) = metadata.annotations.as_mut() {
         for key in RESERVED {
             if let Some(value) = annotations.remove(key) {
                 taken.insert(key.to_string(), value);
+            }
+        }
+        for renamed in &crate::names::CONVERSION_RENAMED {
+            if let Some(value) = annotations.remove(renamed.old) {
+                taken.entry(renamed.new.to_string()).or_insert(value);
             }
         }
         if annotations.is_empty() {

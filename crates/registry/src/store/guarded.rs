@@ -104,6 +104,7 @@ impl<S: Strategy> Guarded<S> {
                 self.also(&[]),
             )
             .await
+            .map(|updated| updated.object)
     }
 
     /// Replace `obj`'s status, fenced; its resourceVersion is the precondition.
@@ -127,6 +128,7 @@ impl<S: Strategy> Guarded<S> {
                 self.also(records),
             )
             .await
+            .map(|updated| updated.object)
     }
 
     /// Delete the object at `at` if `preconditions` hold, fenced.

@@ -14,7 +14,7 @@ use super::super::managed_fields::updater::Versioned;
 use super::super::managed_fields::{Write, manager_name};
 use super::super::rest::{FieldValidation, Subresource, WriteOptions, Written};
 use super::super::strategy::Strategy;
-use super::{Also, ObjectRef, Store};
+use super::{Also, ObjectRef, Store, Updated};
 
 /// The field manager of the typed (controller) writes when none is named.
 pub(super) const DEFAULT_FIELD_MANAGER: &str = "svm-apiserver";
@@ -75,6 +75,7 @@ impl<S: Strategy> ManagedBy<'_, S> {
         self.store
             .replace(obj, Subresource::Main, false, self.tracking())
             .await
+            .map(|updated| updated.object)
     }
 
     /// Replace an object's status (`/status`): spec and most metadata stay as stored.
@@ -82,6 +83,7 @@ impl<S: Strategy> ManagedBy<'_, S> {
         self.store
             .replace(obj, Subresource::Status, false, self.tracking())
             .await
+            .map(|updated| updated.object)
     }
 }
 
@@ -261,7 +263,7 @@ impl<S: Strategy> Store<S> {
         body: &[u8],
         opts: &WriteOptions,
     ) -> ApiResult<Written> {
-        let (config, warnings) = decode_apply_body(body, opts.field_validation)?;
+        let (config, mut warnings) = decode_apply_body(body, opts.field_validation)?;
         let mut attempts = 0;
         loop {
             attempts += 1;
@@ -270,8 +272,9 @@ impl<S: Strategy> Store<S> {
                 .await
             {
                 Ok(updated) => {
+                    warnings.extend(updated.warnings);
                     return Ok(Written {
-                        object: self.strategy.encode(version, &updated)?,
+                        object: self.strategy.encode(version, &updated.object)?,
                         created: false,
                         warnings,
                     });
@@ -285,6 +288,7 @@ impl<S: Strategy> Store<S> {
                 .await
             {
                 Ok(created) => {
+                    warnings.extend(self.strategy.warnings_on_create(&created));
                     return Ok(Written {
                         object: self.strategy.encode(version, &created)?,
                         created: true,
@@ -307,7 +311,7 @@ impl<S: Strategy> Store<S> {
         subresource: Subresource,
         config: &Value,
         opts: &WriteOptions,
-    ) -> ApiResult<S::Object> {
+    ) -> ApiResult<Updated<S::Object>> {
         self.guaranteed_update_with(
             at,
             subresource,

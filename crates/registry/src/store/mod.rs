@@ -48,6 +48,14 @@ pub use guarded::Guarded;
 pub use list_watch::Update;
 pub(crate) use watch::{StoreEvent, StoreEventStream};
 
+/// What an update did: the object as stored (or as it would be, for a dry run), and the
+/// strategy's warnings about the write (for the REST answer; the controllers drop them).
+#[derive(Debug)]
+pub(crate) struct Updated<O> {
+    pub(crate) object: O,
+    pub(crate) warnings: Vec<String>,
+}
+
 pub(crate) use crate::clock::now;
 pub(crate) use crate::object_ref::ObjectRef;
 

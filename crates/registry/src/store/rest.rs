@@ -388,7 +388,8 @@ impl<S: Strategy> RestStorage for Store<S> {
         opts: &WriteOptions,
     ) -> ApiResult<Written> {
         self.check_version(version)?;
-        let (obj, warnings) = self.decode_body(version, namespace, body, opts.field_validation)?;
+        let (obj, mut warnings) =
+            self.decode_body(version, namespace, body, opts.field_validation)?;
         let manager = request_manager(opts);
         let tracking = Tracking::Update {
             version,
@@ -397,6 +398,7 @@ impl<S: Strategy> RestStorage for Store<S> {
         let created = self
             .create_object(obj, opts.dry_run, super::Also::default(), tracking)
             .await?;
+        warnings.extend(self.strategy.warnings_on_create(&created));
         Ok(Written {
             object: self.encode(version, &created)?,
             created: true,
@@ -430,7 +432,7 @@ impl<S: Strategy> RestStorage for Store<S> {
                 _ => {}
             }
         }
-        let (obj, warnings) =
+        let (obj, mut warnings) =
             self.decode_body(version, at.namespace, body, opts.field_validation)?;
         let manager = request_manager(opts);
         let tracking = Tracking::Update {
@@ -440,8 +442,9 @@ impl<S: Strategy> RestStorage for Store<S> {
         let updated = self
             .replace(obj, subresource, opts.dry_run, tracking)
             .await?;
+        warnings.extend(updated.warnings);
         Ok(Written {
-            object: self.encode(version, &updated)?,
+            object: self.encode(version, &updated.object)?,
             created: false,
             warnings,
         })
@@ -482,8 +485,9 @@ impl<S: Strategy> RestStorage for Store<S> {
                 },
             )
             .await?;
+        warnings.extend(updated.warnings);
         Ok(Written {
-            object: self.encode(version, &updated)?,
+            object: self.encode(version, &updated.object)?,
             created: false,
             warnings,
         })

@@ -14,7 +14,9 @@ use super::super::rest::Subresource;
 use super::super::strategy::Strategy;
 use super::create::merge_causes;
 use super::managed::{DEFAULT_FIELD_MANAGER, Tracking};
-use super::{Also, Committed, MAX_WRITE_ATTEMPTS, ObjectRef, Store, parse_resource_version};
+use super::{
+    Also, Committed, MAX_WRITE_ATTEMPTS, ObjectRef, Store, Updated, parse_resource_version,
+};
 use svm_storage::{Compare, KeyValue, Op};
 
 impl<S: Strategy> Store<S> {
@@ -40,7 +42,7 @@ impl<S: Strategy> Store<S> {
         subresource: Subresource,
         dry_run: bool,
         tracking: Tracking<'_>,
-    ) -> ApiResult<S::Object> {
+    ) -> ApiResult<Updated<S::Object>> {
         self.replace_with(obj, subresource, dry_run, tracking, Also::default())
             .await
     }
@@ -57,7 +59,7 @@ impl<S: Strategy> Store<S> {
         dry_run: bool,
         tracking: Tracking<'_>,
         also: Also<'_>,
-    ) -> ApiResult<S::Object> {
+    ) -> ApiResult<Updated<S::Object>> {
         let name = obj.metadata().name.clone().unwrap_or_default();
         let namespace = obj.metadata().namespace.clone();
         let at = ObjectRef {
@@ -88,7 +90,9 @@ impl<S: Strategy> Store<S> {
     /// carries (the controllers' fence, extra records) goes in the same transaction as the
     /// object. Returns the object as stored (or
     /// as it would be, for a dry run); for an update that deleted the object (last finalizer
-    /// removed), the object as the request made it.
+    /// removed), the object as the request made it. With it, the strategy's warnings about the
+    /// attempt that counted (`warnings_on_update`, after validation, as upstream's
+    /// `BeforeUpdate`).
     pub(crate) async fn guaranteed_update_with<F>(
         &self,
         at: ObjectRef<'_>,
@@ -97,7 +101,7 @@ impl<S: Strategy> Store<S> {
         also: Also<'_>,
         tracking: Tracking<'_>,
         mut updated: F,
-    ) -> ApiResult<S::Object>
+    ) -> ApiResult<Updated<S::Object>>
     where
         F: FnMut(&S::Object) -> ApiResult<S::Object> + Send,
     {
@@ -115,6 +119,10 @@ impl<S: Strategy> Store<S> {
             self.track_update(tracking, subresource, &current, &mut new)?;
             self.check_resource_version(&new, kv.mod_revision, name)?;
             self.before_update(&mut new, &current, subresource)?;
+            let warnings = match subresource {
+                Subresource::Main => self.strategy.warnings_on_update(&new, &current),
+                Subresource::Status => Vec::new(),
+            };
 
             let done = if should_delete_during_update(new.metadata(), current.metadata()) {
                 self.delete_by_update(target, kv.mod_revision, new).await?
@@ -122,7 +130,7 @@ impl<S: Strategy> Store<S> {
                 self.write_update(target, &kv, current, new).await?
             };
             if let Some(object) = done {
-                return Ok(object);
+                return Ok(Updated { object, warnings });
             }
         }
         Err(self.stale(name))

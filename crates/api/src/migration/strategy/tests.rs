@@ -244,7 +244,7 @@ fn the_failure_policy_is_fail_or_skip_and_nothing_else() {
     let errs = s.validate(&with("skip"));
     assert_eq!(
         fields(&errs),
-        ["metadata.annotations[storagemigration.k8s.io/on-object-failure]"]
+        ["metadata.annotations[storage.svm-apiserver.io/on-object-failure]"]
     );
     assert_eq!(
         errs[0].message,

@@ -137,6 +137,36 @@ fn reserved_annotations_never_reach_the_hub() {
     assert_eq!(hub.status.conditions[0].observed_generation, Some(1));
 }
 
+/// A body read from a server before the rename carries the conversion annotations' old
+/// spellings: still read (the new one wins), and never stored.
+#[test]
+fn the_old_spellings_of_the_conversion_annotations_are_still_read() {
+    let mut v1 = encode("v1", &full()).unwrap();
+    let annotations = v1["metadata"]["annotations"].as_object_mut().unwrap();
+    for renamed in &crate::names::CONVERSION_RENAMED {
+        if let Some(value) = annotations.remove(renamed.new) {
+            annotations.insert(renamed.old.into(), value);
+        }
+    }
+    let hub = decode("v1", v1.clone()).unwrap();
+    assert_eq!(
+        hub,
+        full(),
+        "v1alpha1's version and continue token came back"
+    );
+    v1["metadata"]["annotations"][ANNOTATION_CONTINUE_TOKEN] = json!("new");
+    assert_eq!(decode("v1", v1).unwrap().spec.continue_token, "new");
+
+    let mut alpha = encode("v1alpha1", &full()).unwrap();
+    let annotations = alpha["metadata"]["annotations"].as_object_mut().unwrap();
+    let generations = annotations.remove(ANNOTATION_OBSERVED_GENERATIONS).unwrap();
+    annotations.insert(
+        "storagemigration.k8s.io/v1-condition-observed-generations".into(),
+        generations,
+    );
+    assert_eq!(decode("v1alpha1", alpha).unwrap(), full());
+}
+
 #[test]
 fn bodies_that_do_not_fit_are_bad_requests() {
     let err = decode("v1", json!({"spec": {"resource": "deployments"}})).unwrap_err();

@@ -9,6 +9,7 @@ mod on_etcd;
 mod patch;
 mod read;
 mod update;
+mod warnings;
 mod watch;
 
 use std::sync::Arc;
