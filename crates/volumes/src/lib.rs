@@ -124,41 +124,13 @@ impl Controller {
 
     /// One pass over one migration; `hooks` are a test build's stopping points ([`hooks`]).
     async fn reconcile(&self, key: &Key, hooks: &mut Hooks) {
-        // The migration as stored now, not as the watch last brought it: the status this pass
-        // builds on (a saved manifest above all) must be the latest one. Only this term writes
-        // the status, so it stays the latest until our own write.
-        let (namespace, name) = key;
-        let vcm = match self.store.get((namespace.as_str(), name.as_str())).await {
-            Ok(Some(vcm)) => vcm,
-            Ok(None) => return,
-            Err(err) => {
-                tracing::info!(error = %err, "reading the migration deferred");
-                return;
-            }
-        };
-        let observed = match target::observe(&self.cluster, &vcm).await {
-            Ok(observed) => observed,
-            Err(err) => {
-                tracing::info!(error = %err, "reading the target deferred");
-                return;
-            }
+        let Some((vcm, observed)) = self.read_pass(key).await else {
+            return;
         };
         let mut plan = plan::plan(&vcm, &observed.view, jiff::Timestamp::now());
-        let mut vcm = vcm;
-        // The finalizer before the manifest is saved, and before any step of a re-create (a
-        // migration being deleted cannot gain one: it is held by ours already, or by none).
-        if plan.needs_finalizer()
-            && !has_finalizer(&vcm)
-            && vcm.metadata.deletion_timestamp.is_none()
-        {
-            match self.set_finalizer(&vcm, true).await {
-                Ok(updated) => vcm = updated,
-                Err(err) => {
-                    tracing::info!(error = %err, "adding the finalizer deferred");
-                    return;
-                }
-            }
-        }
+        let Some(vcm) = self.finalizer_first(vcm, &plan).await else {
+            return;
+        };
         // Stopped (the term is over, or a test build's hook halted the migration): nothing more
         // is written.
         if self.perform(key, &vcm, &mut plan, hooks).await.is_err() {
@@ -167,18 +139,8 @@ impl Controller {
         for note in &plan.notes {
             self.record(&vcm, &observed.statefulset, note).await;
         }
-        let stored = if plan.status == vcm.status {
-            vcm
-        } else {
-            let mut updated = vcm.clone();
-            updated.status = plan.status.clone();
-            match self.store.update_status(updated).await {
-                Ok(written) => written,
-                Err(err) => {
-                    tracing::info!(error = %err, "writing the status deferred");
-                    return;
-                }
-            }
+        let Some(stored) = self.write_status(vcm, &plan).await else {
+            return;
         };
         if plan.saves_manifest {
             let saved = plan.status.recreate.as_ref();
@@ -198,6 +160,74 @@ impl Controller {
             && let Err(err) = self.set_finalizer(&stored, false).await
         {
             tracing::info!(error = %err, "removing the finalizer deferred");
+        }
+    }
+
+    /// The migration as stored now and its target as the cluster has it; `None` (the pass
+    /// deferred) when either cannot be read, or the migration is gone.
+    async fn read_pass(&self, key: &Key) -> Option<(VolumeClaimMigration, target::Observed)> {
+        // The migration as stored now, not as the watch last brought it: the status this pass
+        // builds on (a saved manifest above all) must be the latest one. Only this term writes
+        // the status, so it stays the latest until our own write.
+        let (namespace, name) = key;
+        let vcm = match self.store.get((namespace.as_str(), name.as_str())).await {
+            Ok(Some(vcm)) => vcm,
+            Ok(None) => return None,
+            Err(err) => {
+                tracing::info!(error = %err, "reading the migration deferred");
+                return None;
+            }
+        };
+        match target::observe(&self.cluster, &vcm).await {
+            Ok(observed) => Some((vcm, observed)),
+            Err(err) => {
+                tracing::info!(error = %err, "reading the target deferred");
+                None
+            }
+        }
+    }
+
+    /// The finalizer before the manifest is saved, and before any step of a re-create (a
+    /// migration being deleted cannot gain one: it is held by ours already, or by none);
+    /// `None` (the pass deferred) when it could not be added.
+    async fn finalizer_first(
+        &self,
+        vcm: VolumeClaimMigration,
+        plan: &Plan,
+    ) -> Option<VolumeClaimMigration> {
+        if !plan.needs_finalizer()
+            || has_finalizer(&vcm)
+            || vcm.metadata.deletion_timestamp.is_some()
+        {
+            return Some(vcm);
+        }
+        match self.set_finalizer(&vcm, true).await {
+            Ok(updated) => Some(updated),
+            Err(err) => {
+                tracing::info!(error = %err, "adding the finalizer deferred");
+                None
+            }
+        }
+    }
+
+    /// The plan's status written when it differs from the stored one: the migration as
+    /// stored after; `None` (the pass deferred) when the write failed.
+    async fn write_status(
+        &self,
+        vcm: VolumeClaimMigration,
+        plan: &Plan,
+    ) -> Option<VolumeClaimMigration> {
+        if plan.status == vcm.status {
+            return Some(vcm);
+        }
+        let mut updated = vcm;
+        updated.status = plan.status.clone();
+        match self.store.update_status(updated).await {
+            Ok(written) => Some(written),
+            Err(err) => {
+                tracing::info!(error = %err, "writing the status deferred");
+                None
+            }
         }
     }
 
@@ -257,47 +287,12 @@ impl Controller {
                     uid,
                     resource_version,
                 } => {
-                    // Held there only by a test build's hook, to meet the real 409.
-                    let term = self.store.fence().token();
-                    hooks
-                        .wait_for_edit_before_delete(
-                            key,
-                            &self.cluster,
-                            vcm,
-                            &resource_version,
-                            term,
-                        )
-                        .await;
-                    if !self.would_be_created(vcm, plan).await {
-                        break;
-                    }
-                    self.leading().await?;
-                    let deleted = self
-                        .delete_statefulset(vcm, plan, &uid, &resource_version)
-                        .await;
-                    if deleted && hooks.halted_after(key, Step::Delete) {
-                        return Err(Stop::Halted);
-                    }
-                    true
+                    self.perform_delete(key, vcm, plan, hooks, &uid, &resource_version)
+                        .await?
                 }
                 Action::CreateStatefulSet { manifest } => {
-                    self.leading().await?;
-                    // The next pass sees the new uid and says so (StatefulSetRecreated).
-                    match target::create_statefulset(&self.cluster, vcm, &manifest, false).await {
-                        Ok(()) => {
-                            tracing::info!("StatefulSet created from the saved manifest");
-                            if hooks.halted_after(key, Step::Create) {
-                                return Err(Stop::Halted);
-                            }
-                        }
-                        Err(err) if err.is_retriable() => {
-                            tracing::info!(error = %err, "creating the StatefulSet deferred")
-                        }
-                        Err(err) => {
-                            tracing::warn!(error = %err, "creating the StatefulSet was refused");
-                            create_refused(plan, vcm, &err, true);
-                        }
-                    }
+                    self.perform_create(key, vcm, plan, hooks, &manifest)
+                        .await?;
                     true
                 }
             };
@@ -307,6 +302,64 @@ impl Controller {
         }
         let resized = plan.notes.iter().filter(|n| n.reason == "Resized").count();
         self.metrics.claims_resized.inc_by(resized as u64);
+        Ok(())
+    }
+
+    /// The StatefulSet's deletion (orphaning its pods), once a dry-run create of the saved
+    /// one passed; false when it would be refused (the old one stays, the plan stops).
+    async fn perform_delete(
+        &self,
+        key: &Key,
+        vcm: &VolumeClaimMigration,
+        plan: &mut Plan,
+        hooks: &mut Hooks,
+        uid: &str,
+        resource_version: &str,
+    ) -> Result<bool, Stop> {
+        // Held there only by a test build's hook, to meet the real 409.
+        let term = self.store.fence().token();
+        hooks
+            .wait_for_edit_before_delete(key, &self.cluster, vcm, resource_version, term)
+            .await;
+        if !self.would_be_created(vcm, plan).await {
+            return Ok(false);
+        }
+        self.leading().await?;
+        let deleted = self
+            .delete_statefulset(vcm, plan, uid, resource_version)
+            .await;
+        if deleted && hooks.halted_after(key, Step::Delete) {
+            return Err(Stop::Halted);
+        }
+        Ok(true)
+    }
+
+    /// The StatefulSet created from the saved manifest; the next pass sees the new uid and
+    /// says so (StatefulSetRecreated).
+    async fn perform_create(
+        &self,
+        key: &Key,
+        vcm: &VolumeClaimMigration,
+        plan: &mut Plan,
+        hooks: &mut Hooks,
+        manifest: &serde_json::Value,
+    ) -> Result<(), Stop> {
+        self.leading().await?;
+        match target::create_statefulset(&self.cluster, vcm, manifest, false).await {
+            Ok(()) => {
+                tracing::info!("StatefulSet created from the saved manifest");
+                if hooks.halted_after(key, Step::Create) {
+                    return Err(Stop::Halted);
+                }
+            }
+            Err(err) if err.is_retriable() => {
+                tracing::info!(error = %err, "creating the StatefulSet deferred")
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "creating the StatefulSet was refused");
+                create_refused(plan, vcm, &err, true);
+            }
+        }
         Ok(())
     }
 

@@ -376,22 +376,7 @@ fn validate_conditions(obj: &StorageVersionMigration) -> Vec<FieldError> {
                 "must be greater than or equal to zero",
             ));
         }
-        if !c.reason.is_empty() {
-            if c.reason.len() > MAX_REASON {
-                errs.push(FieldError::invalid(
-                    format!("{path}.reason"),
-                    &c.reason,
-                    &format!("must be no more than {MAX_REASON} characters"),
-                ));
-            }
-            if !reason_is_valid(&c.reason) {
-                errs.push(FieldError::invalid(
-                    format!("{path}.reason"),
-                    &c.reason,
-                    "a condition reason must start with alphabetic character, optionally followed by a string of alphanumeric characters or '_,:', and must end with an alphanumeric character or '_' (e.g. 'my_name',  or 'MY_NAME',  or 'MyName',  or 'ReasonA,ReasonB',  or 'ReasonA:ReasonB', regex used for validation is '[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?')",
-                ));
-            }
-        }
+        errs.extend(validate_reason(&path, &c.reason));
         if c.message.len() > MAX_MESSAGE {
             errs.push(FieldError::invalid(
                 format!("{path}.message"),
@@ -409,6 +394,29 @@ fn validate_conditions(obj: &StorageVersionMigration) -> Vec<FieldError> {
             "status.conditions",
             "Succeeded, Failed",
             "Both success and failed conditions cannot be true at the same time",
+        ));
+    }
+    errs
+}
+
+/// A condition's reason, when it has one: metav1.Condition's length and CamelCase-ish form.
+fn validate_reason(path: &str, reason: &str) -> Vec<FieldError> {
+    let mut errs = Vec::new();
+    if reason.is_empty() {
+        return errs;
+    }
+    if reason.len() > MAX_REASON {
+        errs.push(FieldError::invalid(
+            format!("{path}.reason"),
+            reason,
+            &format!("must be no more than {MAX_REASON} characters"),
+        ));
+    }
+    if !reason_is_valid(reason) {
+        errs.push(FieldError::invalid(
+            format!("{path}.reason"),
+            reason,
+            "a condition reason must start with alphabetic character, optionally followed by a string of alphanumeric characters or '_,:', and must end with an alphanumeric character or '_' (e.g. 'my_name',  or 'MY_NAME',  or 'MyName',  or 'ReasonA,ReasonB',  or 'ReasonA:ReasonB', regex used for validation is '[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?')",
         ));
     }
     errs
