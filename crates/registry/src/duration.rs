@@ -62,60 +62,9 @@ pub fn parse_go_duration(text: &str) -> Result<i64, DurationError> {
     if rest.is_empty() {
         return Err(invalid());
     }
-    let is_number = |c: char| c == '.' || c.is_ascii_digit();
     let mut total: u128 = 0;
     while !rest.is_empty() {
-        if !rest.starts_with(is_number) {
-            return Err(invalid());
-        }
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let (whole, after) = rest.split_at(digits);
-        let (fraction, after) = match after.strip_prefix('.') {
-            Some(after) => {
-                let end = after
-                    .find(|c: char| !c.is_ascii_digit())
-                    .unwrap_or(after.len());
-                (Some(&after[..end]), &after[end..])
-            }
-            None => (None, after),
-        };
-        if whole.is_empty() && fraction.is_none_or(str::is_empty) {
-            return Err(invalid());
-        }
-        let unit_len = after.find(is_number).unwrap_or(after.len());
-        if unit_len == 0 {
-            return Err(DurationError::MissingUnit(text.to_string()));
-        }
-        let (unit, after) = after.split_at(unit_len);
-        let scale: u128 = match unit {
-            "ns" => 1,
-            "us" | "\u{b5}s" | "\u{3bc}s" => 1_000,
-            "ms" => 1_000_000,
-            "s" => 1_000_000_000,
-            "m" => 60_000_000_000,
-            "h" => 3_600_000_000_000,
-            _ => {
-                return Err(DurationError::UnknownUnit {
-                    unit: unit.to_string(),
-                    text: text.to_string(),
-                });
-            }
-        };
-        // More digits than u128 holds are past 2⁶³ ns whatever the unit: invalid, as in Go.
-        let whole: u128 = if whole.is_empty() {
-            0
-        } else {
-            whole.parse().map_err(|_| invalid())?
-        };
-        let mut value = whole.checked_mul(scale).ok_or_else(invalid)?;
-        if let Some(fraction) = fraction.filter(|f| !f.is_empty()) {
-            // Digits past nanosecond precision change nothing (Go stops reading them too).
-            let kept = &fraction[..fraction.len().min(30)];
-            let numerator: u128 = kept.parse().map_err(|_| invalid())?;
-            value += numerator * scale / 10u128.pow(kept.len() as u32);
-        }
+        let (value, after) = component(rest, text)?;
         total = total.checked_add(value).ok_or_else(invalid)?;
         if total > 1 << 63 {
             return Err(invalid());
@@ -129,6 +78,69 @@ pub fn parse_go_duration(text: &str) -> Result<i64, DurationError> {
         (true, Err(_)) => Ok(i64::MIN),
         (false, Err(_)) => Err(invalid()),
     }
+}
+
+/// The first `[0-9]*(\.[0-9]*)?unit` of `rest` (a part of `text`, named in errors): its
+/// nanoseconds, and what follows it.
+fn component<'a>(rest: &'a str, text: &str) -> Result<(u128, &'a str), DurationError> {
+    let invalid = || DurationError::Invalid(text.to_string());
+    let is_number = |c: char| c == '.' || c.is_ascii_digit();
+    if !rest.starts_with(is_number) {
+        return Err(invalid());
+    }
+    let digits = rest
+        .find(|c: char| !c.is_ascii_digit())
+        .unwrap_or(rest.len());
+    let (whole, after) = rest.split_at(digits);
+    let (fraction, after) = match after.strip_prefix('.') {
+        Some(after) => {
+            let end = after
+                .find(|c: char| !c.is_ascii_digit())
+                .unwrap_or(after.len());
+            (Some(&after[..end]), &after[end..])
+        }
+        None => (None, after),
+    };
+    if whole.is_empty() && fraction.is_none_or(str::is_empty) {
+        return Err(invalid());
+    }
+    let unit_len = after.find(is_number).unwrap_or(after.len());
+    if unit_len == 0 {
+        return Err(DurationError::MissingUnit(text.to_string()));
+    }
+    let (unit, after) = after.split_at(unit_len);
+    let scale = unit_nanos(unit).ok_or_else(|| DurationError::UnknownUnit {
+        unit: unit.to_string(),
+        text: text.to_string(),
+    })?;
+    // More digits than u128 holds are past 2⁶³ ns whatever the unit: invalid, as in Go.
+    let whole: u128 = if whole.is_empty() {
+        0
+    } else {
+        whole.parse().map_err(|_| invalid())?
+    };
+    let mut value = whole.checked_mul(scale).ok_or_else(invalid)?;
+    if let Some(fraction) = fraction.filter(|f| !f.is_empty()) {
+        // Digits past nanosecond precision change nothing (Go stops reading them too); 25 of
+        // them times an hour's nanoseconds (3.6·10¹²) stay within u128, 30 would not.
+        let kept = &fraction[..fraction.len().min(25)];
+        let numerator: u128 = kept.parse().map_err(|_| invalid())?;
+        value += numerator * scale / 10u128.pow(kept.len() as u32);
+    }
+    Ok((value, after))
+}
+
+/// Nanoseconds in one of Go's duration units.
+fn unit_nanos(unit: &str) -> Option<u128> {
+    Some(match unit {
+        "ns" => 1,
+        "us" | "\u{b5}s" | "\u{3bc}s" => 1_000,
+        "ms" => 1_000_000,
+        "s" => 1_000_000_000,
+        "m" => 60_000_000_000,
+        "h" => 3_600_000_000_000,
+        _ => return None,
+    })
 }
 
 /// Go's `time.quote`: double quotes, `"` and `\` escaped, bytes of anything outside printable
@@ -221,6 +233,9 @@ mod tests {
         // Fractions are exact (no float): 1.1 hours is 3960 s to the nanosecond.
         assert_eq!(parse_go_duration("1.1h"), Ok(3_960_000_000_000));
         assert_eq!(parse_go_duration("0.0000000015s"), Ok(1));
+        // Past nanosecond precision a fraction is cut, never an overflow (a client's ?timeout=).
+        let long_fraction = format!("0.{}h", "9".repeat(40));
+        assert_eq!(parse_go_duration(&long_fraction), Ok(3_599_999_999_999));
         let message = |text: &str| parse_go_duration(text).map_err(|e| e.to_string());
         // The texts kube-apiserver v1.36.2 answered for `?timeout=abc` and `?timeout=10`.
         assert_eq!(message("abc"), Err("time: invalid duration \"abc\"".into()));
