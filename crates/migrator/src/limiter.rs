@@ -3,12 +3,24 @@
 //! apiserver says Retry-After (a 429 from priority-and-fairness is about the apiserver, not
 //! about one object), a lower rate while API Priority and Fairness keeps rejecting (halved at
 //! most once a second, doubled back for every quiet interval), and exponential backoff with
-//! full jitter for retriable failures.
+//! jitter for retriable failures (backon's).
+//!
+//! The token bucket is written here, not taken from `governor` (which the server's review
+//! budgets use): what it is for is what governor's GCRA does not do. A request that finds no
+//! token *reserves* the next one and waits for its turn (golang.org/x/time/rate's `Reserve`,
+//! which client-go's `--kube-api-qps` limiter waits on); governor's `check` refuses without
+//! taking a turn and `until_ready` asks again after its sleep, so a waiter that wakes late
+//! (tokio's timers round up to the millisecond) loses that time when the bucket holds one
+//! token, and concurrent waiters race instead of queueing. Its quota is fixed when it is built,
+//! so the rate halved by API Priority and Fairness would be a new limiter that forgets its
+//! tokens; it has no pause after which the bucket starts empty (Retry-After); its burst is a
+//! whole number, this bucket is `burst − qps·0.1`; and `until_ready` sleeps on futures-timer's
+//! thread, which a test's paused tokio clock does not move. The tests below hold each of these.
 
 use std::sync::Mutex;
 use std::time::Duration;
 
-use rand::Rng;
+use backon::{BackoffBuilder, ExponentialBuilder};
 use tokio::time::Instant;
 
 /// A token bucket refilled at `qps` per second, so that the apiserver never sees more than
@@ -184,9 +196,12 @@ enum Take {
     Paused(Duration),
 }
 
-/// Exponential backoff with full jitter (the AWS architecture blog's "full jitter", which
-/// client-go's wait.Backoff approximates with its Jitter factor): attempt n waits a random
-/// time in [0, min(cap, base·2ⁿ)], but never less than a Retry-After.
+/// Exponential backoff with jitter, backon's `ExponentialBuilder`: retry n waits a random time
+/// in [c/2, c), c = min(cap, base·2ⁿ) — the AWS architecture blog's "equal jitter" — but never
+/// less than a Retry-After. Not its "full jitter" ([0, c], which this was before): backon's
+/// jitter adds a random part of the delay to the delay (d + d·r, r in [0, 1)), so it is given
+/// half of each ceiling and cannot go below that half. A retry therefore never follows at once,
+/// and the ceilings, which bound how long a migration waits, are the same.
 #[derive(Clone, Copy, Debug)]
 pub struct Backoff {
     /// The first retry's ceiling.
@@ -199,6 +214,9 @@ pub struct Backoff {
 
 /// Retries of one request before the migration pauses (`--max-retries`' default).
 pub const DEFAULT_MAX_RETRIES: u32 = 8;
+
+/// Past this many doublings every ceiling is the cap (2⁶³ times any base is).
+const MAX_DOUBLINGS: u32 = 63;
 
 impl Default for Backoff {
     fn default() -> Self {
@@ -213,11 +231,20 @@ impl Default for Backoff {
 impl Backoff {
     /// How long retry `attempt` (0 first) waits.
     pub fn delay(&self, attempt: u32, retry_after: Option<Duration>) -> Duration {
-        let ceiling = self
-            .base
-            .saturating_mul(1u32.checked_shl(attempt.min(20)).unwrap_or(u32::MAX))
+        // The caller counts the retries against `max_retries` (and counts the ones spent in
+        // its metrics), so the builder is given no maximum of its own; a base above the cap is
+        // the cap from the first retry on, as backon's first delay is its minimum, unclamped.
+        let jittered = ExponentialBuilder::new()
+            .with_jitter()
+            .with_factor(2.0)
+            .with_min_delay(self.base.min(self.cap) / 2)
+            .with_max_delay(self.cap / 2)
+            .without_max_times()
+            .build()
+            .nth(attempt.min(MAX_DOUBLINGS) as usize)
+            .unwrap_or(self.cap)
+            // backon computes in f32 seconds: its delays may pass the cap by nanoseconds.
             .min(self.cap);
-        let jittered = ceiling.mul_f64(rand::rng().random_range(0.0..=1.0));
         match retry_after {
             Some(after) => jittered.max(after),
             None => jittered,
@@ -400,20 +427,48 @@ mod tests {
             cap: Duration::from_secs(2),
             max_retries: 5,
         };
-        for attempt in 0..40 {
-            let delay = backoff.delay(attempt, None);
+        // backon computes in f32 seconds: a ceiling is met to within a microsecond.
+        let slack = Duration::from_micros(1);
+        for attempt in (0..40).chain([1000, u32::MAX]) {
             let ceiling = Duration::from_millis(100)
                 .saturating_mul(2u32.saturating_pow(attempt))
                 .min(Duration::from_secs(2));
-            assert!(
-                delay <= ceiling,
-                "attempt {attempt}: {delay:?} > {ceiling:?}"
-            );
+            for _ in 0..50 {
+                let delay = backoff.delay(attempt, None);
+                assert!(
+                    delay <= ceiling + slack && delay + slack >= ceiling / 2,
+                    "attempt {attempt}: {delay:?} not in [{:?}, {ceiling:?}]",
+                    ceiling / 2
+                );
+            }
         }
         assert!(backoff.delay(0, Some(Duration::from_secs(7))) >= Duration::from_secs(7));
+        // A short Retry-After does not shorten the backoff.
+        assert!(backoff.delay(10, Some(Duration::from_millis(1))) >= Duration::from_millis(999));
         // Jitter: not every delay at the cap is the same.
         let delays: std::collections::BTreeSet<_> =
             (0..20).map(|_| backoff.delay(10, None)).collect();
         assert!(delays.len() > 1);
+    }
+
+    #[test]
+    fn a_base_above_the_cap_waits_the_cap_from_the_first_retry() {
+        let backoff = Backoff {
+            base: Duration::from_secs(10),
+            cap: Duration::from_secs(1),
+            max_retries: 3,
+        };
+        for attempt in 0..3 {
+            let delay = backoff.delay(attempt, None);
+            assert!(
+                delay <= Duration::from_secs(1) && delay >= Duration::from_millis(500),
+                "attempt {attempt}: {delay:?}"
+            );
+        }
+        let zero = Backoff {
+            base: Duration::ZERO,
+            ..backoff
+        };
+        assert_eq!(zero.delay(5, None), Duration::ZERO);
     }
 }

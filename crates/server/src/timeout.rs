@@ -15,9 +15,10 @@
 //! [`super::delivery`]), so a trickling client holds neither a request slot nor a connection
 //! past the timeout; over HTTP/2 the stream is reset after the answer.
 //!
-//! `?timeout=` (a Go duration, as kubectl's `--request-timeout` sends it) shortens the timeout
-//! of one request; a longer one, 0 or a negative one leaves it as is, and one that does not
-//! parse is a 400, as upstream.
+//! `?timeout=` (a Go duration, as kubectl's `--request-timeout` sends it, read by the
+//! workspace's one Go-duration parser, `svm_registry::duration`) shortens the timeout of one
+//! request; a longer one, 0 or a negative one leaves it as is, and one that does not parse is a
+//! 400 quoting Go's error, as upstream.
 
 use std::time::Duration;
 
@@ -31,6 +32,7 @@ use super::metrics::request_labels;
 use super::status::{HttpError, request_timed_out};
 use crate::auth::RequestAttributes;
 use svm_registry::ApiError;
+use svm_registry::duration::parse_go_duration;
 
 /// Put into the extensions of a response given in place of a request's own: the request's body
 /// may be unfinished, and is not worth reading on (the client is too slow for it).
@@ -98,111 +100,6 @@ fn requested_timeout(query: Option<&str>) -> Result<Option<Duration>, String> {
         .map(Duration::from_nanos))
 }
 
-/// Go's `time.ParseDuration`, in nanoseconds, with its error texts (they reach the client in
-/// the 400's message): `[-+]?([0-9]*(\.[0-9]*)?[a-z]+)+`, units ns, us (µs, μs), ms, s, m, h.
-fn parse_go_duration(text: &str) -> Result<i64, String> {
-    let invalid = || format!("time: invalid duration {}", go_quote(text));
-    let (negative, mut rest) = match text.as_bytes().first() {
-        Some(b'-') => (true, &text[1..]),
-        Some(b'+') => (false, &text[1..]),
-        _ => (false, text),
-    };
-    if rest == "0" {
-        return Ok(0);
-    }
-    if rest.is_empty() {
-        return Err(invalid());
-    }
-    let is_number = |c: char| c == '.' || c.is_ascii_digit();
-    let mut total: u128 = 0;
-    while !rest.is_empty() {
-        if !rest.starts_with(is_number) {
-            return Err(invalid());
-        }
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let (whole, after) = rest.split_at(digits);
-        let (fraction, after) = match after.strip_prefix('.') {
-            Some(after) => {
-                let end = after
-                    .find(|c: char| !c.is_ascii_digit())
-                    .unwrap_or(after.len());
-                (Some(&after[..end]), &after[end..])
-            }
-            None => (None, after),
-        };
-        if whole.is_empty() && fraction.is_none_or(str::is_empty) {
-            return Err(invalid());
-        }
-        let unit_len = after.find(is_number).unwrap_or(after.len());
-        if unit_len == 0 {
-            return Err(format!("time: missing unit in duration {}", go_quote(text)));
-        }
-        let (unit, after) = after.split_at(unit_len);
-        let scale: u128 = match unit {
-            "ns" => 1,
-            "us" | "\u{b5}s" | "\u{3bc}s" => 1_000,
-            "ms" => 1_000_000,
-            "s" => 1_000_000_000,
-            "m" => 60_000_000_000,
-            "h" => 3_600_000_000_000,
-            _ => {
-                return Err(format!(
-                    "time: unknown unit {} in duration {}",
-                    go_quote(unit),
-                    go_quote(text)
-                ));
-            }
-        };
-        let whole: u128 = if whole.is_empty() {
-            0
-        } else {
-            whole.parse().map_err(|_| invalid())?
-        };
-        let mut value = whole.checked_mul(scale).ok_or_else(invalid)?;
-        if let Some(fraction) = fraction.filter(|f| !f.is_empty()) {
-            // Digits past nanosecond precision change nothing.
-            let kept = &fraction[..fraction.len().min(30)];
-            let numerator: u128 = kept.parse().map_err(|_| invalid())?;
-            value += numerator * scale / 10u128.pow(kept.len() as u32);
-        }
-        total = total.checked_add(value).ok_or_else(invalid)?;
-        if total > 1 << 63 {
-            return Err(invalid());
-        }
-        rest = after;
-    }
-    match (negative, i64::try_from(total)) {
-        (false, Ok(nanos)) => Ok(nanos),
-        (true, Ok(nanos)) => Ok(-nanos),
-        (true, Err(_)) => Ok(i64::MIN),
-        (false, Err(_)) => Err(invalid()),
-    }
-}
-
-/// Go's `time.quote`: double quotes, `"` and `\` escaped, bytes of anything outside printable
-/// ASCII as `\xNN`.
-fn go_quote(text: &str) -> String {
-    let mut quoted = String::with_capacity(text.len() + 2);
-    quoted.push('"');
-    for c in text.chars() {
-        if c.is_ascii() && !c.is_ascii_control() {
-            if c == '"' || c == '\\' {
-                quoted.push('\\');
-            }
-            quoted.push(c);
-        } else {
-            let mut buf = [0u8; 4];
-            for byte in c.encode_utf8(&mut buf).bytes() {
-                quoted.push_str(&format!("\\x{byte:02x}"));
-            }
-        }
-    }
-    quoted.push('"');
-    quoted
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -213,48 +110,6 @@ mod tests {
 
     use crate::testing::HealthSwitch;
     use svm_registry::Registry;
-
-    #[test]
-    fn go_durations_and_their_errors() {
-        assert_eq!(parse_go_duration("10s"), Ok(10_000_000_000));
-        assert_eq!(parse_go_duration("1m30s"), Ok(90_000_000_000));
-        assert_eq!(parse_go_duration("1.5h"), Ok(5_400_000_000_000));
-        assert_eq!(parse_go_duration(".5s"), Ok(500_000_000));
-        assert_eq!(parse_go_duration("1ns"), Ok(1));
-        assert_eq!(parse_go_duration("2µs"), Ok(2_000));
-        assert_eq!(parse_go_duration("-1s"), Ok(-1_000_000_000));
-        assert_eq!(parse_go_duration("0"), Ok(0));
-        assert_eq!(parse_go_duration("+0"), Ok(0));
-        // The texts kube-apiserver v1.36.2 answered for `?timeout=abc` and `?timeout=10`.
-        assert_eq!(
-            parse_go_duration("abc"),
-            Err("time: invalid duration \"abc\"".into())
-        );
-        assert_eq!(
-            parse_go_duration("10"),
-            Err("time: missing unit in duration \"10\"".into())
-        );
-        assert_eq!(
-            parse_go_duration("10x"),
-            Err("time: unknown unit \"x\" in duration \"10x\"".into())
-        );
-        assert_eq!(
-            parse_go_duration(""),
-            Err("time: invalid duration \"\"".into())
-        );
-        assert_eq!(
-            parse_go_duration("."),
-            Err("time: invalid duration \".\"".into())
-        );
-        assert_eq!(
-            parse_go_duration("3000000h"),
-            Err("time: invalid duration \"3000000h\"".into())
-        );
-        assert_eq!(
-            parse_go_duration("1é"),
-            Err("time: unknown unit \"\\xc3\\xa9\" in duration \"1\\xc3\\xa9\"".into())
-        );
-    }
 
     #[test]
     fn the_requested_timeout_only_shortens() {

@@ -7,11 +7,16 @@
 //! kube-apiserver), and makes less garbage for its collector while it is busy with the
 //! migration. A server that answers text (no protobuf) is read as text.
 //!
-//! Only what a gauge, counter or untyped sample needs is declared; prost skips the rest
-//! (help, summaries, histograms) without decoding it.
+//! The messages are the Prometheus client library's (`prometheus-client`'s
+//! `prometheus_protobuf` feature: prost code generated from Prometheus's `metrics.proto`), not
+//! declared here. Each family is first read for its name alone ([`FamilyName`]), so the
+//! families not asked for (histograms, mostly) are skipped without being decoded.
 
 use std::collections::BTreeMap;
 
+use prometheus_client::encoding::prometheus_protobuf::prometheus_data_model::{
+    Metric, MetricFamily,
+};
 use prost::Message;
 
 /// What the migrator asks `/metrics` for: protobuf first, the text format as Prometheus asks.
@@ -37,19 +42,19 @@ pub fn samples(mut body: &[u8], families: &[&str]) -> Option<Vec<Series>> {
         let message = body.get(..len)?;
         body = &body[len..];
         // The name first: most families are not ours, and are not decoded further.
-        let name = FamilyName::decode(message).ok()?.name.unwrap_or_default();
+        let name = FamilyName::decode(message).ok()?.name;
         if !families.contains(&name.as_str()) {
             continue;
         }
         let family = MetricFamily::decode(message).ok()?;
         for metric in family.metric {
-            let Some(value) = metric.value() else {
+            let Some(value) = value(&metric) else {
                 continue;
             };
             let labels = metric
                 .label
                 .into_iter()
-                .map(|l| (l.name.unwrap_or_default(), l.value.unwrap_or_default()))
+                .map(|l| (l.name, l.value))
                 .collect();
             out.push((name.clone(), labels, value));
         }
@@ -57,103 +62,75 @@ pub fn samples(mut body: &[u8], families: &[&str]) -> Option<Vec<Series>> {
     Some(out)
 }
 
-/// A `MetricFamily` read for its name alone.
+/// A `MetricFamily` read for its name alone (field 1; prost skips the others undecoded): the
+/// one message declared here, because decoding a whole family only to find it is not ours is
+/// what this reader avoids.
 #[derive(Clone, PartialEq, Message)]
 struct FamilyName {
-    #[prost(string, optional, tag = "1")]
-    name: Option<String>,
+    #[prost(string, tag = "1")]
+    name: String,
 }
 
-/// `io.prometheus.client.MetricFamily`, as far as we read it.
-#[derive(Clone, PartialEq, Message)]
-pub struct MetricFamily {
-    /// The family's name.
-    #[prost(string, optional, tag = "1")]
-    pub name: Option<String>,
-    /// Its samples.
-    #[prost(message, repeated, tag = "4")]
-    pub metric: Vec<Metric>,
-}
-
-/// `io.prometheus.client.Metric`: one sample.
-#[derive(Clone, PartialEq, Message)]
-pub struct Metric {
-    /// Its labels.
-    #[prost(message, repeated, tag = "1")]
-    pub label: Vec<LabelPair>,
-    /// Its value, of a gauge.
-    #[prost(message, optional, tag = "2")]
-    pub gauge: Option<Value>,
-    /// Its value, of a counter.
-    #[prost(message, optional, tag = "3")]
-    pub counter: Option<Value>,
-    /// Its value, of an untyped sample.
-    #[prost(message, optional, tag = "5")]
-    pub untyped: Option<Value>,
-}
-
-impl Metric {
-    fn value(&self) -> Option<f64> {
-        [&self.gauge, &self.counter, &self.untyped]
-            .into_iter()
-            .find_map(|v| v.as_ref().and_then(|v| v.value))
-    }
-}
-
-/// `io.prometheus.client.LabelPair`.
-#[derive(Clone, PartialEq, Message)]
-pub struct LabelPair {
-    /// The label's name.
-    #[prost(string, optional, tag = "1")]
-    pub name: Option<String>,
-    /// Its value.
-    #[prost(string, optional, tag = "2")]
-    pub value: Option<String>,
-}
-
-/// `Gauge`, `Counter` and `Untyped` alike: the value is field 1.
-#[derive(Clone, PartialEq, Message)]
-pub struct Value {
-    /// The value.
-    #[prost(double, optional, tag = "1")]
-    pub value: Option<f64>,
+/// The value of a gauge, counter or untyped sample; `None` for the other kinds.
+fn value(metric: &Metric) -> Option<f64> {
+    (metric.gauge.as_ref().map(|g| g.value))
+        .or_else(|| metric.counter.as_ref().map(|c| c.value))
+        .or_else(|| metric.untyped.as_ref().map(|u| u.value))
 }
 
 /// Builders of a delimited protobuf `/metrics` body, for the tests that read one.
 #[cfg(any(test, feature = "testing"))]
 pub mod build {
-    use super::{LabelPair, Message, Metric, MetricFamily, Value};
+    use prometheus_client::encoding::prometheus_protobuf::prometheus_data_model::{
+        Counter, Gauge, LabelPair, Metric, MetricFamily, MetricType,
+    };
+    use prost::Message;
 
     /// One family, length-delimited as on the wire.
     pub fn family(name: &str, metrics: Vec<Metric>) -> Vec<u8> {
+        let kind = if metrics.iter().any(|m| m.counter.is_some()) {
+            MetricType::Counter
+        } else {
+            MetricType::Gauge
+        };
         MetricFamily {
-            name: Some(name.into()),
+            name: name.into(),
+            r#type: kind.into(),
             metric: metrics,
+            ..MetricFamily::default()
         }
         .encode_length_delimited_to_vec()
+    }
+
+    fn labelled(labels: &[(&str, &str)]) -> Metric {
+        Metric {
+            label: labels
+                .iter()
+                .map(|(n, v)| LabelPair {
+                    name: (*n).into(),
+                    value: (*v).into(),
+                })
+                .collect(),
+            ..Metric::default()
+        }
     }
 
     /// A gauge sample with `labels`.
     pub fn gauge(labels: &[(&str, &str)], value: f64) -> Metric {
         Metric {
-            label: labels
-                .iter()
-                .map(|(n, v)| LabelPair {
-                    name: Some((*n).into()),
-                    value: Some((*v).into()),
-                })
-                .collect(),
-            gauge: Some(Value { value: Some(value) }),
-            ..Metric::default()
+            gauge: Some(Gauge { value }),
+            ..labelled(labels)
         }
     }
 
     /// A counter sample with `labels`.
     pub fn counter(labels: &[(&str, &str)], value: f64) -> Metric {
         Metric {
-            gauge: None,
-            counter: Some(Value { value: Some(value) }),
-            ..gauge(labels, 0.0)
+            counter: Some(Counter {
+                value,
+                ..Counter::default()
+            }),
+            ..labelled(labels)
         }
     }
 }
@@ -211,6 +188,54 @@ mod tests {
         cut.truncate(cut.len() - 2);
         assert!(samples(&cut, &["x"]).is_none());
         assert_eq!(samples(b"", &["x"]).map(|s| s.len()), Some(0));
+    }
+
+    /// The two expositions kube-apiserver v1.36.2 answered one after the other
+    /// (`tests/fixtures/metrics/README.md`).
+    const RECORDED_TEXT: &str =
+        include_str!("../../../../tests/fixtures/metrics/kube-apiserver-1.36.2-encryption.txt");
+    const RECORDED_PROTOBUF: &[u8] =
+        include_bytes!("../../../../tests/fixtures/metrics/kube-apiserver-1.36.2-encryption.pb");
+
+    #[test]
+    fn the_real_kube_apiservers_protobuf_says_what_its_text_says() {
+        // The trigger's families and the migrator's, as they ask for them.
+        let families = [
+            "apiserver_encryption_config_controller_last_config_info",
+            "apiserver_encryption_config_controller_automatic_reload_last_timestamp_seconds",
+            "apiserver_envelope_encryption_key_id_hash_last_timestamp_seconds",
+            "apiserver_flowcontrol_current_executing_requests",
+            "apiserver_flowcontrol_current_inqueue_requests",
+            "apiserver_request_total",
+            "process_start_time_seconds",
+            "apiserver_storage_transformation_operations_total",
+        ];
+        let decoded = samples(RECORDED_PROTOBUF, &families).expect("delimited protobuf");
+        let text: Vec<Series> = RECORDED_TEXT
+            .lines()
+            .filter_map(crate::prometheus::text::sample)
+            .filter(|(name, _, _)| families.contains(name))
+            .map(|(name, labels, value)| (name.to_string(), labels, value))
+            .collect();
+        assert_eq!(decoded.len(), 49);
+        assert_eq!(decoded, text);
+        // A histogram is not a value: asked for, it gives no sample (the text's `_bucket`,
+        // `_sum` and `_count` lines are other names).
+        let histogram = "apiserver_storage_transformation_duration_seconds";
+        assert_eq!(samples(RECORDED_PROTOBUF, &[histogram]), Some(Vec::new()));
+        // Cut anywhere inside, the body is refused, never misread.
+        for cut in [
+            1,
+            100,
+            RECORDED_PROTOBUF.len() / 2,
+            RECORDED_PROTOBUF.len() - 1,
+        ] {
+            assert_eq!(
+                samples(&RECORDED_PROTOBUF[..cut], &families),
+                None,
+                "cut at {cut}"
+            );
+        }
     }
 
     #[test]

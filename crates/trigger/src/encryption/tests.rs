@@ -239,3 +239,31 @@ fn a_protobuf_scrape_says_what_the_text_says() {
         from_text
     );
 }
+
+#[test]
+fn the_real_kube_apiservers_two_expositions_give_one_generation_and_reload() {
+    // Recorded by hack/record-metrics.sh: aescbc, one automatic reload
+    // (tests/fixtures/metrics/README.md).
+    let text =
+        include_str!("../../../../tests/fixtures/metrics/kube-apiserver-1.36.2-encryption.txt");
+    let protobuf =
+        include_bytes!("../../../../tests/fixtures/metrics/kube-apiserver-1.36.2-encryption.pb");
+    let content_type = Some(
+        "application/vnd.google.protobuf; proto=io.prometheus.client.MetricFamily; encoding=delimited",
+    );
+    let from_protobuf = samples(content_type, protobuf).expect("delimited protobuf");
+    let from_text = samples(Some("text/plain; version=0.0.4"), text.as_bytes()).expect("text");
+    let apiserver = apiserver_id_hash(LEASE);
+    for read in [&from_protobuf, &from_text] {
+        let generations = generations(read);
+        assert_eq!(generations.len(), 1);
+        assert_eq!(
+            generations[&apiserver],
+            generation("sha256:8a7bb23e20da60ca82682dfc3ec0040a5e91fe3dac7d66942eb3e4ed15d2eb37"),
+            "aescbc: a configuration hash, no KMS write key"
+        );
+        let reloads = reloads(read);
+        assert_eq!(reloads.len(), 1);
+        assert_eq!(reloads[&apiserver], 1.7959231709433486e9);
+    }
+}
