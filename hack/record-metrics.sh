@@ -18,31 +18,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 out=${OUT:-tests/fixtures/metrics}
-assets=$(hack/envtest.sh)
-[ -n "$assets" ] || { echo "record-metrics: no kube-apiserver (hack/envtest.sh printed nothing)" >&2; exit 1; }
-
-cargo build --quiet -p kube-recorder
-recorder=${CARGO_TARGET_DIR:-$PWD/target}/debug/kube-recorder
-
-tmp=$(mktemp -d)
-etcd_pid= kas_pid=
-stop() { # pid: SIGTERM, then SIGKILL after 5 s
-  local pid=$1
-  [ -n "$pid" ] || return 0
-  kill -TERM "$pid" 2>/dev/null || return 0
-  for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || { wait "$pid" 2>/dev/null || true; return 0; }; sleep 0.1; done
-  kill -KILL "$pid" 2>/dev/null || true
-  wait "$pid" 2>/dev/null || true
-}
-cleanup() {
-  stop "$kas_pid"
-  stop "$etcd_pid"
-  if [ -n "${KEEP_TMP:-}" ]; then echo "record-metrics: logs kept in $tmp" >&2; else rm -rf "$tmp"; fi
-}
-trap cleanup EXIT
-
-"$recorder" pki --dir "$tmp/pki"
-pki=$tmp/pki
+name=record-metrics
+# shellcheck source=hack/lib/recording.sh
+source hack/lib/recording.sh
+recording_setup
 
 # Two fixed throw-away keys (32 bytes each, base64): the configuration's hash in the recording
 # is then the same at every recording.
@@ -64,37 +43,10 @@ EOF
 }
 encryption_config key1 "$key1" >"$tmp/encryption.yaml"
 
-client_port=$("$recorder" free-port)
-peer_port=$("$recorder" free-port)
-"$assets/etcd" --name=recorder --data-dir="$tmp/etcd" \
-  --listen-client-urls="http://127.0.0.1:$client_port" --advertise-client-urls="http://127.0.0.1:$client_port" \
-  --listen-peer-urls="http://127.0.0.1:$peer_port" --initial-advertise-peer-urls="http://127.0.0.1:$peer_port" \
-  --initial-cluster="recorder=http://127.0.0.1:$peer_port" --initial-cluster-state=new \
-  --listen-metrics-urls="http://127.0.0.1:$("$recorder" free-port)" \
-  >"$tmp/etcd.log" 2>&1 &
-etcd_pid=$!
-
-kas_port=$("$recorder" free-port)
-"$assets/kube-apiserver" \
-  --etcd-servers="http://127.0.0.1:$client_port" \
-  --bind-address=127.0.0.1 --advertise-address=127.0.0.1 --secure-port="$kas_port" \
-  --cert-dir="$tmp/kas-certs" \
-  --tls-cert-file="$pki/apiserver.crt" --tls-private-key-file="$pki/apiserver.key" \
-  --client-ca-file="$pki/ca.crt" \
-  --requestheader-client-ca-file="$pki/front-proxy-ca.crt" \
-  --requestheader-allowed-names=front-proxy-client \
-  --requestheader-username-headers=X-Remote-User --requestheader-group-headers=X-Remote-Group \
-  --requestheader-extra-headers-prefix=X-Remote-Extra- \
-  --proxy-client-cert-file="$pki/front-proxy-client.crt" --proxy-client-key-file="$pki/front-proxy-client.key" \
-  --service-account-issuer=https://kubernetes.default.svc \
-  --service-account-key-file="$pki/sa.pub" --service-account-signing-key-file="$pki/sa.key" \
-  --authorization-mode=Node,RBAC \
-  --service-cluster-ip-range=127.96.0.0/16 --enable-aggregator-routing=true \
-  --endpoint-reconciler-type=none --profiling=false \
+start_etcd
+start_kas kube-apiserver.log \
   --encryption-provider-config="$tmp/encryption.yaml" \
-  --encryption-provider-config-automatic-reload=true \
-  >"$tmp/kube-apiserver.log" 2>&1 &
-kas_pid=$!
+  --encryption-provider-config-automatic-reload=true
 if ! "$recorder" wait-ready --port "$kas_port" --pki "$pki" --pid "$kas_pid"; then
   tail -40 "$tmp/kube-apiserver.log" >&2
   exit 1
