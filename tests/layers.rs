@@ -28,6 +28,7 @@ const LAYERS: &[&[&str]] = &[
         "svm-volumes",
         "svm-apimode",
         "svm-ksvm",
+        "svm-dataplane",
     ],
     &["svm-controllers"],
 ];
