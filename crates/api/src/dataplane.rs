@@ -191,15 +191,7 @@ impl Strategy for DataPlaneRolloutStrategy {
 
 /// The first true condition of Succeeded, Failed, Paused, Running; `Pending` when none is.
 pub fn phase(status: &DataPlaneRolloutStatus) -> &'static str {
-    [SUCCEEDED, FAILED, PAUSED, RUNNING]
-        .into_iter()
-        .find(|kind| {
-            status
-                .conditions
-                .iter()
-                .any(|c| c.type_ == *kind && c.status == "True")
-        })
-        .unwrap_or("Pending")
+    crate::rules::phase_of(&status.conditions, &[SUCCEEDED, FAILED, PAUSED, RUNNING])
 }
 
 fn default_spec(spec: &mut DataPlaneRolloutSpec) {
@@ -267,30 +259,9 @@ fn validate_nodes(nodes: &[String]) -> Vec<FieldError> {
 
 /// How many nodes at once, and how long an ambiguous wait may last.
 fn validate_pace(spec: &DataPlaneRolloutSpec) -> Vec<FieldError> {
-    let mut errs = Vec::new();
-    if let Some(max) = spec.max_unavailable.filter(|m| *m < 1) {
-        errs.push(FieldError::invalid(
-            "spec.maxUnavailable",
-            &max.to_string(),
-            "must be greater than or equal to 1",
-        ));
-    }
-    if !spec.wait_limit.is_empty() {
-        match svm_registry::duration::go_duration(&spec.wait_limit) {
-            Ok(d) if !d.is_zero() => {}
-            Ok(_) => errs.push(FieldError::invalid(
-                "spec.waitLimit",
-                &spec.wait_limit,
-                "must be greater than zero",
-            )),
-            Err(e) => errs.push(FieldError::invalid(
-                "spec.waitLimit",
-                &spec.wait_limit,
-                &format!("must be a duration such as 10m or 1h: {e}"),
-            )),
-        }
-    }
-    errs
+    let max = crate::rules::at_least_one("spec.maxUnavailable", spec.max_unavailable);
+    let wait = crate::rules::positive_duration("spec.waitLimit", &spec.wait_limit, "10m or 1h");
+    max.into_iter().chain(wait).collect()
 }
 
 fn validate_consumers(consumers: &ConsumerPods) -> Vec<FieldError> {

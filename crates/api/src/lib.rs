@@ -10,6 +10,7 @@ pub mod dataplane;
 pub mod install;
 pub mod migration;
 pub mod names;
+mod rules;
 pub(crate) mod served;
 pub mod storagestate;
 pub mod volumes;

@@ -512,15 +512,7 @@ impl Strategy for VolumeClaimMigrationStrategy {
 
 /// The first true condition of Succeeded, Failed, Paused, Running; `Pending` when none is.
 pub fn phase(status: &VolumeClaimMigrationStatus) -> &'static str {
-    [SUCCEEDED, FAILED, PAUSED, RUNNING]
-        .into_iter()
-        .find(|kind| {
-            status
-                .conditions
-                .iter()
-                .any(|c| c.type_ == *kind && c.status == "True")
-        })
-        .unwrap_or("Pending")
+    crate::rules::phase_of(&status.conditions, &[SUCCEEDED, FAILED, PAUSED, RUNNING])
 }
 
 fn default_spec(spec: &mut VolumeClaimMigrationSpec) {
@@ -612,28 +604,15 @@ fn validate_pace(spec: &VolumeClaimMigrationSpec) -> Vec<FieldError> {
             STRATEGIES,
         ));
     }
-    if let Some(max) = spec.max_unavailable.filter(|m| *m < 1) {
-        errs.push(FieldError::invalid(
-            "spec.maxUnavailable",
-            &max.to_string(),
-            "must be greater than or equal to 1",
-        ));
-    }
-    if !spec.max_wait_time.is_empty() {
-        match svm_registry::duration::go_duration(&spec.max_wait_time) {
-            Ok(d) if !d.is_zero() => {}
-            Ok(_) => errs.push(FieldError::invalid(
-                "spec.maxWaitTime",
-                &spec.max_wait_time,
-                "must be greater than zero",
-            )),
-            Err(e) => errs.push(FieldError::invalid(
-                "spec.maxWaitTime",
-                &spec.max_wait_time,
-                &format!("must be a duration such as 60s or 5m: {e}"),
-            )),
-        }
-    }
+    errs.extend(crate::rules::at_least_one(
+        "spec.maxUnavailable",
+        spec.max_unavailable,
+    ));
+    errs.extend(crate::rules::positive_duration(
+        "spec.maxWaitTime",
+        &spec.max_wait_time,
+        "60s or 5m",
+    ));
     errs
 }
 

@@ -9,3 +9,5 @@
 
 pub mod guards;
 pub mod plan;
+#[cfg(test)]
+mod testing;

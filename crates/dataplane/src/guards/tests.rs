@@ -1,34 +1,6 @@
 use super::*;
+use crate::testing::{longhorn_guard as guard, replica};
 use serde_json::json;
-use svm_api::dataplane::GuardedResource;
-
-fn guard(min: i32) -> ReplicaGuard {
-    ReplicaGuard {
-        name: "replicas".into(),
-        resource: GuardedResource {
-            group: "longhorn.io".into(),
-            version: "v1beta2".into(),
-            resource: "replicas".into(),
-        },
-        node_field: "spec.nodeID".into(),
-        volume_field: "spec.volumeName".into(),
-        healthy: HealthRule {
-            field: "status.currentState".into(),
-            value: "running".into(),
-            condition: String::new(),
-        },
-        min_healthy_elsewhere: Some(min),
-    }
-}
-
-fn replica(volume: &str, node: &str, healthy: bool) -> Replica {
-    Replica {
-        guard: "replicas".into(),
-        volume: volume.into(),
-        node: node.into(),
-        healthy,
-    }
-}
 
 fn down(nodes: &[&str]) -> BTreeSet<String> {
     nodes.iter().map(|n| n.to_string()).collect()

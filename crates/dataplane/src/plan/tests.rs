@@ -1,5 +1,6 @@
 use super::*;
-use svm_api::dataplane::{DataPlaneRolloutSpec, GuardedResource, HealthRule, ReplicaGuard};
+use crate::testing::{longhorn_guard, replica};
+use svm_api::dataplane::DataPlaneRolloutSpec;
 
 const NEW: &str = "rev-2";
 const OLD: &str = "rev-1";
@@ -10,22 +11,7 @@ fn rollout(max_unavailable: i32) -> DataPlaneRollout {
             daemon_set: "engine".into(),
             max_unavailable: Some(max_unavailable),
             wait_limit: "10m".into(),
-            replica_guards: vec![ReplicaGuard {
-                name: "replicas".into(),
-                resource: GuardedResource {
-                    group: "longhorn.io".into(),
-                    version: "v1beta2".into(),
-                    resource: "replicas".into(),
-                },
-                node_field: "spec.nodeID".into(),
-                volume_field: "spec.volumeName".into(),
-                healthy: HealthRule {
-                    field: "status.currentState".into(),
-                    value: "running".into(),
-                    condition: String::new(),
-                },
-                min_healthy_elsewhere: Some(1),
-            }],
+            replica_guards: vec![longhorn_guard(1)],
             ..Default::default()
         },
         ..Default::default()
@@ -51,15 +37,6 @@ fn pod(node: &str, revision: &str, ready: bool) -> PodView {
         revision: revision.into(),
         ready,
         deleting: false,
-    }
-}
-
-fn replica(volume: &str, node: &str, healthy: bool) -> Replica {
-    Replica {
-        guard: "replicas".into(),
-        volume: volume.into(),
-        node: node.into(),
-        healthy,
     }
 }
 
