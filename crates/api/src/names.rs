@@ -67,6 +67,10 @@ pub const CONVERSION_CONTINUE_TOKEN_ANNOTATION: &str =
 pub const CONVERSION_OBSERVED_GENERATIONS_ANNOTATION: &str =
     "storage.svm-apiserver.io/v1-condition-observed-generations";
 
+/// On each Node a DataPlaneRollout holds: `namespace/name` of the rollout (written with the
+/// Node's resourceVersion as precondition, so two rollouts never take the same node).
+pub const DATA_PLANE_ROLLOUT_CLAIM_ANNOTATION: &str = "storage.svm-apiserver.io/data-plane-rollout";
+
 /// The release that no longer reads the old spellings of [`RENAMED`] (nor sets the old
 /// rotation label): the one after the release that renamed them.
 pub const OLD_NAMES_DROPPED_IN: &str = "0.3.0";

@@ -3,11 +3,13 @@
 //! replica there keeping enough healthy replicas on other nodes.
 //!
 //! Built so far, both pure and unit-tested: the replica guards ([`guards`]), the check at the
-//! heart of each node's preflight and rebuild, and the per-node state machine ([`plan`]). The
-//! cluster side (reading, cordon, eviction, claims, Events) and the term's wiring come next
+//! heart of each node's preflight and rebuild, the per-node state machine ([`plan`]), and the
+//! reading of Nodes, pods and ControllerRevisions into what it needs ([`read`]). The cluster
+//! calls (lists and watches, cordon, eviction, claims, Events) and the term's wiring come next
 //! (issue 39).
 
 pub mod guards;
 pub mod plan;
+pub mod read;
 #[cfg(test)]
 mod testing;
