@@ -14,6 +14,7 @@ mod builtin_storage_move;
 mod companion;
 mod crashes;
 mod crd_storage_move;
+mod data_plane;
 mod encryption;
 mod etcd_members;
 mod fidelity;
