@@ -65,6 +65,8 @@ pub enum Action {
     Cordon(String),
     /// Evict a pod through the Eviction API, with its uid as precondition.
     Evict {
+        /// The node it runs on.
+        node: String,
         /// The pod's namespace.
         namespace: String,
         /// The pod's name.
@@ -201,7 +203,7 @@ impl Context<'_> {
             phases::UPGRADED | phases::PENDING | phases::BLOCKED | "" => {
                 self.start(node, status, &in_flight)
             }
-            phases::FAILED => (status, Vec::new()),
+            phases::FAILED => self.recover(node, status),
             _ if self.rollout.spec.paused && status.evicted_pod_uid.is_empty() => {
                 self.back_to_pending(status)
             }
@@ -313,6 +315,20 @@ impl Context<'_> {
                 .map(ToString::to_string),
         );
         blockers
+    }
+
+    /// A failed node stays as it is until what it waited for happens after all (a person
+    /// fixed the pod or the replicas): then it finishes as any other.
+    fn recover(&self, node: &NodeView, status: NodeStatus) -> (NodeStatus, Vec<Action>) {
+        let affected = guards::affected(&node.name, &self.observed.replicas);
+        if self.runs_newest(&node.name)
+            && guards::unrebuilt(&affected, &self.observed.replicas).is_empty()
+        {
+            let revision = self.observed.revision.clone();
+            let next = self.moved(status, phases::UPGRADED, "Recovered", "", revision);
+            return (next, Vec::new());
+        }
+        (status, Vec::new())
     }
 
     fn back_to_pending(&self, status: NodeStatus) -> (NodeStatus, Vec<Action>) {
@@ -475,6 +491,7 @@ impl Context<'_> {
 
 fn evict(pod: &PodView) -> Action {
     Action::Evict {
+        node: pod.node.clone(),
         namespace: pod.namespace.clone(),
         name: pod.name.clone(),
         uid: pod.uid.clone(),

@@ -84,6 +84,7 @@ fn a_node_goes_through_cordon_eviction_new_pod_rebuild_and_uncordon() {
     assert_eq!(
         evicting.actions,
         [Action::Evict {
+            node: "n1".into(),
             namespace: "storage".into(),
             name: "engine-n1-rev-1".into(),
             uid: "uid-n1-rev-1".into()
@@ -236,6 +237,14 @@ fn a_new_pod_never_ready_fails_the_node_past_the_wait_limit_left_cordoned() {
     );
     // A failed node stays in flight: no other node starts.
     assert_eq!(failed.nodes[1].phase, "Pending");
+    let r = stored(r, &failed);
+    assert_eq!(plan(&r, &observed, at(30)).nodes[0].phase, "Failed");
+    // A person made the pod start: the node finishes as any other, then the next starts.
+    observed.pods[0] = pod("n1", NEW, true);
+    let recovered = plan(&r, &observed, at(31));
+    assert_eq!(recovered.nodes[0].phase, "Upgraded");
+    assert_eq!(recovered.nodes[0].reason, "Recovered");
+    assert_eq!(recovered.nodes[1].phase, "Cordoned");
 }
 
 #[test]
@@ -273,6 +282,7 @@ fn consumers_are_evicted_before_the_data_plane_pod() {
     assert_eq!(
         consumers.actions,
         [Action::Evict {
+            node: "n1".into(),
             namespace: "apps".into(),
             name: "app-0".into(),
             uid: "app-uid".into()
