@@ -40,8 +40,14 @@ pub struct DataPlaneMetrics {
 }
 
 impl DataPlaneMetrics {
-    /// Registers every series in `registry`.
+    /// Registers every series in `registry`; the accepted evictions start at 0, so that a
+    /// rate over them is defined before the first one.
     pub fn register(&self, registry: &mut Registry) {
+        for data_plane in [true, false] {
+            let _ = self
+                .evictions
+                .get_or_create(&eviction_labels(data_plane, "accepted"));
+        }
         registry.register(
             "svm_data_plane_evictions",
             "Evictions the DataPlaneRollout controller asked for, by pod (data-plane or consumer) and result",
@@ -61,12 +67,8 @@ impl DataPlaneMetrics {
 
     /// Counts one eviction.
     pub fn eviction(&self, data_plane: bool, result: &str) {
-        let pod = if data_plane { "data-plane" } else { "consumer" };
         self.evictions
-            .get_or_create(&EvictionLabels {
-                pod: pod.into(),
-                result: result.into(),
-            })
+            .get_or_create(&eviction_labels(data_plane, result))
             .inc();
     }
 
@@ -85,6 +87,14 @@ impl DataPlaneMetrics {
         for phase in phases::ALL {
             self.nodes.remove(&labels(namespace, name, phase));
         }
+    }
+}
+
+fn eviction_labels(data_plane: bool, result: &str) -> EvictionLabels {
+    let pod = if data_plane { "data-plane" } else { "consumer" };
+    EvictionLabels {
+        pod: pod.into(),
+        result: result.into(),
     }
 }
 
