@@ -8,7 +8,7 @@
 # Usage: hack/no-test-hooks.sh BINARY...
 set -euo pipefail
 
-markers=("SVM_TEST_VOLUME_HOOKS" "test hook:")
+markers=("SVM_TEST_VOLUME_HOOKS" "SVM_TEST_DATA_PLANE_HOOKS" "test hook:")
 [ "$#" -gt 0 ] || { echo "usage: $0 BINARY..." >&2; exit 2; }
 status=0
 for binary in "$@"; do

@@ -71,6 +71,9 @@ struct ServeArgs {
     /// Serve storage.svm-apiserver.io VolumeClaimMigrations and run their controller (alpha).
     #[arg(long)]
     enable_volume_claim_migrations: bool,
+    /// Serve storage.svm-apiserver.io DataPlaneRollouts and run their controller (alpha).
+    #[arg(long)]
+    enable_data_plane_rollouts: bool,
 }
 
 #[derive(clap::Args)]
@@ -222,6 +225,7 @@ async fn serve(mut args: ServeArgs) -> anyhow::Result<()> {
     let storage = args.storage.open().await?;
     let kinds = svm_api::Kinds {
         volume_claim_migrations: args.enable_volume_claim_migrations,
+        data_plane_rollouts: args.enable_data_plane_rollouts,
     };
     let api = svm_api::install(storage.clone(), &args.storage.etcd_prefix, kinds);
     let compaction = tokio::spawn(compactor::run(

@@ -9,6 +9,7 @@ use svm_test_support::{protobuf_fields, recordings};
 
 mod authn;
 mod bad_input;
+mod data_plane;
 mod delegated;
 mod front_proxy;
 mod kubectl_apply;

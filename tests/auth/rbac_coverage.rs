@@ -261,8 +261,11 @@ fn samples(entry: &svm_cluster::access::Access) -> Vec<RequestAttributes> {
                             }
                         });
                     let mut path = format!("{base}{ns}/{resource}");
+                    // A subresource is always of one object (a pod's eviction is a create).
                     let item = name.map(str::to_string).or_else(|| {
-                        (!matches!(entry.verb, "list" | "create" | "watch")).then(|| "x".into())
+                        (!subresource.is_empty()
+                            || !matches!(entry.verb, "list" | "create" | "watch"))
+                        .then(|| "x".into())
                     });
                     if let Some(item) = item {
                         path.push('/');

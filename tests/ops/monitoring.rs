@@ -79,6 +79,8 @@ fn every_dashboard_and_alert_expression_names_only_our_metrics_and_the_dashboard
         "svm_migrator_apf_rejections_total",
         "svm_api_mode",
         "svm_migrations_yielded_total",
+        "svm_data_plane_rollout_nodes",
+        "svm_data_plane_evictions_total",
     ] {
         assert!(names.contains(wanted), "{wanted} is not used: {names:?}");
     }
@@ -97,6 +99,7 @@ fn every_dashboard_and_alert_expression_names_only_our_metrics_and_the_dashboard
         "Unsafe for",
         "Trigger detection lag (p50, p99)",
         "Leader",
+        "Data-plane nodes by phase",
     ] {
         assert!(titles.contains(&title), "{titles:?}");
     }

@@ -53,6 +53,7 @@ async fn deposed_leader_writes_nothing(backend: Arc<dyn Storage>, name: &str) {
         PREFIX,
         svm_api::Kinds {
             volume_claim_migrations: true,
+            ..Default::default()
         },
     );
     let volume_store = installed

@@ -263,6 +263,7 @@ pub fn install_rbac(plane: &ControlPlane) {
         "rbac-migrator.yaml",
         "rbac-trigger.yaml",
         "rbac-volumes.yaml",
+        "rbac-data-plane.yaml",
         "rbac-companion.yaml",
     ] {
         kubectl.ok(&["apply", "-f", &repo_file(&format!("deploy/base/{file}"))]);

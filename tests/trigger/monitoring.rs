@@ -38,6 +38,31 @@ async fn scrape_until(
     .await
 }
 
+/// A DataPlaneRollout in `storage` of a DaemonSet the double does not have; its path.
+async fn create_data_plane_rollout(w: &World) -> String {
+    let collection = "/apis/storage.svm-apiserver.io/v1alpha1/namespaces/storage/dataplanerollouts";
+    let body = serde_json::json!({
+        "apiVersion": "storage.svm-apiserver.io/v1alpha1",
+        "kind": "DataPlaneRollout",
+        "metadata": {"name": "engines"},
+        "spec": {"daemonSet": "engine"},
+    });
+    let resp =
+        w.h.http
+            .post(w.h.url(collection))
+            .json(&body)
+            .send()
+            .await
+            .expect("create");
+    assert_eq!(
+        resp.status(),
+        201,
+        "{}",
+        resp.text().await.unwrap_or_default()
+    );
+    format!("{collection}/engines")
+}
+
 async fn all_safe(w: &World) -> bool {
     let states = w.states().await;
     !states.is_empty()
@@ -71,9 +96,28 @@ async fn every_metric_the_dashboard_and_alerts_use_is_served() {
             .name("cm-00007")
             .times(9),
     );
-    let w = World::start(double, &["--discovery-interval=500ms", "--qps=200"]).await;
+    let w = World::start(
+        double,
+        &[
+            "--discovery-interval=500ms",
+            "--qps=200",
+            "--controllers=trigger,migrator,dataplane",
+            "--enable-data-plane-rollouts",
+            "--data-plane-resync-interval=200ms",
+        ],
+    )
+    .await;
     let mut seen = BTreeSet::new();
     scrape_until(&w, &mut seen, "the first start settling", all_safe).await;
+    // A DataPlaneRollout whose DaemonSet the cluster does not have: refused (its nodes'
+    // series are written with the refusal).
+    let rollout = create_data_plane_rollout(&w).await;
+    scrape_until(&w, &mut seen, "the rollout refused", async |w: &World| {
+        let got = w.h.http.get(w.h.url(&rollout)).send().await.expect("get");
+        let body: serde_json::Value = got.json().await.expect("json");
+        crate::harness::condition(&body, "Failed") == Some("True")
+    })
+    .await;
 
     // A CRD's storage move: the CRD watch sees it; its history entry has a detection lag.
     w.h.double

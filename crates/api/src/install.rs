@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use super::PROJECT;
+use super::dataplane::DataPlaneRolloutStrategy;
 use super::migration::MigrationStrategy;
 use super::storagestate::StorageStateStrategy;
 use super::volumes::VolumeClaimMigrationStrategy;
@@ -21,6 +22,8 @@ pub struct Installed {
     pub states: Arc<Store<StorageStateStrategy>>,
     /// `storage.svm-apiserver.io` VolumeClaimMigrations (namespaced), when served.
     pub volume_migrations: Option<Arc<Store<VolumeClaimMigrationStrategy>>>,
+    /// `storage.svm-apiserver.io` DataPlaneRollouts (namespaced), when served.
+    pub data_plane_rollouts: Option<Arc<Store<DataPlaneRolloutStrategy>>>,
 }
 
 /// Which optional kinds to serve.
@@ -29,12 +32,16 @@ pub struct Kinds {
     /// VolumeClaimMigration (alpha): served, and its controller run, only when asked for
     /// (`--enable-volume-claim-migrations`).
     pub volume_claim_migrations: bool,
+    /// DataPlaneRollout (alpha): served, and its controller run, only when asked for
+    /// (`--enable-data-plane-rollouts`).
+    pub data_plane_rollouts: bool,
 }
 
 /// Objects live under `<prefix>/storageversionmigrations/` and `<prefix>/storagestates/`.
 /// StorageStates are served twice over the same keys: in `storagemigration.k8s.io` and in
 /// the project group `storage.svm-apiserver.io` — one set of objects, two names.
-/// VolumeClaimMigrations (namespaced) live under `<prefix>/volumeclaimmigrations/<namespace>/`.
+/// VolumeClaimMigrations (namespaced) live under `<prefix>/volumeclaimmigrations/<namespace>/`,
+/// DataPlaneRollouts under `<prefix>/dataplanerollouts/<namespace>/`.
 pub fn install(storage: Arc<dyn Storage>, prefix: &str, kinds: Kinds) -> Installed {
     let migrations = Arc::new(Store::new(MigrationStrategy, storage.clone(), prefix));
     let states = Arc::new(Store::new(
@@ -52,7 +59,16 @@ pub fn install(storage: Arc<dyn Storage>, prefix: &str, kinds: Kinds) -> Install
     registry.register(states.clone());
     registry.register(project_states);
     let volume_migrations = kinds.volume_claim_migrations.then(|| {
-        let store = Arc::new(Store::new(VolumeClaimMigrationStrategy, storage, prefix));
+        let store = Arc::new(Store::new(
+            VolumeClaimMigrationStrategy,
+            storage.clone(),
+            prefix,
+        ));
+        registry.register(store.clone());
+        store
+    });
+    let data_plane_rollouts = kinds.data_plane_rollouts.then(|| {
+        let store = Arc::new(Store::new(DataPlaneRolloutStrategy, storage, prefix));
         registry.register(store.clone());
         store
     });
@@ -61,5 +77,6 @@ pub fn install(storage: Arc<dyn Storage>, prefix: &str, kinds: Kinds) -> Install
         migrations,
         states,
         volume_migrations,
+        data_plane_rollouts,
     }
 }

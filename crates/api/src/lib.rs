@@ -6,6 +6,7 @@
 //! `storagemigration.k8s.io` themselves; see [`ApiGroup`]).
 
 pub(crate) mod columns;
+pub mod conditions;
 pub mod dataplane;
 pub mod install;
 pub mod migration;

@@ -20,6 +20,9 @@ pub enum Component {
     ApiMode,
     /// Resizing a StatefulSet's claims for VolumeClaimMigrations (`crates/volumes/`).
     Volumes,
+    /// Rolling a data-plane DaemonSet out node by node for DataPlaneRollouts
+    /// (`crates/dataplane/`).
+    DataPlane,
 }
 
 /// What a request touches.
@@ -361,6 +364,81 @@ pub const CLUSTER_ACCESS: &[Access] = &[
         "apps",
         "statefulsets",
         "spec.recreateStatefulSet: the same StatefulSet created with the new templates",
+    ),
+    resource(
+        Component::DataPlane,
+        "get",
+        "apps",
+        "daemonsets",
+        "a DataPlaneRollout's DaemonSet: its selector and update strategy (OnDelete)",
+    ),
+    resource(
+        Component::DataPlane,
+        "list",
+        "apps",
+        "controllerrevisions",
+        "the DaemonSet's revisions: the newest is the one rolled out",
+    ),
+    resource(
+        Component::DataPlane,
+        "list",
+        "",
+        "pods",
+        "the DaemonSet's pods (node, revision, Ready) and the consumer pods to evict first",
+    ),
+    resource(
+        Component::DataPlane,
+        "get",
+        "",
+        "pods",
+        "a pod whose eviction a PodDisruptionBudget refused: its labels, to name the budget",
+    ),
+    resource(
+        Component::DataPlane,
+        "list",
+        "policy",
+        "poddisruptionbudgets",
+        "the budgets over a pod whose eviction was refused, named in the node's status",
+    ),
+    resource(
+        Component::DataPlane,
+        "list",
+        "",
+        "nodes",
+        "the selected nodes: Ready, cordoned, and which rollout holds them",
+    ),
+    resource(
+        Component::DataPlane,
+        "get",
+        "",
+        "nodes",
+        "a node read right before its cordon or release (the PATCH's resourceVersion)",
+    ),
+    resource(
+        Component::DataPlane,
+        "patch",
+        "",
+        "nodes",
+        "a node cordoned with the rollout's claim annotation, then released (uncordoned only if the rollout cordoned it)",
+    ),
+    Access {
+        component: Component::DataPlane,
+        verb: "create",
+        target: Target::Resource {
+            group: "",
+            resource: "pods",
+            subresource: "eviction",
+            namespace: None,
+            name: None,
+        },
+        why: "consumer pods, then the node's old data-plane pod, evicted through the Eviction API (every PodDisruptionBudget has its say) with the pod's uid as precondition",
+    },
+    resource(
+        Component::DataPlane,
+        "list",
+        "*",
+        "*",
+        "the replicas a guard names (any group and resource the user chose), every namespace",
     ),
 ];
 

@@ -18,6 +18,7 @@ use svm_api::Installed;
 use svm_apimode::metrics::ApiModeMetrics;
 use svm_apimode::{self as apimode, ApiMode, CompanionMigrator, Decision};
 use svm_cluster::{ClusterClient, ClusterError};
+use svm_dataplane::{self as dataplane, DataPlaneMetrics};
 /// `import-ksvm`: kube-storage-version-migrator's objects carried over through our API.
 pub use svm_ksvm::{ImportError, ImportOptions, run as import_ksvm};
 use svm_migrator::{self as migrator, Backoff, MigratorMetrics};
@@ -38,12 +39,13 @@ pub struct ControllerOptions {
     pub kubeconfig: Option<PathBuf>,
     /// Controllers to run, comma-separated: `trigger` (keeps StorageStates true and creates
     /// migrations), `migrator` (runs StorageVersionMigrations), `volumes` (runs
-    /// VolumeClaimMigrations, when `--enable-volume-claim-migrations` serves them); `migrator`
+    /// VolumeClaimMigrations, when `--enable-volume-claim-migrations` serves them), `dataplane`
+    /// (runs DataPlaneRollouts, when `--enable-data-plane-rollouts` serves them); `migrator`
     /// alone runs manual migrations only, an empty value none (API only).
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "trigger,migrator,volumes"
+        default_value = "trigger,migrator,volumes,dataplane"
     )]
     pub controllers: Vec<String>,
     /// Which part of storagemigration.k8s.io this server plays: `owner` serves the group (and
@@ -65,6 +67,10 @@ pub struct ControllerOptions {
     /// (claims and pods change without telling it).
     #[arg(long, default_value = "10s", value_parser = svm_registry::duration::go_duration)]
     pub volume_resync_interval: Duration,
+    /// How often every DataPlaneRollout is looked at again when nothing of its own changed
+    /// (nodes, pods and replicas change without telling it).
+    #[arg(long, default_value = "5s", value_parser = svm_registry::duration::go_duration)]
+    pub data_plane_resync_interval: Duration,
     /// How often each StorageState's lastHeartbeatTime is refreshed while nothing changes.
     #[arg(long, default_value = "5m", value_parser = svm_registry::duration::go_duration)]
     pub heartbeat_interval: Duration,
@@ -134,6 +140,9 @@ pub struct ControllerOptions {
     pub leader_elect_retry_period: Duration,
 }
 
+/// The controllers `--controllers` may name.
+const CONTROLLERS: [&str; 4] = ["trigger", "migrator", "volumes", "dataplane"];
+
 impl ControllerOptions {
     fn wants(&self, name: &str) -> bool {
         self.controllers.iter().any(|c| c.trim() == name)
@@ -142,9 +151,10 @@ impl ControllerOptions {
     fn validate(&self) -> Result<(), StartError> {
         for name in &self.controllers {
             let name = name.trim();
-            if !name.is_empty() && !["migrator", "trigger", "volumes"].contains(&name) {
+            if !name.is_empty() && !CONTROLLERS.contains(&name) {
                 return Err(StartError::Flags(format!(
-                    "--controllers: unknown controller {name:?} (known: trigger, migrator, volumes)"
+                    "--controllers: unknown controller {name:?} (known: {})",
+                    CONTROLLERS.join(", ")
                 )));
             }
         }
@@ -156,9 +166,10 @@ impl ControllerOptions {
         if self.discovery_interval.is_zero()
             || self.heartbeat_interval.is_zero()
             || self.volume_resync_interval.is_zero()
+            || self.data_plane_resync_interval.is_zero()
             || self.encryption_poll_interval.is_zero()
         {
-            return Err(StartError::Flags("--discovery-interval, --heartbeat-interval, --volume-resync-interval and --encryption-poll-interval must be positive".into()));
+            return Err(StartError::Flags("--discovery-interval, --heartbeat-interval, --volume-resync-interval, --data-plane-resync-interval and --encryption-poll-interval must be positive".into()));
         }
         if self.workers == 0 {
             return Err(StartError::Flags("--workers must be at least 1".into()));
@@ -308,6 +319,7 @@ struct Wanted {
     trigger: bool,
     migrator: bool,
     volumes: Option<Arc<svm_registry::Store<svm_api::volumes::VolumeClaimMigrationStrategy>>>,
+    data_plane: Option<Arc<svm_registry::Store<svm_api::dataplane::DataPlaneRolloutStrategy>>>,
 }
 
 impl Wanted {
@@ -319,11 +331,15 @@ impl Wanted {
                 .volume_migrations
                 .clone()
                 .filter(|_| options.wants("volumes")),
+            data_plane: api
+                .data_plane_rollouts
+                .clone()
+                .filter(|_| options.wants("dataplane")),
         }
     }
 
     fn nothing(&self) -> bool {
-        !self.trigger && !self.migrator && self.volumes.is_none()
+        !self.trigger && !self.migrator && self.volumes.is_none() && self.data_plane.is_none()
     }
 }
 
@@ -333,6 +349,7 @@ struct Series {
     trigger: trigger::Metrics,
     mode: ApiModeMetrics,
     volumes: VolumeMetrics,
+    data_plane: DataPlaneMetrics,
 }
 
 impl Series {
@@ -343,11 +360,15 @@ impl Series {
             trigger: trigger::Metrics::default(),
             mode: ApiModeMetrics::default(),
             volumes: VolumeMetrics::default(),
+            data_plane: DataPlaneMetrics::default(),
         };
         let leader = LeaderMetrics::default();
         if let Ok(mut registry) = metrics.registry.lock() {
             if wanted.volumes.is_some() {
                 series.volumes.register(&mut registry);
+            }
+            if wanted.data_plane.is_some() {
+                series.data_plane.register(&mut registry);
             }
             leader.register(&mut registry);
             if wanted.migrator {
@@ -397,6 +418,13 @@ fn term_of(
                 resync: options.volume_resync_interval,
             },
             metrics: series.volumes,
+        }),
+        data_plane: wanted.data_plane.map(|store| term::DataPlaneTerm {
+            store,
+            settings: dataplane::Settings {
+                resync: options.data_plane_resync_interval,
+            },
+            metrics: series.data_plane,
         }),
     })
 }

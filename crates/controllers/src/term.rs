@@ -11,6 +11,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use svm_api::dataplane::DataPlaneRolloutStrategy;
 use svm_api::migration::MigrationStrategy;
 use svm_api::storagestate::StorageStateStrategy;
 use svm_api::volumes::VolumeClaimMigrationStrategy;
@@ -18,6 +19,7 @@ use svm_api::{GROUP, PROJECT};
 use svm_apimode::metrics::ApiModeMetrics;
 use svm_apimode::{self as apimode, ApiMode, CompanionMigrator, Decision, GroupServing, carry};
 use svm_cluster::{BuiltinMigrations, ClusterClient};
+use svm_dataplane::{self as dataplane, DataPlaneMetrics};
 use svm_migrator::{self as migrator, Events, Migrator, MigratorMetrics, Source};
 use svm_registry::{Fence, Guarded, Store};
 use svm_storage::Storage;
@@ -44,6 +46,9 @@ pub(super) struct Term {
     /// VolumeClaimMigrations and their controller's settings, when the kind is served and
     /// its controller asked for.
     pub volumes: Option<VolumesTerm>,
+    /// DataPlaneRollouts and their controller's settings, when the kind is served and its
+    /// controller asked for.
+    pub data_plane: Option<DataPlaneTerm>,
 }
 
 /// What the volume-claim controller needs, each term.
@@ -51,6 +56,13 @@ pub(super) struct VolumesTerm {
     pub store: Arc<Store<VolumeClaimMigrationStrategy>>,
     pub settings: volumes::Settings,
     pub metrics: VolumeMetrics,
+}
+
+/// What the DataPlaneRollout controller needs, each term.
+pub(super) struct DataPlaneTerm {
+    pub store: Arc<Store<DataPlaneRolloutStrategy>>,
+    pub settings: dataplane::Settings,
+    pub metrics: DataPlaneMetrics,
 }
 
 /// Waits for one of `tasks` to end (never, when there are none) and removes it.
@@ -156,9 +168,10 @@ impl Term {
             Decision::Companion { version } => self.start_companion(version, fence, work),
             Decision::Waiting { .. } | Decision::Refused { .. } => return Vec::new(),
         };
-        // Volume claims are not storagemigration.k8s.io's: whoever serves that group, the
-        // leader resizes them.
+        // Volume claims and data planes are not storagemigration.k8s.io's: whoever serves
+        // that group, the leader resizes claims and rolls data planes out.
         tasks.extend(self.start_volumes(fence, work));
+        tasks.extend(self.start_data_plane(fence, work));
         tasks
     }
 
@@ -261,6 +274,20 @@ impl Term {
             self.instance.clone(),
         );
         tracing::info!(resync = ?volumes.settings.resync, "volume-claim controller started");
+        Some(tokio::spawn(controller.run(work.clone())))
+    }
+
+    /// The DataPlaneRollout controller, where the kind is served and wanted.
+    fn start_data_plane(&self, fence: &Fence, work: &CancellationToken) -> Option<JoinHandle<()>> {
+        let data_plane = self.data_plane.as_ref()?;
+        let controller = dataplane::Controller::new(
+            Guarded::new(data_plane.store.clone(), fence.clone()),
+            self.cluster.clone(),
+            data_plane.metrics.clone(),
+            data_plane.settings.clone(),
+            self.instance.clone(),
+        );
+        tracing::info!(resync = ?data_plane.settings.resync, "data-plane rollout controller started");
         Some(tokio::spawn(controller.run(work.clone())))
     }
 

@@ -29,6 +29,8 @@ pub struct NodeView {
 pub struct PodView {
     /// Its uid: the eviction's precondition.
     pub uid: String,
+    /// Its namespace.
+    pub namespace: String,
     /// Its name.
     pub name: String,
     /// The node it runs on.
@@ -63,13 +65,23 @@ pub enum Action {
     Cordon(String),
     /// Evict a pod through the Eviction API, with its uid as precondition.
     Evict {
+        /// The node it runs on.
+        node: String,
+        /// The pod's namespace.
+        namespace: String,
         /// The pod's name.
         name: String,
         /// Its uid.
         uid: String,
     },
-    /// Uncordon the node (only one we cordoned) and release our claim.
-    Uncordon(String),
+    /// Release our claim on the node, and uncordon it when we cordoned it (an admin's own
+    /// cordon is kept).
+    Release {
+        /// The node.
+        node: String,
+        /// Whether the rollout cordoned it.
+        uncordon: bool,
+    },
 }
 
 /// The next status and the writes that get there.
@@ -186,15 +198,52 @@ impl Context<'_> {
         status: NodeStatus,
         in_flight: BTreeSet<String>,
     ) -> (NodeStatus, Vec<Action>) {
-        match status.phase.as_str() {
+        let (next, actions) = match status.phase.as_str() {
             phases::UPGRADED if self.runs_newest(&node.name) => (status, Vec::new()),
             phases::UPGRADED | phases::PENDING | phases::BLOCKED | "" => {
                 self.start(node, status, &in_flight)
             }
-            phases::FAILED => (status, Vec::new()),
+            phases::FAILED => self.recover(node, status),
             _ if self.rollout.spec.paused && status.evicted_pod_uid.is_empty() => {
-                self.back_to_pending(node, status)
+                self.back_to_pending(status)
             }
+            _ => self.go_on(node, status),
+        };
+        self.settle(node, next, actions)
+    }
+
+    /// The node's cordon and claim made to agree with its phase: a node in flight is cordoned
+    /// and ours, one that is not is released. Both are rechecked on every pass, so a crash
+    /// between the status write and the cluster write (or someone's uncordon) is mended;
+    /// `cordonedByUs` stays until the release is seen, so it is never forgotten half-way.
+    fn settle(
+        &self,
+        node: &NodeView,
+        mut next: NodeStatus,
+        mut actions: Vec<Action>,
+    ) -> (NodeStatus, Vec<Action>) {
+        let ours = node.held_by.as_deref() == Some(self.owner.as_str());
+        if next.phase == phases::FAILED {
+            // Left as it is, for a person to decide.
+        } else if is_in_flight(&next.phase) {
+            let cordoned = actions.iter().any(|a| matches!(a, Action::Cordon(_)));
+            if !cordoned && (!node.unschedulable || !ours) {
+                actions.insert(0, Action::Cordon(node.name.clone()));
+            }
+        } else if ours {
+            actions.push(Action::Release {
+                node: node.name.clone(),
+                uncordon: next.cordoned_by_us,
+            });
+        } else {
+            next.cordoned_by_us = false;
+        }
+        (next, actions)
+    }
+
+    /// The next step of a node between its cordon and its upgrade.
+    fn go_on(&self, node: &NodeView, status: NodeStatus) -> (NodeStatus, Vec<Action>) {
+        match status.phase.as_str() {
             phases::CORDONED | phases::EVICTING_CONSUMERS => self.evict_consumers(node, status),
             phases::EVICTING => self.evict_data_plane(node, status),
             phases::WAITING_FOR_POD => self.wait_for_pod(node, status),
@@ -237,8 +286,11 @@ impl Context<'_> {
                 Vec::new(),
             );
         }
+        // Still cordoned by us from before (its release not seen yet) counts as ours.
+        let ours_already =
+            status.cordoned_by_us && node.held_by.as_deref() == Some(self.owner.as_str());
         let mut next = self.moved(status, phases::CORDONED, "Cordoned", "", String::new());
-        next.cordoned_by_us = !node.unschedulable;
+        next.cordoned_by_us = !node.unschedulable || ours_already;
         (next, vec![Action::Cordon(node.name.clone())])
     }
 
@@ -265,15 +317,23 @@ impl Context<'_> {
         blockers
     }
 
-    fn back_to_pending(&self, node: &NodeView, status: NodeStatus) -> (NodeStatus, Vec<Action>) {
-        let actions = if status.cordoned_by_us {
-            vec![Action::Uncordon(node.name.clone())]
-        } else {
-            Vec::new()
-        };
-        let mut next = self.moved(status, phases::PENDING, "Paused", "", String::new());
-        next.cordoned_by_us = false;
-        (next, actions)
+    /// A failed node stays as it is until what it waited for happens after all (a person
+    /// fixed the pod or the replicas): then it finishes as any other.
+    fn recover(&self, node: &NodeView, status: NodeStatus) -> (NodeStatus, Vec<Action>) {
+        let affected = guards::affected(&node.name, &self.observed.replicas);
+        if self.runs_newest(&node.name)
+            && guards::unrebuilt(&affected, &self.observed.replicas).is_empty()
+        {
+            let revision = self.observed.revision.clone();
+            let next = self.moved(status, phases::UPGRADED, "Recovered", "", revision);
+            return (next, Vec::new());
+        }
+        (status, Vec::new())
+    }
+
+    fn back_to_pending(&self, status: NodeStatus) -> (NodeStatus, Vec<Action>) {
+        let next = self.moved(status, phases::PENDING, "Paused", "", String::new());
+        (next, Vec::new())
     }
 
     fn evict_consumers(&self, node: &NodeView, status: NodeStatus) -> (NodeStatus, Vec<Action>) {
@@ -286,13 +346,7 @@ impl Context<'_> {
         if left.is_empty() {
             return self.evict_data_plane(node, status);
         }
-        let actions = left
-            .iter()
-            .map(|p| Action::Evict {
-                name: p.name.clone(),
-                uid: p.uid.clone(),
-            })
-            .collect();
+        let actions = left.iter().map(|p| evict(p)).collect();
         let names = left.iter().map(|p| format!("pod {}", p.name)).collect();
         (
             self.waiting(
@@ -364,15 +418,9 @@ impl Context<'_> {
         if !left.is_empty() {
             return self.or_fail(status, phases::REBUILDING, "Rebuilding", left);
         }
-        let actions = if status.cordoned_by_us {
-            vec![Action::Uncordon(node.name.clone())]
-        } else {
-            Vec::new()
-        };
         let revision = self.observed.revision.clone();
-        let mut next = self.moved(status, phases::UPGRADED, "Upgraded", "", revision);
-        next.cordoned_by_us = false;
-        (next, actions)
+        let next = self.moved(status, phases::UPGRADED, "Upgraded", "", revision);
+        (next, Vec::new())
     }
 
     /// Waiting in `phase`; past the wait limit, Failed (the node left cordoned for a person).
@@ -443,6 +491,8 @@ impl Context<'_> {
 
 fn evict(pod: &PodView) -> Action {
     Action::Evict {
+        node: pod.node.clone(),
+        namespace: pod.namespace.clone(),
         name: pod.name.clone(),
         uid: pod.uid.clone(),
     }

@@ -36,6 +36,7 @@ pub fn node_view(node: &Value) -> NodeView {
 pub fn pod_view(pod: &Value) -> PodView {
     PodView {
         uid: text(pod, "/metadata/uid"),
+        namespace: text(pod, "/metadata/namespace"),
         name: text(pod, "/metadata/name"),
         node: text(pod, "/spec/nodeName"),
         revision: text(pod, &format!("/metadata/labels/{}", escape(REVISION_LABEL))),
@@ -123,7 +124,7 @@ mod tests {
     fn a_pod_says_its_node_revision_readiness_and_deletion() {
         let pod = json!({
             "metadata": {
-                "name": "engine-x", "uid": "u1",
+                "name": "engine-x", "namespace": "storage", "uid": "u1",
                 "labels": {REVISION_LABEL: "7d9f", "app": "engine"},
                 "deletionTimestamp": "2026-11-29T00:00:00Z",
             },
@@ -134,6 +135,7 @@ mod tests {
             pod_view(&pod),
             PodView {
                 uid: "u1".into(),
+                namespace: "storage".into(),
                 name: "engine-x".into(),
                 node: "n1".into(),
                 revision: "7d9f".into(),

@@ -18,7 +18,7 @@
 //! saved the migration holds [`RECREATE_FINALIZER`]: added before the save, removed once the
 //! manifest is dropped.
 
-mod conditions;
+use svm_api::conditions;
 // The crash test's stopping points exist only in test builds: the `test-hooks` feature (turned
 // on by the workspace's dev-dependencies, never by a product build) compiles `hooks.rs`; without
 // it `hooks_off.rs`, the same calls doing nothing, so the product carries no hook at all.

@@ -145,7 +145,7 @@ fn set_outcome(
     now: jiff::Timestamp,
 ) {
     let mut set = |type_: &str, on: bool, reason: &str, message: &str| {
-        super::conditions::set(conditions, type_, on, reason, message, generation, now)
+        svm_api::conditions::set(conditions, type_, on, reason, message, generation, now)
     };
     match outcome {
         Outcome::Paused => {

@@ -32,6 +32,7 @@ fn node(name: &str) -> NodeView {
 fn pod(node: &str, revision: &str, ready: bool) -> PodView {
     PodView {
         uid: format!("uid-{node}-{revision}"),
+        namespace: "storage".into(),
         name: format!("engine-{node}-{revision}"),
         node: node.into(),
         revision: revision.into(),
@@ -76,12 +77,15 @@ fn a_node_goes_through_cordon_eviction_new_pod_rebuild_and_uncordon() {
 
     let r = stored(rollout(1), &first);
     observed.nodes[0].unschedulable = true;
+    observed.nodes[0].held_by = Some("storage/engines".into());
     let evicting = plan(&r, &observed, at(1));
     assert_eq!(evicting.nodes[0].phase, "Evicting");
     assert_eq!(evicting.nodes[0].evicted_pod_uid, "uid-n1-rev-1");
     assert_eq!(
         evicting.actions,
         [Action::Evict {
+            node: "n1".into(),
+            namespace: "storage".into(),
             name: "engine-n1-rev-1".into(),
             uid: "uid-n1-rev-1".into()
         }]
@@ -115,10 +119,17 @@ fn a_node_goes_through_cordon_eviction_new_pod_rebuild_and_uncordon() {
     let done = plan(&r, &observed, at(4));
     assert_eq!(done.nodes[0].phase, "Upgraded");
     assert_eq!(done.nodes[0].revision, NEW);
-    assert!(!done.nodes[0].cordoned_by_us);
+    // Remembered as ours until its release is seen.
+    assert!(done.nodes[0].cordoned_by_us);
     assert_eq!(
         done.actions,
-        [Action::Uncordon("n1".into()), Action::Cordon("n2".into())]
+        [
+            Action::Release {
+                node: "n1".into(),
+                uncordon: true
+            },
+            Action::Cordon("n2".into())
+        ]
     );
 }
 
@@ -165,10 +176,14 @@ fn an_admins_cordon_is_kept_and_a_node_not_ready_waits() {
     assert_eq!(first.nodes[1].blocked_by, ["node n2: not Ready"]);
     // Walk n1 to the end: no Uncordon of the admin's cordon.
     let mut r = stored(rollout(2), &first);
+    observed.nodes[0].held_by = Some("storage/engines".into());
     observed.pods[0] = pod("n1", NEW, true);
     for minute in 1..4 {
         let next = plan(&r, &observed, at(minute));
-        assert!(!next.actions.contains(&Action::Uncordon("n1".into())));
+        assert!(!next.actions.contains(&Action::Release {
+            node: "n1".into(),
+            uncordon: true
+        }));
         r = stored(r, &next);
     }
     assert_eq!(r.status.nodes[0].phase, "Upgraded");
@@ -176,15 +191,22 @@ fn an_admins_cordon_is_kept_and_a_node_not_ready_waits() {
 
 #[test]
 fn pause_sends_a_node_not_yet_evicted_back_and_lets_an_evicted_one_finish() {
-    let observed = cluster();
+    let mut observed = cluster();
     let first = plan(&rollout(2), &observed, at(0));
+    for node in &mut observed.nodes[..2] {
+        node.unschedulable = true;
+        node.held_by = Some("storage/engines".into());
+    }
     let mut r = stored(rollout(2), &first);
     r.status.nodes[1].evicted_pod_uid = "uid-n2-rev-1".into();
     r.status.nodes[1].phase = "Evicting".into();
     r.spec.paused = true;
     let paused = plan(&r, &observed, at(1));
     assert_eq!(paused.nodes[0].phase, "Pending");
-    assert!(paused.actions.contains(&Action::Uncordon("n1".into())));
+    assert!(paused.actions.contains(&Action::Release {
+        node: "n1".into(),
+        uncordon: true
+    }));
     assert_eq!(paused.nodes[1].phase, "Evicting");
     assert_eq!(paused.nodes[2].phase, "Pending");
     assert!(
@@ -215,6 +237,14 @@ fn a_new_pod_never_ready_fails_the_node_past_the_wait_limit_left_cordoned() {
     );
     // A failed node stays in flight: no other node starts.
     assert_eq!(failed.nodes[1].phase, "Pending");
+    let r = stored(r, &failed);
+    assert_eq!(plan(&r, &observed, at(30)).nodes[0].phase, "Failed");
+    // A person made the pod start: the node finishes as any other, then the next starts.
+    observed.pods[0] = pod("n1", NEW, true);
+    let recovered = plan(&r, &observed, at(31));
+    assert_eq!(recovered.nodes[0].phase, "Upgraded");
+    assert_eq!(recovered.nodes[0].reason, "Recovered");
+    assert_eq!(recovered.nodes[1].phase, "Cordoned");
 }
 
 #[test]
@@ -239,16 +269,21 @@ fn consumers_are_evicted_before_the_data_plane_pod() {
     let mut observed = cluster();
     observed.consumers = vec![PodView {
         uid: "app-uid".into(),
+        namespace: "apps".into(),
         name: "app-0".into(),
         node: "n1".into(),
         ..Default::default()
     }];
     let r = stored(rollout(1), &plan(&rollout(1), &observed, at(0)));
+    observed.nodes[0].unschedulable = true;
+    observed.nodes[0].held_by = Some("storage/engines".into());
     let consumers = plan(&r, &observed, at(1));
     assert_eq!(consumers.nodes[0].phase, "EvictingConsumers");
     assert_eq!(
         consumers.actions,
         [Action::Evict {
+            node: "n1".into(),
+            namespace: "apps".into(),
             name: "app-0".into(),
             uid: "app-uid".into()
         }]
@@ -273,5 +308,45 @@ fn a_node_held_by_another_rollout_waits_and_says_which() {
     assert_eq!(
         plan(&rollout(1), &observed, at(1)).nodes[0].phase,
         "Cordoned"
+    );
+}
+
+/// A crash between the status write and the cordon: the node is cordoned before anything
+/// else; between the upgrade and the release: released on the next pass, and `cordonedByUs`
+/// forgotten only once the release is seen.
+#[test]
+fn a_cordon_or_release_lost_in_a_crash_is_sent_again() {
+    let mut observed = cluster();
+    let first = plan(&rollout(1), &observed, at(0));
+    let r = stored(rollout(1), &first);
+    // The cordon never reached the node.
+    let again = plan(&r, &observed, at(1));
+    assert_eq!(again.nodes[0].phase, "Evicting");
+    assert_eq!(again.actions[0], Action::Cordon("n1".into()));
+    assert!(matches!(&again.actions[1], Action::Evict { name, .. } if name == "engine-n1-rev-1"));
+
+    // Upgraded, the release lost: still ours and cordoned.
+    let mut r = stored(r, &again);
+    r.status.nodes[0].phase = "Upgraded".into();
+    observed.nodes[0].unschedulable = true;
+    observed.nodes[0].held_by = Some("storage/engines".into());
+    observed.pods[0] = pod("n1", NEW, true);
+    let release = plan(&r, &observed, at(2));
+    assert!(release.actions.contains(&Action::Release {
+        node: "n1".into(),
+        uncordon: true
+    }));
+    assert!(release.nodes[0].cordoned_by_us);
+    // Seen released: forgotten, nothing sent for n1.
+    observed.nodes[0].unschedulable = false;
+    observed.nodes[0].held_by = None;
+    let r = stored(r, &release);
+    let done = plan(&r, &observed, at(3));
+    assert!(!done.nodes[0].cordoned_by_us);
+    assert!(
+        !done
+            .actions
+            .iter()
+            .any(|a| matches!(a, Action::Release { .. }))
     );
 }

@@ -1,10 +1,11 @@
-//! metav1.Conditions on a VolumeClaimMigration, kept as upstream's `meta.SetStatusCondition`
-//! keeps them: one per type, `lastTransitionTime` moved only when the status turns.
+//! metav1.Conditions on the project's kinds (VolumeClaimMigration, DataPlaneRollout), kept as
+//! upstream's `meta.SetStatusCondition` keeps them: one per type, `lastTransitionTime` moved
+//! only when the status turns.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 /// Sets condition `type_` to `on` with `reason` and `message`, observed at `generation`.
-pub(crate) fn set(
+pub fn set(
     conditions: &mut Vec<Condition>,
     type_: &str,
     on: bool,
