@@ -88,23 +88,6 @@ const AUDIT_RULES: &str = r#"- level: Metadata
     resources: ["pods", "nodes"]
 - level: None"#;
 
-/// What a user grants svm-apiserver for a guard: reading the engine's replicas.
-const GUARD_RBAC: &str = r#"apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata: {name: "svm-apiserver:engine-replicas"}
-rules:
-- apiGroups: ["engine.test"]
-  resources: ["replicas"]
-  verbs: ["get", "list", "watch"]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata: {name: "svm-apiserver:engine-replicas"}
-roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: "svm-apiserver:engine-replicas"}
-subjects:
-- {kind: ServiceAccount, name: svm-apiserver, namespace: svm-system}
-"#;
-
 /// What every scenario works with.
 struct World<'a> {
     client: kube::Client,
@@ -136,7 +119,6 @@ async fn data_plane_rollouts_upgrade_engines_node_by_node() {
         "--for=condition=Established",
         "--timeout=60s",
     ]);
-    kubectl.ok_stdin(&["apply", "-f", "-"], GUARD_RBAC);
     let started = Instant::now();
     let kcm = ControllerManager::start(&cluster.plane, &CONTROLLERS, &[]);
     println!(
@@ -145,7 +127,7 @@ async fn data_plane_rollouts_upgrade_engines_node_by_node() {
         started.elapsed().as_secs_f64()
     );
     let world = World {
-        client: cluster.plane.client().await,
+        client: client_without_retries(&cluster.plane.kubeconfig).await,
         kubectl: kubectl.clone(),
         audit: &audit,
     };
@@ -212,6 +194,18 @@ async fn data_plane_rollouts_upgrade_engines_node_by_node() {
     }
 }
 
+/// A kube client as the cluster admin that takes a 429 as an answer: the scenarios look at a
+/// budget's refusal, which kube's default retry policy would retry for minutes.
+async fn client_without_retries(kubeconfig: &std::path::Path) -> kube::Client {
+    let file = kube::config::Kubeconfig::read_from(kubeconfig).unwrap();
+    let options = kube::config::KubeConfigOptions::default();
+    let mut config = kube::Config::from_custom_kubeconfig(file, &options)
+        .await
+        .unwrap();
+    config.default_retry = false;
+    kube::Client::try_from(config).unwrap()
+}
+
 /// Run one scenario and print its wall time.
 async fn timed(scenario: &str, run: impl Future<Output = ()>) {
     let started = Instant::now();
@@ -224,10 +218,11 @@ async fn timed(scenario: &str, run: impl Future<Output = ()>) {
 
 /// The harness itself, before any rollout: kube-controller-manager's DaemonSet controller
 /// makes a pod per Node, the played scheduler binds them and the played kubelet runs them; a
-/// template change makes a new ControllerRevision and nothing else (`OnDelete`); a deleted pod
+/// template change makes a new ControllerRevision and nothing else (`OnDelete`); an evicted pod
 /// goes for good and the DaemonSet controller makes one of the newest revision in its place;
 /// the played engine sends that node's replicas to `error` and rebuilds them once the new pod
-/// is Ready.
+/// is Ready. A PodDisruptionBudget holds an eviction (429) until another pod is Ready; a Node
+/// made NotReady is tainted and untainted again.
 async fn the_played_cluster_runs_a_daemon_set(world: &World<'_>) {
     let stage = Stage::start(
         &world.client,
@@ -251,9 +246,8 @@ async fn the_played_cluster_runs_a_daemon_set(world: &World<'_>) {
     );
     let (name, uid) = first[&stage.node(1)].clone();
     let deleted_at = stage.elapsed();
-    world
-        .kubectl
-        .ok(&["delete", "pod", "-n", &stage.ns, &name, "--wait=false"]);
+    let evict = kube::api::EvictParams::default();
+    stage.pods.evict(&name, &evict).await.unwrap();
     let after = wait_node_pod(&stage, 1, &new).await;
     assert_ne!(after.1, uid);
     // What the watches saw, in order: the pod deleting, gone, its replica in error, the new pod
@@ -306,11 +300,45 @@ async fn the_played_cluster_runs_a_daemon_set(world: &World<'_>) {
     assert!(running >= ready + stage.rebuild() / 2, "{moments:#?}");
     assert!(
         !stage.moments().iter().any(
-            |m| matches!(&m.what, What::Replica{name, state} if name == "vol-1-2" && state != "running")
+            |m| matches!(&m.what, What::Replica{name, state} if name == "vol-1-2" && state == "error")
         ),
         "the other node's replica stays running"
     );
+    a_budget_refuses_an_eviction_until_another_pod_is_ready(&stage).await;
+    stage.set_node_ready(2, false);
+    stage.wait_node(&stage.node(2), false).await;
+    stage.set_node_ready(2, true);
+    stage.wait_node(&stage.node(2), true).await;
     stage.stop();
+}
+
+/// The disruption controller and the Eviction API with the played kubelet: a consumer pod
+/// alone under `minAvailable: 1` is refused (429) until a second one is Ready.
+async fn a_budget_refuses_an_eviction_until_another_pod_is_ready(stage: &Stage) {
+    let ns = stage.ns.clone();
+    stage.add_consumer(&ns, "c-1", 1, "c").await;
+    gates::create_pdb(&stage.client, &ns, "c", "c", 1, 1).await;
+    let evict = kube::api::EvictParams::default();
+    match stage.pods.evict("c-1", &evict).await {
+        Err(kube::Error::Api(status)) if status.code == 429 => {
+            println!("harness: eviction refused: {}", status.message)
+        }
+        other => panic!("the budget refuses c-1's eviction: {other:?}"),
+    }
+    stage.add_consumer(&ns, "c-2", 2, "c").await;
+    gates::wait_pdb(&stage.client, &ns, "c", 2).await;
+    stage.pods.evict("c-1", &evict).await.unwrap();
+    eventually_async_every(
+        LIMIT,
+        STEP,
+        "c-1 gone",
+        async || match stage.pods.get_opt("c-1").await {
+            Ok(None) => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+        async || String::new(),
+    )
+    .await;
 }
 
 /// Until node `index` runs a Ready engine pod of `revision`: (name, uid).

@@ -1,21 +1,37 @@
-//! svm-apiserver killed with SIGKILL mid-rollout, twice: right after the Node watch sees node 1
-//! cordoned, and right after it sees node 2's engine pod evicted (its `deletionTimestamp`).
-//! Each time it is started again (same store, port and flags; a short leader lease) and the
-//! rollout resumes where it stopped: it succeeds, and kube-apiserver's audit log shows each
-//! pod — consumers and engines — evicted exactly once.
+//! svm-apiserver killed with SIGKILL mid-rollout, three times: right after node 1's cordon,
+//! right after node 1's engine pod's eviction, and right after the Node watch sees node 2
+//! cordoned. Each time it is started again (same store, port and flags; a short leader
+//! lease) and the rollout resumes where it stopped: it succeeds, and kube-apiserver's audit
+//! log shows each pod — consumers and engines — evicted exactly once.
+//!
+//! How the first two crashes are placed at a step, deterministically: svm-apiserver is
+//! started with the `SVM_TEST_DATA_PLANE_HOOKS` of test builds (`crates/dataplane/src/hooks.rs`),
+//! which makes its controller stop acting on the rollout right after the cordon (or the
+//! eviction) succeeded and log `test hook: halted after …`; the test waits for that line, looks
+//! at what the status and the cluster show, and SIGKILLs the process. Watching the API for the
+//! write and killing then would race the controller's next step; the halt leaves nothing to
+//! race. The suite's `ServerProcess` passes no environment, so the hooked process is started
+//! here with the same flags, port, certificates and store (as `volumes/crashes.rs` does). The
+//! third crash is the plain kind: killed as soon as the watch saw the cordon, wherever the
+//! controller was by then.
 
 use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::stage::{DS, LIMIT, Stage, Volume, What};
+use super::stage::{DS, LIMIT, Moment, STEP, Stage, Volume, What};
 use super::{
-    World, assert_rolled_out, create_rollout, evicted, evictions, progress, rollout_spec, rollouts,
-    wait_succeeded,
+    SVM_FLAGS, World, assert_rolled_out, create_rollout, evicted, evictions, node_status, progress,
+    rollout_spec, rollouts, wait_succeeded,
 };
 use crate::support::real_cluster::RealCluster;
-use crate::support::wait::eventually_async_every;
+use crate::support::wait::{eventually, eventually_async_every};
+
+/// The hooks' variable (`crates/dataplane/src/hooks.rs`, compiled into test builds only).
+const HOOKS: &str = "SVM_TEST_DATA_PLANE_HOOKS";
 
 /// How often the moment to kill at is looked for: as soon as the watch saw it.
 const KILL_POLL: Duration = Duration::from_millis(10);
@@ -35,23 +51,64 @@ pub(super) async fn sigkill_after_the_cordon_and_after_the_eviction(
     let engines = stage.wait_engines_ready().await;
     let revision = stage.set_image(DS, "example.test/engine:2").await;
     let (n1, n2) = (stage.node(1), stage.node(2));
+    let key = format!("{ns}/upgrade");
+
+    // Right after the cordon.
+    cluster.svm.kill();
+    let hooked = Hooked::start(cluster, &format!("{key}=halt-after-cordon"));
+    cluster.wait_available();
     let spec = rollout_spec(json!({
         "nodes": stage.nodes,
         "consumers": {"selector": {"matchLabels": {"app": "app"}}},
     }));
     create_rollout(&stage, "upgrade", spec).await;
+    hooked
+        .wait_for(&key, "test hook: halted after Cordon")
+        .await;
+    super::stage::wait_until(&stage, "node 1 cordoned", |s| s.cordoned().contains(&n1)).await;
+    let at_crash = rollouts(&stage.client, &ns).get("upgrade").await.unwrap();
+    let entry = node_status(&at_crash, &n1).unwrap();
+    println!("dp-crash: halted after the cordon: {}", progress(&at_crash));
+    assert_eq!(
+        entry.phase, "Cordoned",
+        "the intent written first: {entry:#?}"
+    );
+    assert!(entry.cordoned_by_us, "{entry:#?}");
+    hooked.kill();
 
-    kill_when(&stage, cluster, &format!("{n1} cordoned"), |moment| {
-        moment.what == What::Cordoned(n1.clone())
+    // Right after the engine's eviction (its consumer evicted before it).
+    let hooked = Hooked::start(cluster, &format!("{key}=halt-after-evict"));
+    cluster.wait_available();
+    hooked.wait_for(&key, "test hook: halted after Evict").await;
+    let engine1 = engines[&n1].1.clone();
+    super::stage::wait_until(&stage, "node 1's engine deleting", |s| {
+        s.moments()
+            .iter()
+            .any(|m| matches!(&m.what, What::PodDeleting(p) if p.uid == engine1))
     })
     .await;
-    let engine2 = engines[&n2].1.clone();
-    kill_when(
-        &stage,
-        cluster,
-        &format!("{n2}'s engine evicted"),
-        |moment| matches!(&moment.what, What::PodDeleting(p) if p.uid == engine2),
-    )
+    let at_crash = rollouts(&stage.client, &ns).get("upgrade").await.unwrap();
+    let entry = node_status(&at_crash, &n1).unwrap();
+    println!(
+        "dp-crash: halted after the eviction: {}",
+        progress(&at_crash)
+    );
+    assert_eq!(
+        entry.evicted_pod_uid, engine1,
+        "the uid written first: {entry:#?}"
+    );
+    hooked.kill();
+
+    // Without hooks; killed again as soon as node 2 is seen cordoned.
+    let started = Instant::now();
+    cluster.restart_svm();
+    println!(
+        "dp-crash: svm-apiserver serving again after {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    kill_when(&stage, cluster, &format!("{n2} cordoned"), |moment| {
+        moment.what == What::Cordoned(n2.clone())
+    })
     .await;
 
     let done = wait_succeeded(&stage, "upgrade").await;
@@ -71,12 +128,12 @@ pub(super) async fn sigkill_after_the_cordon_and_after_the_eviction(
 }
 
 /// As soon as the stage's watches see a moment `at` says (looked for every [`KILL_POLL`]):
-/// SIGKILL svm-apiserver, print what the audit and the rollout show, start it again.
+/// SIGKILL svm-apiserver, start it again, print what the rollout shows.
 async fn kill_when(
     stage: &Stage,
     cluster: &mut RealCluster,
     what: &str,
-    at: impl Fn(&super::stage::Moment) -> bool,
+    at: impl Fn(&Moment) -> bool,
 ) {
     let seen = eventually_async_every(
         LIMIT,
@@ -95,9 +152,8 @@ async fn kill_when(
     cluster.svm.kill();
     let killed = stage.elapsed();
     println!(
-        "dp-crash: SIGKILL {:.0} ms after the watch saw {what} ({:?})",
-        (killed.saturating_sub(seen.at)).as_secs_f64() * 1000.0,
-        seen.what
+        "dp-crash: SIGKILL {:.0} ms after the watch saw {what}",
+        (killed.saturating_sub(seen.at)).as_secs_f64() * 1000.0
     );
     let started = Instant::now();
     cluster.restart_svm();
@@ -110,4 +166,126 @@ async fn kill_when(
         started.elapsed().as_secs_f64(),
         progress(&rollout)
     );
+}
+
+/// svm-apiserver as the suite runs it (same flags, port, certificates and store) but with
+/// [`HOOKS`] in its environment. SIGKILLed by [`Hooked::kill`] or on drop.
+struct Hooked {
+    child: Option<Child>,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Hooked {
+    fn start(cluster: &RealCluster, hooks: &str) -> Hooked {
+        let svm = &cluster.svm;
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("server.log");
+        let mut args = vec![
+            "serve".to_string(),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={}", svm.port()),
+            format!("--cert-dir={}", svm.dir().join("certs").display()),
+            format!(
+                "--write-kubeconfig={}",
+                dir.path().join("kubeconfig").display()
+            ),
+            "--watch-bookmark-interval=1s".into(),
+            format!("--etcd-servers={}", cluster.plane.etcd.endpoint()),
+            format!("--etcd-prefix={}", svm.etcd_prefix().unwrap()),
+            format!("--kubeconfig={}", cluster.svm_kubeconfig.display()),
+        ];
+        args.extend(SVM_FLAGS.iter().map(|f| f.to_string()));
+        let child = Command::new(crate::support::svm_apiserver_binary())
+            .args(&args)
+            .env("RUST_LOG", "info")
+            .env(HOOKS, hooks)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let hooked = Hooked {
+            child: Some(child),
+            log,
+            _dir: dir,
+        };
+        let ca = svm.ca_pem();
+        let url = svm.url.clone();
+        eventually(
+            Duration::from_secs(60),
+            "the hooked svm-apiserver answering /readyz",
+            || {
+                let (url, ca) = (url.clone(), ca.clone());
+                // Its own thread: a blocking probe inside the test's runtime.
+                std::thread::spawn(move || ready(&url, &ca))
+                    .join()
+                    .unwrap_or(false)
+                    .then_some(())
+            },
+            || hooked.read_log(),
+        );
+        hooked
+    }
+
+    fn read_log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// Until a line naming rollout `key` says `text`.
+    async fn wait_for(&self, key: &str, text: &str) {
+        eventually_async_every(
+            LIMIT,
+            STEP,
+            &format!("{key}: the hooked svm-apiserver logging {text:?}"),
+            async || {
+                let log = self.read_log();
+                if log.lines().any(|l| l.contains(key) && l.contains(text)) {
+                    Ok(())
+                } else {
+                    // A log that grows is a server at work: progress, for the wait.
+                    Err(format!("not yet, in {} lines of log", log.lines().count()))
+                }
+            },
+            async || self.read_log(),
+        )
+        .await;
+    }
+
+    fn kill(mut self) {
+        self.stop();
+        crate::support::server::keep_log("svm-apiserver-hooked", &self.log);
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for Hooked {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// One GET of `/readyz`, trusting svm-apiserver's CA.
+fn ready(url: &str, ca: &[u8]) -> bool {
+    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    else {
+        return false;
+    };
+    rt.block_on(async {
+        let Ok(ca) = reqwest::Certificate::from_pem(ca) else {
+            return false;
+        };
+        let Ok(client) = reqwest::Client::builder().add_root_certificate(ca).build() else {
+            return false;
+        };
+        matches!(client.get(format!("{url}/readyz")).send().await,
+                 Ok(r) if r.status().is_success())
+    })
 }

@@ -12,8 +12,8 @@ use serde_json::json;
 
 use super::stage::{DS, LIMIT, STEP, Stage, What, create_namespace};
 use super::{
-    World, create_rollout, evictions, is_true, node_status, phase_of, rollout_spec, wait_rollout,
-    wait_succeeded,
+    World, assert_rolled_out, create_rollout, evictions, is_true, node_status, phase_of,
+    rollout_spec, wait_rollout, wait_succeeded,
 };
 use crate::support::wait::eventually_async_every;
 
@@ -141,7 +141,8 @@ pub(super) async fn a_pdb_holds_the_consumers_eviction(world: &World<'_>) {
 
 /// The new revision's pods never get Ready: node 1 is cordoned, its engine evicted, and after
 /// `waitLimit: 5s` of WaitingForPod it is Failed and so is the rollout; it stays cordoned
-/// (for a person to decide) and node 2 is never touched.
+/// (for a person to decide) and node 2 is never touched. Then the pod gets Ready after all:
+/// node 1 recovers and the rollout succeeds.
 pub(super) async fn a_pod_never_ready_fails_the_node(world: &World<'_>) {
     let volumes: [super::stage::Volume; 1] = [("vol-1", &[1, 2])];
     let stage = Stage::start(&world.client, &world.kubectl, "dp-never", 2, &volumes).await;
@@ -187,5 +188,16 @@ pub(super) async fn a_pod_never_ready_fails_the_node(world: &World<'_>) {
     );
     let evicted = super::evicted(world.audit, &stage.ns);
     assert_eq!(evicted.len(), 1, "node 1's engine only: {evicted:?}");
+
+    // The pod gets Ready after all (a person fixed it): the node recovers, the rollout goes on.
+    stage.release_revision(&revision);
+    let done = wait_succeeded(&stage, "upgrade").await;
+    let entry = node_status(&done, &n1).unwrap();
+    println!(
+        "dp-never: after the fix: {n1} {} {}",
+        entry.phase, entry.reason
+    );
+    assert!(!is_true(&done, "Failed"), "{done:#?}");
+    assert_rolled_out(world, &stage, &done, &revision, &BTreeSet::new()).await;
     stage.stop();
 }

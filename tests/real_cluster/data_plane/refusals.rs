@@ -32,20 +32,23 @@ pub(super) async fn bad_input_is_refused(world: &World<'_>) {
         (
             "rolling-update",
             rollout_spec(json!({"daemonSet": "rolling", "nodes": [n1, n2]})),
+            "NotOnDelete",
             "RollingUpdate",
         ),
         (
             "unknown-node",
             rollout_spec(json!({"nodes": [n1, missing, n2]})),
+            "UnknownNodes",
             missing,
         ),
         (
             "unserved-guard",
             rollout_spec(json!({"nodes": [n1, n2], "replicaGuards": [unserved]})),
+            "GuardNotServed",
             "things",
         ),
     ];
-    for (name, spec, named) in cases {
+    for (name, spec, reason, named) in cases {
         create_rollout(&stage, name, spec).await;
         let failed = wait_rollout(&stage, name, "Failed", |r| is_true(r, "Failed")).await;
         let cause = condition(&failed, "Failed").unwrap();
@@ -53,6 +56,7 @@ pub(super) async fn bad_input_is_refused(world: &World<'_>) {
             "dp-bad: {name}: Failed {} \"{}\"",
             cause.reason, cause.message
         );
+        assert_eq!(cause.reason, reason, "{name}: {cause:#?}");
         assert!(
             cause.message.contains(named),
             "{name}: the condition names {named}: {cause:#?}"

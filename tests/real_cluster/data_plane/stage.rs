@@ -3,7 +3,11 @@
 //!
 //! - **the Nodes' kubelets' heartbeat**: `<ns>-node-<i>`, hand-made Node objects labelled
 //!   [`SCENARIO_LABEL`]`=<ns>`, whose `Ready` condition is written through the status
-//!   subresource and kept as the scenario wants it ([`Stage::set_node_ready`]);
+//!   subresource and kept as the scenario wants it ([`Stage::set_node_ready`]); and the
+//!   node-lifecycle controller's part for them: the `node.kubernetes.io/not-ready:NoSchedule`
+//!   taint kube-apiserver's admission puts on every new Node is taken off while the Node is
+//!   Ready and put back while it is not (the DaemonSet controller places no pod on a Node
+//!   with it);
 //! - **the scheduler's binding**: a pod the DaemonSet controller made (no `nodeName`, a
 //!   `nodeAffinity` with `matchFields metadata.name In [<node>]`) for one of the stage's Nodes
 //!   is bound to it with `POST pods/<name>/binding`, as kube-scheduler binds;
@@ -279,6 +283,10 @@ impl Stage {
         shared.held_revisions.insert(revision.to_string());
     }
 
+    pub(super) fn release_revision(&self, revision: &str) {
+        self.shared.lock().unwrap().held_revisions.remove(revision);
+    }
+
     /// New pods on this node are not made Ready (until released).
     pub(super) fn hold_node(&self, index: usize) {
         let name = self.node(index);
@@ -295,8 +303,8 @@ impl Stage {
         REBUILD
     }
 
-    /// Until the Node's Ready condition is as wanted.
-    async fn wait_node(&self, name: &str, ready: bool) {
+    /// Until the Node's Ready condition and taint are as wanted.
+    pub(super) async fn wait_node(&self, name: &str, ready: bool) {
         let nodes: Api<Node> = Api::all(self.client.clone());
         eventually_async_every(
             LIMIT,
@@ -304,11 +312,10 @@ impl Stage {
             &format!("Node {name} Ready={ready}"),
             async || {
                 let node = nodes.get(name).await.map_err(|e| e.to_string())?;
-                let seen = serde_json::to_value(&node).unwrap();
-                if condition_true(&seen, "Ready") == ready {
+                if node_ready(&node) == ready && has_not_ready_taint(&node) != ready {
                     Ok(())
                 } else {
-                    Err(format!("{:?}", seen.pointer("/status/conditions")))
+                    Err(format!("{:?} {:?}", node.status, node.spec))
                 }
             },
             async || String::new(),
@@ -707,7 +714,8 @@ impl Players {
         }
     }
 
-    /// Each Node's Ready condition as the scenario wants it.
+    /// Each Node's Ready condition as the scenario wants it, and the node-lifecycle
+    /// controller's `not-ready` taint to match.
     async fn heartbeat(&self) {
         let not_ready = self.shared.lock().unwrap().not_ready_nodes.clone();
         for name in &self.nodes {
@@ -717,28 +725,43 @@ impl Players {
                 .state()
                 .into_iter()
                 .find(|n| n.metadata.name.as_deref() == Some(name));
-            let now = node
-                .as_ref()
-                .map(|n| condition_true(&serde_json::to_value(n.as_ref()).unwrap(), "Ready"));
-            if now == Some(want) {
+            let Some(node) = node else {
                 continue;
-            }
-            let stamp = jiff::Timestamp::now().to_string();
-            let (status, reason) = if want {
-                ("True", "KubeletReady")
-            } else {
-                ("False", "KubeletNotReady")
             };
-            let patch = json!({"status": {"conditions": [{
-                "type": "Ready", "status": status, "reason": reason,
-                "message": format!("played by the test: {reason}"),
-                "lastHeartbeatTime": stamp, "lastTransitionTime": stamp,
-            }]}});
-            let _ = self
-                .node_api
-                .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await;
+            if node_ready(&node) != want {
+                self.report_ready(name, want).await;
+            }
+            if has_not_ready_taint(&node) == want {
+                let taints = if want {
+                    json!(null)
+                } else {
+                    json!([{"key": NOT_READY_TAINT, "effect": "NoSchedule"}])
+                };
+                let patch = json!({"spec": {"taints": taints}});
+                let _ = self
+                    .node_api
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await;
+            }
         }
+    }
+
+    async fn report_ready(&self, name: &str, ready: bool) {
+        let stamp = jiff::Timestamp::now().to_string();
+        let (status, reason) = if ready {
+            ("True", "KubeletReady")
+        } else {
+            ("False", "KubeletNotReady")
+        };
+        let patch = json!({"status": {"conditions": [{
+            "type": "Ready", "status": status, "reason": reason,
+            "message": format!("played by the test: {reason}"),
+            "lastHeartbeatTime": stamp, "lastTransitionTime": stamp,
+        }]}});
+        let _ = self
+            .node_api
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await;
     }
 
     /// The scheduler's binding of a DaemonSet pod to the node its affinity names.
@@ -875,6 +898,24 @@ impl Players {
     }
 }
 
+/// The taint kube-apiserver's `TaintNodesByCondition` admission puts on every new Node and
+/// the node-lifecycle controller keeps while it is not Ready.
+const NOT_READY_TAINT: &str = "node.kubernetes.io/not-ready";
+
+fn node_ready(node: &Node) -> bool {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
+fn has_not_ready_taint(node: &Node) -> bool {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.as_ref())
+        .is_some_and(|t| t.iter().any(|t| t.key == NOT_READY_TAINT))
+}
+
 /// The node a DaemonSet pod's affinity names (`matchFields metadata.name In [node]`).
 fn affinity_node(pod: &Pod) -> Option<String> {
     let terms = &pod
@@ -927,13 +968,6 @@ fn replica_state(replica: &DynamicObject) -> String {
         .as_str()
         .unwrap_or_default()
         .to_string()
-}
-
-fn condition_true(object: &Value, type_: &str) -> bool {
-    object["status"]["conditions"].as_array().is_some_and(|c| {
-        c.iter()
-            .any(|c| c["type"] == type_ && c["status"] == "True")
-    })
 }
 
 fn owned_by(
