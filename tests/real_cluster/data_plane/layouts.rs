@@ -36,10 +36,11 @@ async fn a_single_replica_volume_holds_the_first_node(world: &World<'_>) {
     .await;
     let entry = node_status(&blocked, &n1).unwrap();
     assert!(
-        entry
-            .blocked_by
-            .iter()
-            .any(|b| b == "replicas volume vol-1: 0 healthy replicas on other nodes, 1 needed"),
+        entry.blocked_by.iter().any(|b| *b
+            == format!(
+                "replicas volume {}: 0 healthy replicas on other nodes, 1 needed",
+                stage.volume("vol-1")
+            )),
         "{entry:#?}"
     );
     assert!(entry.message.contains("vol-1"), "{entry:#?}");
@@ -87,10 +88,11 @@ async fn a_volume_whose_only_replica_is_on_node_2_holds_node_2(world: &World<'_>
     .await;
     let entry = node_status(&blocked, &n2).unwrap();
     assert!(
-        entry
-            .blocked_by
-            .iter()
-            .any(|b| b == "replicas volume vol-1: 0 healthy replicas on other nodes, 1 needed"),
+        entry.blocked_by.iter().any(|b| *b
+            == format!(
+                "replicas volume {}: 0 healthy replicas on other nodes, 1 needed",
+                stage.volume("vol-1")
+            )),
         "{entry:#?}"
     );
     assert!(

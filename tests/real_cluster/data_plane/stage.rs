@@ -469,7 +469,14 @@ impl Stage {
         .await
     }
 
-    /// A replica of `volume` on node `index`, `running`.
+    /// The engine's name of the scenario's volume `volume`: `<ns>/<volume>`. A guard reads
+    /// replicas from every namespace and knows a volume by its name alone, so the scenarios'
+    /// volumes have names of their own.
+    pub(super) fn volume(&self, volume: &str) -> String {
+        format!("{}/{volume}", self.ns)
+    }
+
+    /// A replica `<volume>-<index>` of `volume` on node `index`, `running`.
     pub(super) async fn add_replica(&self, volume: &str, index: usize) {
         let node = self.node(index);
         let name = format!("{volume}-{index}");
@@ -477,7 +484,7 @@ impl Stage {
             "apiVersion": "engine.test/v1",
             "kind": "Replica",
             "metadata": {"name": name, "namespace": self.ns},
-            "spec": {"nodeID": node, "volumeName": volume},
+            "spec": {"nodeID": node, "volumeName": self.volume(volume)},
         }))
         .unwrap();
         self.replicas
