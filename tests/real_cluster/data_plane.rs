@@ -148,6 +148,7 @@ async fn data_plane_rollouts_upgrade_engines_node_by_node() {
         layouts::succeeding_layouts_go_one_node_at_a_time(&world),
     )
     .await;
+    timed("ten nodes", layouts::ten_nodes_where_the_time_goes(&world)).await;
     timed(
         "a PodDisruptionBudget",
         gates::a_pdb_holds_the_consumers_eviction(&world),

@@ -216,3 +216,123 @@ async fn succeeds(world: &World<'_>, stage: &Stage, spec: serde_json::Value) {
         stage.rebuild()
     );
 }
+
+/// Ten nodes, each volume with three replicas on neighbouring nodes: the rollout's wall time
+/// against the waits the played components impose (the rebuild, [`Stage::rebuild`], a node),
+/// and where each node's time went, from what the watches saw (printed, never asserted):
+/// cordon → engine evicted (the controller), evicted → new pod Ready (the played kubelet,
+/// kube-controller-manager's DaemonSet controller, the played binding), Ready → rebuilt (the
+/// played engine), rebuilt → uncordon and uncordon → next cordon (the controller).
+pub(super) async fn ten_nodes_where_the_time_goes(world: &World<'_>) {
+    let names: Vec<String> = (1..=10).map(|i| format!("vol-{i}")).collect();
+    let rings: Vec<[usize; 3]> = (0..10)
+        .map(|i| [i + 1, (i + 1) % 10 + 1, (i + 2) % 10 + 1])
+        .collect();
+    let volumes: Vec<Volume> = names
+        .iter()
+        .zip(&rings)
+        .map(|(name, ring)| (name.as_str(), &ring[..]))
+        .collect();
+    let stage = Stage::start(&world.client, &world.kubectl, "dp-ten", 10, &volumes).await;
+    let selector = json!({"matchLabels": {super::stage::SCENARIO_LABEL: stage.ns}});
+    let revision = stage.set_image(DS, "example.test/engine:2").await;
+    let started = stage.elapsed();
+    create_rollout(
+        &stage,
+        "upgrade",
+        rollout_spec(json!({"nodeSelector": selector})),
+    )
+    .await;
+    let done = wait_succeeded(&stage, "upgrade").await;
+    let took = stage.elapsed() - started;
+    assert_rolled_out(world, &stage, &done, &revision, &BTreeSet::new()).await;
+    let spans = node_spans(&stage.moments(), &stage.nodes);
+    let sum = |pick: fn(&Span) -> Duration| spans.iter().map(pick).sum::<Duration>();
+    let played = stage.rebuild() * 10;
+    let controller = sum(|s| s.to_evicted) + sum(|s| s.to_uncordon) + sum(|s| s.to_next);
+    println!(
+        "dp-ten: 10 nodes in {:.1} s; the played rebuild's waits {:.1} s in all; per node on \
+         average: cordon→evicted {}, evicted→new pod Ready {}, Ready→rebuilt {}, \
+         rebuilt→uncordon {}, uncordon→next cordon {}; the controller's own share {:.2} s a node",
+        took.as_secs_f64(),
+        played.as_secs_f64(),
+        mean(sum(|s| s.to_evicted), spans.len()),
+        mean(sum(|s| s.to_ready), spans.len()),
+        mean(sum(|s| s.to_rebuilt), spans.len()),
+        mean(sum(|s| s.to_uncordon), spans.len()),
+        mean(sum(|s| s.to_next), spans.len().saturating_sub(1)),
+        controller.as_secs_f64() / spans.len().max(1) as f64,
+    );
+    stage.stop();
+}
+
+fn mean(total: Duration, count: usize) -> String {
+    format!("{:.2} s", total.as_secs_f64() / count.max(1) as f64)
+}
+
+/// Where one node's time went, as the watches saw it.
+#[derive(Debug, Default)]
+struct Span {
+    to_evicted: Duration,
+    to_ready: Duration,
+    to_rebuilt: Duration,
+    to_uncordon: Duration,
+    to_next: Duration,
+}
+
+/// Each node's [`Span`], in cordon order: from its cordon to its engine deleting, to the new
+/// engine Ready on it, to no replica in `error`, to its uncordon, to the next node's cordon.
+fn node_spans(moments: &[super::stage::Moment], nodes: &[String]) -> Vec<Span> {
+    let mut spans = Vec::new();
+    let mut last_uncordon: Option<Duration> = None;
+    for node in cordon_order(moments, &BTreeSet::new()) {
+        if !nodes.contains(&node) {
+            continue;
+        }
+        let find = |from: Duration, want: &dyn Fn(&What) -> bool| {
+            moments
+                .iter()
+                .find(|m| m.at >= from && want(&m.what))
+                .map(|m| m.at)
+        };
+        let Some(cordon) = find(Duration::ZERO, &|w| *w == What::Cordoned(node.clone())) else {
+            continue;
+        };
+        let engine = |w: &What, deleting: bool| match w {
+            What::PodDeleting(p) if deleting => p.node == node && p.app == DS,
+            What::PodReady(p) if !deleting => p.node == node && p.app == DS,
+            _ => false,
+        };
+        let evicted = find(cordon, &|w| engine(w, true)).unwrap_or(cordon);
+        let ready = find(evicted, &|w| engine(w, false)).unwrap_or(evicted);
+        let rebuilt = all_running_from(moments, ready).unwrap_or(ready);
+        let uncordon = find(cordon, &|w| *w == What::Uncordoned(node.clone())).unwrap_or(rebuilt);
+        if let (Some(previous), Some(span)) = (last_uncordon, spans.last_mut()) {
+            let span: &mut Span = span;
+            span.to_next = cordon.saturating_sub(previous);
+        }
+        spans.push(Span {
+            to_evicted: evicted - cordon,
+            to_ready: ready.saturating_sub(evicted),
+            to_rebuilt: rebuilt.saturating_sub(ready),
+            to_uncordon: uncordon.saturating_sub(rebuilt),
+            to_next: Duration::ZERO,
+        });
+        last_uncordon = Some(uncordon);
+    }
+    spans
+}
+
+/// The first moment at or after `from` when no replica is in `error`.
+fn all_running_from(moments: &[super::stage::Moment], from: Duration) -> Option<Duration> {
+    let mut states: std::collections::BTreeMap<&str, &str> = std::collections::BTreeMap::new();
+    for moment in moments {
+        if let What::Replica { name, state } = &moment.what {
+            states.insert(name, state);
+        }
+        if moment.at >= from && !states.values().any(|s| *s == "error") {
+            return Some(moment.at);
+        }
+    }
+    None
+}
