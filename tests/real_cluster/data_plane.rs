@@ -639,8 +639,8 @@ async fn claims_left(stage: &Stage) -> BTreeMap<String, String> {
 }
 
 /// The end of every rollout that succeeds: every node Upgraded at `revision` and running a
-/// Ready pod of it, the counts and revision said, no node of ours left cordoned (but
-/// `admins`'), never two of ours cordoned at once, never one cordoned before the node before
+/// Ready pod of it, the counts and revision said, every node released (no claim left, no
+/// node of ours left cordoned but `admins`'), never two of ours cordoned at once, never one cordoned before the node before
 /// it was rebuilt, each old pod evicted once and none deleted bare.
 async fn assert_rolled_out(
     world: &World<'_>,
@@ -665,9 +665,12 @@ async fn assert_rolled_out(
         assert_eq!(entry.revision, revision, "{node}: {}", report());
     }
     stage.wait_pods_of(DS, revision).await;
+    // The status is written before the last release is sent: the release follows.
+    stage::wait_until(stage, "every node released", |s| {
+        s.cordoned() == *admins && s.claimed().is_empty()
+    })
+    .await;
     let moments = stage.moments();
-    let cordoned = stage.cordoned();
-    assert_eq!(&cordoned, admins, "left cordoned: {moments:#?}");
     assert!(
         max_cordoned_at_once(&moments, admins) <= 1,
         "two of ours cordoned at once: {moments:#?}"

@@ -124,6 +124,10 @@ pub(super) async fn a_pdb_holds_the_consumers_eviction(world: &World<'_>) {
     let done = wait_succeeded(&stage, "upgrade").await;
     assert_eq!(done.status.revision, revision);
     assert_eq!(done.status.nodes_upgraded, 2, "{done:#?}");
+    super::stage::wait_until(&stage, "both nodes released", |s| {
+        s.cordoned().is_empty() && s.claimed().is_empty()
+    })
+    .await;
     let moments = stage.moments();
     assert!(super::max_cordoned_at_once(&moments, &BTreeSet::new()) <= 1);
     // The rollout's nodes only (node 3 holds the spare consumers and is not in it).

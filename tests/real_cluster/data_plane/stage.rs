@@ -541,6 +541,16 @@ impl Stage {
             .collect()
     }
 
+    /// The nodes claimed now (node → rollout), as the Node watch last saw them.
+    pub(super) fn claimed(&self) -> BTreeMap<String, String> {
+        let shared = self.shared.lock().unwrap();
+        shared
+            .claims
+            .iter()
+            .filter_map(|(node, claim)| Some((node.clone(), claim.clone()?)))
+            .collect()
+    }
+
     /// How long since the stage started (the clock of [`Moment::at`]).
     pub(super) fn elapsed(&self) -> Duration {
         self.started.elapsed()
