@@ -179,12 +179,14 @@ async fn data_plane_rollouts_upgrade_engines_node_by_node() {
         changes::two_rollouts_on_the_same_nodes(&world),
     )
     .await;
+    the_metrics_agree_with_the_audit_log(&cluster, &audit).await;
     timed(
         "SIGKILL after the cordon and after the eviction",
         crashes::sigkill_after_the_cordon_and_after_the_eviction(&world, &mut cluster),
     )
     .await;
     print_svm_writes(&audit);
+    events_on_nodes(&world);
     let errors = kcm.errors();
     println!(
         "kube-controller-manager's error lines: {} (first 10 below)",
@@ -598,6 +600,73 @@ fn svm_pod_deletes(audit: &AuditLog) -> Vec<AuditedRequest> {
         .into_iter()
         .filter(|r| r.user == SVM_USER && r.verb == "delete" && r.uri.contains("/pods/"))
         .collect()
+}
+
+/// svm-apiserver's eviction counts (`svm_data_plane_evictions_total`, since its start) are
+/// what kube-apiserver's audit log holds of its evictions: accepted (201) and refused by a
+/// budget (429), for data-plane and consumer pods.
+async fn the_metrics_agree_with_the_audit_log(cluster: &RealCluster, audit: &AuditLog) {
+    let mut audited: BTreeMap<(&str, u16), usize> = BTreeMap::new();
+    for request in audit.requests().iter().filter(|r| r.user == SVM_USER) {
+        let path = request.uri.split('?').next().unwrap_or_default();
+        let Some(pod) = path.strip_suffix("/eviction") else {
+            continue;
+        };
+        let name = pod.rsplit('/').next().unwrap_or_default();
+        let kind = if name.starts_with(&format!("{DS}-")) {
+            "data-plane"
+        } else {
+            "consumer"
+        };
+        *audited.entry((kind, request.code)).or_default() += 1;
+    }
+    let metrics = cluster.metrics().await;
+    println!("svm-apiserver's evictions, audited (kind, code → count): {audited:?}");
+    for line in metrics.lines().filter(|l| l.starts_with("svm_data_plane_")) {
+        println!("  {line}");
+    }
+    for kind in ["data-plane", "consumer"] {
+        for (result, code) in [("accepted", 201), ("budget", 429)] {
+            let counted = crate::support::server::metric_sum(
+                &metrics,
+                "svm_data_plane_evictions_total",
+                &[&format!("pod=\"{kind}\""), &format!("result=\"{result}\"")],
+            );
+            let seen = audited.get(&(kind, code)).copied().unwrap_or(0);
+            assert_eq!(counted as usize, seen, "{kind} {result}: {audited:?}");
+        }
+    }
+}
+
+/// Each node's steps are Events on the Node too, as `kubectl describe node` shows them
+/// (docs/data-plane.md): looked at last, on a node of `dp-everywhere`.
+fn events_on_nodes(world: &World<'_>) {
+    let node = "dp-everywhere-node-3";
+    let described = world.kubectl.ok(&["describe", "node", node]);
+    let selector = format!("involvedObject.kind=Node,involvedObject.name={node}");
+    let listed = world.kubectl.ok(&[
+        "get",
+        "events",
+        "-A",
+        "--field-selector",
+        &selector,
+        "-o",
+        "custom-columns=NAMESPACE:.metadata.namespace,REASON:.reason,UID:.involvedObject.uid,\
+         KIND:.involvedObject.kind,NAME:.involvedObject.name",
+    ]);
+    println!("Events about Node {node}:\n{listed}");
+    for reason in [
+        "Cordoned",
+        "Evicting",
+        "WaitingForPod",
+        "Rebuilding",
+        "Upgraded",
+    ] {
+        assert!(
+            described.contains(reason),
+            "{reason} on Node {node} (kubectl describe node): {described}\nits Events: {listed}"
+        );
+    }
 }
 
 /// Print what svm-apiserver wrote to pods and Nodes, by verb and code.

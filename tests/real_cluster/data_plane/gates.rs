@@ -140,6 +140,13 @@ pub(super) async fn a_pdb_holds_the_consumers_eviction(world: &World<'_>) {
     assert_eq!(done.status.nodes_total, 2);
     let all = evictions(world.audit, apps);
     println!("dp-pdb: consumers' evictions (codes): {all:?}");
+    let described = world
+        .kubectl
+        .ok(&["describe", "dpr", "-n", &stage.ns, "upgrade"]);
+    assert!(
+        described.contains("EvictionRefused") && described.contains(&budget),
+        "{described}"
+    );
     stage.stop();
 }
 
@@ -177,6 +184,10 @@ pub(super) async fn a_pod_never_ready_fails_the_node(world: &World<'_>) {
         assert!(waited >= Duration::from_secs(5), "failed after {waited:?}");
     }
     assert!(!is_true(&failed, "Succeeded"), "{failed:#?}");
+    let described = world
+        .kubectl
+        .ok(&["describe", "dpr", "-n", &stage.ns, "upgrade"]);
+    assert!(described.contains("WaitLimitExceeded"), "{described}");
     tokio::time::sleep(Duration::from_secs(3)).await;
     let cordoned = stage.cordoned();
     assert_eq!(

@@ -50,6 +50,13 @@ async fn a_single_replica_volume_holds_the_first_node(world: &World<'_>) {
     );
     println!("dp-single: node 1 {} {:?}", entry.reason, entry.blocked_by);
     assert_held(world, &stage, "upgrade").await;
+    let described = world
+        .kubectl
+        .ok(&["describe", "dpr", "-n", &stage.ns, "upgrade"]);
+    assert!(
+        described.contains("Warning") && described.contains("PreflightBlocked"),
+        "{described}"
+    );
 
     stage.add_replica("vol-1", 2).await;
     let done = wait_succeeded(&stage, "upgrade").await;
@@ -173,6 +180,33 @@ pub(super) async fn succeeding_layouts_go_one_node_at_a_time(world: &World<'_>) 
     let nodes: Vec<String> = order.iter().map(|i| stage.node(*i)).collect();
     succeeds(world, &stage, json!({"nodes": nodes})).await;
     assert_eq!(cordon_order(&stage.moments(), &BTreeSet::new()), nodes);
+    // What a person sees: the table, and each step as an Event on the rollout (on the Node:
+    // `super::events_on_nodes`, at the end).
+    let table = world.kubectl.ok(&["get", "dpr", "-n", &stage.ns]);
+    println!("{table}");
+    for column in [
+        "NAME",
+        "DAEMONSET",
+        "UPGRADED",
+        "REVISION",
+        "STATUS",
+        "3/3",
+        "Succeeded",
+    ] {
+        assert!(table.contains(column), "{column}: {table}");
+    }
+    let described = world
+        .kubectl
+        .ok(&["describe", "dpr", "-n", &stage.ns, "upgrade"]);
+    for reason in [
+        "Cordoned",
+        "Evicting",
+        "WaitingForPod",
+        "Rebuilding",
+        "Upgraded",
+    ] {
+        assert!(described.contains(reason), "{reason}: {described}");
+    }
     stage.stop();
 
     // Two replicas, neither on node 1; the rollout selects its nodes by label.
