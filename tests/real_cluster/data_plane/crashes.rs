@@ -124,6 +124,25 @@ pub(super) async fn sigkill_after_the_cordon_and_after_the_eviction(
         assert_eq!(evicted.get(pod), Some(&1), "{pod} evicted once: {all:?}");
     }
     assert_eq!(evicted.len(), 6, "{all:?}");
+    // On each node its consumer went before its engine.
+    let order: Vec<String> = world
+        .audit
+        .requests()
+        .iter()
+        .filter(|r| r.code == 201)
+        .filter_map(|r| {
+            let path = r.uri.split('?').next()?;
+            let pod = path.strip_suffix("/eviction")?;
+            pod.starts_with(&format!("/api/v1/namespaces/{ns}/pods/"))
+                .then(|| pod.rsplit('/').next().unwrap_or_default().to_string())
+        })
+        .collect();
+    for (index, node) in stage.nodes.iter().enumerate() {
+        let at = |pod: &str| order.iter().position(|p| p == pod);
+        let consumer = at(&format!("app-{}", index + 1));
+        let engine = at(&engines[node].0);
+        assert!(consumer < engine, "{node}: eviction order {order:?}");
+    }
     stage.stop();
 }
 
