@@ -77,8 +77,14 @@ impl fmt::Display for Unrebuilt {
 }
 
 /// `object` as `guard` reads it; `None` when it names no volume (not a replica we can judge).
+/// A namespaced replica's volume is known as `<namespace>/<volume>`: two namespaces' volumes of
+/// the same name are two volumes.
 pub fn read_replica(guard: &ReplicaGuard, object: &Value) -> Option<Replica> {
     let volume = text_at(object, &guard.volume_field).filter(|v| !v.is_empty())?;
+    let volume = match text_at(object, "metadata.namespace").filter(|ns| !ns.is_empty()) {
+        Some(namespace) => format!("{namespace}/{volume}"),
+        None => volume,
+    };
     Some(Replica {
         guard: guard.name.clone(),
         volume,

@@ -260,10 +260,17 @@ impl Controller {
             if change.reason == "Upgraded" || change.reason == "Recovered" {
                 self.metrics.nodes_upgraded.inc();
             }
+            let uid = observation
+                .observed
+                .nodes
+                .iter()
+                .find(|n| n.name == change.node)
+                .map(|n| n.uid.clone());
             let node = ObjectReference {
                 api_version: Some("v1".into()),
                 kind: Some("Node".into()),
                 name: Some(change.node.clone()),
+                uid,
                 ..Default::default()
             };
             let secondary = Some(observation.daemon_set.clone());

@@ -16,6 +16,8 @@ use crate::guards::{self, Replica};
 pub struct NodeView {
     /// Its name.
     pub name: String,
+    /// Its uid (the Events about it carry it: `kubectl describe node` finds them by it).
+    pub uid: String,
     /// Its Ready condition is True.
     pub ready: bool,
     /// `spec.unschedulable` (cordoned, by anyone).
@@ -272,10 +274,21 @@ impl Context<'_> {
                 Vec::new(),
             );
         }
-        let max = usize::try_from(self.rollout.spec.max_unavailable()).unwrap_or(1);
-        if self.rollout.spec.paused || in_flight.len() >= max {
+        if self.rollout.spec.paused {
+            let blocker = "the rollout is paused (spec.paused)".to_string();
             return (
-                self.waiting(status, phases::PENDING, "Queued", Vec::new()),
+                self.waiting(status, phases::PENDING, "Paused", vec![blocker]),
+                Vec::new(),
+            );
+        }
+        let max = usize::try_from(self.rollout.spec.max_unavailable()).unwrap_or(1);
+        if in_flight.len() >= max {
+            let blocker = format!(
+                "{} node(s) in flight, spec.maxUnavailable {max}",
+                in_flight.len()
+            );
+            return (
+                self.waiting(status, phases::PENDING, "Queued", vec![blocker]),
                 Vec::new(),
             );
         }

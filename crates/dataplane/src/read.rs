@@ -17,6 +17,7 @@ pub const REVISION_LABEL: &str = "controller-revision-hash";
 pub fn node_view(node: &Value) -> NodeView {
     NodeView {
         name: text(node, "/metadata/name"),
+        uid: text(node, "/metadata/uid"),
         ready: condition_true(node, "Ready"),
         unschedulable: node
             .pointer("/spec/unschedulable")
@@ -98,7 +99,7 @@ mod tests {
     #[test]
     fn a_node_is_ready_cordoned_and_claimed_as_its_object_says() {
         let node = json!({
-            "metadata": {"name": "n1", "annotations": {CLAIM_ANNOTATION: "storage/engines"}},
+            "metadata": {"name": "n1", "uid": "n1-uid", "annotations": {CLAIM_ANNOTATION: "storage/engines"}},
             "spec": {"unschedulable": true},
             "status": {"conditions": [
                 {"type": "MemoryPressure", "status": "False"},
@@ -109,6 +110,7 @@ mod tests {
             node_view(&node),
             NodeView {
                 name: "n1".into(),
+                uid: "n1-uid".into(),
                 ready: true,
                 unschedulable: true,
                 held_by: Some("storage/engines".into()),

@@ -67,12 +67,11 @@ fn verdicts(
     let (reason, message) = running_reason(status, running);
     [
         failure,
-        (
-            SUCCEEDED,
-            done && failed.is_none(),
-            "AllNodesUpgraded",
-            upgraded,
-        ),
+        if done && failed.is_none() {
+            (SUCCEEDED, true, "AllNodesUpgraded", upgraded)
+        } else {
+            (SUCCEEDED, false, "NotAllNodesUpgraded", upgraded)
+        },
         pause,
         (RUNNING, running, reason, message),
     ]

@@ -469,9 +469,9 @@ impl Stage {
         .await
     }
 
-    /// The engine's name of the scenario's volume `volume`: `<ns>/<volume>`. A guard reads
-    /// replicas from every namespace and knows a volume by its name alone, so the scenarios'
-    /// volumes have names of their own.
+    /// The scenario's volume `volume` as a guard names it: `<ns>/<volume>` (replicas are read
+    /// from every namespace; a namespaced replica's volume is known with its namespace, so the
+    /// scenarios' `vol-1`s are distinct volumes).
     pub(super) fn volume(&self, volume: &str) -> String {
         format!("{}/{volume}", self.ns)
     }
@@ -484,7 +484,7 @@ impl Stage {
             "apiVersion": "engine.test/v1",
             "kind": "Replica",
             "metadata": {"name": name, "namespace": self.ns},
-            "spec": {"nodeID": node, "volumeName": self.volume(volume)},
+            "spec": {"nodeID": node, "volumeName": volume},
         }))
         .unwrap();
         self.replicas

@@ -32,6 +32,16 @@ fn a_replica_is_read_from_its_fields_and_judged_by_its_rule() {
         Some(replica("vol-2", "", false))
     );
     assert_eq!(read_replica(&guard(1), &json!({"spec": {}})), None);
+    // A namespaced replica's volume is known with its namespace.
+    let namespaced = json!({
+        "metadata": {"namespace": "longhorn-system"},
+        "spec": {"nodeID": "node-1", "volumeName": "vol-1"},
+        "status": {"currentState": "running"},
+    });
+    assert_eq!(
+        read_replica(&guard(1), &namespaced),
+        Some(replica("longhorn-system/vol-1", "node-1", true))
+    );
 }
 
 /// The seed's failing layouts: a single-replica volume on node 1; a volume whose only healthy

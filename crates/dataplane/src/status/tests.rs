@@ -32,7 +32,10 @@ fn counts_and_conditions_follow_the_nodes() {
     assert_eq!((running.nodes_total, running.nodes_upgraded), (2, 1));
     assert_eq!(running.observed_generation, Some(3));
     assert_eq!(condition(&running, RUNNING), ("True", "RollingOut"));
-    assert_eq!(condition(&running, SUCCEEDED).0, "False");
+    assert_eq!(
+        condition(&running, SUCCEEDED),
+        ("False", "NotAllNodesUpgraded")
+    );
     let message = &running
         .conditions
         .iter()
