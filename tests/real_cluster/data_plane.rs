@@ -656,13 +656,9 @@ fn events_on_nodes(world: &World<'_>) {
          KIND:.involvedObject.kind,NAME:.involvedObject.name",
     ]);
     println!("Events about Node {node}:\n{listed}");
-    for reason in [
-        "Cordoned",
-        "Evicting",
-        "WaitingForPod",
-        "Rebuilding",
-        "Upgraded",
-    ] {
+    // The steps every node goes through (WaitingForPod and Rebuilding only when a pass saw
+    // them).
+    for reason in ["Cordoned", "Evicting", "Upgraded"] {
         assert!(
             described.contains(reason),
             "{reason} on Node {node} (kubectl describe node): {described}\nits Events: {listed}"

@@ -282,8 +282,9 @@ impl Controller {
         }
     }
 
-    /// The plan's writes, in order, each after the term was found to last. A budget's refusal
-    /// is written to the node's status (what holds it, named).
+    /// The plan's writes, in order, each after the term was found to last; a cordon or release
+    /// that fails stops the rest. A budget's refusal is written to the node's status (what
+    /// holds it, named).
     async fn perform(
         &self,
         key: &str,
@@ -322,6 +323,12 @@ impl Controller {
             };
             if done && step.is_some_and(|s| hooks.halted_after(key, s)) {
                 return Err(Stop::Halted);
+            }
+            // A node not cordoned (or not released) as planned: nothing after it is sent — no
+            // eviction from a node left schedulable, no next node cordoned beside one still
+            // held. The next pass decides again from what the cluster shows.
+            if !done && !matches!(action, Action::Evict { .. }) {
+                break;
             }
         }
         self.say_refusals(rollout, refusals).await;

@@ -187,7 +187,10 @@ pub(super) async fn a_pod_never_ready_fails_the_node(world: &World<'_>) {
     let described = world
         .kubectl
         .ok(&["describe", "dpr", "-n", &stage.ns, "upgrade"]);
-    assert!(described.contains("WaitLimitExceeded"), "{described}");
+    // The node was seen waiting for its pod: that step's Event is there, then the failure's.
+    for reason in ["WaitingForPod", "WaitLimitExceeded"] {
+        assert!(described.contains(reason), "{reason}: {described}");
+    }
     tokio::time::sleep(Duration::from_secs(3)).await;
     let cordoned = stage.cordoned();
     assert_eq!(

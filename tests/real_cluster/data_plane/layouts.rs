@@ -198,13 +198,9 @@ pub(super) async fn succeeding_layouts_go_one_node_at_a_time(world: &World<'_>) 
     let described = world
         .kubectl
         .ok(&["describe", "dpr", "-n", &stage.ns, "upgrade"]);
-    for reason in [
-        "Cordoned",
-        "Evicting",
-        "WaitingForPod",
-        "Rebuilding",
-        "Upgraded",
-    ] {
+    // WaitingForPod and Rebuilding are there only when a pass saw them: a pod Ready and its
+    // replicas rebuilt between two passes take the node from Evicting to Upgraded at once.
+    for reason in ["Cordoned", "Evicting", "Upgraded"] {
         assert!(described.contains(reason), "{reason}: {described}");
     }
     stage.stop();
