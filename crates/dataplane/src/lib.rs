@@ -30,11 +30,12 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::ObjectReference;
-use svm_api::dataplane::{DataPlaneRollout, DataPlaneRolloutStrategy, KIND};
+use svm_api::dataplane::{DataPlaneRollout, DataPlaneRolloutStrategy, KIND, SUCCEEDED};
 use svm_cluster::ClusterClient;
 use svm_registry::{Guarded, Update};
 use svm_runtime::events::{Event, EventType, Events};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
@@ -59,6 +60,39 @@ pub struct Controller {
     events: Events,
     metrics: DataPlaneMetrics,
     settings: Settings,
+}
+
+/// How often a settled rollout is looked at again when nothing of its own changed: a new
+/// DaemonSet revision after it succeeded is seen within this.
+const SETTLED_RESYNC: Duration = Duration::from_secs(60);
+
+/// Succeeded for its current spec: nothing moves until the DaemonSet or the rollout does. (A
+/// failed one stays at the resync: a person mending its node is seen at once.)
+fn is_settled(rollout: &DataPlaneRollout) -> bool {
+    let status = &rollout.status;
+    status.observed_generation == rollout.metadata.generation
+        && status
+            .conditions
+            .iter()
+            .any(|c| c.type_ == SUCCEEDED && c.status == "True")
+}
+
+/// The rollouts a tick of the resync passes over: those under way, and the settled ones
+/// not passed over for [`SETTLED_RESYNC`].
+fn due_on_tick(
+    known: &BTreeMap<String, DataPlaneRollout>,
+    last_pass: &BTreeMap<String, Instant>,
+) -> Vec<String> {
+    known
+        .iter()
+        .filter(|(key, rollout)| {
+            !is_settled(rollout)
+                || last_pass
+                    .get(*key)
+                    .is_none_or(|t| t.elapsed() >= SETTLED_RESYNC)
+        })
+        .map(|(key, _)| key.clone())
+        .collect()
 }
 
 /// A rollout's `namespace/name`: its key here and what its claims on Nodes say.
@@ -97,30 +131,36 @@ impl Controller {
         }
     }
 
-    /// Runs until `cancel` fires.
+    /// Runs until `cancel` fires: a rollout is passed over when it changes (its own write
+    /// included: the pass after it sees what it did), and on every tick of the resync while
+    /// it is under way; a settled one ([`is_settled`]) once every [`SETTLED_RESYNC`].
     pub async fn run(self, cancel: CancellationToken) {
         let mut hooks = Hooks::from_env();
         let (tx, mut updates) = mpsc::channel(64);
-        let feed = self.store.list_and_watch(self.settings.resync, tx, |u| u);
+        // A relist (the watch's safety net) makes every rollout due: as often as settled ones.
+        let feed = self.store.list_and_watch(SETTLED_RESYNC, tx, |u| u);
         let mut known: BTreeMap<String, DataPlaneRollout> = BTreeMap::new();
+        let mut last_pass: BTreeMap<String, Instant> = BTreeMap::new();
         let mut tick = tokio::time::interval(self.settings.resync);
         loop {
-            tokio::select! {
+            let due: Vec<String> = tokio::select! {
                 () = cancel.cancelled() => break,
-                _ = tick.tick() => {}
+                _ = tick.tick() => due_on_tick(&known, &last_pass),
                 update = updates.recv() => match update {
                     Some(update) => self.apply(&mut known, update),
                     None => break,
                 },
-            }
+            };
             let live: BTreeSet<String> = known.keys().cloned().collect();
-            for key in &live {
-                if cancel.is_cancelled() {
-                    break;
-                }
+            last_pass.retain(|key, _| live.contains(key));
+            for key in due.iter().filter(|k| live.contains(*k)) {
                 if hooks.is_halted(key) {
                     continue;
                 }
+                if cancel.is_cancelled() {
+                    break;
+                }
+                last_pass.insert(key.clone(), Instant::now());
                 let span = tracing::info_span!("data_plane_rollout", rollout = %key);
                 let pass = self
                     .reconcile(key, &live, &mut hooks)
@@ -134,25 +174,31 @@ impl Controller {
         feed.abort();
     }
 
+    /// Applies a watch update; returns the rollouts it changed (every one on a relist).
     fn apply(
         &self,
         known: &mut BTreeMap<String, DataPlaneRollout>,
         update: Update<DataPlaneRollout>,
-    ) {
+    ) -> Vec<String> {
         match update {
             Update::Applied(rollout) => {
-                known.insert(key_of(&rollout), rollout);
+                let key = key_of(&rollout);
+                known.insert(key.clone(), rollout);
+                vec![key]
             }
             Update::Deleted(rollout) => {
                 let (namespace, name) = names(&rollout);
                 self.metrics.forget(namespace, name);
                 known.remove(&key_of(&rollout));
+                Vec::new()
             }
             Update::Relisted(all) => {
                 *known = all.into_iter().map(|r| (key_of(&r), r)).collect();
+                known.keys().cloned().collect()
             }
             Update::Failed(message) => {
                 tracing::info!(%message, "listing DataPlaneRollouts failed; retrying");
+                Vec::new()
             }
         }
     }
@@ -459,5 +505,59 @@ fn event(warning: bool, reason: &str, message: &str) -> Event {
         note: Some(message.into()),
         action: "RollOutDataPlane".into(),
         secondary: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+    fn rollout(name: &str, settled: Option<&str>) -> (String, DataPlaneRollout) {
+        let mut rollout = DataPlaneRollout::default();
+        rollout.metadata.namespace = Some("storage".into());
+        rollout.metadata.name = Some(name.into());
+        rollout.metadata.generation = Some(2);
+        rollout.status.observed_generation = Some(2);
+        if let Some(type_) = settled {
+            rollout.status.conditions.push(Condition {
+                type_: type_.into(),
+                status: "True".into(),
+                reason: "R".into(),
+                message: String::new(),
+                observed_generation: Some(2),
+                last_transition_time: Time(jiff::Timestamp::UNIX_EPOCH),
+            });
+        }
+        (key_of(&rollout), rollout)
+    }
+
+    #[test]
+    fn succeeded_rollouts_are_passed_over_once_a_minute_the_others_on_every_tick() {
+        let known: BTreeMap<String, DataPlaneRollout> = [
+            rollout("running", None),
+            rollout("done", Some(SUCCEEDED)),
+            rollout("failed", Some(svm_api::dataplane::FAILED)),
+        ]
+        .into_iter()
+        .collect();
+        // Never passed over: all due.
+        assert_eq!(due_on_tick(&known, &BTreeMap::new()).len(), 3);
+        let just_now: BTreeMap<String, Instant> =
+            known.keys().map(|k| (k.clone(), Instant::now())).collect();
+        // A failed one stays due: a person mending its node is seen at once.
+        assert_eq!(
+            due_on_tick(&known, &just_now),
+            ["storage/failed", "storage/running"]
+        );
+        // A new spec (generation not observed yet) is not settled.
+        let mut edited = known.clone();
+        if let Some(done) = edited.get_mut("storage/done") {
+            done.metadata.generation = Some(3);
+        }
+        assert_eq!(
+            due_on_tick(&edited, &just_now),
+            ["storage/done", "storage/failed", "storage/running"]
+        );
     }
 }
