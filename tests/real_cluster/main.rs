@@ -20,6 +20,7 @@ mod etcd_members;
 mod fidelity;
 mod first_start;
 mod flow_control;
+mod hooked;
 mod in_tree_migrator;
 mod ksvm_import;
 mod named_failures;

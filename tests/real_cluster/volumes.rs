@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::apps::v1::StatefulSet;
-use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{
     Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams,
 };
@@ -825,21 +825,7 @@ impl Node {
             templates,
             class,
         } = *shape;
-        kubectl.ok(&["create", "namespace", ns]);
-        // Pods need the namespace's `default` ServiceAccount (the ServiceAccount admission):
-        // the service-account controller makes it.
-        let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
-        eventually_async_every(
-            LIMIT,
-            STEP,
-            &format!("ServiceAccount {ns}/default from kube-controller-manager"),
-            async || match accounts.get_opt("default").await {
-                Ok(Some(_)) => Ok(()),
-                other => Err(format!("{other:?}")),
-            },
-            async || String::new(),
-        )
-        .await;
+        crate::world::namespace_for_pods(client, kubectl, ns, LIMIT).await;
         kubectl.ok_stdin(&["create", "-f", "-"], &statefulset(ns, shape));
         let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
         let kind = GroupVersionKind::gvk(group, version, "StatefulSet");

@@ -214,3 +214,28 @@ pub(crate) async fn install_widgets(plane: &ControlPlane, versions: &[&str], cou
     })
     .await;
 }
+
+/// A namespace, once kube-controller-manager's service-account controller made the `default`
+/// ServiceAccount its pods need (the ServiceAccount admission refuses pods without it); the
+/// wait fails once nothing moved for `limit`.
+pub(crate) async fn namespace_for_pods(
+    client: &kube::Client,
+    kubectl: &crate::support::kubectl::Kubectl,
+    ns: &str,
+    limit: std::time::Duration,
+) {
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    kubectl.ok(&["create", "namespace", ns]);
+    let accounts: kube::Api<ServiceAccount> = kube::Api::namespaced(client.clone(), ns);
+    crate::support::wait::eventually_async_every(
+        limit,
+        std::time::Duration::from_millis(100),
+        &format!("ServiceAccount {ns}/default from kube-controller-manager"),
+        async || match accounts.get_opt("default").await {
+            Ok(Some(_)) => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
+        async || String::new(),
+    )
+    .await;
+}

@@ -341,7 +341,7 @@ pub fn keep_log(what: &str, log: &Path) {
 
 /// One GET of `/readyz`, trusting the dev CA. Test support runs outside any async runtime, so
 /// it drives its own small one.
-fn probe_ready(url: &str, ca_pem: &[u8]) -> bool {
+pub fn probe_ready(url: &str, ca_pem: &[u8]) -> bool {
     // On its own thread: callers may be inside a tokio runtime, which cannot nest another.
     let (url, ca_pem) = (url.to_string(), ca_pem.to_vec());
     std::thread::spawn(move || probe_ready_blocking(&url, &ca_pem))

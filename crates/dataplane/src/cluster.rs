@@ -15,7 +15,7 @@ use svm_cluster::{ClusterClient, ClusterError};
 
 use crate::guards::{self, Replica};
 use crate::plan::{NodeView, Observed, PodView};
-use crate::read::{self, CLAIM_ANNOTATION};
+use crate::read::{self, CLAIM_ANNOTATION, text};
 
 /// Objects per page of a list.
 const PAGE: usize = 500;
@@ -364,14 +364,6 @@ pub(crate) fn reference(object: &Value, api_version: &str, kind: &str) -> Object
         resource_version: optional("/metadata/resourceVersion"),
         ..Default::default()
     }
-}
-
-fn text(object: &Value, pointer: &str) -> String {
-    object
-        .pointer(pointer)
-        .and_then(Value::as_str)
-        .unwrap_or_default()
-        .to_string()
 }
 
 /// Cordons `node` and writes `owner`'s claim on it, on the Node as read just before (its

@@ -67,7 +67,8 @@ pub fn is_on_delete(daemon_set: &Value) -> bool {
         == Some(svm_api::dataplane::ON_DELETE)
 }
 
-fn text(object: &Value, pointer: &str) -> String {
+/// The string at `pointer`, empty when there is none.
+pub(crate) fn text(object: &Value, pointer: &str) -> String {
     object
         .pointer(pointer)
         .and_then(Value::as_str)

@@ -16,19 +16,18 @@
 //! controller was by then.
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use super::stage::{DS, LIMIT, Moment, STEP, Stage, Volume, What};
+use super::stage::{DS, LIMIT, Moment, Stage, Volume, What};
 use super::{
     SVM_FLAGS, World, assert_rolled_out, create_rollout, evicted, evictions, node_status, progress,
     rollout_spec, rollouts, wait_succeeded,
 };
+use crate::hooked::Hooked;
 use crate::support::real_cluster::RealCluster;
-use crate::support::wait::{eventually, eventually_async_every};
+use crate::support::wait::eventually_async_every;
 
 /// The hooks' variable (`crates/dataplane/src/hooks.rs`, compiled into test builds only).
 const HOOKS: &str = "SVM_TEST_DATA_PLANE_HOOKS";
@@ -55,7 +54,12 @@ pub(super) async fn sigkill_after_the_cordon_and_after_the_eviction(
 
     // Right after the cordon.
     cluster.svm.kill();
-    let hooked = Hooked::start(cluster, &format!("{key}=halt-after-cordon"));
+    let hooked = Hooked::start(
+        cluster,
+        &SVM_FLAGS,
+        HOOKS,
+        &format!("{key}=halt-after-cordon"),
+    );
     cluster.wait_available();
     let spec = rollout_spec(json!({
         "nodes": stage.nodes,
@@ -63,7 +67,7 @@ pub(super) async fn sigkill_after_the_cordon_and_after_the_eviction(
     }));
     create_rollout(&stage, "upgrade", spec).await;
     hooked
-        .wait_for(&key, "test hook: halted after Cordon")
+        .wait_for(&key, "test hook: halted after Cordon", LIMIT)
         .await;
     super::stage::wait_until(&stage, "node 1 cordoned", |s| s.cordoned().contains(&n1)).await;
     let at_crash = rollouts(&stage.client, &ns).get("upgrade").await.unwrap();
@@ -77,9 +81,16 @@ pub(super) async fn sigkill_after_the_cordon_and_after_the_eviction(
     hooked.kill();
 
     // Right after the engine's eviction (its consumer evicted before it).
-    let hooked = Hooked::start(cluster, &format!("{key}=halt-after-evict"));
+    let hooked = Hooked::start(
+        cluster,
+        &SVM_FLAGS,
+        HOOKS,
+        &format!("{key}=halt-after-evict"),
+    );
     cluster.wait_available();
-    hooked.wait_for(&key, "test hook: halted after Evict").await;
+    hooked
+        .wait_for(&key, "test hook: halted after Evict", LIMIT)
+        .await;
     let engine1 = engines[&n1].1.clone();
     super::stage::wait_until(&stage, "node 1's engine deleting", |s| {
         s.moments()
@@ -185,126 +196,4 @@ async fn kill_when(
         started.elapsed().as_secs_f64(),
         progress(&rollout)
     );
-}
-
-/// svm-apiserver as the suite runs it (same flags, port, certificates and store) but with
-/// [`HOOKS`] in its environment. SIGKILLed by [`Hooked::kill`] or on drop.
-struct Hooked {
-    child: Option<Child>,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Hooked {
-    fn start(cluster: &RealCluster, hooks: &str) -> Hooked {
-        let svm = &cluster.svm;
-        let dir = tempfile::tempdir().unwrap();
-        let log = dir.path().join("server.log");
-        let mut args = vec![
-            "serve".to_string(),
-            "--bind-address=127.0.0.1".into(),
-            format!("--secure-port={}", svm.port()),
-            format!("--cert-dir={}", svm.dir().join("certs").display()),
-            format!(
-                "--write-kubeconfig={}",
-                dir.path().join("kubeconfig").display()
-            ),
-            "--watch-bookmark-interval=1s".into(),
-            format!("--etcd-servers={}", cluster.plane.etcd.endpoint()),
-            format!("--etcd-prefix={}", svm.etcd_prefix().unwrap()),
-            format!("--kubeconfig={}", cluster.svm_kubeconfig.display()),
-        ];
-        args.extend(SVM_FLAGS.iter().map(|f| f.to_string()));
-        let child = Command::new(crate::support::svm_apiserver_binary())
-            .args(&args)
-            .env("RUST_LOG", "info")
-            .env(HOOKS, hooks)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let hooked = Hooked {
-            child: Some(child),
-            log,
-            _dir: dir,
-        };
-        let ca = svm.ca_pem();
-        let url = svm.url.clone();
-        eventually(
-            Duration::from_secs(60),
-            "the hooked svm-apiserver answering /readyz",
-            || {
-                let (url, ca) = (url.clone(), ca.clone());
-                // Its own thread: a blocking probe inside the test's runtime.
-                std::thread::spawn(move || ready(&url, &ca))
-                    .join()
-                    .unwrap_or(false)
-                    .then_some(())
-            },
-            || hooked.read_log(),
-        );
-        hooked
-    }
-
-    fn read_log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Until a line naming rollout `key` says `text`.
-    async fn wait_for(&self, key: &str, text: &str) {
-        eventually_async_every(
-            LIMIT,
-            STEP,
-            &format!("{key}: the hooked svm-apiserver logging {text:?}"),
-            async || {
-                let log = self.read_log();
-                if log.lines().any(|l| l.contains(key) && l.contains(text)) {
-                    Ok(())
-                } else {
-                    // A log that grows is a server at work: progress, for the wait.
-                    Err(format!("not yet, in {} lines of log", log.lines().count()))
-                }
-            },
-            async || self.read_log(),
-        )
-        .await;
-    }
-
-    fn kill(mut self) {
-        self.stop();
-        crate::support::server::keep_log("svm-apiserver-hooked", &self.log);
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for Hooked {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-/// One GET of `/readyz`, trusting svm-apiserver's CA.
-fn ready(url: &str, ca: &[u8]) -> bool {
-    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    else {
-        return false;
-    };
-    rt.block_on(async {
-        let Ok(ca) = reqwest::Certificate::from_pem(ca) else {
-            return false;
-        };
-        let Ok(client) = reqwest::Client::builder().add_root_certificate(ca).build() else {
-            return false;
-        };
-        matches!(client.get(format!("{url}/readyz")).send().await,
-                 Ok(r) if r.status().is_success())
-    })
 }

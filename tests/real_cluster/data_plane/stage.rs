@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::apps::v1::{ControllerRevision, DaemonSet};
-use k8s_openapi::api::core::v1::{Node, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{
     Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
     PatchParams, PostParams, Preconditions,
@@ -599,19 +599,7 @@ pub(super) async fn wait_until(stage: &Stage, what: &str, done: impl Fn(&Stage) 
 /// A namespace, once kube-controller-manager's service-account controller made the
 /// `default` ServiceAccount its pods need.
 pub(super) async fn create_namespace(client: &kube::Client, kubectl: &Kubectl, ns: &str) {
-    kubectl.ok(&["create", "namespace", ns]);
-    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
-    eventually_async_every(
-        LIMIT,
-        STEP,
-        &format!("ServiceAccount {ns}/default from kube-controller-manager"),
-        async || match accounts.get_opt("default").await {
-            Ok(Some(_)) => Ok(()),
-            other => Err(format!("{other:?}")),
-        },
-        async || String::new(),
-    )
-    .await;
+    crate::world::namespace_for_pods(client, kubectl, ns, LIMIT).await;
 }
 
 /// What the watches saw, recorded into [`Shared`].

@@ -28,19 +28,18 @@
 //! but the one its user deleted, which must stay deleted (the migration failed, saying why).
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use k8s_openapi::api::apps::v1::StatefulSet;
 use kube::api::Api;
 use serde_json::{Value, json};
 
 use super::{CONTROLLERS, LIMIT, Node, STORAGE_CLASSES, condition, migration};
+use crate::hooked::Hooked;
 use crate::support::controller_manager::ControllerManager;
 use crate::support::kubectl::Kubectl;
 use crate::support::real_cluster::RealCluster;
-use crate::support::wait::{POLL, eventually, eventually_async, eventually_async_every};
+use crate::support::wait::{POLL, eventually_async, eventually_async_every};
 
 const TEST: &str = "volume_claim_migration_recreates_survive_sigkill_at_every_step";
 
@@ -178,7 +177,7 @@ async fn volume_claim_migration_recreates_survive_sigkill_at_every_step() {
         .iter()
         .map(|p| format!("{}/grow={}", p.ns, p.hook))
         .collect();
-    let hooked = Hooked::start(&cluster, &hooks.join(","));
+    let hooked = Hooked::start(&cluster, &SVM_FLAGS, HOOKS, &hooks.join(","));
     cluster.wait_available();
     for point in &POINTS {
         let mut vcm: Value = serde_json::from_str(&migration(
@@ -194,17 +193,29 @@ async fn volume_claim_migration_recreates_survive_sigkill_at_every_step() {
 
     // The users, at their points.
     hooked
-        .wait_for("edit-races-delete", "test hook: waiting for an edit")
+        .wait_for(
+            &span_of("edit-races-delete"),
+            "test hook: waiting for an edit",
+            LIMIT,
+        )
         .await;
     edit(&kubectl, "edit-races-delete");
     hooked
-        .wait_for("edit-races-delete", "the deletion's precondition failed")
+        .wait_for(
+            &span_of("edit-races-delete"),
+            "the deletion's precondition failed",
+            LIMIT,
+        )
         .await;
     for point in &POINTS {
         if point.hook.starts_with("halt-after-") {
             let step = point.hook.trim_start_matches("halt-after-");
             hooked
-                .wait_for(point.ns, &format!("test hook: halted after {step}"))
+                .wait_for(
+                    &span_of(point.ns),
+                    &format!("test hook: halted after {step}"),
+                    LIMIT,
+                )
                 .await;
         }
         match point.user {
@@ -521,127 +532,7 @@ fn describe_statefulset(sts: &Value, old_uid: &str) -> String {
     )
 }
 
-/// svm-apiserver as the suite runs it (flags, port, certificates, store), with the hooks in
-/// its environment. SIGKILLed by [`Hooked::kill`] or on drop.
-struct Hooked {
-    child: Option<Child>,
-    log: PathBuf,
-    _dir: tempfile::TempDir,
-}
-
-impl Hooked {
-    fn start(cluster: &RealCluster, hooks: &str) -> Hooked {
-        let svm = &cluster.svm;
-        let dir = tempfile::tempdir().expect("temp dir");
-        let log = dir.path().join("server.log");
-        let mut args = vec![
-            "serve".to_string(),
-            "--bind-address=127.0.0.1".into(),
-            format!("--secure-port={}", svm.port()),
-            format!("--cert-dir={}", svm.dir().join("certs").display()),
-            format!(
-                "--write-kubeconfig={}",
-                dir.path().join("kubeconfig").display()
-            ),
-            "--watch-bookmark-interval=1s".into(),
-            format!("--etcd-servers={}", cluster.plane.etcd.endpoint()),
-            format!(
-                "--etcd-prefix={}",
-                svm.etcd_prefix().expect("svm-apiserver on etcd")
-            ),
-            format!("--kubeconfig={}", cluster.svm_kubeconfig.display()),
-        ];
-        args.extend(SVM_FLAGS.iter().map(|f| f.to_string()));
-        let child = Command::new(crate::support::svm_apiserver_binary())
-            .args(&args)
-            .env("RUST_LOG", "info")
-            .env(HOOKS, hooks)
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).expect("log file"))
-            .spawn()
-            .expect("start svm-apiserver");
-        let hooked = Hooked {
-            child: Some(child),
-            log,
-            _dir: dir,
-        };
-        let ca = svm.ca_pem();
-        let url = svm.url.clone();
-        eventually(
-            Duration::from_secs(60),
-            "the hooked svm-apiserver answering /readyz",
-            || {
-                let (url, ca) = (url.clone(), ca.clone());
-                // Its own thread: a blocking probe inside the test's runtime.
-                std::thread::spawn(move || ready(&url, &ca))
-                    .join()
-                    .unwrap_or(false)
-                    .then_some(())
-            },
-            || hooked.read_log(),
-        );
-        hooked
-    }
-
-    fn read_log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-
-    /// Until a line of migration `<ns>/grow` says `text`.
-    async fn wait_for(&self, ns: &str, text: &str) {
-        let span = format!("namespace={ns} name=grow");
-        eventually_async_every(
-            LIMIT,
-            POLL,
-            &format!("{ns}: the hooked svm-apiserver logging {text:?}"),
-            async || {
-                let log = self.read_log();
-                if log.lines().any(|l| l.contains(&span) && l.contains(text)) {
-                    Ok(())
-                } else {
-                    // A log that grows is a server at work: progress, for the wait.
-                    Err(format!("not yet, in {} lines of log", log.lines().count()))
-                }
-            },
-            async || self.read_log(),
-        )
-        .await;
-    }
-
-    fn kill(mut self) {
-        self.stop();
-        crate::support::server::keep_log("svm-apiserver-hooked", &self.log);
-    }
-
-    fn stop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for Hooked {
-    fn drop(&mut self) {
-        self.stop();
-    }
-}
-
-fn ready(url: &str, ca: &[u8]) -> bool {
-    let Ok(rt) = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    else {
-        return false;
-    };
-    rt.block_on(async {
-        let Ok(ca) = reqwest::Certificate::from_pem(ca) else {
-            return false;
-        };
-        let Ok(client) = reqwest::Client::builder().add_root_certificate(ca).build() else {
-            return false;
-        };
-        matches!(client.get(format!("{url}/readyz")).send().await,
-                 Ok(r) if r.status().is_success())
-    })
+/// How the controller's log names migration `<ns>/grow` (its span's fields).
+fn span_of(ns: &str) -> String {
+    format!("namespace={ns} name=grow")
 }
