@@ -319,8 +319,17 @@ impl Context<'_> {
                 node.name
             ));
         }
+        // Down while this node goes: itself, this rollout's nodes in flight, and any node
+        // another rollout holds (its engine may be restarting, its replicas rebuilding).
         let mut down = in_flight.clone();
         down.insert(node.name.clone());
+        down.extend(
+            self.observed
+                .nodes
+                .iter()
+                .filter(|n| n.held_by.as_ref().is_some_and(|h| *h != self.owner))
+                .map(|n| n.name.clone()),
+        );
         let guards = &self.rollout.spec.replica_guards;
         blockers.extend(
             guards::shortfalls(&node.name, &down, guards, &self.observed.replicas)

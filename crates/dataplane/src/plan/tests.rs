@@ -350,3 +350,29 @@ fn a_cordon_or_release_lost_in_a_crash_is_sent_again() {
             .any(|a| matches!(a, Action::Release { .. }))
     );
 }
+
+/// Two rollouts on the same nodes: a node another rollout holds counts as down, so this one's
+/// next node waits while that node's replicas are the only healthy ones elsewhere.
+#[test]
+fn a_node_held_by_another_rollout_counts_as_down_in_the_preflight() {
+    let mut observed = cluster();
+    observed.nodes.truncate(2);
+    observed.pods.truncate(2);
+    observed.replicas = vec![replica("vol-1", "n1", true), replica("vol-1", "n2", true)];
+    // n1 already runs the new revision (the other rollout's work) but is still held by it.
+    observed.pods[0] = pod("n1", NEW, true);
+    observed.nodes[0].held_by = Some("storage/other".into());
+    let first = plan(&rollout(1), &observed, at(0));
+    assert_eq!(first.nodes[0].phase, "Upgraded");
+    assert_eq!(first.nodes[1].phase, "Blocked");
+    assert_eq!(
+        first.nodes[1].blocked_by,
+        ["replicas volume vol-1: 0 healthy replicas on other nodes, 1 needed"]
+    );
+    // Released by the other rollout: n2 goes.
+    observed.nodes[0].held_by = None;
+    assert_eq!(
+        plan(&rollout(1), &observed, at(1)).nodes[1].phase,
+        "Cordoned"
+    );
+}
