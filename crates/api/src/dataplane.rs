@@ -14,7 +14,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
 use serde_json::{Value, json};
 
 use super::columns::{age, age_column, name_column};
-use super::served::{decode_body, encode_body_in, unknown_version};
+use super::served::{check_version, decode_body, encode_body_in};
 use super::{CATEGORY, PROJECT};
 use svm_registry::validation::{
     dns1123_label_errors, dns1123_subdomain_errors, label_value_errors, qualified_name_errors,
@@ -47,14 +47,6 @@ static INFO: ResourceInfo = ResourceInfo {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct DataPlaneRolloutStrategy;
 
-fn check_version(version: &str) -> ApiResult<()> {
-    if INFO.versions.contains(&version) {
-        Ok(())
-    } else {
-        Err(unknown_version(KIND, version))
-    }
-}
-
 impl DataPlaneRolloutSpec {
     /// `spec.maxUnavailable`, 1 when unset.
     pub fn max_unavailable(&self) -> i32 {
@@ -77,12 +69,12 @@ impl Strategy for DataPlaneRolloutStrategy {
     }
 
     fn decode(&self, version: &str, value: Value) -> ApiResult<DataPlaneRollout> {
-        check_version(version)?;
+        check_version(&INFO, version)?;
         decode_body(KIND, version, value)
     }
 
     fn encode(&self, version: &str, obj: &DataPlaneRollout) -> ApiResult<Value> {
-        check_version(version)?;
+        check_version(&INFO, version)?;
         encode_body_in(PROJECT.name, KIND, version, obj)
     }
 

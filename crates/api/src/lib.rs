@@ -11,6 +11,7 @@ pub mod dataplane;
 pub mod install;
 pub mod migration;
 pub mod names;
+mod openapi;
 mod rules;
 pub(crate) mod served;
 pub mod storagestate;

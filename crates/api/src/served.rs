@@ -5,7 +5,7 @@
 use serde::{Serialize, de::DeserializeOwned};
 use serde_json::{Map, Value};
 
-use svm_registry::{ApiError, ApiResult};
+use svm_registry::{ApiError, ApiResult, ResourceInfo};
 
 /// Deserialize the body of `kind` in `version` (apiVersion/kind already checked by the store).
 /// A body that does not fit is a 400 with kube-apiserver's wording (recording 16b).
@@ -48,6 +48,15 @@ pub(crate) fn encode_body_in<T: Serialize>(
         out.extend(fields);
     }
     Ok(Value::Object(out))
+}
+
+/// `Ok` when `info` serves `version`; the kind's "not served" error otherwise.
+pub(crate) fn check_version(info: &ResourceInfo, version: &str) -> ApiResult<()> {
+    if info.versions.contains(&version) {
+        Ok(())
+    } else {
+        Err(unknown_version(info.kind, version))
+    }
 }
 
 pub(crate) fn unknown_version(kind: &str, version: &str) -> ApiError {

@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::columns::{age, age_column, name_column};
-use super::served::{decode_body, encode_body_in, unknown_version};
+use super::openapi::{META, described_ref, reversed_name, string};
+use super::served::{check_version, decode_body, encode_body_in};
 use super::{ApiGroup, CATEGORY, GROUP, PROJECT, UPSTREAM};
 use svm_registry::validation::dns1123_label_errors as dns_label_errors;
 use svm_registry::validation::dns1123_subdomain_errors;
@@ -145,14 +146,6 @@ impl StorageStateStrategy {
         };
         Self { info }
     }
-
-    fn check_version(&self, version: &str) -> ApiResult<()> {
-        if self.info.versions.contains(&version) {
-            Ok(())
-        } else {
-            Err(unknown_version(KIND, version))
-        }
-    }
 }
 
 /// `["Unknown"]` when no hash is recorded: nothing is known about what is stored.
@@ -170,12 +163,12 @@ impl Strategy for StorageStateStrategy {
     }
 
     fn decode(&self, version: &str, value: Value) -> ApiResult<StorageState> {
-        self.check_version(version)?;
+        check_version(self.info, version)?;
         decode_body(KIND, version, value)
     }
 
     fn encode(&self, version: &str, obj: &StorageState) -> ApiResult<Value> {
-        self.check_version(version)?;
+        check_version(self.info, version)?;
         encode_body_in(self.info.group, KIND, version, obj)
     }
 
@@ -334,16 +327,12 @@ fn definition_name(group: &str, version: &str) -> String {
     if group == GROUP {
         format!("io.k8s.api.storagemigration.{version}.{KIND}")
     } else {
-        let reversed: Vec<&str> = group.split('.').rev().collect();
-        format!("{}.{version}.{KIND}", reversed.join("."))
+        reversed_name(group, version, KIND)
     }
 }
 
 fn definitions(group: &str, name: &str, version: &str) -> Vec<(String, Value)> {
-    const META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1";
     let name = name.to_string();
-    let r = |n: &str, description: &str| json!({"allOf": [{"$ref": format!("#/components/schemas/{n}")}], "default": {}, "description": description});
-    let s = |description: &str| json!({"type": "string", "description": description});
     vec![
         (
             name.clone(),
@@ -351,11 +340,11 @@ fn definitions(group: &str, name: &str, version: &str) -> Vec<(String, Value)> {
                 "description": "StorageState records, for one resource, the storage-version hashes its stored objects may still be encoded in. Named <resource>.<group>, or <resource> for the core group.",
                 "type": "object",
                 "properties": {
-                    "apiVersion": s("APIVersion defines the versioned schema of this representation of an object."),
-                    "kind": s("Kind is a string value representing the REST resource this object represents."),
-                    "metadata": r(&format!("{META}.ObjectMeta"), "Standard object metadata."),
-                    "spec": r(&format!("{name}Spec"), "The resource this state is about."),
-                    "status": r(&format!("{name}Status"), "What is known of the resource's stored encodings."),
+                    "apiVersion": string("APIVersion defines the versioned schema of this representation of an object."),
+                    "kind": string("Kind is a string value representing the REST resource this object represents."),
+                    "metadata": described_ref(&format!("{META}.ObjectMeta"), "Standard object metadata."),
+                    "spec": described_ref(&format!("{name}Spec"), "The resource this state is about."),
+                    "status": described_ref(&format!("{name}Status"), "What is known of the resource's stored encodings."),
                 },
                 "x-kubernetes-group-version-kind": [{"group": group, "kind": KIND, "version": version}],
             }),
@@ -367,7 +356,7 @@ fn definitions(group: &str, name: &str, version: &str) -> Vec<(String, Value)> {
                 "type": "object",
                 "required": ["resource"],
                 "properties": {
-                    "resource": r(&format!("{name}GroupResource"), "The group and plural resource name. Immutable; must match metadata.name."),
+                    "resource": described_ref(&format!("{name}GroupResource"), "The group and plural resource name. Immutable; must match metadata.name."),
                 },
             }),
         ),
@@ -393,8 +382,8 @@ fn definitions(group: &str, name: &str, version: &str) -> Vec<(String, Value)> {
                         "type": "array",
                         "items": {"type": "string", "default": ""},
                     },
-                    "currentStorageVersionHash": s("The hash of the resource's current storage version, as discovery reports it; \"Unknown\" while apiservers disagree."),
-                    "lastHeartbeatTime": r(&format!("{META}.Time"), "When the trigger last confirmed this state."),
+                    "currentStorageVersionHash": string("The hash of the resource's current storage version, as discovery reports it; \"Unknown\" while apiservers disagree."),
+                    "lastHeartbeatTime": described_ref(&format!("{META}.Time"), "When the trigger last confirmed this state."),
                 },
             }),
         ),

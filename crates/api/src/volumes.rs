@@ -14,7 +14,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::columns::{age, age_column, name_column};
-use super::served::{decode_body, encode_body_in, unknown_version};
+use super::openapi::{META, described_ref, int32, list_map, reference, reversed_name, string};
+use super::served::{check_version, decode_body, encode_body_in};
 use super::{CATEGORY, PROJECT};
 use svm_registry::validation::{dns1123_label_errors, dns1123_subdomain_errors};
 use svm_registry::{ApiResult, FieldError, ResourceInfo, Strategy, TableColumn};
@@ -270,14 +271,6 @@ static INFO: ResourceInfo = ResourceInfo {
 #[derive(Debug, Default, Clone, Copy)]
 pub struct VolumeClaimMigrationStrategy;
 
-fn check_version(version: &str) -> ApiResult<()> {
-    if INFO.versions.contains(&version) {
-        Ok(())
-    } else {
-        Err(unknown_version(KIND, version))
-    }
-}
-
 /// A Kubernetes quantity in bytes (`resource.Quantity` for storage: a decimal number with an
 /// optional binary `Ki..Ei`, decimal `k..E` or exponent `e<n>` suffix). `None` when it does
 /// not parse; fractions of a byte round up, as upstream's `Value()`.
@@ -346,12 +339,12 @@ impl Strategy for VolumeClaimMigrationStrategy {
     }
 
     fn decode(&self, version: &str, value: Value) -> ApiResult<VolumeClaimMigration> {
-        check_version(version)?;
+        check_version(&INFO, version)?;
         decode_body(KIND, version, value)
     }
 
     fn encode(&self, version: &str, obj: &VolumeClaimMigration) -> ApiResult<Value> {
-        check_version(version)?;
+        check_version(&INFO, version)?;
         encode_body_in(PROJECT.name, KIND, version, obj)
     }
 
@@ -647,25 +640,11 @@ fn validate_target(target: &Target) -> Vec<FieldError> {
 /// `io.svm-apiserver.storage.v1alpha1.VolumeClaimMigration`: the group's reversed domain, as
 /// CRDs are named.
 fn definition_name(version: &str) -> String {
-    let reversed: Vec<&str> = PROJECT.name.split('.').rev().collect();
-    format!("{}.{version}.{KIND}", reversed.join("."))
+    reversed_name(PROJECT.name, version, KIND)
 }
 
 fn definitions(version: &str) -> Vec<(String, Value)> {
-    const META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1";
     let name = definition_name(version);
-    let r = |n: &str, description: &str| json!({"allOf": [{"$ref": format!("#/components/schemas/{n}")}], "default": {}, "description": description});
-    let s = |description: &str| json!({"type": "string", "description": description});
-    let int = |description: &str| json!({"type": "integer", "format": "int32", "description": description});
-    let array_of = |item: &str, description: &str, key: &str| {
-        json!({
-            "type": "array",
-            "description": description,
-            "items": {"allOf": [{"$ref": format!("#/components/schemas/{item}")}], "default": {}},
-            "x-kubernetes-list-type": "map",
-            "x-kubernetes-list-map-keys": [key],
-        })
-    };
     vec![
         (
             name.clone(),
@@ -673,11 +652,11 @@ fn definitions(version: &str) -> Vec<(String, Value)> {
                 "description": "VolumeClaimMigration brings the existing PersistentVolumeClaims of a StatefulSet up to the sizes of its volumeClaimTemplates, ordinal by ordinal, highest first. Only expansions where the StorageClass allows them; nothing is ever deleted.",
                 "type": "object",
                 "properties": {
-                    "apiVersion": s("APIVersion defines the versioned schema of this representation of an object."),
-                    "kind": s("Kind is a string value representing the REST resource this object represents."),
-                    "metadata": r(&format!("{META}.ObjectMeta"), "Standard object metadata."),
-                    "spec": r(&format!("{name}Spec"), "What the claims must become, and how."),
-                    "status": r(&format!("{name}Status"), "How far the migration is."),
+                    "apiVersion": string("APIVersion defines the versioned schema of this representation of an object."),
+                    "kind": string("Kind is a string value representing the REST resource this object represents."),
+                    "metadata": described_ref(&format!("{META}.ObjectMeta"), "Standard object metadata."),
+                    "spec": described_ref(&format!("{name}Spec"), "What the claims must become, and how."),
+                    "status": described_ref(&format!("{name}Status"), "How far the migration is."),
                 },
                 "x-kubernetes-group-version-kind": [{"group": PROJECT.name, "kind": KIND, "version": version}],
             }),
@@ -689,11 +668,11 @@ fn definitions(version: &str) -> Vec<(String, Value)> {
                 "type": "object",
                 "required": ["target"],
                 "properties": {
-                    "target": r(&format!("{name}Target"), "The StatefulSet (apps/v1, or apps.kruise.io/v1beta1 Advanced StatefulSet) in this namespace. Immutable."),
-                    "templates": array_of(&format!("{name}TemplateSize"), "The size each volumeClaimTemplate's claims must reach. Required for apps/v1; for an Advanced StatefulSet, empty means the target's own templates.", "name"),
-                    "volumeClaimUpdateStrategy": s("OnDelete (default): a claim is brought up to date only when it is deleted and re-created. OnPodRollingUpdate: claims are expanded in place, each before its pod is rolled."),
-                    "maxUnavailable": int("How many pods may be unavailable at once during the rollout. Default 1."),
-                    "maxWaitTime": s("How long an ambiguous failure (no clear error from the resizer) is retried before the claim is reported Failed. A Go duration; default 60s."),
+                    "target": described_ref(&format!("{name}Target"), "The StatefulSet (apps/v1, or apps.kruise.io/v1beta1 Advanced StatefulSet) in this namespace. Immutable."),
+                    "templates": list_map(&format!("{name}TemplateSize"), "name", "The size each volumeClaimTemplate's claims must reach. Required for apps/v1; for an Advanced StatefulSet, empty means the target's own templates."),
+                    "volumeClaimUpdateStrategy": string("OnDelete (default): a claim is brought up to date only when it is deleted and re-created. OnPodRollingUpdate: claims are expanded in place, each before its pod is rolled."),
+                    "maxUnavailable": int32("How many pods may be unavailable at once during the rollout. Default 1."),
+                    "maxWaitTime": string("How long an ambiguous failure (no clear error from the resizer) is retried before the claim is reported Failed. A Go duration; default 60s."),
                     "paused": {"type": "boolean", "description": "Stop issuing resizes until unset."},
                     "recreateStatefulSet": {"type": "boolean", "description": "apps/v1 only: when every claim is resized, re-create the StatefulSet with orphan cascade so that its volumeClaimTemplates say the new sizes. Pods and claims are kept."},
                 },
@@ -706,9 +685,9 @@ fn definitions(version: &str) -> Vec<(String, Value)> {
                 "type": "object",
                 "required": ["apiVersion", "kind", "name"],
                 "properties": {
-                    "apiVersion": s("apps/v1 or apps.kruise.io/v1beta1."),
-                    "kind": s("StatefulSet."),
-                    "name": s("The StatefulSet's name."),
+                    "apiVersion": string("apps/v1 or apps.kruise.io/v1beta1."),
+                    "kind": string("StatefulSet."),
+                    "name": string("The StatefulSet's name."),
                 },
             }),
         ),
@@ -731,16 +710,16 @@ fn definitions(version: &str) -> Vec<(String, Value)> {
                 "type": "object",
                 "properties": {
                     "observedGeneration": {"type": "integer", "format": "int64", "description": "The generation the status is about."},
-                    "templates": array_of(&format!("{name}TemplateStatus"), "Counts per template.", "templateName"),
-                    "claims": array_of(&format!("{name}ClaimStatus"), "One entry per claim.", "name"),
+                    "templates": list_map(&format!("{name}TemplateStatus"), "templateName", "Counts per template."),
+                    "claims": list_map(&format!("{name}ClaimStatus"), "name", "One entry per claim."),
                     "conditions": {
                         "type": "array",
                         "description": "Running, Succeeded, Failed, Paused.",
-                        "items": {"allOf": [{"$ref": format!("#/components/schemas/{META}.Condition")}], "default": {}},
+                        "items": {"allOf": [reference(&format!("{META}.Condition"))], "default": {}},
                         "x-kubernetes-list-type": "map",
                         "x-kubernetes-list-map-keys": ["type"],
                     },
-                    "recreate": {"allOf": [{"$ref": format!("#/components/schemas/{name}RecreateStatus")}], "description": "spec.recreateStatefulSet: how far the StatefulSet's replacement is."},
+                    "recreate": {"allOf": [reference(&format!("{name}RecreateStatus"))], "description": "spec.recreateStatefulSet: how far the StatefulSet's replacement is."},
                 },
             }),
         ),
@@ -750,9 +729,9 @@ fn definitions(version: &str) -> Vec<(String, Value)> {
                 "description": "The replacement of an apps/v1 StatefulSet by one whose volumeClaimTemplates say the new sizes (deleted with orphan cascade, created again from the saved manifest).",
                 "type": "object",
                 "properties": {
-                    "phase": s("Deleting (the manifest saved), Orphaned (our orphan deletion of the old StatefulSet accepted: it is created again) or Recreated."),
-                    "statefulSetUID": s("The uid of the StatefulSet being replaced."),
-                    "statefulSetResourceVersion": s("The resourceVersion of the StatefulSet the manifest was made from: with the uid, the precondition of its deletion (an edit made since fails the deletion, and the manifest is saved again)."),
+                    "phase": string("Deleting (the manifest saved), Orphaned (our orphan deletion of the old StatefulSet accepted: it is created again) or Recreated."),
+                    "statefulSetUID": string("The uid of the StatefulSet being replaced."),
+                    "statefulSetResourceVersion": string("The resourceVersion of the StatefulSet the manifest was made from: with the uid, the precondition of its deletion (an edit made since fails the deletion, and the manifest is saved again)."),
                     "manifest": {"type": "object", "x-kubernetes-preserve-unknown-fields": true, "x-kubernetes-embedded-resource": true, "description": "The StatefulSet to create in its place, saved before the old one is deleted."},
                 },
             }),
@@ -765,8 +744,8 @@ fn definitions(version: &str) -> Vec<(String, Value)> {
                 "required": ["templateName"],
                 "properties": {
                     "templateName": {"type": "string", "default": "", "description": "The volumeClaimTemplate's name."},
-                    "compatibleReplicas": int("Claims whose resize was issued."),
-                    "compatibleReadyReplicas": int("Claims resized."),
+                    "compatibleReplicas": int32("Claims whose resize was issued."),
+                    "compatibleReadyReplicas": int32("Claims resized."),
                 },
             }),
         ),
@@ -778,15 +757,15 @@ fn definitions(version: &str) -> Vec<(String, Value)> {
                 "required": ["name"],
                 "properties": {
                     "name": {"type": "string", "default": "", "description": "The PersistentVolumeClaim's name."},
-                    "template": s("The volumeClaimTemplate it was made from."),
-                    "ordinal": int("The ordinal of its pod."),
-                    "requested": s("The storage requested of it."),
-                    "capacity": s("Its capacity as last seen."),
-                    "phase": s("Pending, Resizing, FileSystemResizePending, Resized or Failed."),
-                    "lastError": s("The last error seen for it."),
-                    "uid": s("The claim's uid when first seen (OnDelete resizes it once the uid changed)."),
-                    "resizeStartTime": s("When the current resize was issued (RFC 3339); maxWaitTime counts from here."),
-                    "restartedPodUID": s("The pod deleted so that the file system is resized on restart."),
+                    "template": string("The volumeClaimTemplate it was made from."),
+                    "ordinal": int32("The ordinal of its pod."),
+                    "requested": string("The storage requested of it."),
+                    "capacity": string("Its capacity as last seen."),
+                    "phase": string("Pending, Resizing, FileSystemResizePending, Resized or Failed."),
+                    "lastError": string("The last error seen for it."),
+                    "uid": string("The claim's uid when first seen (OnDelete resizes it once the uid changed)."),
+                    "resizeStartTime": string("When the current resize was issued (RFC 3339); maxWaitTime counts from here."),
+                    "restartedPodUID": string("The pod deleted so that the file system is resized on restart."),
                 },
             }),
         ),

@@ -6,13 +6,11 @@ use serde_json::{Value, json};
 
 use super::types::KIND;
 use crate::PROJECT;
-
-const META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1";
+use crate::openapi::{META, described_ref, int32, list_map, reference, reversed_name, string};
 
 /// `io.svm-apiserver.storage.v1alpha1.DataPlaneRollout`.
 pub(super) fn definition_name(version: &str) -> String {
-    let reversed: Vec<&str> = PROJECT.name.split('.').rev().collect();
-    format!("{}.{version}.{KIND}", reversed.join("."))
+    reversed_name(PROJECT.name, version, KIND)
 }
 
 /// Every definition of the kind in `version`.
@@ -25,24 +23,6 @@ pub(super) fn definitions(version: &str) -> Vec<(String, Value)> {
     all
 }
 
-fn reference(to: &str, description: &str) -> Value {
-    json!({"allOf": [{"$ref": format!("#/components/schemas/{to}")}], "default": {}, "description": description})
-}
-
-fn string(description: &str) -> Value {
-    json!({"type": "string", "description": description})
-}
-
-fn list_map(item: &str, key: &str, description: &str) -> Value {
-    json!({
-        "type": "array",
-        "description": description,
-        "items": {"allOf": [{"$ref": format!("#/components/schemas/{item}")}], "default": {}},
-        "x-kubernetes-list-type": "map",
-        "x-kubernetes-list-map-keys": [key],
-    })
-}
-
 fn object(name: &str, version: &str) -> (String, Value) {
     (
         name.to_string(),
@@ -52,9 +32,9 @@ fn object(name: &str, version: &str) -> (String, Value) {
             "properties": {
                 "apiVersion": string("APIVersion defines the versioned schema of this representation of an object."),
                 "kind": string("Kind is a string value representing the REST resource this object represents."),
-                "metadata": reference(&format!("{META}.ObjectMeta"), "Standard object metadata."),
-                "spec": reference(&format!("{name}Spec"), "What to roll out, where, and what gates each node."),
-                "status": reference(&format!("{name}Status"), "How far the rollout is, node by node."),
+                "metadata": described_ref(&format!("{META}.ObjectMeta"), "Standard object metadata."),
+                "spec": described_ref(&format!("{name}Spec"), "What to roll out, where, and what gates each node."),
+                "status": described_ref(&format!("{name}Status"), "How far the rollout is, node by node."),
             },
             "x-kubernetes-group-version-kind": [{"group": PROJECT.name, "kind": KIND, "version": version}],
         }),
@@ -62,7 +42,7 @@ fn object(name: &str, version: &str) -> (String, Value) {
 }
 
 fn spec(name: &str) -> Vec<(String, Value)> {
-    let selector = |description: &str| reference(&format!("{META}.LabelSelector"), description);
+    let selector = |description: &str| described_ref(&format!("{META}.LabelSelector"), description);
     vec![
         (
             format!("{name}Spec"),
@@ -74,10 +54,10 @@ fn spec(name: &str) -> Vec<(String, Value)> {
                     "daemonSet": string("The DaemonSet in this namespace; its updateStrategy must be OnDelete. Immutable."),
                     "nodeSelector": selector("Only nodes with these labels."),
                     "nodes": {"type": "array", "items": {"type": "string", "default": ""}, "description": "Only these nodes, in this order; empty: every node of the DaemonSet, by name."},
-                    "maxUnavailable": {"type": "integer", "format": "int32", "description": "Nodes upgraded at once. Default 1."},
+                    "maxUnavailable": int32("Nodes upgraded at once. Default 1."),
                     "paused": {"type": "boolean", "description": "No node starts while set; a node not yet evicted goes back to pending (uncordoned if the rollout cordoned it), one already evicted finishes."},
                     "waitLimit": string("How long an ambiguous wait (a new pod not Ready, replicas not healthy again) may last before the node and the rollout fail, the node left cordoned. A Go duration; default 10m."),
-                    "consumers": reference(&format!("{name}ConsumerPods"), "Pods evicted from a node before its data-plane pod."),
+                    "consumers": described_ref(&format!("{name}ConsumerPods"), "Pods evicted from a node before its data-plane pod."),
                     "replicaGuards": list_map(&format!("{name}ReplicaGuard"), "name", "What must hold of the engine's replicas before a node goes, and after it came back."),
                 },
             }),
@@ -107,11 +87,11 @@ fn guards(name: &str) -> Vec<(String, Value)> {
                 "required": ["name", "resource", "nodeField", "volumeField", "healthy"],
                 "properties": {
                     "name": {"type": "string", "default": "", "description": "A name for messages."},
-                    "resource": reference(&format!("{name}GuardedResource"), "The replica objects' group, version and resource (any namespace)."),
+                    "resource": described_ref(&format!("{name}GuardedResource"), "The replica objects' group, version and resource (any namespace)."),
                     "nodeField": string("The dotted field naming a replica's node, e.g. spec.nodeID."),
                     "volumeField": string("The dotted field naming a replica's volume, e.g. spec.volumeName."),
-                    "healthy": reference(&format!("{name}HealthRule"), "When a replica is healthy."),
-                    "minHealthyElsewhere": {"type": "integer", "format": "int32", "description": "Healthy replicas each affected volume must keep on other nodes. Default 1."},
+                    "healthy": described_ref(&format!("{name}HealthRule"), "When a replica is healthy."),
+                    "minHealthyElsewhere": int32("Healthy replicas each affected volume must keep on other nodes. Default 1."),
                 },
             }),
         ),
@@ -144,7 +124,6 @@ fn guards(name: &str) -> Vec<(String, Value)> {
 }
 
 fn status(name: &str) -> Vec<(String, Value)> {
-    let int = |description: &str| json!({"type": "integer", "format": "int32", "description": description});
     vec![
         (
             format!("{name}Status"),
@@ -154,12 +133,12 @@ fn status(name: &str) -> Vec<(String, Value)> {
                 "properties": {
                     "observedGeneration": {"type": "integer", "format": "int64", "description": "The generation the status is about."},
                     "revision": string("The DaemonSet's newest ControllerRevision, the one being rolled out."),
-                    "nodesTotal": int("Selected nodes."),
-                    "nodesUpgraded": int("Selected nodes running the newest revision, their replicas healthy again."),
+                    "nodesTotal": int32("Selected nodes."),
+                    "nodesUpgraded": int32("Selected nodes running the newest revision, their replicas healthy again."),
                     "conditions": {
                         "type": "array",
                         "description": "Running, Succeeded, Failed, Paused.",
-                        "items": {"allOf": [{"$ref": format!("#/components/schemas/{META}.Condition")}], "default": {}},
+                        "items": {"allOf": [reference(&format!("{META}.Condition"))], "default": {}},
                         "x-kubernetes-list-type": "map",
                         "x-kubernetes-list-map-keys": ["type"],
                     },
@@ -178,7 +157,7 @@ fn status(name: &str) -> Vec<(String, Value)> {
                     "phase": string("Pending, Blocked, Cordoned, EvictingConsumers, Evicting, WaitingForPod, Rebuilding, Upgraded or Failed."),
                     "reason": string("Why, CamelCase."),
                     "message": string("For people."),
-                    "since": reference(&format!("{META}.Time"), "Since when it is in that phase."),
+                    "since": described_ref(&format!("{META}.Time"), "Since when it is in that phase."),
                     "blockedBy": {"type": "array", "items": {"type": "string", "default": ""}, "description": "What holds it, each named."},
                     "cordonedByUs": {"type": "boolean", "description": "The rollout cordoned the node (an admin's own cordon is never undone)."},
                     "evictedPodUID": string("The data-plane pod evicted from it: at most once, by uid."),

@@ -9,25 +9,12 @@ use super::KIND;
 use crate::GROUP;
 use svm_registry::{ListSemantics, list_type};
 
-const META: &str = "io.k8s.apimachinery.pkg.apis.meta.v1";
+use crate::openapi::{META, described_ref, reference, string};
 
 /// The OpenAPI definition name of the kind in `version`, as upstream names it
 /// (`io.k8s.api.storagemigration.v1.StorageVersionMigration`).
 pub fn definition_name(version: &str) -> String {
     format!("io.k8s.api.storagemigration.{version}.{KIND}")
-}
-
-fn reference(name: &str) -> Value {
-    json!({"$ref": format!("#/components/schemas/{name}")})
-}
-
-/// A `$ref` with a description and a default, as upstream's v3 documents write them.
-fn described_ref(name: &str, description: &str) -> Value {
-    json!({"allOf": [reference(name)], "default": {}, "description": description})
-}
-
-fn string(description: &str) -> Value {
-    json!({"type": "string", "description": description})
 }
 
 /// The definition name of `status.progress` in `version` (one copy per version, so that each
