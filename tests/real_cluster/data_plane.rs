@@ -40,7 +40,6 @@ use serde_json::{Value, json};
 use svm_api::dataplane::{DataPlaneRollout, NodeStatus};
 
 use crate::support::audit::{AuditLog, AuditedRequest};
-use crate::support::controller_manager::ControllerManager;
 use crate::support::kubectl::Kubectl;
 use crate::support::real_cluster::{NAMESPACE, RealCluster, SERVICE_ACCOUNT};
 use crate::support::wait::eventually_async_every;
@@ -113,19 +112,8 @@ async fn data_plane_rollouts_upgrade_engines_node_by_node() {
         "/tests/fixtures/engine/replicas.engine.test.yaml"
     );
     kubectl.ok(&["apply", "-f", crd]);
-    kubectl.ok(&[
-        "wait",
-        "crd/replicas.engine.test",
-        "--for=condition=Established",
-        "--timeout=60s",
-    ]);
-    let started = Instant::now();
-    let kcm = ControllerManager::start(&cluster.plane, &CONTROLLERS, &[]);
-    println!(
-        "kube-controller-manager ({}) serving /healthz after {:.1} s",
-        CONTROLLERS.join(","),
-        started.elapsed().as_secs_f64()
-    );
+    crate::world::wait_established(&kubectl, &["crd/replicas.engine.test"]);
+    let kcm = crate::world::start_controller_manager(&cluster.plane, &CONTROLLERS, &[]);
     let world = World {
         client: client_without_retries(&cluster.plane.kubeconfig).await,
         kubectl: kubectl.clone(),

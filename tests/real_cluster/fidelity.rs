@@ -204,12 +204,7 @@ async fn set_up(target: &Target, plane: &ControlPlane) {
     )
     .await;
     if target.name == "kube-apiserver" {
-        plane.kubectl().ok(&[
-            "wait",
-            "crd/widgets.example.test",
-            "--for=condition=Established",
-            "--timeout=60s",
-        ]);
+        crate::world::wait_established(&plane.kubectl(), &["crd/widgets.example.test"]);
     }
     for i in 1..=3 {
         post(

@@ -9,9 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use crate::support::controller_manager::{
-    ControllerManager, STORAGE_VERSION_MIGRATOR, STORAGE_VERSION_MIGRATOR_GATE,
-};
+use crate::support::controller_manager::{STORAGE_VERSION_MIGRATOR, STORAGE_VERSION_MIGRATOR_GATE};
 use crate::support::real_cluster::RealCluster;
 use crate::support::wait::{POLL, eventually_async_every};
 use crate::world::{failed, install_widgets, stored_json_objects, succeeded, wait_for};
@@ -58,15 +56,10 @@ async fn kube_controller_managers_migrator_runs_a_migration_served_by_us() {
             {"op":"replace","path":"/spec/versions/1/storage","value":true}]"#,
     ]);
 
-    let started = Instant::now();
-    let kcm = ControllerManager::start(
+    let kcm = crate::world::start_controller_manager(
         &cluster.plane,
         &STORAGE_VERSION_MIGRATOR,
         &[STORAGE_VERSION_MIGRATOR_GATE],
-    );
-    eprintln!(
-        "kube-controller-manager serving /healthz after {:.1} s",
-        started.elapsed().as_secs_f64()
     );
     let created = Instant::now();
     kubectl.ok_stdin(

@@ -115,13 +115,13 @@ fn a_ksvm_state_is_imported_once_with_every_hash_and_its_history() {
     let kubectl = cluster.kubectl();
     let crds = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/ksvm/crds.yaml");
     kubectl.ok(&["apply", "-f", &crds.display().to_string()]);
-    kubectl.ok(&[
-        "wait",
-        "--for=condition=Established",
-        "--timeout=60s",
-        "crd/storagestates.migration.k8s.io",
-        "crd/storageversionmigrations.migration.k8s.io",
-    ]);
+    crate::world::wait_established(
+        &kubectl,
+        &[
+            "crd/storagestates.migration.k8s.io",
+            "crd/storageversionmigrations.migration.k8s.io",
+        ],
+    );
     // KSVM's state: Secrets mid-rotation (unsafe), Deployments safe, a CRD never vouched for.
     create_ksvm(
         &cluster,

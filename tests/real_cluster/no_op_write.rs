@@ -28,12 +28,7 @@ async fn the_no_op_write_re_encodes_every_object_and_changes_nothing_else() {
     kubectl.ok(&["create", "namespace", "demo"]);
     let crd = kube_double::crd::manifest("example.test", "widgets", "Widget", &["v1", "v2"]);
     kubectl.ok_stdin(&["apply", "-f", "-"], &crd.to_string());
-    kubectl.ok(&[
-        "wait",
-        "crd/widgets.example.test",
-        "--for=condition=Established",
-        "--timeout=60s",
-    ]);
+    crate::world::wait_established(&kubectl, &["crd/widgets.example.test"]);
     let gvk = GroupVersionKind::gvk("example.test", "v1", "Widget");
     let widgets: Api<DynamicObject> =
         Api::namespaced_with(plane.client().await, "demo", &ApiResource::from_gvk(&gvk));

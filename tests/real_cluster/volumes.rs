@@ -42,7 +42,6 @@ use kube::runtime::watcher;
 use serde_json::{Value, json};
 
 use crate::support::audit::AuditLog;
-use crate::support::controller_manager::ControllerManager;
 use crate::support::kubectl::Kubectl;
 use crate::support::real_cluster::RealCluster;
 use crate::support::wait::{eventually_async, eventually_async_every};
@@ -114,19 +113,8 @@ async fn volume_claim_migrations_resize_claims_as_the_real_apiserver_allows() {
         "/tests/fixtures/kruise/statefulsets.apps.kruise.io.yaml"
     );
     kubectl.ok(&["apply", "-f", crd]);
-    kubectl.ok(&[
-        "wait",
-        "crd/statefulsets.apps.kruise.io",
-        "--for=condition=Established",
-        "--timeout=60s",
-    ]);
-    let started = Instant::now();
-    let kcm = ControllerManager::start(&cluster.plane, &CONTROLLERS, &[]);
-    println!(
-        "kube-controller-manager ({}) serving /healthz after {:.1} s",
-        CONTROLLERS.join(","),
-        started.elapsed().as_secs_f64()
-    );
+    crate::world::wait_established(&kubectl, &["crd/statefulsets.apps.kruise.io"]);
+    let kcm = crate::world::start_controller_manager(&cluster.plane, &CONTROLLERS, &[]);
     let client = cluster.plane.client().await;
 
     timed(
@@ -249,7 +237,7 @@ async fn rolling_update_ordinal_by_ordinal(
     assert_ne!(node.pod_uid("db-1").await, pod_before, "db-1 was restarted");
     let restarted = node.pods.get("db-1").await.expect("pod db-1");
     assert_eq!(
-        creator(&restarted.metadata),
+        crate::world::creator(&restarted.metadata),
         "kube-controller-manager",
         "db-1 made again by the StatefulSet controller: {:?}",
         restarted.metadata
@@ -334,7 +322,7 @@ async fn on_delete_waits_for_a_recreated_claim(kubectl: &Kubectl, client: &kube:
         .claim_made_again("data-db-0", &before["data-db-0"])
         .await;
     assert_eq!(
-        creator(&again.metadata),
+        crate::world::creator(&again.metadata),
         "kube-controller-manager",
         "data-db-0 made again by the StatefulSet controller: {:?}",
         again.metadata
@@ -866,7 +854,7 @@ impl Node {
         if !kruise {
             for pod in node.pods.list(&ListParams::default()).await.expect("pods") {
                 assert_eq!(
-                    creator(&pod.metadata),
+                    crate::world::creator(&pod.metadata),
                     "kube-controller-manager",
                     "pods made by the StatefulSet controller: {:?}",
                     pod.metadata
@@ -879,7 +867,7 @@ impl Node {
                 .expect("claims")
             {
                 assert_eq!(
-                    creator(&claim.metadata),
+                    crate::world::creator(&claim.metadata),
                     "kube-controller-manager",
                     "claims made by the StatefulSet controller: {:?}",
                     claim.metadata
@@ -1128,24 +1116,6 @@ impl Node {
             task.abort();
         }
     }
-}
-
-/// Who made an object: the field managers of its labels, which only its creator sets here
-/// (the StatefulSet controller for its pods and claims; `kube-controller-manager`).
-fn creator(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
-    let managers: Vec<String> = meta
-        .managed_fields
-        .iter()
-        .flatten()
-        .filter(|entry| {
-            entry
-                .fields_v1
-                .as_ref()
-                .is_some_and(|f| f.0.pointer("/f:metadata/f:labels").is_some())
-        })
-        .filter_map(|entry| entry.manager.clone())
-        .collect();
-    managers.join(",")
 }
 
 fn is_ready(pod: &Pod) -> bool {

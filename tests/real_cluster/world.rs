@@ -192,12 +192,7 @@ pub(crate) async fn install_widgets(plane: &ControlPlane, versions: &[&str], cou
     kubectl.ok(&["create", "namespace", "demo"]);
     let crd = kube_double::crd::manifest("example.test", "widgets", "Widget", versions);
     kubectl.ok_stdin(&["apply", "-f", "-"], &crd.to_string());
-    kubectl.ok(&[
-        "wait",
-        "crd/widgets.example.test",
-        "--for=condition=Established",
-        "--timeout=60s",
-    ]);
+    wait_established(&kubectl, &["crd/widgets.example.test"]);
     let gvk = kube::api::GroupVersionKind::gvk("example.test", "v1", "Widget");
     let api: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
         plane.client().await,
@@ -238,4 +233,47 @@ pub(crate) async fn namespace_for_pods(
         async || String::new(),
     )
     .await;
+}
+
+/// Waits until every CRD named (`crd/<plural>.<group>`) is Established.
+pub(crate) fn wait_established(kubectl: &crate::support::kubectl::Kubectl, crds: &[&str]) {
+    let mut args = vec!["wait", "--for=condition=Established", "--timeout=60s"];
+    args.extend_from_slice(crds);
+    kubectl.ok(&args);
+}
+
+/// kube-controller-manager running `controllers` (with `flags`) beside `plane`, its start-up
+/// time printed.
+pub(crate) fn start_controller_manager(
+    plane: &ControlPlane,
+    controllers: &[&str],
+    flags: &[&str],
+) -> crate::support::controller_manager::ControllerManager {
+    let started = std::time::Instant::now();
+    let kcm =
+        crate::support::controller_manager::ControllerManager::start(plane, controllers, flags);
+    println!(
+        "kube-controller-manager ({}) serving /healthz after {:.1} s",
+        controllers.join(","),
+        started.elapsed().as_secs_f64()
+    );
+    kcm
+}
+
+/// Who made an object: the field managers of its labels, which only its creator sets (a
+/// controller of kube-controller-manager's: `kube-controller-manager`).
+pub(crate) fn creator(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    let managers: Vec<String> = meta
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|entry| {
+            entry
+                .fields_v1
+                .as_ref()
+                .is_some_and(|f| f.0.pointer("/f:metadata/f:labels").is_some())
+        })
+        .filter_map(|entry| entry.manager.clone())
+        .collect();
+    managers.join(",")
 }

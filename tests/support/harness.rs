@@ -73,10 +73,15 @@ impl Harness {
             "metadata": {"name": name},
             "spec": {"resource": {"group": group, "resource": resource}},
         });
+        self.create(SVMS, &body).await
+    }
+
+    /// POSTs `body` to the collection at `path`; the created object (a 201, or the test fails).
+    pub async fn create(&self, path: &str, body: &Value) -> Value {
         let resp = self
             .http
-            .post(self.url(SVMS))
-            .json(&body)
+            .post(self.url(path))
+            .json(body)
             .send()
             .await
             .expect("create");

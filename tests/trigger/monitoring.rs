@@ -47,19 +47,7 @@ async fn create_data_plane_rollout(w: &World) -> String {
         "metadata": {"name": "engines"},
         "spec": {"daemonSet": "engine"},
     });
-    let resp =
-        w.h.http
-            .post(w.h.url(collection))
-            .json(&body)
-            .send()
-            .await
-            .expect("create");
-    assert_eq!(
-        resp.status(),
-        201,
-        "{}",
-        resp.text().await.unwrap_or_default()
-    );
+    w.h.create(collection, &body).await;
     format!("{collection}/engines")
 }
 

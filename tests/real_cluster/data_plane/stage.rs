@@ -403,7 +403,7 @@ impl Stage {
                 if on.len() == self.nodes.len() && other.is_empty() {
                     for pod in &pods {
                         assert_eq!(
-                            creator(pod),
+                            crate::world::creator(&pod.metadata),
                             "kube-controller-manager",
                             "pods made by the DaemonSet controller: {:?}",
                             pod.metadata
@@ -983,23 +983,4 @@ fn owned_by(
         .iter()
         .flatten()
         .any(|r| r.kind == "DaemonSet" && r.name == owner)
-}
-
-/// Who made a pod: the field managers of its labels (`kube-controller-manager` for the
-/// DaemonSet controller's).
-fn creator(pod: &Pod) -> String {
-    let managers: Vec<String> = pod
-        .metadata
-        .managed_fields
-        .iter()
-        .flatten()
-        .filter(|entry| {
-            entry
-                .fields_v1
-                .as_ref()
-                .is_some_and(|f| f.0.pointer("/f:metadata/f:labels").is_some())
-        })
-        .filter_map(|entry| entry.manager.clone())
-        .collect();
-    managers.join(",")
 }
