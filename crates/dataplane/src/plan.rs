@@ -172,7 +172,8 @@ fn in_flight(decided: &[NodeStatus], stored: &[NodeStatus], node: &str) -> BTree
         .collect()
 }
 
-fn is_in_flight(phase: &str) -> bool {
+/// A node between its cordon and its upgrade (a failed one included: it stays cordoned).
+pub(crate) fn is_in_flight(phase: &str) -> bool {
     [
         phases::CORDONED,
         phases::EVICTING_CONSUMERS,

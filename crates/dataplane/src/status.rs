@@ -98,16 +98,9 @@ fn running_reason(status: &DataPlaneRolloutStatus, running: bool) -> (&'static s
     ("RollingOut", message)
 }
 
-/// A node between its cordon and its upgrade.
+/// A node between its cordon and its upgrade, at work (in flight and not failed).
 fn is_busy(phase: &str) -> bool {
-    [
-        phases::CORDONED,
-        phases::EVICTING_CONSUMERS,
-        phases::EVICTING,
-        phases::WAITING_FOR_POD,
-        phases::REBUILDING,
-    ]
-    .contains(&phase)
+    crate::plan::is_in_flight(phase) && phase != phases::FAILED
 }
 
 /// The status of a rollout the cluster refuses: Failed with the reason, nothing else moved
