@@ -159,6 +159,11 @@ fn max_unavailable_bounds_the_nodes_in_flight_and_counts_their_replicas_as_down(
     let observed = cluster();
     let two = plan(&rollout(2), &observed, at(0));
     assert_eq!(phases_of(&two), ["Cordoned", "Cordoned", "Pending"]);
+    assert_eq!(two.nodes[2].reason, "Queued");
+    assert_eq!(
+        two.nodes[2].blocked_by,
+        ["2 node(s) in flight, spec.maxUnavailable 2"]
+    );
     // vol-1 has a replica on each node: with n1 and n2 down, n3's would be its last.
     let r = stored(rollout(3), &two);
     let third = plan(&r, &observed, at(1));
@@ -203,6 +208,14 @@ fn pause_sends_a_node_not_yet_evicted_back_and_lets_an_evicted_one_finish() {
     r.spec.paused = true;
     let paused = plan(&r, &observed, at(1));
     assert_eq!(paused.nodes[0].phase, "Pending");
+    assert_eq!(paused.nodes[0].reason, "Paused");
+    // Once back, it says why it waits, pass after pass.
+    let again = plan(&stored(r.clone(), &paused), &observed, at(2));
+    assert_eq!(again.nodes[0].reason, "Paused");
+    assert_eq!(
+        again.nodes[0].blocked_by,
+        ["the rollout is paused (spec.paused)"]
+    );
     assert!(paused.actions.contains(&Action::Release {
         node: "n1".into(),
         uncordon: true
